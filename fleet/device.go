@@ -1,0 +1,168 @@
+package fleet
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+	"time"
+)
+
+// Device is one NetBox device (dcim.device) as fleetd reads it: the owner's declaration, the
+// state fleetd keeps on it, and the version token used for conditional writes (SPEC §2).
+//
+// Everything in a Device came from NetBox and is trusted as the owner's word; nothing in it came
+// from the machine itself.
+type Device struct {
+	ID      int64
+	Name    string
+	Status  Status
+	Serial  string       // NetBox's serial field (the chassis serial the owner recorded), may be empty
+	Address netip.Prefix // primary IPv4 with its prefix length; invalid when the device has none
+	MACs    []MAC        // every MAC NetBox knows for the device, primary interface first
+
+	Declared Declaration
+	Owned    Owned
+
+	// Version is NetBox's ETag for the device (NetBox ≥ 4.6), empty on older NetBox. An update
+	// that carries it applies only if nobody changed the device since it was read.
+	Version string
+}
+
+// Declaration is what the owner declares through OpenTofu (SPEC §2, "Declared by the owner").
+type Declaration struct {
+	Class         string
+	DiskSerial    string
+	EKHashes      []string // lowercase hex SHA-256 of each approved EK's DER SubjectPublicKeyInfo
+	TPM           TPMVersion
+	DesiredAction Action // the owner's open request, ActionNone when there is none
+}
+
+// Owned is the state fleetd writes on the device (SPEC §2, "Written by fleetd").
+type Owned struct {
+	State         State
+	Message       string
+	Request       string // id of the request being carried out
+	Workflow      string // name of the Tinkerbell Workflow carrying it out
+	LDevIDSerial  string
+	LAKSerial     string
+	BootBaseline  string
+	LastBootCheck time.Time // zero when the device never passed a boot check
+	BootCheck     BootCheck
+}
+
+// MAC is a hardware address in the form Tinkerbell and Kea use: lowercase, colon-separated.
+type MAC string
+
+// ParseMAC accepts the forms NetBox and operators write (upper or lower case, ':' or '-') and
+// returns the canonical lowercase colon-separated form.
+func ParseMAC(s string) (MAC, error) {
+	t := strings.ToLower(strings.ReplaceAll(strings.TrimSpace(s), "-", ":"))
+	parts := strings.Split(t, ":")
+	if len(parts) != 6 {
+		return "", fmt.Errorf("parse MAC %q: want six colon-separated octets", s)
+	}
+	for _, p := range parts {
+		if len(p) != 2 || strings.Trim(p, "0123456789abcdef") != "" {
+			return "", fmt.Errorf("parse MAC %q: octet %q is not two hex digits", s, p)
+		}
+	}
+	return MAC(t), nil
+}
+
+// PrimaryMAC is the MAC Tinkerbell identifies the machine by (hardwareMap device_1), or "".
+func (d Device) PrimaryMAC() MAC {
+	if len(d.MACs) == 0 {
+		return ""
+	}
+	return d.MACs[0]
+}
+
+// IP is the device's NetBox address without prefix length; invalid when it has none.
+func (d Device) IP() netip.Addr {
+	if !d.Address.IsValid() {
+		return netip.Addr{}
+	}
+	return d.Address.Addr()
+}
+
+// ApprovesEK reports whether the lowercase hex SHA-256 of an EK's SubjectPublicKeyInfo is one of
+// the device's approved EK hashes.
+func (d Device) ApprovesEK(spkiSHA256 string) bool {
+	for _, h := range d.Declared.EKHashes {
+		if h == strings.ToLower(spkiSHA256) {
+			return true
+		}
+	}
+	return false
+}
+
+// ParseEKHashes splits the comma-separated ek_sha256 custom field. Each entry must be 64
+// lowercase or uppercase hex digits; entries are returned lowercase.
+func ParseEKHashes(field string) ([]string, error) {
+	var out []string
+	for _, h := range strings.Split(field, ",") {
+		h = strings.ToLower(strings.TrimSpace(h))
+		if h == "" {
+			continue
+		}
+		if len(h) != 64 || strings.Trim(h, "0123456789abcdef") != "" {
+			return nil, fmt.Errorf("ek_sha256 entry %q is not a hex SHA-256 (64 hex digits)", h)
+		}
+		out = append(out, h)
+	}
+	return out, nil
+}
+
+// Status is the NetBox device status (dcim DeviceStatusChoices).
+type Status string
+
+const (
+	StatusOffline         Status = "offline"
+	StatusActive          Status = "active"
+	StatusPlanned         Status = "planned"
+	StatusStaged          Status = "staged"
+	StatusFailed          Status = "failed"
+	StatusInventory       Status = "inventory"
+	StatusDecommissioning Status = "decommissioning"
+)
+
+// TPMVersion is the declared tpm custom field; empty means 2.0.
+type TPMVersion string
+
+const (
+	TPM20 TPMVersion = "2.0"
+	TPM12 TPMVersion = "1.2"
+)
+
+// Action is what the owner asks for. ActionRetire is not a desired_action value: it is requested
+// by setting the device status to decommissioning.
+type Action string
+
+const (
+	ActionNone      Action = ""
+	ActionProvision Action = "provision"
+	ActionAttest    Action = "attest"
+	ActionWipe      Action = "wipe"
+	ActionRetire    Action = "retire"
+)
+
+// Actions lists every action in the order the docs present them.
+var Actions = []Action{ActionProvision, ActionAttest, ActionWipe, ActionRetire}
+
+// DesiredActions are the values of the desired_action choice set.
+var DesiredActions = []Action{ActionProvision, ActionAttest, ActionWipe}
+
+// ErasesData reports whether carrying out the action wipes the declared disk.
+func (a Action) ErasesData() bool {
+	return a == ActionProvision || a == ActionWipe || a == ActionRetire
+}
+
+// BootCheck is the outcome of the last boot check (SPEC §5).
+type BootCheck string
+
+const (
+	BootCheckNone   BootCheck = ""
+	BootCheckOK     BootCheck = "ok"
+	BootCheckDrift  BootCheck = "drift"
+	BootCheckFailed BootCheck = "failed"
+)

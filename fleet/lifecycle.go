@@ -1,0 +1,156 @@
+package fleet
+
+// The lifecycle of a request, as one transition function over typed states (SPEC §1, §2).
+//
+// A device carries at most one request at a time. A request starts when fleetd claims it from
+// NetBox (desired_action, or status decommissioning for retirement) and ends in a terminal state.
+// A new request is taken only from a terminal state; one that arrives while another runs waits in
+// NetBox until the running one ends, because every running request reaches a terminal state (the
+// Workflow has explicit timeouts and a pending configuration expires).
+
+// State is the fleet_state custom field.
+type State string
+
+const (
+	StateNone        State = "" // never handled by fleetd
+	StatePending     State = "pending"
+	StateInstalling  State = "installing"
+	StateConfiguring State = "configuring"
+	StateActive      State = "active"
+	StateWiping      State = "wiping"
+	StateWiped       State = "wiped"
+	StateRetired     State = "retired"
+	StateFailed      State = "failed"
+	StateRejected    State = "rejected"
+)
+
+// States lists the fleet_state choices in lifecycle order.
+var States = []State{StatePending, StateInstalling, StateConfiguring, StateActive, StateWiping,
+	StateWiped, StateRetired, StateFailed, StateRejected}
+
+// Terminal reports whether no request is running in this state, so a new one may start.
+func (s State) Terminal() bool {
+	switch s {
+	case StatePending, StateInstalling, StateConfiguring, StateWiping:
+		return false
+	}
+	return true
+}
+
+// Event is something that happened to a device's request.
+type Event string
+
+const (
+	EventAccepted          Event = "accepted"           // fleetd claimed a valid request
+	EventRejected          Event = "rejected"           // the declaration cannot carry the request
+	EventAttested          Event = "attested"           // the agent proved the machine's identity and disk
+	EventRefused           Event = "refused"            // the agent's evidence was refused
+	EventWorkflowSucceeded Event = "workflow-succeeded" // the Workflow reached its success state
+	EventWorkflowFailed    Event = "workflow-failed"    // the Workflow failed or timed out
+	EventDelivered         Event = "delivered"          // the node fetched its configuration
+	EventConfigLost        Event = "config-lost"        // the pending configuration was lost or expired
+)
+
+// JournalKind is the kind of a NetBox journal entry.
+type JournalKind string
+
+const (
+	JournalInfo    JournalKind = "info"
+	JournalSuccess JournalKind = "success"
+	JournalWarning JournalKind = "warning"
+	JournalDanger  JournalKind = "danger"
+)
+
+// Transition is what one event does to a device.
+type Transition struct {
+	To         State
+	Status     Status      // the NetBox status to set, "" to leave it
+	Journal    JournalKind // the kind of the journal entry that records it
+	ClearCerts bool        // the device's LDevID and LAK serials stop being valid
+	Ends       bool        // the request is over (To is terminal)
+}
+
+// Next is the lifecycle: the transition an event causes for a device in state from that carries
+// a request for action. ok is false when the event means nothing in that state (a duplicate or a
+// late report); the caller then changes nothing.
+func Next(from State, action Action, ev Event) (t Transition, ok bool) {
+	switch ev {
+	case EventAccepted:
+		if !from.Terminal() {
+			return Transition{}, false
+		}
+		t = Transition{To: StatePending, Journal: JournalInfo}
+		if action == ActionProvision {
+			t.Status = StatusStaged
+		}
+		return t, true
+	case EventRejected:
+		if !from.Terminal() {
+			return Transition{}, false
+		}
+		return Transition{To: StateRejected, Journal: JournalWarning, Ends: true}, true
+	}
+
+	switch from {
+	case StatePending:
+		switch ev {
+		case EventAttested:
+			switch action {
+			case ActionProvision:
+				return Transition{To: StateInstalling, Journal: JournalSuccess}, true
+			case ActionAttest:
+				return Transition{To: StateActive, Journal: JournalSuccess, Ends: true}, true
+			case ActionWipe, ActionRetire:
+				return Transition{To: StateWiping, Journal: JournalSuccess}, true
+			}
+		case EventRefused, EventWorkflowFailed:
+			return failed(action), true
+		case EventWorkflowSucceeded:
+			// A Workflow that ends without the agent's attestation never ran the agent: the
+			// Template is wrong. Nothing was authorized, so the request fails.
+			return failed(action), true
+		}
+	case StateInstalling:
+		switch ev {
+		case EventWorkflowSucceeded:
+			return Transition{To: StateConfiguring, Journal: JournalInfo}, true
+		case EventDelivered: // cloud-init-nocloud: delivered by the install Workflow itself
+			return Transition{To: StateActive, Status: StatusActive, Journal: JournalSuccess, Ends: true}, true
+		case EventWorkflowFailed, EventConfigLost:
+			return failed(action), true
+		}
+	case StateConfiguring:
+		switch ev {
+		case EventDelivered:
+			return Transition{To: StateActive, Status: StatusActive, Journal: JournalSuccess, Ends: true}, true
+		case EventConfigLost:
+			return failed(action), true
+		}
+	case StateWiping:
+		switch ev {
+		case EventWorkflowSucceeded:
+			if action == ActionRetire {
+				return Transition{To: StateRetired, Journal: JournalSuccess, ClearCerts: true, Ends: true}, true
+			}
+			return Transition{To: StateWiped, Status: StatusOffline, Journal: JournalSuccess, ClearCerts: true, Ends: true}, true
+		case EventWorkflowFailed:
+			return failed(action), true
+		}
+	case StateActive:
+		// A provision whose configuration was delivered during the Workflow (NoCloud) can still
+		// see its Workflow fail in a later action: the install did not finish.
+		if ev == EventWorkflowFailed && action == ActionProvision {
+			return failed(action), true
+		}
+	}
+	return Transition{}, false
+}
+
+// failed ends a request in failure. A retirement keeps the owner's decommissioning status.
+func failed(action Action) Transition {
+	t := Transition{To: StateFailed, Journal: JournalDanger, Ends: true}
+	if action != ActionRetire {
+		t.Status = StatusFailed
+	}
+	return t
+}

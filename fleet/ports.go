@@ -1,0 +1,130 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"io"
+	"time"
+)
+
+// The ports: the only ways the domain reaches the outside. Adapters implement them (netbox/,
+// workflows/); tests implement them with the real adapters against the development stack or with
+// small fakes where a test is about the domain alone.
+
+// ErrNotFound is returned by a port when the object it was asked for does not exist.
+var ErrNotFound = errors.New("not found")
+
+// ErrConflict is returned by Inventory.Update when the device changed since the version the
+// update was conditioned on (NetBox answered 412 Precondition Failed).
+var ErrConflict = errors.New("device changed since it was read")
+
+// Inventory is NetBox, the only durable state (SPEC §2).
+//
+// Errors: ErrNotFound (wrapped) for a device that does not exist; ErrConflict (wrapped) for a
+// failed If-Match; anything else means NetBox could not be reached or answered 5xx after the
+// adapter's bounded retries, and the caller must treat the operation as not done.
+type Inventory interface {
+	// Device reads one device by its NetBox id.
+	Device(ctx context.Context, id int64) (Device, error)
+	// DeviceByName reads one device by its exact NetBox name.
+	DeviceByName(ctx context.Context, name string) (Device, error)
+	// Devices lists every device (the reconcile and the Kea reservations read it).
+	Devices(ctx context.Context) ([]Device, error)
+	// Update writes only the keys the patch sets. It returns the device as NetBox has it after
+	// the write (with its new Version).
+	Update(ctx context.Context, id int64, p Patch) (Device, error)
+	// Journal adds a journal entry to the device.
+	Journal(ctx context.Context, id int64, kind JournalKind, text string) error
+}
+
+// Patch is a write of fleetd's own custom fields and the device status. A nil pointer leaves a
+// key alone; a pointer to the zero value clears the key (JSON null).
+type Patch struct {
+	// IfVersion makes the write conditional on the device's Version (If-Match). Empty means
+	// unconditional, which is also what happens on NetBox without ETags (last write wins).
+	IfVersion string
+
+	ClearDesiredAction bool
+	Status             Status // "" leaves the status alone
+
+	State         *State
+	Message       *string
+	Request       *string
+	Workflow      *string
+	LDevIDSerial  *string
+	LAKSerial     *string
+	BootBaseline  *string
+	LastBootCheck *time.Time
+	BootCheck     *BootCheck
+}
+
+// Empty reports whether the patch writes nothing.
+func (p Patch) Empty() bool {
+	return !p.ClearDesiredAction && p.Status == "" && p.State == nil && p.Message == nil &&
+		p.Request == nil && p.Workflow == nil && p.LDevIDSerial == nil && p.LAKSerial == nil &&
+		p.BootBaseline == nil && p.LastBootCheck == nil && p.BootCheck == nil
+}
+
+// Installer is Tinkerbell (SPEC §3).
+//
+// Errors: ErrNotFound (wrapped) from Workflow when it does not exist; anything else means the
+// Kubernetes API could not be reached or refused the object, and the caller retries later.
+type Installer interface {
+	// Install makes sure the device's Hardware is up to date and the request's Workflow exists.
+	// It is idempotent: a Workflow of the same name that already exists is success, never a
+	// second Workflow.
+	Install(ctx context.Context, w WorkflowSpec) error
+	// Workflow reads the progress of a Workflow.
+	Workflow(ctx context.Context, name string) (WorkflowStatus, error)
+}
+
+// WorkflowSpec is everything the installer needs to create the Workflow of one request.
+type WorkflowSpec struct {
+	Name      string // deterministic, from the request id (WorkflowName)
+	Template  string
+	Device    Device
+	Class     Class
+	Action    Action
+	Request   string
+	FleetdURL string // where the agent reaches fleetd, passed through hardwareMap
+}
+
+// WorkflowPhase is a Workflow's state in fleetd's words, whatever Tinkerbell spelling it had.
+type WorkflowPhase string
+
+const (
+	WorkflowWaiting   WorkflowPhase = "waiting" // created, preparing or pending: no action ran yet
+	WorkflowRunning   WorkflowPhase = "running"
+	WorkflowSucceeded WorkflowPhase = "succeeded"
+	WorkflowFailed    WorkflowPhase = "failed"
+	WorkflowTimedOut  WorkflowPhase = "timed-out"
+)
+
+// Terminal reports whether the Workflow will not change any more.
+func (p WorkflowPhase) Terminal() bool {
+	return p == WorkflowSucceeded || p == WorkflowFailed || p == WorkflowTimedOut
+}
+
+// WorkflowStatus is what fleetd reads of a Workflow.
+type WorkflowStatus struct {
+	Name          string
+	Phase         WorkflowPhase
+	CurrentAction string
+	FailedAction  string // the action that failed or timed out, when one did
+	Message       string // that action's message
+}
+
+// Clock is the time source (injected so tests control expiry and boot-check ages).
+type Clock interface {
+	Now() time.Time
+}
+
+// SystemClock is the wall clock.
+type SystemClock struct{}
+
+// Now returns the current time.
+func (SystemClock) Now() time.Time { return time.Now() }
+
+// Random is the randomness source for request ids, nonces and serials (crypto/rand.Reader in
+// production, a seeded reader in tests).
+type Random = io.Reader
