@@ -1,0 +1,139 @@
+package fleet
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// TestLifecycle is the lifecycle's specification: every row is one event in one state for one
+// action, and what it must do. Rows are named for the outcome.
+func TestLifecycle(t *testing.T) {
+	type row struct {
+		name   string
+		from   State
+		action Action
+		ev     Event
+		want   Transition
+		ok     bool
+	}
+	rows := []row{
+		// Claiming a request.
+		{"ok/provision accepted from nothing: pending, status staged", StateNone, ActionProvision, EventAccepted,
+			Transition{To: StatePending, Status: StatusStaged, Journal: JournalInfo}, true},
+		{"ok/reprovision accepted from active", StateActive, ActionProvision, EventAccepted,
+			Transition{To: StatePending, Status: StatusStaged, Journal: JournalInfo}, true},
+		{"ok/attest accepted keeps status", StateActive, ActionAttest, EventAccepted,
+			Transition{To: StatePending, Journal: JournalInfo}, true},
+		{"ok/wipe accepted after a failure", StateFailed, ActionWipe, EventAccepted,
+			Transition{To: StatePending, Journal: JournalInfo}, true},
+		{"ok/retire accepted after rejection", StateRejected, ActionRetire, EventAccepted,
+			Transition{To: StatePending, Journal: JournalInfo}, true},
+		{"ignore/no new request while one is installing", StateInstalling, ActionWipe, EventAccepted, Transition{}, false},
+		{"ignore/no new request while pending", StatePending, ActionProvision, EventAccepted, Transition{}, false},
+		{"ignore/no new request while configuring", StateConfiguring, ActionProvision, EventAccepted, Transition{}, false},
+		{"ignore/no new request while wiping", StateWiping, ActionRetire, EventAccepted, Transition{}, false},
+		{"refuse/rejected declaration ends the request", StateActive, ActionProvision, EventRejected,
+			Transition{To: StateRejected, Journal: JournalWarning, Ends: true}, true},
+		{"ignore/rejection cannot interrupt a running request", StateWiping, ActionRetire, EventRejected, Transition{}, false},
+
+		// Attestation.
+		{"ok/provision attested: installing", StatePending, ActionProvision, EventAttested,
+			Transition{To: StateInstalling, Journal: JournalSuccess}, true},
+		{"ok/attest attested: done, active", StatePending, ActionAttest, EventAttested,
+			Transition{To: StateActive, Journal: JournalSuccess, Ends: true}, true},
+		{"ok/wipe attested: wiping", StatePending, ActionWipe, EventAttested,
+			Transition{To: StateWiping, Journal: JournalSuccess}, true},
+		{"ok/retire attested: wiping", StatePending, ActionRetire, EventAttested,
+			Transition{To: StateWiping, Journal: JournalSuccess}, true},
+		{"refuse/provision refused at attestation: failed, status failed", StatePending, ActionProvision, EventRefused,
+			Transition{To: StateFailed, Status: StatusFailed, Journal: JournalDanger, Ends: true}, true},
+		{"refuse/retire refused keeps decommissioning", StatePending, ActionRetire, EventRefused,
+			Transition{To: StateFailed, Journal: JournalDanger, Ends: true}, true},
+		{"ignore/second attestation after installing", StateInstalling, ActionProvision, EventAttested, Transition{}, false},
+		{"refuse/Workflow succeeded without attestation fails the request", StatePending, ActionProvision, EventWorkflowSucceeded,
+			Transition{To: StateFailed, Status: StatusFailed, Journal: JournalDanger, Ends: true}, true},
+		{"refuse/agent failed: Workflow failed while pending", StatePending, ActionWipe, EventWorkflowFailed,
+			Transition{To: StateFailed, Status: StatusFailed, Journal: JournalDanger, Ends: true}, true},
+
+		// Installation and configuration.
+		{"ok/install Workflow succeeded: configuring", StateInstalling, ActionProvision, EventWorkflowSucceeded,
+			Transition{To: StateConfiguring, Journal: JournalInfo}, true},
+		{"ok/configuration delivered: active, status active", StateConfiguring, ActionProvision, EventDelivered,
+			Transition{To: StateActive, Status: StatusActive, Journal: JournalSuccess, Ends: true}, true},
+		{"ok/NoCloud delivered during the Workflow: active", StateInstalling, ActionProvision, EventDelivered,
+			Transition{To: StateActive, Status: StatusActive, Journal: JournalSuccess, Ends: true}, true},
+		{"ignore/NoCloud Workflow success after delivery", StateActive, ActionProvision, EventWorkflowSucceeded, Transition{}, false},
+		{"refuse/NoCloud Workflow failed after delivery", StateActive, ActionProvision, EventWorkflowFailed,
+			Transition{To: StateFailed, Status: StatusFailed, Journal: JournalDanger, Ends: true}, true},
+		{"refuse/install Workflow failed", StateInstalling, ActionProvision, EventWorkflowFailed,
+			Transition{To: StateFailed, Status: StatusFailed, Journal: JournalDanger, Ends: true}, true},
+		{"refuse/pending configuration lost while installing", StateInstalling, ActionProvision, EventConfigLost,
+			Transition{To: StateFailed, Status: StatusFailed, Journal: JournalDanger, Ends: true}, true},
+		{"refuse/pending configuration lost while configuring", StateConfiguring, ActionProvision, EventConfigLost,
+			Transition{To: StateFailed, Status: StatusFailed, Journal: JournalDanger, Ends: true}, true},
+		{"ignore/second delivery", StateActive, ActionProvision, EventDelivered, Transition{}, false},
+		{"ignore/Workflow success twice", StateConfiguring, ActionProvision, EventWorkflowSucceeded, Transition{}, false},
+
+		// Wipe and retirement.
+		{"ok/wipe done: wiped, offline, certificates forgotten", StateWiping, ActionWipe, EventWorkflowSucceeded,
+			Transition{To: StateWiped, Status: StatusOffline, Journal: JournalSuccess, ClearCerts: true, Ends: true}, true},
+		{"ok/retirement done: retired, status stays, certificates forgotten", StateWiping, ActionRetire, EventWorkflowSucceeded,
+			Transition{To: StateRetired, Journal: JournalSuccess, ClearCerts: true, Ends: true}, true},
+		{"refuse/wipe Workflow failed", StateWiping, ActionWipe, EventWorkflowFailed,
+			Transition{To: StateFailed, Status: StatusFailed, Journal: JournalDanger, Ends: true}, true},
+		{"refuse/retire Workflow failed keeps decommissioning", StateWiping, ActionRetire, EventWorkflowFailed,
+			Transition{To: StateFailed, Journal: JournalDanger, Ends: true}, true},
+
+		// Late and stray reports change nothing.
+		{"ignore/Workflow failure after the request ended", StateWiped, ActionWipe, EventWorkflowFailed, Transition{}, false},
+		{"ignore/attestation with no request", StateActive, ActionAttest, EventAttested, Transition{}, false},
+		{"ignore/delivery to a wiped device", StateWiped, ActionProvision, EventDelivered, Transition{}, false},
+	}
+	for _, r := range rows {
+		t.Run(r.name, func(t *testing.T) {
+			got, ok := Next(r.from, r.action, r.ev)
+			if ok != r.ok {
+				t.Fatalf("Next(%q, %s, %s) ok = %v, want %v", r.from, r.action, r.ev, ok, r.ok)
+			}
+			if diff := cmp.Diff(r.want, got); diff != "" {
+				t.Errorf("Next(%q, %s, %s) (-want +got):\n%s", r.from, r.action, r.ev, diff)
+			}
+			if ok && got.Ends != got.To.Terminal() {
+				t.Errorf("transition to %q: Ends = %v but Terminal() = %v", got.To, got.Ends, got.To.Terminal())
+			}
+		})
+	}
+}
+
+// TestLifecycleTerminates checks that from every state a request can be in, some event ends it:
+// no request can be stuck by the lifecycle itself.
+func TestLifecycleTerminates(t *testing.T) {
+	events := []Event{EventAttested, EventRefused, EventWorkflowSucceeded, EventWorkflowFailed, EventDelivered, EventConfigLost}
+	for _, a := range Actions {
+		for _, s := range States {
+			if s.Terminal() {
+				continue
+			}
+			if !canEnd(s, a, events, 0) {
+				t.Errorf("a %s request in state %s can never end", a, s)
+			}
+		}
+	}
+}
+
+func canEnd(s State, a Action, events []Event, depth int) bool {
+	if depth > len(States) {
+		return false
+	}
+	for _, ev := range events {
+		tr, ok := Next(s, a, ev)
+		if !ok {
+			continue
+		}
+		if tr.Ends || canEnd(tr.To, a, events, depth+1) {
+			return true
+		}
+	}
+	return false
+}

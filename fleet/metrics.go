@@ -1,0 +1,54 @@
+package fleet
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the domain's Prometheus metrics, registered on the registry main passes in.
+type metrics struct {
+	requests         *prometheus.CounterVec
+	reconcileRuns    *prometheus.CounterVec
+	reconcileSeconds prometheus.Histogram
+	conflicts        prometheus.Counter
+	installErrors    prometheus.Counter
+	journalErrors    prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fleetd_requests_total",
+			Help: "Requests by action and result (accepted, rejected, succeeded, failed).",
+		}, []string{"action", "result"}),
+		reconcileRuns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fleetd_reconcile_runs_total",
+			Help: "Periodic reconciles over all devices, by result (ok, error).",
+		}, []string{"result"}),
+		reconcileSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "fleetd_device_reconcile_seconds",
+			Help:    "Time to reconcile one device (read, decide, write).",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
+		}),
+		conflicts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fleetd_netbox_conflicts_total",
+			Help: "Conditional NetBox writes that found the device changed (412) and were redone.",
+		}),
+		installErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fleetd_install_errors_total",
+			Help: "Workflow creations deferred because the Kubernetes API failed.",
+		}),
+		journalErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fleetd_journal_errors_total",
+			Help: "NetBox journal entries that could not be written.",
+		}),
+	}
+	for _, c := range []prometheus.Collector{m.requests, m.reconcileRuns, m.reconcileSeconds,
+		m.conflicts, m.installErrors, m.journalErrors} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("register fleet metrics: %w", err)
+		}
+	}
+	return m, nil
+}

@@ -1,0 +1,214 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// reject ends a request the declaration cannot carry: state rejected, a message naming every
+// problem, desired_action cleared, a warning in the journal, and no Workflow. A retirement that is
+// still rejected for the same reasons is not written again (it has no desired_action to clear).
+func (s *Service) reject(ctx context.Context, d Device, action Action, problems []string) (Outcome, error) {
+	msg := fmt.Sprintf("%s refused: %s.", action, strings.Join(problems, "; "))
+	out := outcomeFor(d, action, "claim", "rejected")
+	out.Detail = msg
+	if d.Owned.State == StateRejected && d.Owned.Message == msg && d.Declared.DesiredAction == ActionNone {
+		out.Result = "still-rejected"
+		return out, nil
+	}
+	t, ok := Next(d.Owned.State, action, EventRejected)
+	if !ok {
+		return out, fmt.Errorf("reject %s on %s: no transition from %q", action, d.Name, d.Owned.State)
+	}
+	p := Patch{IfVersion: d.Version, ClearDesiredAction: d.Declared.DesiredAction != ActionNone,
+		State: &t.To, Message: &msg}
+	if _, err := s.inv.Update(ctx, d.ID, p); err != nil {
+		return out, fmt.Errorf("record rejection of %s on %s: %w", action, d.Name, err)
+	}
+	s.metrics.requests.WithLabelValues(string(action), "rejected").Inc()
+	s.journal(ctx, d, t.Journal, msg)
+	return out, nil
+}
+
+// accept claims a request: a new request id, the deterministic Workflow name, state pending and
+// desired_action cleared in one conditional write (If-Match on NetBox ≥ 4.6), so that of two
+// concurrent claimants only one wins. The Workflow is created after the claim is durable; a crash
+// in between leaves a pending request whose Workflow the next reconcile creates (follow).
+func (s *Service) accept(ctx context.Context, d Device, action Action) (Outcome, error) {
+	out := outcomeFor(d, action, "claim", "accepted")
+	class, _ := s.catalog.Class(d.Declared.Class) // Problems checked it exists
+	req, err := NewRequestID(action, s.rnd)
+	if err != nil {
+		return out, err
+	}
+	wf := WorkflowName(d.Name, req)
+	t, ok := Next(d.Owned.State, action, EventAccepted)
+	if !ok {
+		return out, fmt.Errorf("accept %s on %s: no transition from %q", action, d.Name, d.Owned.State)
+	}
+	msg := fmt.Sprintf("%s accepted as request %s: Workflow %s from Template %s.",
+		action, req, wf, class.Templates[action])
+	p := Patch{IfVersion: d.Version, ClearDesiredAction: d.Declared.DesiredAction != ActionNone,
+		Status: t.Status, State: &t.To, Message: &msg, Request: &req, Workflow: &wf}
+	claimed, err := s.inv.Update(ctx, d.ID, p)
+	if err != nil {
+		return out, fmt.Errorf("claim %s request on %s: %w", action, d.Name, err)
+	}
+	s.metrics.requests.WithLabelValues(string(action), "accepted").Inc()
+	s.onAccepted(d.ID)
+	s.journal(ctx, claimed, t.Journal, msg)
+	out.Detail = msg
+	if _, err := s.install(ctx, claimed, action, class); err != nil {
+		out.Result = "accepted-install-deferred"
+		return out, err
+	}
+	return out, nil
+}
+
+// install creates the request's Workflow (idempotent). A Template that cannot carry the request
+// fails the request; any other error leaves it pending for the next reconcile.
+func (s *Service) install(ctx context.Context, d Device, action Action, class Class) (Outcome, error) {
+	out := outcomeFor(d, action, "install", "workflow-created")
+	spec := WorkflowSpec{Name: d.Owned.Workflow, Template: class.Templates[action], Device: d, Class: class,
+		Action: action, Request: d.Owned.Request, FleetdURL: s.cfg.FleetdURL}
+	err := s.inst.Install(ctx, spec)
+	switch {
+	case err == nil:
+		return out, nil
+	case errors.Is(err, ErrTemplate):
+		msg := fmt.Sprintf("%s request %s failed before anything ran: %v.", action, d.Owned.Request, err)
+		return s.apply(ctx, d, action, EventWorkflowFailed, msg)
+	default:
+		s.metrics.installErrors.Inc()
+		out.Result = "install-deferred"
+		return out, fmt.Errorf("create Workflow %s for %s: %w", spec.Name, d.Name, err)
+	}
+}
+
+// follow looks after a running request: creates its Workflow if the claim outlived a crash,
+// and turns a terminal Workflow into the lifecycle event it means.
+func (s *Service) follow(ctx context.Context, d Device) (Outcome, error) {
+	action := RequestAction(d.Owned.Request)
+	out := outcomeFor(d, action, "workflow", "waiting")
+	if action == ActionNone || d.Owned.Workflow == "" {
+		msg := fmt.Sprintf("fleet_state is %s but fleet_request %q names no request fleetd made; the request is failed so a new one can start.",
+			d.Owned.State, d.Owned.Request)
+		return s.apply(ctx, d, action, EventWorkflowFailed, msg)
+	}
+	ws, err := s.inst.Workflow(ctx, d.Owned.Workflow)
+	switch {
+	case errors.Is(err, ErrNotFound) && d.Owned.State == StatePending:
+		class, ok := s.catalog.Class(d.Declared.Class)
+		if !ok {
+			msg := fmt.Sprintf("%s request %s failed: class %q is no longer in classes.json.", action, d.Owned.Request, d.Declared.Class)
+			return s.apply(ctx, d, action, EventWorkflowFailed, msg)
+		}
+		return s.install(ctx, d, action, class)
+	case errors.Is(err, ErrNotFound):
+		msg := fmt.Sprintf("%s request %s failed: its Workflow %s no longer exists in Kubernetes.", action, d.Owned.Request, d.Owned.Workflow)
+		return s.apply(ctx, d, action, EventWorkflowFailed, msg)
+	case err != nil:
+		out.Result = "workflow-unreadable"
+		return out, fmt.Errorf("read Workflow %s of %s: %w", d.Owned.Workflow, d.Name, err)
+	}
+	if ws.Phase.Terminal() {
+		return s.workflowEnded(ctx, d, action, ws)
+	}
+	out.Detail = "Workflow " + string(ws.Phase) + " at " + ws.CurrentAction
+	return s.followPending(ctx, d, action, out)
+}
+
+// WorkflowChanged is the Workflow watch's entry: a Workflow of the device changed. It re-reads the
+// device and applies the change if the Workflow is still the device's current one.
+func (s *Service) WorkflowChanged(ctx context.Context, id int64, ws WorkflowStatus) (Outcome, error) {
+	unlock := s.locks.lock(id)
+	defer unlock()
+	d, err := s.inv.Device(ctx, id)
+	if errors.Is(err, ErrNotFound) {
+		return Outcome{DeviceID: id, Step: "workflow", Result: "unknown-device"}, nil
+	}
+	if err != nil {
+		return Outcome{DeviceID: id, Step: "workflow", Result: "error"}, fmt.Errorf("read device %d: %w", id, err)
+	}
+	action := RequestAction(d.Owned.Request)
+	if ws.Name != d.Owned.Workflow || !ws.Phase.Terminal() {
+		out := outcomeFor(d, action, "workflow", "not-current-or-running")
+		return out, nil
+	}
+	return s.workflowEnded(ctx, d, action, ws)
+}
+
+func (s *Service) workflowEnded(ctx context.Context, d Device, action Action, ws WorkflowStatus) (Outcome, error) {
+	if ws.Phase == WorkflowSucceeded {
+		msg := succeededMessage(d, action, ws)
+		return s.apply(ctx, d, action, EventWorkflowSucceeded, msg)
+	}
+	msg := fmt.Sprintf("%s request %s failed: Workflow %s %s", action, d.Owned.Request, ws.Name, ws.Phase)
+	if ws.FailedAction != "" {
+		msg += fmt.Sprintf(" at action %s", ws.FailedAction)
+	}
+	if ws.Message != "" {
+		msg += ": " + ws.Message
+	}
+	return s.apply(ctx, d, action, EventWorkflowFailed, msg+".")
+}
+
+func succeededMessage(d Device, action Action, ws WorkflowStatus) string {
+	switch {
+	case d.Owned.State == StatePending:
+		return fmt.Sprintf("%s request %s failed: Workflow %s succeeded but the machine never attested (its Template must run fleetd enroll first); nothing was authorized.",
+			action, d.Owned.Request, ws.Name)
+	case action == ActionProvision:
+		return fmt.Sprintf("Workflow %s succeeded: the OS is written and the machine reboots into it; its configuration waits to be fetched once.", ws.Name)
+	case action == ActionRetire:
+		return fmt.Sprintf("Workflow %s succeeded: disk %s wiped and the machine powered off; the device is retired and its certificates are no longer accepted.", ws.Name, d.Declared.DiskSerial)
+	case action == ActionWipe:
+		return fmt.Sprintf("Workflow %s succeeded: disk %s wiped; the device's certificates are no longer accepted.", ws.Name, d.Declared.DiskSerial)
+	}
+	return fmt.Sprintf("Workflow %s succeeded.", ws.Name)
+}
+
+// apply records one lifecycle event on the device: the transition's state, status and message in
+// one conditional write, then the journal entry. An event that means nothing in the device's
+// state (a duplicate) changes nothing.
+func (s *Service) apply(ctx context.Context, d Device, action Action, ev Event, msg string) (Outcome, error) {
+	return s.applyWith(ctx, d, action, ev, msg, Patch{})
+}
+
+func (s *Service) applyWith(ctx context.Context, d Device, action Action, ev Event, msg string, p Patch) (Outcome, error) {
+	out := outcomeFor(d, action, string(ev), "no-change")
+	t, ok := Next(d.Owned.State, action, ev)
+	if !ok {
+		return out, nil
+	}
+	p.IfVersion, p.State, p.Message, p.Status = d.Version, &t.To, &msg, t.Status
+	if t.ClearCerts {
+		empty := ""
+		p.LDevIDSerial, p.LAKSerial = &empty, &empty
+	}
+	if _, err := s.inv.Update(ctx, d.ID, p); err != nil {
+		return out, fmt.Errorf("record %s of %s: %w", ev, d.Name, err)
+	}
+	if t.Ends {
+		result := "succeeded"
+		if t.To == StateFailed {
+			result = "failed"
+		}
+		s.metrics.requests.WithLabelValues(string(action), result).Inc()
+		s.onEnded(d.ID, t.To)
+	}
+	s.journal(ctx, d, t.Journal, msg)
+	out.Result, out.Detail = string(t.To), msg
+	return out, nil
+}
+
+// journal writes a journal entry; a failure is logged and counted, never fatal to the decision,
+// which NetBox already holds in fleet_state and fleet_message.
+func (s *Service) journal(ctx context.Context, d Device, kind JournalKind, text string) {
+	if err := s.inv.Journal(ctx, d.ID, kind, text); err != nil {
+		s.metrics.journalErrors.Inc()
+		s.log.Error().Err(err).Str("device", d.Name).Str("journal", text).Msg("journal entry lost")
+	}
+}

@@ -1,0 +1,226 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+)
+
+// Config is the part of fleetd's configuration the domain needs.
+type Config struct {
+	// FleetdURL is the base URL agents and nodes reach fleetd at; it goes into hardwareMap.
+	FleetdURL string
+}
+
+// Deps are the service's collaborators, wired by main.
+type Deps struct {
+	Inventory Inventory
+	Installer Installer
+	Catalog   Catalog
+	Clock     Clock
+	Random    Random
+	Logger    zerolog.Logger
+	Registry  prometheus.Registerer
+}
+
+// Service is the orchestration of SPEC §1: it takes requests from NetBox, drives them through the
+// lifecycle, and records every decision in NetBox. It keeps no state of its own beyond the
+// per-device locks (and, added by other files, the pending configurations).
+type Service struct {
+	cfg     Config
+	inv     Inventory
+	inst    Installer
+	catalog Catalog
+	clock   Clock
+	rnd     Random
+	log     zerolog.Logger
+	metrics *metrics
+	locks   deviceLocks
+}
+
+// NewService checks the dependencies and builds the service.
+func NewService(cfg Config, deps Deps) (*Service, error) {
+	switch {
+	case deps.Inventory == nil:
+		return nil, errors.New("new service: no inventory")
+	case deps.Installer == nil:
+		return nil, errors.New("new service: no installer")
+	case deps.Clock == nil:
+		return nil, errors.New("new service: no clock")
+	case deps.Random == nil:
+		return nil, errors.New("new service: no randomness")
+	case cfg.FleetdURL == "":
+		return nil, errors.New("new service: no fleetd URL for the agents")
+	}
+	reg := deps.Registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, fmt.Errorf("new service: %w", err)
+	}
+	return &Service{cfg: cfg, inv: deps.Inventory, inst: deps.Installer, catalog: deps.Catalog,
+		clock: deps.Clock, rnd: deps.Random, log: deps.Logger, metrics: m}, nil
+}
+
+// Outcome is what one decision did, for the decision log line the adapter writes (STYLE habit 10).
+type Outcome struct {
+	DeviceID int64
+	Device   string
+	Class    string
+	Action   Action
+	Step     string // claim, install, workflow, deliver, ...
+	Result   string // accepted, rejected, waiting, succeeded, failed, nothing-to-do, ...
+	Detail   string
+}
+
+// MarshalZerologObject writes the outcome with fleetd's constant log keys.
+func (o Outcome) MarshalZerologObject(e *zerolog.Event) {
+	e.Str("device", o.Device).Int64("device_id", o.DeviceID).Str("class", o.Class).
+		Str("action", string(o.Action)).Str("step", o.Step).Str("outcome", o.Result)
+	if o.Detail != "" {
+		e.Str("detail", o.Detail)
+	}
+}
+
+func outcomeFor(d Device, action Action, step, result string) Outcome {
+	return Outcome{DeviceID: d.ID, Device: d.Name, Class: d.Declared.Class, Action: action, Step: step, Result: result}
+}
+
+// maxConflicts bounds how often one decision re-reads a device that changed under it.
+const maxConflicts = 5
+
+// Reconcile re-reads one device and takes the next step its request needs, if any. A webhook, the
+// periodic reconcile, a Workflow event and an operator all end here, so every trigger runs the
+// same code path and a duplicate trigger finds nothing left to do.
+func (s *Service) Reconcile(ctx context.Context, id int64) (Outcome, error) {
+	unlock := s.locks.lock(id)
+	defer unlock()
+	start := s.clock.Now()
+	defer func() { s.metrics.reconcileSeconds.Observe(s.clock.Now().Sub(start).Seconds()) }()
+
+	for attempt := 0; ; attempt++ {
+		d, err := s.inv.Device(ctx, id)
+		if errors.Is(err, ErrNotFound) {
+			return Outcome{DeviceID: id, Step: "read", Result: "unknown-device"}, nil
+		}
+		if err != nil {
+			return Outcome{DeviceID: id, Step: "read", Result: "error"}, fmt.Errorf("read device %d: %w", id, err)
+		}
+		out, err := s.advance(ctx, d)
+		if errors.Is(err, ErrConflict) && attempt < maxConflicts {
+			s.metrics.conflicts.Inc()
+			continue
+		}
+		return out, err
+	}
+}
+
+// advance takes the next step for a device as NetBox has it now.
+func (s *Service) advance(ctx context.Context, d Device) (Outcome, error) {
+	if !d.Owned.State.Terminal() {
+		return s.follow(ctx, d)
+	}
+	action := requested(d)
+	if action == ActionNone {
+		return outcomeFor(d, ActionNone, "idle", "nothing-to-do"), nil
+	}
+	if problems := s.problems(d, action); len(problems) > 0 {
+		return s.reject(ctx, d, action, problems)
+	}
+	return s.accept(ctx, d, action)
+}
+
+// requested is the action the owner asks for on a device with no running request: desired_action,
+// or retirement when the status is decommissioning and the last request was not a retirement.
+// On a decommissioning device, wipe means "retire again" (the way to retry a failed retirement).
+func requested(d Device) Action {
+	switch {
+	case d.Declared.DesiredAction != ActionNone:
+		if d.Status == StatusDecommissioning && d.Declared.DesiredAction == ActionWipe {
+			return ActionRetire
+		}
+		return d.Declared.DesiredAction
+	case d.Status == StatusDecommissioning && d.Owned.State != StateRetired &&
+		RequestAction(d.Owned.Request) != ActionRetire:
+		return ActionRetire
+	}
+	return ActionNone
+}
+
+// NeedsAttention reports whether Reconcile would do anything for the device: the periodic
+// reconcile re-reads only those.
+func NeedsAttention(d Device) bool {
+	return !d.Owned.State.Terminal() || requested(d) != ActionNone
+}
+
+func (s *Service) problems(d Device, action Action) []string {
+	switch {
+	case !validAction(action):
+		return []string{fmt.Sprintf("desired_action %q is not one of provision, attest, wipe", action)}
+	case action == ActionRetire && d.Status != StatusDecommissioning:
+		return []string{"desired_action retire is not a request: set the device status to decommissioning to retire it"}
+	}
+	return d.Problems(action, s.catalog)
+}
+
+// ReconcileAll lists every device and reconciles those that need attention, so a lost webhook
+// delays a request but never loses it (SPEC §2). It returns the listed devices for the callers
+// that derive other state from the inventory (Kea reservations, boot-check ages).
+func (s *Service) ReconcileAll(ctx context.Context) ([]Device, error) {
+	devices, err := s.inv.Devices(ctx)
+	if err != nil {
+		s.metrics.reconcileRuns.WithLabelValues("error").Inc()
+		return nil, fmt.Errorf("list devices for reconcile: %w", err)
+	}
+	var errs []error
+	for _, d := range devices {
+		if !NeedsAttention(d) {
+			continue
+		}
+		out, err := s.Reconcile(ctx, d.ID)
+		s.logOutcome(out, err, "reconcile")
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	result := "ok"
+	if len(errs) > 0 {
+		result = "error"
+	}
+	s.metrics.reconcileRuns.WithLabelValues(result).Inc()
+	return devices, errors.Join(errs...)
+}
+
+// Run reconciles every interval until ctx ends. onInventory, when set, receives each listing.
+func (s *Service) Run(ctx context.Context, interval time.Duration, onInventory func(context.Context, []Device)) error {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		devices, err := s.ReconcileAll(ctx)
+		if err != nil {
+			s.log.Warn().Err(err).Msg("periodic reconcile incomplete; the next run retries")
+		}
+		if devices != nil && onInventory != nil {
+			onInventory(ctx, devices)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+func (s *Service) logOutcome(out Outcome, err error, trigger string) {
+	ev := s.log.Info()
+	if err != nil {
+		ev = s.log.Error().Err(err)
+	}
+	ev.Str("trigger", trigger).EmbedObject(out).Msg("decision")
+}
