@@ -18,6 +18,11 @@ var ErrNotFound = errors.New("not found")
 // update was conditioned on (NetBox answered 412 Precondition Failed).
 var ErrConflict = errors.New("device changed since it was read")
 
+// ErrInventory marks an error that came from the inventory (NetBox unreachable or failing): the
+// adapters answer it with 503 so that the caller (NetBox's webhook worker, an operator) can tell
+// "fleetd could not read NetBox" from "fleetd refused".
+var ErrInventory = errors.New("netbox unavailable")
+
 // Inventory is NetBox, the only durable state (SPEC §2).
 //
 // Errors: ErrNotFound (wrapped) for a device that does not exist; ErrConflict (wrapped) for a

@@ -25,7 +25,7 @@ func (s *Service) reject(ctx context.Context, d Device, action Action, problems 
 	p := Patch{IfVersion: d.Version, ClearDesiredAction: d.Declared.DesiredAction != ActionNone,
 		State: &t.To, Message: &msg}
 	if _, err := s.inv.Update(ctx, d.ID, p); err != nil {
-		return out, fmt.Errorf("record rejection of %s on %s: %w", action, d.Name, err)
+		return out, fmt.Errorf("record rejection of %s on %s: %w", action, d.Name, inventoryErr(err))
 	}
 	s.metrics.requests.WithLabelValues(string(action), "rejected").Inc()
 	s.journal(ctx, d, t.Journal, msg)
@@ -54,7 +54,7 @@ func (s *Service) accept(ctx context.Context, d Device, action Action) (Outcome,
 		Status: t.Status, State: &t.To, Message: &msg, Request: &req, Workflow: &wf}
 	claimed, err := s.inv.Update(ctx, d.ID, p)
 	if err != nil {
-		return out, fmt.Errorf("claim %s request on %s: %w", action, d.Name, err)
+		return out, fmt.Errorf("claim %s request on %s: %w", action, d.Name, inventoryErr(err))
 	}
 	s.metrics.requests.WithLabelValues(string(action), "accepted").Inc()
 	s.onAccepted(d.ID)
@@ -130,7 +130,7 @@ func (s *Service) WorkflowChanged(ctx context.Context, id int64, ws WorkflowStat
 		return Outcome{DeviceID: id, Step: "workflow", Result: "unknown-device"}, nil
 	}
 	if err != nil {
-		return Outcome{DeviceID: id, Step: "workflow", Result: "error"}, fmt.Errorf("read device %d: %w", id, err)
+		return Outcome{DeviceID: id, Step: "workflow", Result: "error"}, fmt.Errorf("read device %d: %w: %w", id, ErrInventory, err)
 	}
 	action := RequestAction(d.Owned.Request)
 	if ws.Name != d.Owned.Workflow || !ws.Phase.Terminal() {
@@ -189,7 +189,7 @@ func (s *Service) applyWith(ctx context.Context, d Device, action Action, ev Eve
 		p.LDevIDSerial, p.LAKSerial = &empty, &empty
 	}
 	if _, err := s.inv.Update(ctx, d.ID, p); err != nil {
-		return out, fmt.Errorf("record %s of %s: %w", ev, d.Name, err)
+		return out, fmt.Errorf("record %s of %s: %w", ev, d.Name, inventoryErr(err))
 	}
 	if t.Ends {
 		result := "succeeded"
@@ -211,4 +211,13 @@ func (s *Service) journal(ctx context.Context, d Device, kind JournalKind, text 
 		s.metrics.journalErrors.Inc()
 		s.log.Error().Err(err).Str("device", d.Name).Str("journal", text).Msg("journal entry lost")
 	}
+}
+
+// inventoryErr marks an inventory write error as ErrInventory, except a conflict, which the caller
+// redoes.
+func inventoryErr(err error) error {
+	if errors.Is(err, ErrConflict) || errors.Is(err, ErrInventory) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrInventory, err)
 }

@@ -110,7 +110,7 @@ func (s *Service) Reconcile(ctx context.Context, id int64) (Outcome, error) {
 			return Outcome{DeviceID: id, Step: "read", Result: "unknown-device"}, nil
 		}
 		if err != nil {
-			return Outcome{DeviceID: id, Step: "read", Result: "error"}, fmt.Errorf("read device %d: %w", id, err)
+			return Outcome{DeviceID: id, Step: "read", Result: "error"}, fmt.Errorf("read device %d: %w: %w", id, ErrInventory, err)
 		}
 		out, err := s.advance(ctx, d)
 		if errors.Is(err, ErrConflict) && attempt < maxConflicts {
@@ -176,7 +176,7 @@ func (s *Service) ReconcileAll(ctx context.Context) ([]Device, error) {
 	devices, err := s.inv.Devices(ctx)
 	if err != nil {
 		s.metrics.reconcileRuns.WithLabelValues("error").Inc()
-		return nil, fmt.Errorf("list devices for reconcile: %w", err)
+		return nil, fmt.Errorf("list devices for reconcile: %w: %w", ErrInventory, err)
 	}
 	var errs []error
 	for _, d := range devices {

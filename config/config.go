@@ -1,0 +1,263 @@
+// Package config reads fleetd.yaml: strict YAML (an unknown key is an error), decoded into typed
+// values and validated as a whole, so that `fleetd serve` and `fleetd check` list every problem at
+// once (SPEC §7; STYLE habit 9). Secrets are never in the file: it names files that hold them.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Config is fleetd.yaml.
+type Config struct {
+	Listen      Listen      `yaml:"listen"`
+	PublicURL   string      `yaml:"public_url"`
+	NetBox      NetBox      `yaml:"netbox"`
+	Kubernetes  Kubernetes  `yaml:"kubernetes"`
+	ClassesFile string      `yaml:"classes_file"`
+	Webhooks    string      `yaml:"webhooks_file"`
+	Attestation Attestation `yaml:"attestation"`
+	PKI         PKI         `yaml:"pki"`
+	Delivery    Delivery    `yaml:"config_delivery"`
+	Talos       Talos       `yaml:"talos"`
+	Seed        Seed        `yaml:"seed"`
+	Kea         Kea         `yaml:"kea"`
+	Operator    Operator    `yaml:"operator"`
+	Reconcile   Reconcile   `yaml:"reconcile"`
+	BootCheck   BootCheck   `yaml:"boot_check"`
+	Log         Log         `yaml:"log"`
+
+	dir string // the config file's directory; relative paths in the file are relative to it
+}
+
+// Listen is where fleetd serves.
+type Listen struct {
+	HTTP string `yaml:"http"` // NetBox webhooks, operator routes, node routes, health and metrics
+}
+
+// NetBox is how fleetd reaches NetBox and checks its webhooks.
+type NetBox struct {
+	URL               string   `yaml:"url"`
+	TokenFile         string   `yaml:"token_file"`
+	WebhookSecretFile string   `yaml:"webhook_secret_file"`
+	ServiceUser       string   `yaml:"service_user"` // the NetBox user fleetd's token belongs to (echo detection)
+	Timeout           Duration `yaml:"timeout"`
+	Retries           int      `yaml:"retries"`
+}
+
+// Kubernetes is how fleetd reaches Tinkerbell's API.
+type Kubernetes struct {
+	Kubeconfig string `yaml:"kubeconfig"` // empty: in-cluster configuration
+	Namespace  string `yaml:"namespace"`
+}
+
+// Attestation is the fleet's enrollment policy (SPEC §4).
+type Attestation struct {
+	EKPolicy      string   `yaml:"ek_policy"`    // "hash" or "hash+cert"
+	EKCABundle    string   `yaml:"ek_ca_bundle"` // PEM: manufacturer roots and issuing CAs
+	TokenKeyFile  string   `yaml:"token_key_file"`
+	TokenLifetime Duration `yaml:"token_lifetime"`
+}
+
+// PKI names the two issuing CAs and the certificate lifetimes.
+type PKI struct {
+	LDevID CA `yaml:"ldevid"`
+	LAK    CA `yaml:"lak"`
+}
+
+// CA is one issuing CA: its certificate chain (issuing CA first, then up to the root), its key,
+// and the lifetime of the certificates it issues.
+type CA struct {
+	Cert     string   `yaml:"cert"`
+	Key      string   `yaml:"key"`
+	Lifetime Duration `yaml:"lifetime"`
+}
+
+// Delivery is the one-time configuration delivery.
+type Delivery struct {
+	PendingTTL Duration `yaml:"pending_ttl"`
+}
+
+// Talos is what Talos machine configs are generated from.
+type Talos struct {
+	SecretsFile       string `yaml:"secrets_file"`
+	ClusterName       string `yaml:"cluster_name"`
+	Endpoint          string `yaml:"endpoint"`
+	KubernetesVersion string `yaml:"kubernetes_version"`
+}
+
+// Seed is what nixos-image and alpine-image seeds and NoCloud network configs carry.
+type Seed struct {
+	Gateway   string            `yaml:"gateway"`
+	DNS       []string          `yaml:"dns"`
+	Endpoints map[string]string `yaml:"endpoints"`
+}
+
+// Kea is where the DHCP reservations go.
+type Kea struct {
+	ReservationsFile string `yaml:"reservations_file"`
+	ControlSocket    string `yaml:"control_socket"`
+}
+
+// Operator is how operator routes authenticate.
+type Operator struct {
+	TokenFile string `yaml:"token_file"`
+}
+
+// Reconcile is the periodic full reconcile.
+type Reconcile struct {
+	Interval Duration `yaml:"interval"`
+}
+
+// BootCheck is the hourly boot check's policy.
+type BootCheck struct {
+	MissingAfter  Duration `yaml:"missing_after"`
+	NonceLifetime Duration `yaml:"nonce_lifetime"`
+}
+
+// Log is the log output.
+type Log struct {
+	Level  string `yaml:"level"`  // debug, info, warn, error
+	Format string `yaml:"format"` // json or console
+}
+
+// Duration is a time.Duration written as "90s", "2h".
+type Duration time.Duration
+
+// UnmarshalYAML reads a Go duration string.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	var s string
+	if err := n.Decode(&s); err != nil {
+		return fmt.Errorf("line %d: want a duration such as \"90s\" or \"2h\"", n.Line)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("line %d: %q is not a duration such as \"90s\" or \"2h\"", n.Line, s)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// D returns the value as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// Load reads and validates the config file at path.
+func Load(path string) (*Config, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("open config: %w", err)
+	}
+	defer f.Close()
+	c, err := Parse(f, filepath.Dir(path))
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Parse decodes a config strictly, applies defaults and validates it as a whole. dir resolves
+// relative file names. The error lists every problem, one per line.
+func Parse(r io.Reader, dir string) (*Config, error) {
+	raw, err := io.ReadAll(r)
+	if err != nil {
+		return nil, fmt.Errorf("read: %w", err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(raw))
+	dec.KnownFields(true)
+	c := &Config{dir: dir}
+	if err := dec.Decode(c); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, errors.New("the file is empty")
+		}
+		return nil, fmt.Errorf("decode: %s", strings.TrimPrefix(err.Error(), "yaml: "))
+	}
+	c.defaults()
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Config) defaults() {
+	def := func(d *Duration, v time.Duration) {
+		if *d == 0 {
+			*d = Duration(v)
+		}
+	}
+	if c.Listen.HTTP == "" {
+		c.Listen.HTTP = ":8080"
+	}
+	def(&c.NetBox.Timeout, 10*time.Second)
+	if c.NetBox.Retries == 0 {
+		c.NetBox.Retries = 4
+	}
+	if c.Kubernetes.Namespace == "" {
+		c.Kubernetes.Namespace = "tink-system"
+	}
+	if c.Attestation.EKPolicy == "" {
+		c.Attestation.EKPolicy = "hash+cert"
+	}
+	def(&c.Attestation.TokenLifetime, 10*time.Minute)
+	def(&c.PKI.LDevID.Lifetime, 90*24*time.Hour)
+	def(&c.PKI.LAK.Lifetime, 90*24*time.Hour)
+	def(&c.Delivery.PendingTTL, 3*time.Hour)
+	def(&c.Reconcile.Interval, 2*time.Minute)
+	def(&c.BootCheck.MissingAfter, 2*time.Hour)
+	def(&c.BootCheck.NonceLifetime, 5*time.Minute)
+	if c.Kea.ReservationsFile == "" {
+		c.Kea.ReservationsFile = "/var/lib/kea/fleet/reservations.json"
+	}
+	if c.Log.Level == "" {
+		c.Log.Level = "info"
+	}
+	if c.Log.Format == "" {
+		c.Log.Format = "json"
+	}
+}
+
+// Path resolves a file name from the config relative to the config file's directory.
+func (c *Config) Path(p string) string {
+	if p == "" || filepath.IsAbs(p) {
+		return p
+	}
+	return filepath.Join(c.dir, p)
+}
+
+// ReadSecret reads a secret file named in the config, trimmed of surrounding whitespace.
+func (c *Config) ReadSecret(key, p string) ([]byte, error) {
+	b, err := os.ReadFile(c.Path(p))
+	if err != nil {
+		return nil, fmt.Errorf("%s: read secret: %w", key, err)
+	}
+	b = bytes.TrimSpace(b)
+	if len(b) == 0 {
+		return nil, fmt.Errorf("%s: secret file %s is empty", key, c.Path(p))
+	}
+	return b, nil
+}
+
+func hostPort(s string) error {
+	_, _, err := net.SplitHostPort(s)
+	return err
+}
+
+func httpURL(s string) error {
+	u, err := url.Parse(s)
+	if err != nil {
+		return err
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("%q is not an http(s) URL with a host", s)
+	}
+	return nil
+}

@@ -1,0 +1,112 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"time"
+)
+
+// validate checks the whole config and returns every problem, one per line, each naming the key.
+func (c *Config) validate() error {
+	var errs []error
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: "+format, append([]any{key}, args...)...))
+	}
+	need := func(key, v string) bool {
+		if v == "" {
+			bad(key, "is required")
+			return false
+		}
+		return true
+	}
+	file := func(key, p string) {
+		if need(key, p) {
+			if _, err := os.Stat(c.Path(p)); err != nil {
+				bad(key, "cannot read %s: %v", c.Path(p), errors.Unwrap(err))
+			}
+		}
+	}
+	positive := func(key string, d Duration, min time.Duration) {
+		if d.D() < min {
+			bad(key, "%s is shorter than %s", d.D(), min)
+		}
+	}
+
+	if err := hostPort(c.Listen.HTTP); err != nil {
+		bad("listen.http", "%q is not host:port", c.Listen.HTTP)
+	}
+	if need("public_url", c.PublicURL) {
+		if err := httpURL(c.PublicURL); err != nil {
+			bad("public_url", "%v", err)
+		}
+	}
+	if need("netbox.url", c.NetBox.URL) {
+		if err := httpURL(c.NetBox.URL); err != nil {
+			bad("netbox.url", "%v", err)
+		}
+	}
+	file("netbox.token_file", c.NetBox.TokenFile)
+	file("netbox.webhook_secret_file", c.NetBox.WebhookSecretFile)
+	if c.NetBox.Retries < 0 || c.NetBox.Retries > 10 {
+		bad("netbox.retries", "%d is outside 0..10", c.NetBox.Retries)
+	}
+	positive("netbox.timeout", c.NetBox.Timeout, time.Second)
+	if c.Kubernetes.Kubeconfig != "" {
+		file("kubernetes.kubeconfig", c.Kubernetes.Kubeconfig)
+	}
+	file("classes_file", c.ClassesFile)
+	if c.Webhooks != "" {
+		file("webhooks_file", c.Webhooks)
+	}
+
+	switch c.Attestation.EKPolicy {
+	case "hash":
+	case "hash+cert":
+		file("attestation.ek_ca_bundle", c.Attestation.EKCABundle)
+	default:
+		bad("attestation.ek_policy", "%q is unknown: use \"hash\" or \"hash+cert\"", c.Attestation.EKPolicy)
+	}
+	file("attestation.token_key_file", c.Attestation.TokenKeyFile)
+	positive("attestation.token_lifetime", c.Attestation.TokenLifetime, 10*time.Second)
+	for key, ca := range map[string]CA{"pki.ldevid": c.PKI.LDevID, "pki.lak": c.PKI.LAK} {
+		file(key+".cert", ca.Cert)
+		file(key+".key", ca.Key)
+		positive(key+".lifetime", ca.Lifetime, time.Hour)
+	}
+	positive("config_delivery.pending_ttl", c.Delivery.PendingTTL, time.Minute)
+
+	file("talos.secrets_file", c.Talos.SecretsFile)
+	need("talos.cluster_name", c.Talos.ClusterName)
+	if need("talos.endpoint", c.Talos.Endpoint) {
+		if err := httpURL(c.Talos.Endpoint); err != nil {
+			bad("talos.endpoint", "%v", err)
+		}
+	}
+	if c.Seed.Gateway != "" {
+		if _, err := netip.ParseAddr(c.Seed.Gateway); err != nil {
+			bad("seed.gateway", "%q is not an IP address", c.Seed.Gateway)
+		}
+	}
+	for i, s := range c.Seed.DNS {
+		if _, err := netip.ParseAddr(s); err != nil {
+			bad(fmt.Sprintf("seed.dns[%d]", i), "%q is not an IP address", s)
+		}
+	}
+	file("operator.token_file", c.Operator.TokenFile)
+	positive("reconcile.interval", c.Reconcile.Interval, 5*time.Second)
+	positive("boot_check.missing_after", c.BootCheck.MissingAfter, time.Minute)
+	positive("boot_check.nonce_lifetime", c.BootCheck.NonceLifetime, 10*time.Second)
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		bad("log.level", "%q is unknown: use debug, info, warn or error", c.Log.Level)
+	}
+	switch c.Log.Format {
+	case "json", "console":
+	default:
+		bad("log.format", "%q is unknown: use json or console", c.Log.Format)
+	}
+	return errors.Join(errs...)
+}
