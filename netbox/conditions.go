@@ -210,4 +210,3 @@ func (c Conditions) String() string {
 	}
 	return string(b)
 }
-
