@@ -1,0 +1,188 @@
+// Package webhook is NetBox → fleetd: it caps the body, verifies NetBox's HMAC signature over the
+// raw bytes before anything is parsed, decodes the event in any NetBox 4.3–4.7 shape, and hands a
+// "re-read this device" trigger to the fleet service (SPEC §2, §6; reference/netbox.md §1, §7).
+package webhook
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha512"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/folly-infra/fleetd/fleet"
+)
+
+// Reconciler is the part of the fleet service a webhook triggers. Errors wrapping
+// fleet.ErrInventory mean NetBox's REST API could not be read; any other error means the request
+// is recorded and will be completed by a later reconcile.
+type Reconciler interface {
+	Reconcile(ctx context.Context, id int64) (fleet.Outcome, error)
+}
+
+// Config configures the webhook intake.
+type Config struct {
+	Secret      []byte        // the webhook secret NetBox signs with
+	ServiceUser string        // fleetd's own NetBox user: its device updates are echoes
+	MaxBody     int64         // largest body accepted, in bytes
+	Timeout     time.Duration // how long one webhook may take to re-read and decide
+}
+
+// Deps are the intake's collaborators.
+type Deps struct {
+	Reconciler Reconciler
+	Inventory  func(ctx context.Context) // hint that the inventory changed (Kea reservations); must not block; may be nil
+	Logger     zerolog.Logger
+	Registry   prometheus.Registerer
+}
+
+// Intake serves NetBox's webhooks.
+type Intake struct {
+	cfg     Config
+	deps    Deps
+	owned   map[string]bool
+	results *prometheus.CounterVec
+}
+
+// New builds the intake. A webhook secret is required: an unsigned webhook is never accepted.
+func New(cfg Config, deps Deps) (*Intake, error) {
+	if len(cfg.Secret) == 0 {
+		return nil, errors.New("new webhook intake: no webhook secret (netbox.webhook_secret_file)")
+	}
+	if deps.Reconciler == nil {
+		return nil, errors.New("new webhook intake: no reconciler")
+	}
+	if cfg.MaxBody <= 0 {
+		cfg.MaxBody = 1 << 20
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 20 * time.Second
+	}
+	results := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fleetd_webhooks_total",
+		Help: "NetBox webhooks by route and outcome (accepted, echo, ignored, bad_signature, malformed, too_large, netbox_unavailable).",
+	}, []string{"route", "outcome"})
+	if deps.Registry != nil {
+		if err := deps.Registry.Register(results); err != nil {
+			return nil, fmt.Errorf("register webhook metrics: %w", err)
+		}
+	}
+	return &Intake{cfg: cfg, deps: deps, owned: ownedFields(), results: results}, nil
+}
+
+// Handler serves one webhook route. route names it in logs and metrics ("provision", "attest",
+// "wipe", "retire" for the per-action event rules, "inventory" for the generic one). Every route
+// does the same thing, because a webhook is only a hint: re-read the device and decide.
+func (in *Intake) Handler(route string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		in.serve(w, r, route)
+	})
+}
+
+func (in *Intake) serve(w http.ResponseWriter, r *http.Request, route string) {
+	l := in.deps.Logger.With().Str("request_id", w.Header().Get("X-Request-Id")).Logger()
+	log := &l
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, in.cfg.MaxBody))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			in.refuse(w, log, route, http.StatusRequestEntityTooLarge, "too_large",
+				fmt.Sprintf("the webhook body is larger than %d bytes", in.cfg.MaxBody))
+			return
+		}
+		in.refuse(w, log, route, http.StatusBadRequest, "malformed", "the webhook body could not be read")
+		return
+	}
+	// 1. The signature, over the exact bytes received, before any parsing.
+	if !in.signed(body, r.Header.Get("X-Hook-Signature")) {
+		in.refuse(w, log, route, http.StatusUnauthorized, "bad_signature",
+			"X-Hook-Signature is missing or is not the HMAC-SHA512 of the body with the configured webhook secret")
+		return
+	}
+	// 2. The event.
+	var p payload
+	if err := json.Unmarshal(body, &p); err != nil {
+		in.refuse(w, log, route, http.StatusBadRequest, "malformed", "the webhook body is not a NetBox event: "+err.Error())
+		return
+	}
+	id, err := p.deviceID()
+	if err != nil {
+		in.refuse(w, log, route, http.StatusBadRequest, "malformed", err.Error())
+		return
+	}
+	ev := log.With().Str("route", route).Str("event", p.Event).Str("object_type", p.objectType()).
+		Str("netbox_request", p.requestID()).Str("netbox_user", p.user()).Int64("device_id", id).Logger()
+	// 3. What it means.
+	if p.objectType() != "dcim.device" && in.deps.Inventory != nil {
+		in.deps.Inventory(context.WithoutCancel(r.Context()))
+	}
+	switch {
+	case id == 0 || p.Event == "deleted" && p.objectType() == "dcim.device":
+		in.accept(w, &ev, route, "ignored", "the event concerns no device fleetd can act on")
+		return
+	case in.cfg.ServiceUser != "" && p.user() == in.cfg.ServiceUser && p.objectType() == "dcim.device" &&
+		p.onlyOwnedChanged(in.owned):
+		in.accept(w, &ev, route, "echo", "fleetd's own update; nothing left to do")
+		return
+	}
+	// 4. The same decision the reconciler makes, now.
+	ctx, cancel := context.WithTimeout(r.Context(), in.cfg.Timeout)
+	defer cancel()
+	out, err := in.deps.Reconciler.Reconcile(ctx, id)
+	if errors.Is(err, fleet.ErrInventory) {
+		in.results.WithLabelValues(route, "netbox_unavailable").Inc()
+		ev.Error().Err(err).EmbedObject(out).Msg("decision")
+		writeJSON(w, http.StatusServiceUnavailable, "netbox_unavailable",
+			"fleetd could not read the device from NetBox; the periodic reconcile will retry")
+		return
+	}
+	in.results.WithLabelValues(route, "accepted").Inc()
+	e := ev.Info()
+	if err != nil {
+		e = ev.Warn().Err(err) // recorded in NetBox; completed by a later reconcile
+	}
+	e.EmbedObject(out).Msg("decision")
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusAccepted)
+	_ = json.NewEncoder(w).Encode(map[string]string{"outcome": out.Result})
+}
+
+// signed compares the hex HMAC-SHA512 of body with the header in constant time
+// (reference/netbox.md §1.4: lowercase hex, no prefix, over the exact body bytes).
+func (in *Intake) signed(body []byte, header string) bool {
+	got, err := hex.DecodeString(header)
+	if err != nil || len(got) != sha512.Size {
+		return false
+	}
+	mac := hmac.New(sha512.New, in.cfg.Secret)
+	mac.Write(body)
+	return hmac.Equal(mac.Sum(nil), got)
+}
+
+func (in *Intake) accept(w http.ResponseWriter, log *zerolog.Logger, route, outcome, why string) {
+	in.results.WithLabelValues(route, outcome).Inc()
+	log.Info().Str("step", "webhook").Str("outcome", outcome).Str("detail", why).Msg("decision")
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusAccepted)
+	_ = json.NewEncoder(w).Encode(map[string]string{"outcome": outcome})
+}
+
+func (in *Intake) refuse(w http.ResponseWriter, log *zerolog.Logger, route string, status int, code, msg string) {
+	in.results.WithLabelValues(route, code).Inc()
+	log.Warn().Str("route", route).Str("step", "webhook").Str("outcome", code).Str("detail", msg).Msg("decision")
+	writeJSON(w, status, code, msg)
+}
+
+func writeJSON(w http.ResponseWriter, status int, code, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]string{"error": code, "message": msg})
+}

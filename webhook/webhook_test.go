@@ -1,0 +1,140 @@
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha512"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/rs/zerolog"
+
+	"github.com/folly-infra/fleetd/fleet"
+)
+
+const secret = "s3cret-webhook-key"
+
+type recorder struct {
+	mu  sync.Mutex
+	ids []int64
+	err error
+}
+
+func (r *recorder) Reconcile(_ context.Context, id int64) (fleet.Outcome, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.ids = append(r.ids, id)
+	return fleet.Outcome{DeviceID: id, Result: "accepted"}, r.err
+}
+
+func sign(body []byte) string {
+	m := hmac.New(sha512.New, []byte(secret))
+	m.Write(body)
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// The bodies below follow reference/netbox.md §1.2 for each NetBox version: python json.dumps
+// separators, `model` up to 4.4, `object_type` from 4.4, `request` from 4.6, no
+// username/request_id in 4.7.
+var (
+	body43          = `{"event": "updated", "timestamp": "2026-03-06T15:11:23.503186+00:00", "model": "device", "username": "admin", "request_id": "17af32f0-852d-4b3f-8c6e-7c5f9e0a0a11", "data": {"id": 12, "name": "node-a", "custom_fields": {"desired_action": "provision"}}, "snapshots": {"prechange": {"name": "node-a", "custom_fields": {}}, "postchange": {"name": "node-a", "custom_fields": {"desired_action": "provision"}}}}`
+	body46          = `{"event": "updated", "timestamp": "2026-03-06T15:11:23.503186+00:00", "object_type": "dcim.device", "username": "admin", "request_id": "17af", "data": {"id": 12, "name": "node-a", "status": {"value": "planned", "label": "Planned"}}, "snapshots": {"prechange": {"status": "planned"}, "postchange": {"status": "planned"}}, "request": {"id": "17af", "method": "PATCH", "path": "/api/dcim/devices/12/", "user": "admin"}}`
+	body47          = `{"event": "updated", "timestamp": "2026-03-06T15:11:23.503186+00:00", "object_type": "dcim.device", "data": {"id": 12}, "snapshots": {"prechange": {}, "postchange": {}}, "request": {"id": "17af", "method": "PATCH", "path": "/api/dcim/devices/12/", "user": "admin", "path_info": "/api/dcim/devices/12/", "GET": {}}}`
+	echo            = `{"event": "updated", "timestamp": "t", "object_type": "dcim.device", "data": {"id": 12}, "snapshots": {"prechange": {"name": "node-a", "status": "planned", "custom_fields": {"desired_action": "provision", "fleet_class": "talos"}}, "postchange": {"name": "node-a", "status": "staged", "custom_fields": {"desired_action": null, "fleet_state": "pending", "fleet_class": "talos"}}}, "request": {"id": "r", "user": "fleetd"}}`
+	echoOwnerChange = strings.Replace(echo, `"fleet_class": "talos"}}}`, `"fleet_class": "nixos"}}}`, 1)
+	iface           = `{"event": "updated", "timestamp": "t", "object_type": "dcim.interface", "data": {"id": 40, "device": {"id": 12, "name": "node-a"}}, "request": {"id": "r", "user": "admin"}}`
+	mac             = `{"event": "created", "timestamp": "t", "object_type": "dcim.macaddress", "data": {"id": 7, "mac_address": "AA:BB:CC:00:11:22", "assigned_object_type": "dcim.interface", "assigned_object": {"id": 40, "device": {"id": 12}}}, "request": {"id": "r", "user": "admin"}}`
+	ipOrphan        = `{"event": "created", "timestamp": "t", "object_type": "ipam.ipaddress", "data": {"id": 9, "address": "10.0.0.5/24", "assigned_object_type": null, "assigned_object": null}, "request": {"id": "r", "user": "admin"}}`
+	deleted         = `{"event": "deleted", "timestamp": "t", "object_type": "dcim.device", "data": {"id": 12}, "snapshots": {"prechange": {}, "postchange": null}, "request": {"id": "r", "user": "admin"}}`
+)
+
+func TestWebhook(t *testing.T) {
+	rows := []struct {
+		name        string
+		body        string
+		sig         func(body []byte) string
+		reconErr    error
+		wantStatus  int
+		wantIDs     []int64
+		wantCode    string // error code or outcome
+		wantInvHint bool
+	}{
+		{name: "ok/NetBox 4.3 body (model, username)", body: body43, wantStatus: 202, wantIDs: []int64{12}, wantCode: "accepted"},
+		{name: "ok/NetBox 4.6 body (object_type, request)", body: body46, wantStatus: 202, wantIDs: []int64{12}, wantCode: "accepted"},
+		{name: "ok/NetBox 4.7 body (request only)", body: body47, wantStatus: 202, wantIDs: []int64{12}, wantCode: "accepted"},
+		{name: "ok/interface change re-reads its device and hints the inventory", body: iface, wantStatus: 202, wantIDs: []int64{12}, wantCode: "accepted", wantInvHint: true},
+		{name: "ok/MAC change re-reads the device of its interface", body: mac, wantStatus: 202, wantIDs: []int64{12}, wantCode: "accepted", wantInvHint: true},
+		{name: "ok/fleetd's own echo needs no re-read", body: echo, wantStatus: 202, wantCode: "echo"},
+		{name: "ok/fleetd user but an owner field changed: re-read", body: echoOwnerChange, wantStatus: 202, wantIDs: []int64{12}, wantCode: "accepted"},
+		{name: "ok/an address assigned to no device is ignored", body: ipOrphan, wantStatus: 202, wantCode: "ignored", wantInvHint: true},
+		{name: "ok/a deleted device is ignored", body: deleted, wantStatus: 202, wantCode: "ignored"},
+		{name: "ok/Kubernetes failure is still accepted (reconcile completes it)", body: body46, reconErr: fmt.Errorf("create Workflow: connection refused"), wantStatus: 202, wantIDs: []int64{12}, wantCode: "accepted"},
+		{name: "refuse/NetBox unreachable: 503", body: body46, reconErr: fmt.Errorf("read device 12: %w: dial tcp: refused", fleet.ErrInventory), wantStatus: 503, wantIDs: []int64{12}, wantCode: "netbox_unavailable"},
+		{name: "refuse/no signature", body: body46, sig: func([]byte) string { return "" }, wantStatus: 401, wantCode: "bad_signature"},
+		{name: "refuse/signature of other bytes", body: body46, sig: func(b []byte) string { return sign(append(b, ' ')) }, wantStatus: 401, wantCode: "bad_signature"},
+		{name: "refuse/signature with sha512= prefix", body: body46, sig: func(b []byte) string { return "sha512=" + sign(b) }, wantStatus: 401, wantCode: "bad_signature"},
+		{name: "refuse/uppercase hex is still the same MAC", body: body46, sig: func(b []byte) string { return strings.ToUpper(sign(b)) }, wantStatus: 202, wantIDs: []int64{12}, wantCode: "accepted"},
+		{name: "refuse/signed but not JSON", body: `{"event": "updated", "data": `, wantStatus: 400, wantCode: "malformed"},
+		{name: "refuse/signed but data is not an object", body: `{"event": "updated", "object_type": "dcim.device", "data": [1]}`, wantStatus: 400, wantCode: "malformed"},
+		{name: "refuse/too large", body: `{"event": "updated", "pad": "` + strings.Repeat("x", 2048) + `"}`, wantStatus: 413, wantCode: "too_large"},
+	}
+	for _, r := range rows {
+		t.Run(r.name, func(t *testing.T) {
+			rec := &recorder{err: r.reconErr}
+			hints := 0
+			reg := prometheus.NewRegistry()
+			in, err := New(Config{Secret: []byte(secret), ServiceUser: "fleetd", MaxBody: 1024},
+				Deps{Reconciler: rec, Inventory: func(context.Context) { hints++ }, Logger: zerolog.Nop(), Registry: reg})
+			if err != nil {
+				t.Fatal(err)
+			}
+			sig := sign([]byte(r.body))
+			if r.sig != nil {
+				sig = r.sig([]byte(r.body))
+			}
+			req := httptest.NewRequest("POST", "/v1/netbox/webhook/provision", bytes.NewBufferString(r.body))
+			req.Header.Set("X-Hook-Signature", sig)
+			w := httptest.NewRecorder()
+			in.Handler("provision").ServeHTTP(w, req)
+			if w.Code != r.wantStatus {
+				t.Fatalf("status %d, want %d; body %s", w.Code, r.wantStatus, w.Body)
+			}
+			var resp map[string]string
+			if err := json.Unmarshal(w.Body.Bytes(), &resp); err != nil {
+				t.Fatalf("response is not JSON: %s", w.Body)
+			}
+			code := resp["error"] + resp["outcome"]
+			if code != r.wantCode {
+				t.Errorf("code/outcome %q, want %q (%s)", code, r.wantCode, w.Body)
+			}
+			if r.wantStatus >= 400 && r.wantStatus != 503 && resp["message"] == "" {
+				t.Errorf("refusal without a message: %s", w.Body)
+			}
+			if fmt.Sprint(rec.ids) != fmt.Sprint(r.wantIDs) {
+				t.Errorf("reconciled %v, want %v", rec.ids, r.wantIDs)
+			}
+			if (hints > 0) != r.wantInvHint {
+				t.Errorf("inventory hints %d, want hint %v", hints, r.wantInvHint)
+			}
+			outcome := r.wantCode
+			if got := testutil.ToFloat64(in.results.WithLabelValues("provision", outcome)); got != 1 {
+				t.Errorf("fleetd_webhooks_total{route=provision,outcome=%s} = %v, want 1", outcome, got)
+			}
+		})
+	}
+}
+
+func TestNewRefusesNoSecret(t *testing.T) {
+	if _, err := New(Config{}, Deps{Reconciler: &recorder{}}); err == nil || !strings.Contains(err.Error(), "webhook secret") {
+		t.Fatalf("New without secret: %v, want an error naming the webhook secret", err)
+	}
+}
+
