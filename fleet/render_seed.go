@@ -1,0 +1,89 @@
+package fleet
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// SeedVersion is the version of the seed document's schema (docs/seed-schema.md). A change that
+// an existing first-boot reader cannot ignore increments it.
+const SeedVersion = 1
+
+// Seed is the first-boot document of nixos-image and alpine-image nodes (SPEC §1 step 6),
+// documented field by field in docs/seed-schema.md.
+type Seed struct {
+	Version   int               `json:"version"`
+	Hostname  string            `json:"hostname"`
+	Class     string            `json:"class"`
+	Kind      Kind              `json:"kind"`
+	Profile   string            `json:"profile"`
+	Address   string            `json:"address"` // CIDR, e.g. "10.0.0.6/24"
+	Gateway   string            `json:"gateway"`
+	DNS       []string          `json:"dns"`
+	NTP       []string          `json:"ntp"`
+	Endpoints map[string]string `json:"endpoints"`
+	Device    SeedDevice        `json:"device"`
+}
+
+// SeedDevice identifies the machine the seed was rendered for, so the node can check it booted on
+// the machine that was attested.
+type SeedDevice struct {
+	Name       string `json:"name"`
+	NetBoxID   int64  `json:"netbox_id"`
+	MAC        string `json:"mac"`
+	UUID       string `json:"uuid"`   // attested SMBIOS system UUID
+	Serial     string `json:"serial"` // attested SMBIOS system serial, may be empty
+	DiskSerial string `json:"disk_serial"`
+}
+
+// renderSeed renders the seed JSON: the profile the node switches into, its static address and
+// the fleet's endpoints.
+func (r *Renderer) renderSeed(d Device, c Class, id NodeIdentity) (NodeConfig, error) {
+	if c.Profile == "" {
+		return NodeConfig{}, fmt.Errorf("%w: class %s names no profile for the node to switch into", ErrConfigRejected, c.Name)
+	}
+	if id.UUID == "" {
+		return NodeConfig{}, fmt.Errorf("%w: no attested SMBIOS UUID to bind the seed to", ErrConfigRejected)
+	}
+	s := Seed{
+		Version:   SeedVersion,
+		Hostname:  d.Name,
+		Class:     c.Name,
+		Kind:      c.Kind,
+		Profile:   c.Profile,
+		Address:   d.Address.String(),
+		Gateway:   r.cfg.Gateway.String(),
+		DNS:       addrStrings(r.cfg.DNS),
+		NTP:       append([]string{}, r.cfg.NTP...),
+		Endpoints: map[string]string{},
+		Device: SeedDevice{Name: d.Name, NetBoxID: d.ID, MAC: string(d.PrimaryMAC()),
+			UUID: id.UUID, Serial: id.Serial, DiskSerial: d.Declared.DiskSerial},
+	}
+	for k, v := range r.cfg.Endpoints {
+		s.Endpoints[k] = v
+	}
+	body, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return NodeConfig{}, fmt.Errorf("encode seed: %w", err)
+	}
+	return NodeConfig{
+		ContentType: ContentTypeSeed,
+		Body:        append(body, '\n'),
+		Summary: fmt.Sprintf("%s seed for %s (profile %s, %s, endpoints %s)",
+			c.Kind, d.Name, c.Profile, d.Address, endpointNames(r.cfg.Endpoints)),
+	}, nil
+}
+
+func endpointNames(m map[string]string) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	names := make([]string, 0, len(m))
+	for k := range m {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	return strings.Join(names, ", ")
+}

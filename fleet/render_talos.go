@@ -1,0 +1,245 @@
+package fleet
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/siderolabs/talos/pkg/machinery/config"
+	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
+	"github.com/siderolabs/talos/pkg/machinery/config/configpatcher"
+	"github.com/siderolabs/talos/pkg/machinery/config/encoder"
+	"github.com/siderolabs/talos/pkg/machinery/config/generate"
+	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
+	"github.com/siderolabs/talos/pkg/machinery/config/machine"
+	"github.com/siderolabs/talos/pkg/machinery/constants"
+	"gopkg.in/yaml.v3"
+)
+
+// metalMode is the runtime mode machined validates a downloaded config in on bare metal
+// (talos internal/app/machined/pkg/runtime/mode.go ModeMetal, which machinery does not export).
+type metalMode struct{}
+
+func (metalMode) String() string        { return "metal" }
+func (metalMode) RequiresInstall() bool { return true }
+func (metalMode) InContainer() bool     { return false }
+
+// talosGenerator holds the generation input built once from the secrets bundle. Input.Config
+// only reads it, so one generator serves concurrent renders.
+type talosGenerator struct {
+	input *generate.Input
+}
+
+// newTalosGenerator decodes the secrets bundle the way secrets.LoadBundle does (from bytes
+// instead of a path), validates it, and prepares the generation input.
+func newTalosGenerator(cfg RenderConfig) (*talosGenerator, []error) {
+	var errs []error
+	bundle := &secrets.Bundle{Clock: secrets.NewClock()}
+	if err := yaml.Unmarshal(cfg.TalosSecrets, bundle); err != nil {
+		return nil, append(errs, fmt.Errorf("decode Talos secrets bundle: %w", err))
+	}
+	if err := bundle.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("check Talos secrets bundle: %w (generate one with `talosctl gen secrets`)", err))
+	}
+	var contract *config.VersionContract // nil is the machinery's current contract
+	if cfg.TalosVersion != "" {
+		c, err := config.ParseContractFromVersion(cfg.TalosVersion)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("parse Talos version %q: %w (use a version such as v1.11)", cfg.TalosVersion, err))
+		}
+		contract = c
+	}
+	if cfg.ClusterName == "" {
+		errs = append(errs, errors.New("no cluster name for the Talos configs"))
+	}
+	if !strings.HasPrefix(cfg.ClusterEndpoint, "https://") {
+		errs = append(errs, fmt.Errorf("cluster endpoint %q must be an https URL such as https://cp.example:6443", cfg.ClusterEndpoint))
+	}
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	kube := cfg.KubernetesVersion
+	if kube == "" {
+		kube = constants.DefaultKubernetesVersion
+	}
+	in, err := generate.NewInput(cfg.ClusterName, cfg.ClusterEndpoint, strings.TrimPrefix(kube, "v"),
+		generate.WithSecretsBundle(bundle), generate.WithVersionContract(contract))
+	if err != nil {
+		return nil, []error{fmt.Errorf("prepare Talos config generation: %w", err)}
+	}
+	return &talosGenerator{input: in}, nil
+}
+
+// renderTalos generates the machine config for the class's machine type, applies the class's
+// patches in order and then the node's own patch, and validates the result the way machined
+// does after downloading it (configloader, then Validate in metal mode).
+func (r *Renderer) renderTalos(d Device, c Class) (NodeConfig, error) {
+	if r.talos == nil {
+		return NodeConfig{}, errors.New("no Talos secrets bundle is configured: name one in fleetd.yaml")
+	}
+	if c.Talos == nil {
+		return NodeConfig{}, fmt.Errorf("%w: class %s has no talos block", ErrConfigRejected, c.Name)
+	}
+	if err := checkDiskSerial(d.Declared.DiskSerial); err != nil {
+		return NodeConfig{}, err
+	}
+	var mt machine.Type
+	switch c.Talos.MachineType {
+	case "controlplane":
+		mt = machine.TypeControlPlane
+	case "worker":
+		mt = machine.TypeWorker
+	default:
+		return NodeConfig{}, fmt.Errorf("%w: class %s has machine type %q", ErrConfigRejected, c.Name, c.Talos.MachineType)
+	}
+	base, err := r.talos.input.Config(mt)
+	if err != nil {
+		return NodeConfig{}, fmt.Errorf("generate Talos %s config: %w", c.Talos.MachineType, err)
+	}
+	patches, err := r.talosPatches(d, c)
+	if err != nil {
+		return NodeConfig{}, err
+	}
+	out, err := configpatcher.Apply(configpatcher.WithConfig(base), patches)
+	if err != nil {
+		return NodeConfig{}, fmt.Errorf("%w: apply the patches of class %s: %s", ErrConfigRejected, c.Name, oneLine(err.Error()))
+	}
+	cfg, err := out.Config()
+	if err != nil {
+		return NodeConfig{}, fmt.Errorf("%w: load the patched config: %s", ErrConfigRejected, oneLine(err.Error()))
+	}
+	body, err := cfg.EncodeBytes(encoder.WithComments(encoder.CommentsDisabled))
+	if err != nil {
+		return NodeConfig{}, fmt.Errorf("encode Talos config: %w", err)
+	}
+	warnings, err := ValidateTalosConfig(body)
+	if err != nil {
+		return NodeConfig{}, err
+	}
+	return NodeConfig{
+		ContentType: ContentTypeTalos,
+		Body:        body,
+		Warnings:    warnings,
+		Summary: fmt.Sprintf("Talos %s config for %s (install disk serial %s, %s)",
+			c.Talos.MachineType, d.Name, d.Declared.DiskSerial, d.Address),
+	}, nil
+}
+
+// ValidateTalosConfig checks served bytes as machined checks a downloaded config: it loads them
+// with configloader and validates them in metal mode. The error wraps ErrConfigRejected and
+// carries Talos's own message.
+func ValidateTalosConfig(body []byte) (warnings []string, err error) {
+	p, err := configloader.NewFromBytes(body)
+	if err != nil {
+		return nil, fmt.Errorf("%w: Talos cannot load it: %s", ErrConfigRejected, oneLine(err.Error()))
+	}
+	warnings, err = p.Validate(metalMode{})
+	if err != nil {
+		return warnings, fmt.Errorf("%w: Talos validation in metal mode failed: %s", ErrConfigRejected, oneLine(err.Error()))
+	}
+	return warnings, nil
+}
+
+// talosPatches loads the class's patches (in order) followed by the node's own.
+func (r *Renderer) talosPatches(d Device, c Class) ([]configpatcher.Patch, error) {
+	patches := make([]configpatcher.Patch, 0, len(c.Talos.Patches)+1)
+	for i, raw := range c.Talos.Patches {
+		p, err := configpatcher.LoadPatch(raw)
+		if err != nil {
+			return nil, fmt.Errorf("%w: load patch %d of class %s: %s", ErrConfigRejected, i, c.Name, oneLine(err.Error()))
+		}
+		patches = append(patches, p)
+	}
+	own, err := json.Marshal(r.talosNodePatch(d))
+	if err != nil {
+		return nil, fmt.Errorf("encode the node patch: %w", err)
+	}
+	p, err := configpatcher.LoadPatch(own)
+	if err != nil {
+		return nil, fmt.Errorf("load the node patch: %w", err)
+	}
+	return append(patches, p), nil
+}
+
+// talosNodePatch is what only this node has: its hostname, the install disk selected by the
+// declared serial, and a static address on the interface with the device's primary MAC.
+func (r *Renderer) talosNodePatch(d Device) map[string]any {
+	network := map[string]any{
+		"hostname":    d.Name,
+		"nameservers": addrStrings(r.cfg.DNS),
+		"interfaces": []any{map[string]any{
+			"deviceSelector": map[string]any{"hardwareAddr": string(d.PrimaryMAC())},
+			"dhcp":           false,
+			"addresses":      []string{d.Address.String()},
+			"routes":         []any{map[string]any{"network": "0.0.0.0/0", "gateway": r.cfg.Gateway.String()}},
+		}},
+	}
+	m := map[string]any{
+		"install": map[string]any{"diskSelector": map[string]any{"serial": d.Declared.DiskSerial}},
+		"network": network,
+	}
+	if len(r.cfg.NTP) > 0 {
+		m["time"] = map[string]any{"servers": r.cfg.NTP}
+	}
+	return map[string]any{"machine": m}
+}
+
+// checkDiskSerial refuses a serial Talos would read as a pattern: diskSelector fields are glob
+// matched, so "*" would select any disk.
+func checkDiskSerial(serial string) error {
+	switch {
+	case strings.TrimSpace(serial) == "":
+		return fmt.Errorf("%w: disk_serial is empty: declare the serial of the install disk", ErrConfigRejected)
+	case strings.ContainsAny(serial, `*?[]\`):
+		return fmt.Errorf("%w: disk_serial %q contains a glob character, so Talos could select another disk", ErrConfigRejected, serial)
+	}
+	return nil
+}
+
+// multiHeader is how go-multierror starts its message ("2 errors occurred:"); nested multierrors
+// put it in the middle of a line.
+var multiHeader = regexp.MustCompile(`\d+ errors? occurred:`)
+
+// oneLine folds a multi-line error (Talos returns multierrors with bullet lists) into one line
+// for the journal: "first problem; second problem".
+func oneLine(s string) string {
+	var parts []string
+	for _, l := range strings.Split(multiHeader.ReplaceAllString(s, ""), "\n") {
+		l = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(l), "*"))
+		switch {
+		case l == "":
+		case len(parts) > 0 && strings.HasSuffix(parts[len(parts)-1], ":"):
+			parts[len(parts)-1] += " " + l
+		default:
+			parts = append(parts, l)
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
+func addrStrings[T interface{ String() string }](as []T) []string {
+	out := make([]string, len(as))
+	for i, a := range as {
+		out[i] = a.String()
+	}
+	return out
+}
+
+// GenerateTalosSecrets makes a fresh Talos secrets bundle (what `talosctl gen secrets` writes),
+// for the development stack and tests. Production reads the bundle the operator generated.
+func GenerateTalosSecrets(clock Clock) ([]byte, error) {
+	b, err := secrets.NewBundle(clock, config.TalosVersionCurrent)
+	if err != nil {
+		return nil, fmt.Errorf("generate Talos secrets bundle: %w", err)
+	}
+	var buf bytes.Buffer
+	enc := yaml.NewEncoder(&buf)
+	enc.SetIndent(2)
+	if err := enc.Encode(b); err != nil {
+		return nil, fmt.Errorf("encode Talos secrets bundle: %w", err)
+	}
+	return buf.Bytes(), nil
+}

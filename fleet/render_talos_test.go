@@ -1,0 +1,244 @@
+package fleet_test
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	blockpb "github.com/siderolabs/talos/pkg/machinery/api/resource/definitions/block"
+	"github.com/siderolabs/talos/pkg/machinery/cel/celenv"
+	"github.com/siderolabs/talos/pkg/machinery/config"
+	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
+	"sigs.k8s.io/yaml"
+
+	"github.com/folly-infra/fleetd/fleet"
+)
+
+// metal is the runtime mode machined validates downloaded configs in (talos ModeMetal).
+type metal struct{}
+
+func (metal) String() string        { return "metal" }
+func (metal) RequiresInstall() bool { return true }
+func (metal) InContainer() bool     { return false }
+
+func patch(t *testing.T, s string) json.RawMessage {
+	t.Helper()
+	if !json.Valid([]byte(s)) {
+		t.Fatalf("test patch is not JSON: %s", s)
+	}
+	return json.RawMessage(s)
+}
+
+func withPatches(c fleet.Class, patches ...json.RawMessage) fleet.Class {
+	tc := *c.Talos
+	tc.Patches = patches
+	c.Talos = &tc
+	return c
+}
+
+func TestRenderTalos(t *testing.T) {
+	r := newTestRenderer(t, nil)
+	d := renderDevice("node-a", "3c:ec:ef:4c:4f:54", "10.0.0.5/24", "S123")
+	cases := []struct {
+		name    string
+		class   fleet.Class
+		check   func(t *testing.T, m map[string]any)
+		machine string
+	}{
+		{name: "ok/worker", class: talosWorker, machine: "worker"},
+		{name: "ok/controlplane", class: talosCP, machine: "controlplane"},
+		{name: "ok/class-patches-in-order-node-patch-last", machine: "worker",
+			class: withPatches(talosWorker,
+				patch(t, `{"machine":{"sysctls":{"vm.swappiness":"10"},"network":{"hostname":"from-class"}}}`),
+				patch(t, `{"machine":{"sysctls":{"vm.swappiness":"1"},"install":{"diskSelector":{"serial":"OTHER"}}}}`)),
+			check: func(t *testing.T, m map[string]any) {
+				if got := dig(m, "machine", "sysctls", "vm.swappiness"); got != "1" {
+					t.Errorf("vm.swappiness = %v, want the second patch's 1", got)
+				}
+			}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			nc, err := r.Render(d, tc.class, renderID)
+			if err != nil {
+				t.Fatalf("Render: %v", err)
+			}
+			if nc.Kind != fleet.KindTalos || nc.ContentType != "application/yaml" {
+				t.Errorf("kind %q content type %q", nc.Kind, nc.ContentType)
+			}
+			// Load the served bytes as machined does and validate them in metal mode.
+			p, err := configloader.NewFromBytes(nc.Body)
+			if err != nil {
+				t.Fatalf("configloader: %v", err)
+			}
+			if _, err := p.Validate(metal{}); err != nil {
+				t.Fatalf("validate in metal mode: %v", err)
+			}
+			if got := p.Machine().Type().String(); got != tc.machine {
+				t.Errorf("machine type %q, want %q", got, tc.machine)
+			}
+			if got := p.Machine().Network().Hostname(); got != "node-a" {
+				t.Errorf("hostname %q, want node-a", got)
+			}
+			checkInstallDisk(t, p)
+			if got := p.Cluster().Endpoint().String(); got != "https://10.0.0.2:6443" {
+				t.Errorf("cluster endpoint %q", got)
+			}
+			m := yamlMap(t, nc.Body)
+			if got := dig(m, "machine", "install", "diskSelector", "serial"); got != "S123" {
+				t.Errorf("machine.install.diskSelector.serial = %v, want S123", got)
+			}
+			checkTalosNetwork(t, m)
+			if tc.check != nil {
+				tc.check(t, m)
+			}
+			want := "Talos " + tc.machine + " config for node-a (install disk serial S123, 10.0.0.5/24)"
+			if nc.Summary != want {
+				t.Errorf("summary %q, want %q", nc.Summary, want)
+			}
+		})
+	}
+}
+
+// checkInstallDisk evaluates the install disk selector the way Talos does against disks.
+func checkInstallDisk(t *testing.T, p config.Provider) {
+	t.Helper()
+	expr, err := p.Machine().Install().DiskMatchExpression()
+	if err != nil || expr == nil {
+		t.Fatalf("install disk selector: %v, %v", expr, err)
+	}
+	for serial, want := range map[string]bool{"S123": true, "S1234": false, "OTHER": false, "": false} {
+		got, err := expr.EvalBool(celenv.DiskLocator(), map[string]any{
+			"disk":        &blockpb.DiskSpec{Serial: serial, Transport: "nvme", Size: 1 << 40},
+			"system_disk": false,
+		})
+		if err != nil {
+			t.Fatalf("evaluate %s: %v", expr, err)
+		}
+		if got != want {
+			t.Errorf("selector %s on a disk with serial %q = %v, want %v", expr, serial, got, want)
+		}
+	}
+}
+
+// yamlMap decodes YAML into generic JSON values.
+func yamlMap(t *testing.T, b []byte) map[string]any {
+	t.Helper()
+	j, err := yaml.YAMLToJSON(b)
+	if err != nil {
+		t.Fatalf("decode YAML: %v", err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(j, &m); err != nil {
+		t.Fatalf("decode YAML: %v", err)
+	}
+	return m
+}
+
+// dig returns the value at a path of map keys, or nil.
+func dig(v any, path ...string) any {
+	for _, k := range path {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return nil
+		}
+		v = m[k]
+	}
+	return v
+}
+
+func checkTalosNetwork(t *testing.T, m map[string]any) {
+	t.Helper()
+	ifaces, _ := dig(m, "machine", "network", "interfaces").([]any)
+	if len(ifaces) != 1 {
+		t.Fatalf("machine.network.interfaces = %v, want one", ifaces)
+	}
+	iface := ifaces[0].(map[string]any)
+	if got := dig(iface, "deviceSelector", "hardwareAddr"); got != "3c:ec:ef:4c:4f:54" {
+		t.Errorf("interface selector hardwareAddr = %v", got)
+	}
+	if got := mustJSON(t, iface["addresses"]); got != `["10.0.0.5/24"]` {
+		t.Errorf("interface addresses = %s", got)
+	}
+	if got := mustJSON(t, iface["routes"]); got != `[{"gateway":"10.0.0.1","network":"0.0.0.0/0"}]` {
+		t.Errorf("interface routes = %s", got)
+	}
+	if got := mustJSON(t, dig(m, "machine", "network", "nameservers")); got != `["10.0.0.1","9.9.9.9"]` {
+		t.Errorf("nameservers = %s", got)
+	}
+	if got := mustJSON(t, dig(m, "machine", "time", "servers")); got != `["spore.lan"]` {
+		t.Errorf("time servers = %s", got)
+	}
+}
+
+func TestRenderTalosRefusesWhatTalosRejects(t *testing.T) {
+	r := newTestRenderer(t, nil)
+	d := renderDevice("node-a", "3c:ec:ef:4c:4f:54", "10.0.0.5/24", "S123")
+	cases := []struct {
+		name  string
+		class fleet.Class
+		want  string // Talos's own message
+	}{
+		{"refuse/api-access-on-worker", withPatches(talosWorker,
+			patch(t, `{"machine":{"features":{"kubernetesTalosAPIAccess":{"enabled":true,"allowedRoles":["os:reader"]}}}}`)),
+			"feature Kubernetes Talos API Access can only be enabled on control plane machines"},
+		{"refuse/bad-node-label", withPatches(talosWorker,
+			patch(t, `{"machine":{"nodeLabels":{"bad label!":"x"}}}`)),
+			"invalid machine node labels"},
+		{"refuse/unknown-field", withPatches(talosCP,
+			patch(t, `{"machine":{"kubelett":{"image":"x"}}}`)),
+			"load patch 0 of class talos-cp"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			nc, err := r.Render(d, tc.class, renderID)
+			if err == nil {
+				t.Fatalf("Render returned a config Talos rejects:\n%s", nc.Body)
+			}
+			if !errors.Is(err, fleet.ErrConfigRejected) {
+				t.Errorf("error does not wrap ErrConfigRejected: %v", err)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %q does not carry %q", err, tc.want)
+			}
+			if strings.Contains(err.Error(), "\n") || strings.Contains(err.Error(), "occurred") {
+				t.Errorf("error is not one journal line: %q", err)
+			}
+		})
+	}
+}
+
+func TestValidateTalosConfig(t *testing.T) {
+	cases := []struct {
+		name string
+		body string
+		want string
+	}{
+		{"refuse/not-yaml", "machine: [", "Talos cannot load it"},
+		{"refuse/no-install-in-metal", "version: v1alpha1\nmachine:\n  type: worker\n", `install instructions are required in "metal" mode`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := fleet.ValidateTalosConfig([]byte(tc.body))
+			if !errors.Is(err, fleet.ErrConfigRejected) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("ValidateTalosConfig = %v, want a rejection saying %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// BenchmarkRenderTalos measures one Talos render: generate, patch, encode, reload and validate.
+func BenchmarkRenderTalos(b *testing.B) {
+	r := newTestRenderer(b, nil)
+	d := renderDevice("node-a", "3c:ec:ef:4c:4f:54", "10.0.0.5/24", "S123")
+	c := talosWorker
+	c.Talos = &fleet.TalosClass{MachineType: "worker",
+		Patches: []json.RawMessage{json.RawMessage(`{"machine":{"sysctls":{"vm.swappiness":"1"}}}`)}}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := r.Render(d, c, renderID); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
