@@ -11,3 +11,5 @@ func (s *Service) onEnded(id int64, to State) {}
 func (s *Service) followPending(ctx context.Context, d Device, action Action, out Outcome) (Outcome, error) {
 	return out, nil
 }
+
+func (s *Service) hasPending(id int64) bool { return false }

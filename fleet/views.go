@@ -1,0 +1,68 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// DeviceView is what fleetd knows about a device for operators (SPEC §6 GET /v1/devices).
+type DeviceView struct {
+	Device
+	Workflow      *WorkflowStatus // the current request's Workflow, when it could be read
+	WorkflowError string          // why it could not be read
+	PendingConfig bool            // a configuration waits in memory to be fetched once
+}
+
+// View reads one device by name and the progress of its current Workflow.
+func (s *Service) View(ctx context.Context, name string) (DeviceView, error) {
+	d, err := s.inv.DeviceByName(ctx, name)
+	if errors.Is(err, ErrNotFound) {
+		return DeviceView{}, Refuse(RefusedNotFound, "unknown_device", "NetBox has no device named %q", name)
+	}
+	if err != nil {
+		return DeviceView{}, fmt.Errorf("read device %q: %w: %w", name, ErrInventory, err)
+	}
+	return s.view(ctx, d, true), nil
+}
+
+// ViewAll lists every device. Workflows are read only for devices with a running request, so a
+// large fleet costs one NetBox listing plus one Kubernetes read per running request.
+func (s *Service) ViewAll(ctx context.Context) ([]DeviceView, error) {
+	devices, err := s.inv.Devices(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list devices: %w: %w", ErrInventory, err)
+	}
+	views := make([]DeviceView, len(devices))
+	for i, d := range devices {
+		views[i] = s.view(ctx, d, !d.Owned.State.Terminal())
+	}
+	return views, nil
+}
+
+func (s *Service) view(ctx context.Context, d Device, readWorkflow bool) DeviceView {
+	v := DeviceView{Device: d, PendingConfig: s.hasPending(d.ID)}
+	if !readWorkflow || d.Owned.Workflow == "" {
+		return v
+	}
+	ws, err := s.inst.Workflow(ctx, d.Owned.Workflow)
+	if err != nil {
+		v.WorkflowError = err.Error()
+		return v
+	}
+	v.Workflow = &ws
+	return v
+}
+
+// ReconcileByName re-reads the named device and takes its next step (operator route).
+func (s *Service) ReconcileByName(ctx context.Context, name string) (Outcome, error) {
+	d, err := s.inv.DeviceByName(ctx, name)
+	if errors.Is(err, ErrNotFound) {
+		return Outcome{Device: name, Step: "read", Result: "unknown-device"},
+			Refuse(RefusedNotFound, "unknown_device", "NetBox has no device named %q", name)
+	}
+	if err != nil {
+		return Outcome{Device: name, Step: "read", Result: "error"}, fmt.Errorf("read device %q: %w: %w", name, ErrInventory, err)
+	}
+	return s.Reconcile(ctx, d.ID)
+}

@@ -1,0 +1,135 @@
+package handlers
+
+import (
+	"crypto/subtle"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/gorilla/mux"
+
+	"github.com/folly-infra/fleetd/fleet"
+)
+
+// deviceJSON is the operator's view of a device.
+type deviceJSON struct {
+	ID       int64  `json:"id"`
+	Name     string `json:"name"`
+	Status   string `json:"status"`
+	Address  string `json:"address,omitempty"`
+	MAC      string `json:"mac,omitempty"`
+	Declared struct {
+		Class         string   `json:"class"`
+		DiskSerial    string   `json:"disk_serial"`
+		EKSHA256      []string `json:"ek_sha256"`
+		TPM           string   `json:"tpm"`
+		DesiredAction string   `json:"desired_action,omitempty"`
+	} `json:"declared"`
+	State    string        `json:"state"`
+	Message  string        `json:"message,omitempty"`
+	Request  string        `json:"request,omitempty"`
+	Workflow *workflowJSON `json:"workflow,omitempty"`
+	Certs    struct {
+		LDevIDSerial string `json:"ldevid_serial,omitempty"`
+		LAKSerial    string `json:"lak_serial,omitempty"`
+	} `json:"certificates"`
+	BootCheck struct {
+		Outcome     string `json:"outcome,omitempty"`
+		Last        string `json:"last,omitempty"`
+		HasBaseline bool   `json:"has_baseline"`
+	} `json:"boot_check"`
+	PendingConfig bool `json:"pending_config"`
+}
+
+type workflowJSON struct {
+	Name          string `json:"name"`
+	Phase         string `json:"phase,omitempty"`
+	CurrentAction string `json:"current_action,omitempty"`
+	FailedAction  string `json:"failed_action,omitempty"`
+	Message       string `json:"message,omitempty"`
+	Error         string `json:"error,omitempty"`
+}
+
+func toJSON(v fleet.DeviceView) deviceJSON {
+	var j deviceJSON
+	j.ID, j.Name, j.Status = v.ID, v.Name, string(v.Status)
+	if v.Address.IsValid() {
+		j.Address = v.Address.String()
+	}
+	j.MAC = string(v.PrimaryMAC())
+	j.Declared.Class, j.Declared.DiskSerial = v.Declared.Class, v.Declared.DiskSerial
+	j.Declared.EKSHA256, j.Declared.TPM = v.Declared.EKHashes, string(v.Declared.TPM)
+	j.Declared.DesiredAction = string(v.Declared.DesiredAction)
+	j.State, j.Message, j.Request = string(v.Owned.State), v.Owned.Message, v.Owned.Request
+	if v.Owned.Workflow != "" {
+		j.Workflow = &workflowJSON{Name: v.Owned.Workflow, Error: v.WorkflowError}
+		if w := v.Workflow; w != nil {
+			j.Workflow.Phase, j.Workflow.CurrentAction = string(w.Phase), w.CurrentAction
+			j.Workflow.FailedAction, j.Workflow.Message = w.FailedAction, w.Message
+		}
+	}
+	j.Certs.LDevIDSerial, j.Certs.LAKSerial = v.Owned.LDevIDSerial, v.Owned.LAKSerial
+	j.BootCheck.Outcome = string(v.Owned.BootCheck)
+	if !v.Owned.LastBootCheck.IsZero() {
+		j.BootCheck.Last = v.Owned.LastBootCheck.UTC().Format(time.RFC3339)
+	}
+	j.BootCheck.HasBaseline = v.Owned.BootBaseline != ""
+	j.PendingConfig = v.PendingConfig
+	return j
+}
+
+// operatorOnly checks the bearer token in constant time (SPEC §6: operator routes need a bearer
+// token read from a file).
+func (s *Server) operatorOnly(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || subtle.ConstantTimeCompare([]byte(tok), s.deps.OperatorToken) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="fleetd"`)
+			writeJSON(w, http.StatusUnauthorized, errorBody{Error: "unauthorized",
+				Message: "operator routes need Authorization: Bearer <the token in operator.token_file>"})
+			return
+		}
+		h(w, r)
+	}
+}
+
+func (s *Server) listDevices(w http.ResponseWriter, r *http.Request) {
+	views, err := s.deps.Service.ViewAll(r.Context())
+	if err != nil {
+		writeError(w, s.log(w), err)
+		return
+	}
+	out := make([]deviceJSON, len(views))
+	for i, v := range views {
+		out[i] = toJSON(v)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"devices": out})
+}
+
+func (s *Server) getDevice(w http.ResponseWriter, r *http.Request) {
+	v, err := s.deps.Service.View(r.Context(), mux.Vars(r)["name"])
+	if err != nil {
+		writeError(w, s.log(w), err)
+		return
+	}
+	writeJSON(w, http.StatusOK, toJSON(v))
+}
+
+func (s *Server) reconcileDevice(w http.ResponseWriter, r *http.Request) {
+	out, err := s.deps.Service.ReconcileByName(r.Context(), mux.Vars(r)["name"])
+	log := s.log(w)
+	ev := log.Info()
+	if err != nil {
+		ev = log.Warn().Err(err)
+	}
+	ev.Str("trigger", "operator").EmbedObject(out).Msg("decision")
+	if _, refused := fleet.AsRefusal(err); refused || (err != nil && out.Step == "read") {
+		writeError(w, log, err)
+		return
+	}
+	body := map[string]string{"device": out.Device, "step": out.Step, "outcome": out.Result, "detail": out.Detail}
+	if err != nil {
+		body["error"] = err.Error()
+	}
+	writeJSON(w, http.StatusOK, body)
+}

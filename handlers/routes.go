@@ -1,0 +1,58 @@
+// Package handlers is fleetd's HTTP surface for nodes, agents and operators: one route table (the
+// HTTP contract of SPEC §6, documented in docs/http.md and kept in agreement by a test) and thin
+// handlers that decode, call the fleet service, and encode.
+package handlers
+
+import (
+	"fmt"
+	"net/http"
+
+	"github.com/gorilla/mux"
+)
+
+// Route is one line of the HTTP contract.
+type Route struct {
+	Name    string // key of the handler that serves it
+	Method  string
+	Path    string
+	Caller  string // who calls it
+	Auth    string // how the caller is checked
+	Purpose string
+	MaxBody int64 // request body limit in bytes (0: the route takes no body)
+}
+
+const (
+	kib = 1 << 10
+	mib = 1 << 20
+)
+
+// Table is the HTTP contract: every route fleetd serves, in the order docs/http.md lists them.
+func Table() []Route {
+	return []Route{
+		{"webhook", "POST", "/v1/netbox/webhook", "NetBox", "X-Hook-Signature", "inventory changed (interfaces, MACs, addresses, device create/delete): re-read the device, refresh Kea reservations", mib},
+		{"webhook-provision", "POST", "/v1/netbox/webhook/provision", "NetBox", "X-Hook-Signature", "desired_action=provision was set: re-read the device and take the request", mib},
+		{"webhook-attest", "POST", "/v1/netbox/webhook/attest", "NetBox", "X-Hook-Signature", "desired_action=attest was set: re-read the device and take the request", mib},
+		{"webhook-wipe", "POST", "/v1/netbox/webhook/wipe", "NetBox", "X-Hook-Signature", "desired_action=wipe was set: re-read the device and take the request", mib},
+		{"webhook-retire", "POST", "/v1/netbox/webhook/retire", "NetBox", "X-Hook-Signature", "status decommissioning was set: re-read the device and retire it", mib},
+		{"devices", "GET", "/v1/devices", "operator", "bearer token", "every device: declaration, state, request, Workflow, certificates, boot check, pending configuration", 0},
+		{"device", "GET", "/v1/devices/{name}", "operator", "bearer token", "one device, with its Workflow's current action", 0},
+		{"device-reconcile", "POST", "/v1/devices/{name}/reconcile", "operator", "bearer token", "re-read one device from NetBox now and take the next step", 0},
+		{"healthz", "GET", "/healthz", "systemd", "none", "liveness: the process serves HTTP", 0},
+		{"readyz", "GET", "/readyz", "systemd, load balancer", "none", "readiness: NetBox and the Kubernetes API answer", 0},
+		{"metrics", "GET", "/metrics", "Prometheus", "none", "Prometheus metrics", 0},
+	}
+}
+
+// router builds the gorilla/mux router from the table and the handlers by name. A route without a
+// handler is a wiring bug and fails at start, not at the first request.
+func router(routes []Route, byName map[string]http.Handler, mw func(Route, http.Handler) http.Handler) (*mux.Router, error) {
+	r := mux.NewRouter()
+	for _, rt := range routes {
+		h, ok := byName[rt.Name]
+		if !ok {
+			return nil, fmt.Errorf("route %s %s: no handler %q", rt.Method, rt.Path, rt.Name)
+		}
+		r.Handle(rt.Path, mw(rt, h)).Methods(rt.Method)
+	}
+	return r, nil
+}

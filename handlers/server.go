@@ -1,0 +1,98 @@
+package handlers
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/rs/zerolog"
+
+	"github.com/folly-infra/fleetd/fleet"
+	"github.com/folly-infra/fleetd/webhook"
+)
+
+// ReadyCheck is one dependency /readyz asks.
+type ReadyCheck struct {
+	Name  string
+	Check func(ctx context.Context) error
+}
+
+// Deps are what the handlers call.
+type Deps struct {
+	Service       *fleet.Service
+	Webhooks      *webhook.Intake
+	Ready         []ReadyCheck
+	Gatherer      prometheus.Gatherer
+	OperatorToken []byte
+	Logger        zerolog.Logger
+}
+
+// Server is fleetd's HTTP handler.
+type Server struct {
+	deps    Deps
+	handler http.Handler
+}
+
+// New builds the handler from the route table.
+func New(deps Deps) (*Server, error) {
+	if len(deps.OperatorToken) == 0 {
+		return nil, errors.New("new handlers: no operator token (operator.token_file)")
+	}
+	s := &Server{deps: deps}
+	byName := map[string]http.Handler{
+		"webhook":           deps.Webhooks.Handler("inventory"),
+		"webhook-provision": deps.Webhooks.Handler("provision"),
+		"webhook-attest":    deps.Webhooks.Handler("attest"),
+		"webhook-wipe":      deps.Webhooks.Handler("wipe"),
+		"webhook-retire":    deps.Webhooks.Handler("retire"),
+		"devices":           s.operatorOnly(s.listDevices),
+		"device":            s.operatorOnly(s.getDevice),
+		"device-reconcile":  s.operatorOnly(s.reconcileDevice),
+		"healthz":           http.HandlerFunc(s.healthz),
+		"readyz":            http.HandlerFunc(s.readyz),
+		"metrics":           promhttp.HandlerFor(deps.Gatherer, promhttp.HandlerOpts{}),
+	}
+	r, err := router(Table(), byName, func(rt Route, h http.Handler) http.Handler { return wrap(deps.Logger, rt, h) })
+	if err != nil {
+		return nil, err
+	}
+	r.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusNotFound, errorBody{Error: "no_route", Message: "fleetd serves no such route; see docs/http.md"})
+	})
+	r.MethodNotAllowedHandler = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusMethodNotAllowed, errorBody{Error: "method_not_allowed", Message: "the route exists with another method; see docs/http.md"})
+	})
+	s.handler = r
+	return s, nil
+}
+
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
+
+// log is the server's logger with the request id of the response being written.
+func (s *Server) log(w http.ResponseWriter) zerolog.Logger {
+	return s.deps.Logger.With().Str("request_id", w.Header().Get("X-Request-Id")).Logger()
+}
+
+func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// readyz asks every dependency with a short timeout and names the ones that failed.
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
+	defer cancel()
+	failed := map[string]string{}
+	for _, c := range s.deps.Ready {
+		if err := c.Check(ctx); err != nil {
+			failed[c.Name] = err.Error()
+		}
+	}
+	if len(failed) > 0 {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "not ready", "failed": failed})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
