@@ -1,0 +1,74 @@
+package handlers
+
+import (
+	"bufio"
+	"os"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/folly-infra/fleetd/netbox"
+)
+
+var docRow = regexp.MustCompile("^\\| (GET|POST|PUT|PATCH|DELETE) \\| `([^`]+)` \\|")
+
+// TestRoutesDocumented keeps docs/http.md and the route table in agreement (STYLE habit 13).
+func TestRoutesDocumented(t *testing.T) {
+	f, err := os.Open("../docs/http.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var documented []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if m := docRow.FindStringSubmatch(sc.Text()); m != nil {
+			documented = append(documented, m[1]+" "+m[2])
+		}
+	}
+	var served []string
+	for _, r := range Table() {
+		served = append(served, r.Method+" "+r.Path)
+	}
+	sort.Strings(documented)
+	sort.Strings(served)
+	if diff := cmp.Diff(served, documented); diff != "" {
+		t.Errorf("docs/http.md and handlers.Table() disagree (-served +documented):\n%s", diff)
+	}
+}
+
+// TestWebhookPathsServed keeps netbox-webhooks.yaml and the served routes in agreement: every
+// webhook NetBox is told to call is a POST route fleetd serves, and every webhook route fleetd
+// serves is called by some webhook.
+func TestWebhookPathsServed(t *testing.T) {
+	f, err := os.Open("../netbox-webhooks.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	schema, err := netbox.LoadSchema(f)
+	if err != nil {
+		t.Fatalf("netbox-webhooks.yaml: %v", err)
+	}
+	served := map[string]bool{}
+	for _, r := range Table() {
+		if r.Method == "POST" && strings.HasPrefix(r.Path, "/v1/netbox/webhook") {
+			served[r.Path] = true
+		}
+	}
+	called := map[string]bool{}
+	for _, p := range schema.WebhookPaths() {
+		called[p] = true
+		if !served[p] {
+			t.Errorf("netbox-webhooks.yaml calls %s, which fleetd does not serve as POST", p)
+		}
+	}
+	for p := range served {
+		if !called[p] {
+			t.Errorf("fleetd serves %s but no webhook in netbox-webhooks.yaml calls it", p)
+		}
+	}
+}
