@@ -3,7 +3,9 @@ package fleet_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 
 	blockpb "github.com/siderolabs/talos/pkg/machinery/api/resource/definitions/block"
@@ -241,4 +243,27 @@ func BenchmarkRenderTalos(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// TestRenderTalosConcurrent renders from one Renderer on several goroutines (the generation input
+// is shared); run with -race.
+func TestRenderTalosConcurrent(t *testing.T) {
+	r := newTestRenderer(t, nil)
+	var wg sync.WaitGroup
+	for i := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d := renderDevice(fmt.Sprintf("node-%d", i), fmt.Sprintf("3c:ec:ef:4c:4f:%02x", i), fmt.Sprintf("10.0.0.%d/24", 10+i), "S123")
+			nc, err := r.Render(d, talosWorker, renderID)
+			if err != nil {
+				t.Errorf("Render %s: %v", d.Name, err)
+				return
+			}
+			if got := dig(yamlMap(t, nc.Body), "machine", "network", "hostname"); got != d.Name {
+				t.Errorf("hostname %v, want %s", got, d.Name)
+			}
+		}()
+	}
+	wg.Wait()
 }
