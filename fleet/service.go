@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -65,7 +67,20 @@ func NewService(cfg Config, deps Deps) (*Service, error) {
 		return nil, fmt.Errorf("new service: %w", err)
 	}
 	return &Service{cfg: cfg, inv: deps.Inventory, inst: deps.Installer, catalog: deps.Catalog,
-		clock: deps.Clock, rnd: deps.Random, log: deps.Logger, metrics: m}, nil
+		clock: deps.Clock, rnd: &lockedReader{r: deps.Random}, log: deps.Logger, metrics: m}, nil
+}
+
+// lockedReader serialises reads of a randomness source that is not safe for concurrent use (a
+// seeded test reader); crypto/rand.Reader pays one uncontended lock.
+type lockedReader struct {
+	mu sync.Mutex
+	r  io.Reader
+}
+
+func (l *lockedReader) Read(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.r.Read(p)
 }
 
 // Outcome is what one decision did, for the decision log line the adapter writes (STYLE habit 10).

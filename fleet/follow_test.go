@@ -1,0 +1,111 @@
+package fleet
+
+import (
+	"context"
+	"strings"
+	"testing"
+)
+
+func TestFollowWorkflow(t *testing.T) {
+	type row struct {
+		name        string
+		state       State
+		request     string
+		ws          *WorkflowStatus // nil: the Workflow does not exist
+		wantState   State
+		wantStatus  Status
+		wantMessage string
+		wantJournal string
+		wantCerts   bool // serials kept
+	}
+	rows := []row{
+		{name: "ok/install succeeded: configuring", state: StateInstalling, request: "provision-aaaaaaaa",
+			ws: &WorkflowStatus{Phase: WorkflowSucceeded}, wantState: StateConfiguring, wantStatus: StatusStaged,
+			wantMessage: "reboots into it", wantJournal: "info: Workflow node-a-provision-aaaaaaaa succeeded", wantCerts: true},
+		{name: "ok/still running: nothing written", state: StateInstalling, request: "provision-aaaaaaaa",
+			ws: &WorkflowStatus{Phase: WorkflowRunning, CurrentAction: "stream-image"}, wantState: StateInstalling,
+			wantStatus: StatusStaged, wantCerts: true},
+		{name: "ok/wipe succeeded: wiped, offline, certificates forgotten", state: StateWiping, request: "wipe-aaaaaaaa",
+			ws: &WorkflowStatus{Phase: WorkflowSucceeded}, wantState: StateWiped, wantStatus: StatusOffline,
+			wantMessage: "disk S4EWNX0R123456 wiped", wantJournal: "success: Workflow node-a-wipe-aaaaaaaa succeeded"},
+		{name: "ok/retirement succeeded: retired", state: StateWiping, request: "retire-aaaaaaaa",
+			ws: &WorkflowStatus{Phase: WorkflowSucceeded}, wantState: StateRetired, wantStatus: StatusStaged,
+			wantMessage: "powered off", wantJournal: "success:"},
+		{name: "refuse/failed action named with its message", state: StateInstalling, request: "provision-aaaaaaaa",
+			ws:        &WorkflowStatus{Phase: WorkflowFailed, FailedAction: "stream-image", Message: "HTTP 404 fetching image"},
+			wantState: StateFailed, wantStatus: StatusFailed, wantCerts: true,
+			wantMessage: "Workflow node-a-provision-aaaaaaaa failed at action stream-image: HTTP 404 fetching image",
+			wantJournal: "danger: provision request provision-aaaaaaaa failed"},
+		{name: "refuse/timed out", state: StateWiping, request: "wipe-aaaaaaaa",
+			ws:        &WorkflowStatus{Phase: WorkflowTimedOut, FailedAction: "wipe-disk"},
+			wantState: StateFailed, wantStatus: StatusFailed, wantCerts: true, wantMessage: "timed-out at action wipe-disk", wantJournal: "danger:"},
+		{name: "refuse/succeeded without attestation", state: StatePending, request: "provision-aaaaaaaa",
+			ws: &WorkflowStatus{Phase: WorkflowSucceeded}, wantState: StateFailed, wantStatus: StatusFailed, wantCerts: true,
+			wantMessage: "never attested", wantJournal: "danger:"},
+		{name: "refuse/the agent failed: Workflow failed while pending", state: StatePending, request: "provision-aaaaaaaa",
+			ws:        &WorkflowStatus{Phase: WorkflowFailed, FailedAction: "fleetd-enroll", Message: "refused: unknown EK"},
+			wantState: StateFailed, wantStatus: StatusFailed, wantCerts: true, wantMessage: "fleetd-enroll: refused: unknown EK", wantJournal: "danger:"},
+		{name: "refuse/Workflow deleted under a running request", state: StateInstalling, request: "provision-aaaaaaaa",
+			wantState: StateFailed, wantStatus: StatusFailed, wantCerts: true, wantMessage: "no longer exists in Kubernetes", wantJournal: "danger:"},
+		{name: "ok/pending request whose Workflow was never created gets it", state: StatePending, request: "provision-aaaaaaaa",
+			wantState: StatePending, wantStatus: StatusStaged, wantCerts: true},
+		{name: "refuse/a request id fleetd did not make", state: StateInstalling, request: "by-hand",
+			ws: &WorkflowStatus{Phase: WorkflowRunning}, wantState: StateFailed, wantCerts: true, wantMessage: "names no request fleetd made", wantJournal: "danger:"},
+	}
+	for _, r := range rows {
+		t.Run(r.name, func(t *testing.T) {
+			d := declared(12, "node-a")
+			d.Status = StatusStaged
+			d.Owned = Owned{State: r.state, Request: r.request, Workflow: WorkflowName("node-a", r.request),
+				LDevIDSerial: "0a1b", LAKSerial: "0c2d"}
+			inv, inst := newMemInventory(d), newMemInstaller()
+			if r.ws != nil {
+				inst.set(d.Owned.Workflow, *r.ws)
+			}
+			s := newTestService(inv, inst)
+			if _, err := s.Reconcile(context.Background(), 12); err != nil {
+				t.Fatal(err)
+			}
+			got := inv.dev(12)
+			if got.Owned.State != r.wantState || (r.wantStatus != "" && got.Status != r.wantStatus) {
+				t.Errorf("state %q status %q, want %q %q (message %q)", got.Owned.State, got.Status, r.wantState, r.wantStatus, got.Owned.Message)
+			}
+			if !strings.Contains(got.Owned.Message, r.wantMessage) {
+				t.Errorf("message %q, want it to contain %q", got.Owned.Message, r.wantMessage)
+			}
+			j := inv.journal[12]
+			if r.wantJournal == "" && len(j) != 0 || r.wantJournal != "" && (len(j) != 1 || !strings.Contains(j[0], r.wantJournal)) {
+				t.Errorf("journal %q, want %q", j, r.wantJournal)
+			}
+			if kept := got.Owned.LAKSerial != "" && got.Owned.LDevIDSerial != ""; kept != r.wantCerts {
+				t.Errorf("certificate serials kept = %v, want %v", kept, r.wantCerts)
+			}
+			if r.ws == nil && r.state == StatePending && inst.creates != 1 {
+				t.Errorf("%d Workflows created for the pending request, want 1", inst.creates)
+			}
+		})
+	}
+}
+
+// TestWorkflowChangedIgnoresOldWorkflows: a watch event for a Workflow that is not the device's
+// current one (an older request's) changes nothing.
+func TestWorkflowChangedIgnoresOldWorkflows(t *testing.T) {
+	d := declared(12, "node-a")
+	d.Owned = Owned{State: StateInstalling, Request: "provision-bbbbbbbb", Workflow: "node-a-provision-bbbbbbbb"}
+	inv, inst := newMemInventory(d), newMemInstaller()
+	s := newTestService(inv, inst)
+	old := WorkflowStatus{Name: "node-a-provision-aaaaaaaa", Phase: WorkflowFailed}
+	if _, err := s.WorkflowChanged(context.Background(), 12, old); err != nil {
+		t.Fatal(err)
+	}
+	if got := inv.dev(12); got.Owned.State != StateInstalling || len(inv.journal[12]) != 0 {
+		t.Fatalf("old Workflow's failure changed the device: %q %q", got.Owned.State, inv.journal[12])
+	}
+	cur := WorkflowStatus{Name: "node-a-provision-bbbbbbbb", Phase: WorkflowFailed, FailedAction: "x"}
+	if _, err := s.WorkflowChanged(context.Background(), 12, cur); err != nil {
+		t.Fatal(err)
+	}
+	if got := inv.dev(12); got.Owned.State != StateFailed {
+		t.Fatalf("current Workflow's failure: state %q, want failed", got.Owned.State)
+	}
+}

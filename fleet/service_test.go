@@ -1,0 +1,244 @@
+package fleet
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+)
+
+func TestReconcileClaims(t *testing.T) {
+	ctx := context.Background()
+	type row struct {
+		name        string
+		device      func(Device) Device
+		wantState   State
+		wantStatus  Status
+		wantCreates int
+		wantJournal string // substring of the one journal entry expected
+		wantMessage string // substring of fleet_message
+	}
+	rows := []row{
+		{name: "ok/provision accepted: pending, staged, Workflow created, desired_action cleared",
+			device:    func(d Device) Device { d.Declared.DesiredAction = ActionProvision; return d },
+			wantState: StatePending, wantStatus: StatusStaged, wantCreates: 1,
+			wantJournal: "info: provision accepted as request provision-", wantMessage: "from Template talos-install"},
+		{name: "ok/wipe accepted with its own Template",
+			device:    func(d Device) Device { d.Declared.DesiredAction = ActionWipe; return d },
+			wantState: StatePending, wantStatus: StatusPlanned, wantCreates: 1,
+			wantJournal: "info: wipe accepted", wantMessage: "Template fleet-wipe"},
+		{name: "ok/decommissioning starts a retirement",
+			device:    func(d Device) Device { d.Status = StatusDecommissioning; d.Owned.State = StateActive; return d },
+			wantState: StatePending, wantStatus: StatusDecommissioning, wantCreates: 1,
+			wantJournal: "info: retire accepted", wantMessage: "Template fleet-retire"},
+		{name: "ok/wipe on a decommissioning device retries the retirement",
+			device: func(d Device) Device {
+				d.Status, d.Owned.State, d.Owned.Request = StatusDecommissioning, StateFailed, "retire-aaaaaaaa"
+				d.Declared.DesiredAction = ActionWipe
+				return d
+			},
+			wantState: StatePending, wantStatus: StatusDecommissioning, wantCreates: 1, wantJournal: "info: retire accepted"},
+		{name: "ok/a failed retirement is not retried on its own",
+			device: func(d Device) Device {
+				d.Status, d.Owned.State, d.Owned.Request = StatusDecommissioning, StateFailed, "retire-aaaaaaaa"
+				return d
+			},
+			wantState: StateFailed, wantStatus: StatusDecommissioning},
+		{name: "ok/nothing requested: nothing written",
+			device:    func(d Device) Device { return d },
+			wantState: StateNone, wantStatus: StatusPlanned},
+		{name: "refuse/no disk serial",
+			device:    func(d Device) Device { d.Declared.DesiredAction = ActionProvision; d.Declared.DiskSerial = ""; return d },
+			wantState: StateRejected, wantStatus: StatusPlanned,
+			wantJournal: "warning: provision refused: disk_serial is empty", wantMessage: "disk_serial is empty"},
+		{name: "refuse/unknown class names the known ones",
+			device:    func(d Device) Device { d.Declared.DesiredAction = ActionProvision; d.Declared.Class = "nope"; return d },
+			wantState: StateRejected, wantStatus: StatusPlanned,
+			wantJournal: `fleet_class "nope" is not in classes.json (known: talos-worker, worker-g2)`},
+		{name: "refuse/worker-g2 with its reason",
+			device:    func(d Device) Device { d.Declared.DesiredAction = ActionProvision; d.Declared.Class = "worker-g2"; return d },
+			wantState: StateRejected, wantJournal: "class worker-g2 cannot be installed: G2 boards have no TPM 2.0"},
+		{name: "refuse/TPM 1.2 declared",
+			device:    func(d Device) Device { d.Declared.DesiredAction = ActionProvision; d.Declared.TPM = TPM12; return d },
+			wantState: StateRejected, wantJournal: "tpm is 1.2"},
+		{name: "refuse/no MAC",
+			device:    func(d Device) Device { d.Declared.DesiredAction = ActionWipe; d.MACs = nil; return d },
+			wantState: StateRejected, wantJournal: "no MAC address"},
+		{name: "refuse/no EK hash",
+			device:    func(d Device) Device { d.Declared.DesiredAction = ActionProvision; d.Declared.EKHashes = nil; return d },
+			wantState: StateRejected, wantJournal: "ek_sha256 is empty"},
+		{name: "refuse/malformed EK hash",
+			device:    func(d Device) Device { d.Declared.DesiredAction = ActionProvision; d.Declared.EKHashes = []string{"abc"}; return d },
+			wantState: StateRejected, wantJournal: `ek_sha256 entry "abc" is not a hex SHA-256`},
+		{name: "refuse/every problem is listed at once",
+			device: func(d Device) Device {
+				d.Declared.DesiredAction = ActionProvision
+				d.Declared.DiskSerial, d.Declared.EKHashes, d.MACs = "", nil, nil
+				return d
+			},
+			wantState: StateRejected, wantJournal: "disk_serial is empty: declare the serial of the one disk that may be wiped and installed; the device has no MAC address"},
+		{name: "refuse/attest on a device that is not active",
+			device:    func(d Device) Device { d.Declared.DesiredAction = ActionAttest; return d },
+			wantState: StateRejected, wantJournal: "attest re-proves a running node, but the device status is planned"},
+		{name: "refuse/provision on a decommissioning device",
+			device: func(d Device) Device {
+				d.Declared.DesiredAction, d.Status, d.Owned.Request = ActionProvision, StatusDecommissioning, "retire-aaaaaaaa"
+				d.Owned.State = StateRetired
+				return d
+			},
+			wantState: StateRejected, wantStatus: StatusDecommissioning, wantJournal: "set its status back to planned"},
+		{name: "ok/a request waits while another runs",
+			device: func(d Device) Device {
+				d.Declared.DesiredAction, d.Owned.State = ActionWipe, StateInstalling
+				d.Owned.Request, d.Owned.Workflow = "provision-aaaaaaaa", "node-a-provision-aaaaaaaa"
+				return d
+			},
+			wantState: StateInstalling, wantStatus: StatusPlanned},
+	}
+	for _, r := range rows {
+		t.Run(r.name, func(t *testing.T) {
+			d := r.device(declared(12, "node-a"))
+			inv, inst := newMemInventory(d), newMemInstaller()
+			if d.Owned.Workflow != "" {
+				inst.set(d.Owned.Workflow, WorkflowStatus{Phase: WorkflowRunning})
+			}
+			s := newTestService(inv, inst)
+			if _, err := s.Reconcile(ctx, 12); err != nil {
+				t.Fatalf("Reconcile: %v", err)
+			}
+			got := inv.dev(12)
+			if got.Owned.State != r.wantState {
+				t.Errorf("fleet_state %q, want %q (message %q)", got.Owned.State, r.wantState, got.Owned.Message)
+			}
+			if r.wantStatus != "" && got.Status != r.wantStatus {
+				t.Errorf("status %q, want %q", got.Status, r.wantStatus)
+			}
+			if inst.creates != r.wantCreates {
+				t.Errorf("%d Workflows created, want %d", inst.creates, r.wantCreates)
+			}
+			j := inv.journal[12]
+			switch {
+			case r.wantJournal == "" && len(j) > 0:
+				t.Errorf("journal %q, want none", j)
+			case r.wantJournal != "" && (len(j) != 1 || !strings.Contains(j[0], r.wantJournal)):
+				t.Errorf("journal %q, want one entry containing %q", j, r.wantJournal)
+			}
+			if !strings.Contains(got.Owned.Message, r.wantMessage) {
+				t.Errorf("fleet_message %q, want it to contain %q", got.Owned.Message, r.wantMessage)
+			}
+			if r.wantState == StatePending || r.wantState == StateRejected {
+				if got.Declared.DesiredAction != ActionNone {
+					t.Errorf("desired_action %q left set after the request was taken", got.Declared.DesiredAction)
+				}
+			}
+			if r.wantCreates == 1 {
+				spec := inst.specs[got.Owned.Workflow]
+				if spec.Request != got.Owned.Request || spec.Name != WorkflowName("node-a", got.Owned.Request) {
+					t.Errorf("Workflow %+v does not carry the claimed request %q", spec, got.Owned.Request)
+				}
+			}
+			// A second reconcile finds nothing left to do.
+			if _, err := s.Reconcile(ctx, 12); err != nil {
+				t.Fatal(err)
+			}
+			if n := len(inv.journal[12]); n != len(j) || inst.creates != r.wantCreates {
+				t.Errorf("second reconcile wrote %d more journal entries / %d Workflows", n-len(j), inst.creates-r.wantCreates)
+			}
+		})
+	}
+}
+
+// TestConcurrentTriggersCreateOneWorkflow: 20 concurrent triggers for one request (duplicate
+// webhooks, the reconcile, an operator) claim it once and create one Workflow.
+func TestConcurrentTriggersCreateOneWorkflow(t *testing.T) {
+	d := declared(12, "node-a")
+	d.Declared.DesiredAction = ActionProvision
+	inv, inst := newMemInventory(d), newMemInstaller()
+	s := newTestService(inv, inst)
+	var wg sync.WaitGroup
+	for i := 0; i < 20; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := s.Reconcile(context.Background(), 12); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if inst.creates != 1 {
+		t.Fatalf("%d Workflows created, want 1", inst.creates)
+	}
+	if n := len(inv.journal[12]); n != 1 {
+		t.Fatalf("%d journal entries, want 1: %q", n, inv.journal[12])
+	}
+}
+
+// TestClaimConflict: when the device changes between read and claim (412), the claim is redone
+// on the new version, and the owner's concurrent change is kept.
+func TestClaimConflict(t *testing.T) {
+	d := declared(12, "node-a")
+	d.Declared.DesiredAction = ActionProvision
+	inv, inst := newMemInventory(d), newMemInstaller()
+	inv.conflictOnce[12] = func(d *Device) { d.Declared.DiskSerial = "S-NEW" }
+	s := newTestService(inv, inst)
+	if _, err := s.Reconcile(context.Background(), 12); err != nil {
+		t.Fatal(err)
+	}
+	got := inv.dev(12)
+	if got.Owned.State != StatePending || inst.creates != 1 {
+		t.Fatalf("state %q, %d Workflows; want pending and 1", got.Owned.State, inst.creates)
+	}
+	if spec := inst.specs[got.Owned.Workflow]; spec.Device.Declared.DiskSerial != "S-NEW" {
+		t.Errorf("Workflow made from disk serial %q, want the owner's new S-NEW", spec.Device.Declared.DiskSerial)
+	}
+}
+
+// TestInstallDeferredThenCompleted: the Kubernetes API is down at claim time; the request stays
+// pending (recorded in NetBox) and the next reconcile creates its Workflow — the same path that
+// completes a request after a fleetd crash between claim and Workflow creation.
+func TestInstallDeferredThenCompleted(t *testing.T) {
+	d := declared(12, "node-a")
+	d.Declared.DesiredAction = ActionProvision
+	inv, inst := newMemInventory(d), newMemInstaller()
+	inst.fail = fmt.Errorf("dial tcp 127.0.0.1:6443: connection refused")
+	s := newTestService(inv, inst)
+	if _, err := s.Reconcile(context.Background(), 12); err == nil {
+		t.Fatal("Reconcile with the API down: no error")
+	}
+	got := inv.dev(12)
+	if got.Owned.State != StatePending || got.Owned.Workflow == "" || inst.creates != 0 {
+		t.Fatalf("after a failed create: state %q workflow %q creates %d", got.Owned.State, got.Owned.Workflow, inst.creates)
+	}
+	inst.fail = nil
+	if _, err := s.Reconcile(context.Background(), 12); err != nil {
+		t.Fatal(err)
+	}
+	if inst.creates != 1 || inst.specs[got.Owned.Workflow].Request != got.Owned.Request {
+		t.Fatalf("after the API returned: %d creates of %v, want 1 of %s", inst.creates, inst.specs, got.Owned.Workflow)
+	}
+	if n := len(inv.journal[12]); n != 1 {
+		t.Errorf("journal %q, want only the acceptance", inv.journal[12])
+	}
+}
+
+// TestTemplateRefusalFailsRequest: a Template fleetd cannot use fails the request at once with the
+// installer's reason, and nothing runs.
+func TestTemplateRefusalFailsRequest(t *testing.T) {
+	d := declared(12, "node-a")
+	d.Declared.DesiredAction = ActionWipe
+	inv, inst := newMemInventory(d), newMemInstaller()
+	inst.fail = fmt.Errorf("Template fleet-wipe: action wipe-disk has timeout 0: %w", ErrTemplate)
+	s := newTestService(inv, inst)
+	if _, err := s.Reconcile(context.Background(), 12); err != nil {
+		t.Fatal(err)
+	}
+	got := inv.dev(12)
+	if got.Owned.State != StateFailed || got.Status != StatusFailed {
+		t.Fatalf("state %q status %q, want failed/failed", got.Owned.State, got.Status)
+	}
+	if !strings.Contains(got.Owned.Message, "timeout 0") {
+		t.Errorf("message %q does not say why", got.Owned.Message)
+	}
+}
