@@ -204,7 +204,7 @@ const ekHash = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08
 
 func declared(id int64, name string) Device {
 	return Device{ID: id, Name: name, Status: StatusPlanned, MACs: []MAC{"3c:ec:ef:4c:4f:54"},
-		Address: netip.MustParsePrefix("10.0.0.5/24"),
+		Address:  netip.MustParsePrefix("10.0.0.5/24"),
 		Declared: Declaration{Class: "talos-worker", DiskSerial: "S4EWNX0R123456", EKHashes: []string{ekHash}}}
 }
 

@@ -49,7 +49,11 @@ func TestReconcileClaims(t *testing.T) {
 			device:    func(d Device) Device { return d },
 			wantState: StateNone, wantStatus: StatusPlanned},
 		{name: "refuse/no disk serial",
-			device:    func(d Device) Device { d.Declared.DesiredAction = ActionProvision; d.Declared.DiskSerial = ""; return d },
+			device: func(d Device) Device {
+				d.Declared.DesiredAction = ActionProvision
+				d.Declared.DiskSerial = ""
+				return d
+			},
 			wantState: StateRejected, wantStatus: StatusPlanned,
 			wantJournal: "warning: provision refused: disk_serial is empty", wantMessage: "disk_serial is empty"},
 		{name: "refuse/unknown class names the known ones",
@@ -57,7 +61,11 @@ func TestReconcileClaims(t *testing.T) {
 			wantState: StateRejected, wantStatus: StatusPlanned,
 			wantJournal: `fleet_class "nope" is not in classes.json (known: talos-worker, worker-g2)`},
 		{name: "refuse/worker-g2 with its reason",
-			device:    func(d Device) Device { d.Declared.DesiredAction = ActionProvision; d.Declared.Class = "worker-g2"; return d },
+			device: func(d Device) Device {
+				d.Declared.DesiredAction = ActionProvision
+				d.Declared.Class = "worker-g2"
+				return d
+			},
 			wantState: StateRejected, wantJournal: "class worker-g2 cannot be installed: G2 boards have no TPM 2.0"},
 		{name: "refuse/TPM 1.2 declared",
 			device:    func(d Device) Device { d.Declared.DesiredAction = ActionProvision; d.Declared.TPM = TPM12; return d },
@@ -69,7 +77,11 @@ func TestReconcileClaims(t *testing.T) {
 			device:    func(d Device) Device { d.Declared.DesiredAction = ActionProvision; d.Declared.EKHashes = nil; return d },
 			wantState: StateRejected, wantJournal: "ek_sha256 is empty"},
 		{name: "refuse/malformed EK hash",
-			device:    func(d Device) Device { d.Declared.DesiredAction = ActionProvision; d.Declared.EKHashes = []string{"abc"}; return d },
+			device: func(d Device) Device {
+				d.Declared.DesiredAction = ActionProvision
+				d.Declared.EKHashes = []string{"abc"}
+				return d
+			},
 			wantState: StateRejected, wantJournal: `ek_sha256 entry "abc" is not a hex SHA-256`},
 		{name: "refuse/every problem is listed at once",
 			device: func(d Device) Device {
