@@ -209,8 +209,13 @@ func declared(id int64, name string) Device {
 }
 
 func newTestService(inv Inventory, inst Installer) *Service {
+	clock := &fixedClock{time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)}
+	pending, err := NewPending(PendingConfig{Clock: clock, TTL: time.Hour})
+	if err != nil {
+		panic(err)
+	}
 	s, err := NewService(Config{FleetdURL: "http://spore:8080"}, Deps{Inventory: inv, Installer: inst,
-		Catalog: testCatalog(), Clock: &fixedClock{time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)},
+		Catalog: testCatalog(), Clock: clock, Pending: pending,
 		Random: rand.New(rand.NewSource(1))})
 	if err != nil {
 		panic(err)

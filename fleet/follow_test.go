@@ -17,6 +17,7 @@ func TestFollowWorkflow(t *testing.T) {
 		wantMessage string
 		wantJournal string
 		wantCerts   bool // serials kept
+		pending     bool // a configuration is pending in memory
 	}
 	rows := []row{
 		{name: "ok/install succeeded: configuring", state: StateInstalling, request: "provision-aaaaaaaa",
@@ -24,7 +25,15 @@ func TestFollowWorkflow(t *testing.T) {
 			wantMessage: "reboots into it", wantJournal: "info: Workflow node-a-provision-aaaaaaaa succeeded", wantCerts: true},
 		{name: "ok/still running: nothing written", state: StateInstalling, request: "provision-aaaaaaaa",
 			ws: &WorkflowStatus{Phase: WorkflowRunning, CurrentAction: "stream-image"}, wantState: StateInstalling,
-			wantStatus: StatusStaged, wantCerts: true},
+			wantStatus: StatusStaged, wantCerts: true, pending: true},
+		{name: "refuse/running install whose configuration was lost in a restart", state: StateInstalling, request: "provision-aaaaaaaa",
+			ws: &WorkflowStatus{Phase: WorkflowRunning, CurrentAction: "stream-image"}, wantState: StateFailed,
+			wantStatus: StatusFailed, wantCerts: true, wantMessage: "was lost when fleetd restarted", wantJournal: "danger:"},
+		{name: "refuse/configuring node never fetched: lost after a restart", state: StateConfiguring, request: "provision-aaaaaaaa",
+			ws: &WorkflowStatus{Phase: WorkflowSucceeded}, wantState: StateFailed, wantStatus: StatusFailed, wantCerts: true,
+			wantMessage: "set desired_action=provision to provision again", wantJournal: "danger:"},
+		{name: "ok/configuring, configuration waiting: nothing written", state: StateConfiguring, request: "provision-aaaaaaaa",
+			ws: &WorkflowStatus{Phase: WorkflowSucceeded}, wantState: StateConfiguring, wantStatus: StatusStaged, wantCerts: true, pending: true},
 		{name: "ok/wipe succeeded: wiped, offline, certificates forgotten", state: StateWiping, request: "wipe-aaaaaaaa",
 			ws: &WorkflowStatus{Phase: WorkflowSucceeded}, wantState: StateWiped, wantStatus: StatusOffline,
 			wantMessage: "disk S4EWNX0R123456 wiped", wantJournal: "success: Workflow node-a-wipe-aaaaaaaa succeeded"},
@@ -63,6 +72,9 @@ func TestFollowWorkflow(t *testing.T) {
 				inst.set(d.Owned.Workflow, *r.ws)
 			}
 			s := newTestService(inv, inst)
+			if r.pending {
+				putPending(t, s, d)
+			}
 			if _, err := s.Reconcile(context.Background(), 12); err != nil {
 				t.Fatal(err)
 			}
@@ -107,5 +119,14 @@ func TestWorkflowChangedIgnoresOldWorkflows(t *testing.T) {
 	}
 	if got := inv.dev(12); got.Owned.State != StateFailed {
 		t.Fatalf("current Workflow's failure: state %q, want failed", got.Owned.State)
+	}
+}
+
+func putPending(t *testing.T, s *Service, d Device) {
+	t.Helper()
+	_, err := s.pending.Put(d.ID, PendingEntry{Device: d.Name, AttestedUUID: "4c4c4544-0042-3510-8052-b4c04f4e3232",
+		Address: d.IP(), Config: NodeConfig{Kind: KindTalos, Body: []byte("machine: {}"), Summary: "Talos worker config"}})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

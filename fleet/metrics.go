@@ -14,6 +14,9 @@ type metrics struct {
 	conflicts        prometheus.Counter
 	installErrors    prometheus.Counter
 	journalErrors    prometheus.Counter
+	pendingConfigs   prometheus.Gauge
+	pendingLost      *prometheus.CounterVec
+	deliveries       *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -43,9 +46,21 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "fleetd_journal_errors_total",
 			Help: "NetBox journal entries that could not be written.",
 		}),
+		pendingConfigs: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "fleetd_pending_configs",
+			Help: "Configurations rendered and waiting in memory for their one fetch.",
+		}),
+		pendingLost: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fleetd_pending_configs_lost_total",
+			Help: "Provision requests whose pending configuration was lost (restart) or expired unfetched.",
+		}, []string{"reason"}),
+		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fleetd_config_fetches_total",
+			Help: "Configuration fetches by kind and outcome (delivered, or the refusal code).",
+		}, []string{"kind", "outcome"}),
 	}
 	for _, c := range []prometheus.Collector{m.requests, m.reconcileRuns, m.reconcileSeconds,
-		m.conflicts, m.installErrors, m.journalErrors} {
+		m.conflicts, m.installErrors, m.journalErrors, m.pendingConfigs, m.pendingLost, m.deliveries} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register fleet metrics: %w", err)
 		}

@@ -114,7 +114,9 @@ func (s *Service) follow(ctx context.Context, d Device) (Outcome, error) {
 		return out, fmt.Errorf("read Workflow %s of %s: %w", d.Owned.Workflow, d.Name, err)
 	}
 	if ws.Phase.Terminal() {
-		return s.workflowEnded(ctx, d, action, ws)
+		if _, moves := Next(d.Owned.State, action, workflowEvent(ws)); moves {
+			return s.workflowEnded(ctx, d, action, ws)
+		}
 	}
 	out.Detail = "Workflow " + string(ws.Phase) + " at " + ws.CurrentAction
 	return s.followPending(ctx, d, action, out)
@@ -153,6 +155,13 @@ func (s *Service) workflowEnded(ctx context.Context, d Device, action Action, ws
 		msg += ": " + ws.Message
 	}
 	return s.apply(ctx, d, action, EventWorkflowFailed, msg+".")
+}
+
+func workflowEvent(ws WorkflowStatus) Event {
+	if ws.Phase == WorkflowSucceeded {
+		return EventWorkflowSucceeded
+	}
+	return EventWorkflowFailed
 }
 
 func succeededMessage(d Device, action Action, ws WorkflowStatus) string {

@@ -23,6 +23,8 @@ type Deps struct {
 	Inventory Inventory
 	Installer Installer
 	Catalog   Catalog
+	Pending   *Pending  // the one-time configurations (memory only)
+	Renderer  *Renderer // renders them at attestation
 	Clock     Clock
 	Random    Random
 	Logger    zerolog.Logger
@@ -39,9 +41,11 @@ type Service struct {
 	catalog Catalog
 	clock   Clock
 	rnd     Random
-	log     zerolog.Logger
-	metrics *metrics
-	locks   deviceLocks
+	pending  *Pending
+	renderer *Renderer
+	log      zerolog.Logger
+	metrics  *metrics
+	locks    deviceLocks
 }
 
 // NewService checks the dependencies and builds the service.
@@ -55,6 +59,8 @@ func NewService(cfg Config, deps Deps) (*Service, error) {
 		return nil, errors.New("new service: no clock")
 	case deps.Random == nil:
 		return nil, errors.New("new service: no randomness")
+	case deps.Pending == nil:
+		return nil, errors.New("new service: no pending store")
 	case cfg.FleetdURL == "":
 		return nil, errors.New("new service: no fleetd URL for the agents")
 	}
@@ -67,7 +73,8 @@ func NewService(cfg Config, deps Deps) (*Service, error) {
 		return nil, fmt.Errorf("new service: %w", err)
 	}
 	return &Service{cfg: cfg, inv: deps.Inventory, inst: deps.Installer, catalog: deps.Catalog,
-		clock: deps.Clock, rnd: &lockedReader{r: deps.Random}, log: deps.Logger, metrics: m}, nil
+		clock: deps.Clock, rnd: &lockedReader{r: deps.Random}, pending: deps.Pending, renderer: deps.Renderer,
+		log: deps.Logger, metrics: m}, nil
 }
 
 // lockedReader serialises reads of a randomness source that is not safe for concurrent use (a
@@ -193,6 +200,8 @@ func (s *Service) ReconcileAll(ctx context.Context) ([]Device, error) {
 		s.metrics.reconcileRuns.WithLabelValues("error").Inc()
 		return nil, fmt.Errorf("list devices for reconcile: %w: %w", ErrInventory, err)
 	}
+	s.pending.Sweep() // expired configurations end their requests below (followPending)
+	s.metrics.pendingConfigs.Set(float64(s.pending.Len()))
 	var errs []error
 	for _, d := range devices {
 		if !NeedsAttention(d) {

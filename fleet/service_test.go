@@ -102,11 +102,11 @@ func TestReconcileClaims(t *testing.T) {
 			wantState: StateRejected, wantStatus: StatusDecommissioning, wantJournal: "set its status back to planned"},
 		{name: "ok/a request waits while another runs",
 			device: func(d Device) Device {
-				d.Declared.DesiredAction, d.Owned.State = ActionWipe, StateInstalling
-				d.Owned.Request, d.Owned.Workflow = "provision-aaaaaaaa", "node-a-provision-aaaaaaaa"
+				d.Declared.DesiredAction, d.Owned.State = ActionProvision, StateWiping
+				d.Owned.Request, d.Owned.Workflow = "wipe-aaaaaaaa", "node-a-wipe-aaaaaaaa"
 				return d
 			},
-			wantState: StateInstalling, wantStatus: StatusPlanned},
+			wantState: StateWiping, wantStatus: StatusPlanned},
 	}
 	for _, r := range rows {
 		t.Run(r.name, func(t *testing.T) {
