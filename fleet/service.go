@@ -35,12 +35,12 @@ type Deps struct {
 // lifecycle, and records every decision in NetBox. It keeps no state of its own beyond the
 // per-device locks (and, added by other files, the pending configurations).
 type Service struct {
-	cfg     Config
-	inv     Inventory
-	inst    Installer
-	catalog Catalog
-	clock   Clock
-	rnd     Random
+	cfg      Config
+	inv      Inventory
+	inst     Installer
+	catalog  Catalog
+	clock    Clock
+	rnd      Random
 	pending  *Pending
 	renderer *Renderer
 	log      zerolog.Logger
