@@ -1,0 +1,85 @@
+package workflows
+
+import (
+	"fmt"
+
+	"github.com/folly-infra/fleetd/fleet"
+)
+
+// RefusedError is Install's refusal: the Template or the device cannot carry the request, and
+// retrying will not change that (SPEC §3). It wraps fleet.ErrTemplate, so the request fails with
+// Error() as its reason; any other error from Install means the Kubernetes API could not be
+// reached or answered unexpectedly, and the caller retries later.
+type RefusedError struct {
+	Template string // the Template named by the class, "" when the device was the problem
+	Reason   string // one sentence without a final period: what is wrong and what to do
+}
+
+func (e *RefusedError) Error() string {
+	if e.Template == "" {
+		return e.Reason
+	}
+	return fmt.Sprintf("Template %s: %s", e.Template, e.Reason)
+}
+
+// Unwrap makes errors.Is(err, fleet.ErrTemplate) true.
+func (e *RefusedError) Unwrap() error { return fleet.ErrTemplate }
+
+func refuse(template, format string, args ...any) *RefusedError {
+	return &RefusedError{Template: template, Reason: fmt.Sprintf(format, args...)}
+}
+
+// AgentActionEnv marks the fleetd agent: the first action of every Template fleetd runs must
+// carry FLEETD_ACTION=enroll in its environment (task environment merged with the action's), and
+// FLEETD_URL and FLEETD_DEVICE rendered to this Workflow's fleetd_url and device_name. An
+// explicit marker, rather than a guess from the image name, keeps working when the image is
+// mirrored under another name, and states the Template author's intent: no later action (a wipe)
+// may run unless the agent has attested the machine first (SPEC §1 step 4).
+const (
+	AgentActionEnv   = "FLEETD_ACTION"
+	AgentActionValue = "enroll"
+	AgentURLEnv      = "FLEETD_URL"
+	AgentDeviceEnv   = "FLEETD_DEVICE"
+)
+
+// CheckTemplate applies fleetd's own requirements to a rendered Template, beyond what
+// Tinkerbell checks (tinkerbell-talos.md §1 lifecycle 6 and §1 "Use one task"):
+//   - global_timeout and every action's timeout are set and positive (0 makes tink-controller
+//     time the Workflow out on its first RUNNING reconcile);
+//   - exactly one task, whose worker is the device's MAC (hardwareMap device_1), or no worker
+//     would ever be served the Workflow;
+//   - the first action is the fleetd agent (AgentActionEnv) talking to this fleetd about this
+//     device.
+//
+// The error is a *RefusedError naming the first problem.
+func CheckTemplate(name string, r Rendered, hardwareMap map[string]string) error {
+	if r.GlobalTimeout <= 0 {
+		return refuse(name, "global_timeout is %d: Tinkerbell would time the Workflow out at once; set it to the Workflow's limit in seconds", r.GlobalTimeout)
+	}
+	if len(r.Tasks) != 1 {
+		return refuse(name, "it has %d tasks: fleetd runs Templates with exactly one task (newer Tinkerbell runs only the first)", len(r.Tasks))
+	}
+	task := r.Tasks[0]
+	if task.WorkerAddr != hardwareMap[MapMAC] {
+		return refuse(name, "task %s has worker %q, want the device's MAC %q: write worker: \"{{.%s}}\"", task.Name, task.WorkerAddr, hardwareMap[MapMAC], MapMAC)
+	}
+	if len(task.Actions) == 0 {
+		return refuse(name, "task %s has no action: the first action must be the fleetd agent", task.Name)
+	}
+	for _, a := range task.Actions {
+		if a.Timeout <= 0 {
+			return refuse(name, "action %s has timeout %d: Tinkerbell would time it out at once; set it in seconds", a.Name, a.Timeout)
+		}
+	}
+	first := task.Actions[0]
+	env := MergedEnv(task, first)
+	if env[AgentActionEnv] != AgentActionValue {
+		return refuse(name, "first action %s (image %s) is not the fleetd agent: it must set %s=%s so that nothing runs before the machine is attested", first.Name, first.Image, AgentActionEnv, AgentActionValue)
+	}
+	if env[AgentURLEnv] != hardwareMap[MapFleetdURL] || env[AgentDeviceEnv] != hardwareMap[MapDeviceName] {
+		return refuse(name, "first action %s has %s=%q and %s=%q, want %q and %q: write {{.%s}} and {{.%s}}", first.Name,
+			AgentURLEnv, env[AgentURLEnv], AgentDeviceEnv, env[AgentDeviceEnv],
+			hardwareMap[MapFleetdURL], hardwareMap[MapDeviceName], MapFleetdURL, MapDeviceName)
+	}
+	return nil
+}

@@ -1,0 +1,191 @@
+package workflows
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+
+	tinkv1 "github.com/tinkerbell/tink/api/v1alpha1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/folly-infra/fleetd/fleet"
+)
+
+// Install makes the device's Hardware current and creates the request's Workflow (SPEC §3).
+//
+// It is idempotent: when the Workflow w.Name exists, Install returns nil and changes nothing;
+// concurrent calls for one request create one Workflow (the API server's AlreadyExists decides).
+// Before writing anything it reads the class's Template, renders it with this Workflow's
+// hardwareMap and applies CheckTemplate; a Template or device that cannot carry the request
+// yields a *RefusedError (wrapping fleet.ErrTemplate). Any other error means the API server could
+// not be reached or answered unexpectedly: retry later.
+func (in *Installer) Install(ctx context.Context, w fleet.WorkflowSpec) error {
+	log := in.log.With().Str("device", w.Device.Name).Str("class", w.Class.Name).
+		Str("action", string(w.Action)).Str("step", "install").Str("workflow", w.Name).Logger()
+	wfKey := client.ObjectKey{Namespace: in.ns, Name: w.Name}
+	// 1. An existing Workflow is success: the request was installed before.
+	err := in.observe("get_workflow", in.c.Get(ctx, wfKey, &tinkv1.Workflow{}))
+	switch {
+	case err == nil:
+		log.Info().Str("outcome", "exists").Msg("Workflow already exists")
+		return nil
+	case !apierrors.IsNotFound(err):
+		return fmt.Errorf("read Workflow %s: %w", w.Name, err)
+	}
+	// 2. Build what will be written and check it without side effects.
+	if err := validNames(w); err != nil {
+		log.Warn().Str("outcome", "refused").Err(err).Msg("request refused")
+		return err
+	}
+	existing, err := in.readHardware(ctx, w.Device.Name)
+	if err != nil {
+		return err
+	}
+	boot, note, err := bootOptions(w, existing)
+	if err != nil {
+		log.Warn().Str("outcome", "refused").Err(err).Msg("request refused")
+		return err
+	}
+	hw := desiredHardware(existing, w, in.ns, boot)
+	hm := HardwareMap(w)
+	if err := in.checkTemplate(ctx, w.Template, hm, hw); err != nil {
+		log.Warn().Str("outcome", "refused").Err(err).Msg("request refused")
+		return err
+	}
+	// 3. Write the Hardware, then create the Workflow.
+	if err := in.applyHardware(ctx, w, boot); err != nil {
+		return err
+	}
+	created, err := in.createWorkflow(ctx, w, hm, boot)
+	if err != nil {
+		return err
+	}
+	ev := log.Info().Str("outcome", "created").Str("template", w.Template).Bool("created", created)
+	if note != "" {
+		ev = ev.Str("note", note)
+	}
+	ev.Msg("Workflow installed")
+	return nil
+}
+
+// HardwareMap is the hardwareMap of the request's Workflow: every Map* key, always present (a
+// Template that names a missing key fails to render).
+func HardwareMap(w fleet.WorkflowSpec) map[string]string {
+	return map[string]string{
+		MapMAC:        string(w.Device.PrimaryMAC()),
+		MapDiskSerial: w.Device.Declared.DiskSerial,
+		MapFleetdURL:  w.FleetdURL,
+		MapDeviceName: w.Device.Name,
+		MapDeviceID:   strconv.FormatInt(w.Device.ID, 10),
+		MapRequest:    w.Request,
+		MapAction:     string(w.Action),
+		MapImageURL:   w.Class.Image,
+	}
+}
+
+// validNames refuses a request whose objects Kubernetes would reject: names must be DNS
+// subdomains, label values at most 63 characters, and Tinkerbell needs the MAC.
+func validNames(w fleet.WorkflowSpec) error {
+	for _, n := range []struct{ what, v string }{{"device name", w.Device.Name}, {"Workflow name", w.Name}} {
+		if errs := validation.IsDNS1123Subdomain(n.v); len(errs) > 0 {
+			return refuse("", "%s %q is not a valid Kubernetes object name (%s): rename the device in NetBox", n.what, n.v, errs[0])
+		}
+	}
+	for _, v := range []string{w.Request, string(w.Action)} {
+		if errs := validation.IsValidLabelValue(v); len(errs) > 0 {
+			return refuse("", "request %q cannot be a Kubernetes label value (%s)", v, errs[0])
+		}
+	}
+	if w.Device.PrimaryMAC() == "" {
+		return refuse("", "device %s has no MAC address in NetBox: Tinkerbell identifies the machine by it", w.Device.Name)
+	}
+	if w.Template == "" {
+		return refuse("", "class %s names no Template for %s", w.Class.Name, w.Action)
+	}
+	return nil
+}
+
+// checkTemplate reads the Template and renders it exactly as tink-controller will, then applies
+// fleetd's requirements.
+func (in *Installer) checkTemplate(ctx context.Context, name string, hm map[string]string, hw *tinkv1.Hardware) error {
+	tpl := &tinkv1.Template{}
+	err := in.observe("get_template", in.c.Get(ctx, client.ObjectKey{Namespace: in.ns, Name: name}, tpl))
+	switch {
+	case apierrors.IsNotFound(err):
+		return refuse(name, "it does not exist in namespace %s: apply it from the infrastructure repo", in.ns)
+	case err != nil:
+		return fmt.Errorf("read Template %s: %w", name, err)
+	}
+	if tpl.Spec.Data == nil || *tpl.Spec.Data == "" {
+		return refuse(name, "spec.data is empty")
+	}
+	r, err := RenderTemplate(*tpl.Spec.Data, hm, hw)
+	if err != nil {
+		return refuse(name, "it does not render as Tinkerbell would render it: %v", err)
+	}
+	return CheckTemplate(name, r, hm)
+}
+
+// bootOptions derives the Workflow's bootOptions from the class (SPEC §3: netboot via BMC where
+// the Hardware has one). A class asking for bootMode netboot on Hardware without spec.bmcRef
+// falls back to toggleAllowNetboot (tink-controller would otherwise fail NetbootJobSetup and leave
+// the Workflow in PREPARING for ever); the machine must then be PXE-booted by hand or by its own
+// boot order. bootMode iso has no such fallback and is refused without a BMC.
+func bootOptions(w fleet.WorkflowSpec, existing *tinkv1.Hardware) (tinkv1.BootOptions, string, error) {
+	nb := w.Class.Netboot
+	hasBMC := existing != nil && existing.Spec.BMCRef != nil
+	switch nb.BootMode {
+	case "":
+		return tinkv1.BootOptions{ToggleAllowNetboot: nb.ToggleAllowNetboot}, "", nil
+	case string(tinkv1.BootModeNetboot):
+		if !hasBMC {
+			return tinkv1.BootOptions{ToggleAllowNetboot: true},
+				"class asks for bootMode netboot but the Hardware has no bmcRef: toggling allowPXE instead", nil
+		}
+		return tinkv1.BootOptions{BootMode: tinkv1.BootModeNetboot, ToggleAllowNetboot: nb.ToggleAllowNetboot}, "", nil
+	case string(tinkv1.BootModeISO):
+		if !hasBMC {
+			return tinkv1.BootOptions{}, "", refuse("", "class %s boots by ISO, which needs a BMC, but Hardware %s has no spec.bmcRef: add the BMC or change the class's netboot.boot_mode", w.Class.Name, w.Device.Name)
+		}
+		return tinkv1.BootOptions{BootMode: tinkv1.BootModeISO, ISOURL: nb.ISOURL, ToggleAllowNetboot: nb.ToggleAllowNetboot}, "", nil
+	}
+	return tinkv1.BootOptions{}, "", refuse("", "class %s has unknown netboot.boot_mode %q", w.Class.Name, nb.BootMode)
+}
+
+// createWorkflow creates the Workflow; AlreadyExists (a concurrent Install won) is success and
+// reports created false.
+func (in *Installer) createWorkflow(ctx context.Context, w fleet.WorkflowSpec, hm map[string]string, boot tinkv1.BootOptions) (bool, error) {
+	wf := &tinkv1.Workflow{
+		ObjectMeta: metav1.ObjectMeta{Name: w.Name, Namespace: in.ns, Labels: workflowLabels(w)},
+		Spec: tinkv1.WorkflowSpec{TemplateRef: w.Template, HardwareRef: w.Device.Name,
+			HardwareMap: hm, BootOptions: boot},
+	}
+	err := in.observe("create_workflow", in.c.Create(ctx, wf))
+	switch {
+	case err == nil:
+		in.metrics.created.Inc()
+		return true, nil
+	case apierrors.IsAlreadyExists(err):
+		return false, nil
+	case apierrors.IsInvalid(err):
+		return false, refuse(w.Template, "the API server rejected Workflow %s: %v", w.Name, err)
+	}
+	return false, fmt.Errorf("create Workflow %s: %w", w.Name, err)
+}
+
+func workflowLabels(w fleet.WorkflowSpec) map[string]string {
+	return map[string]string{
+		LabelDeviceID: strconv.FormatInt(w.Device.ID, 10),
+		LabelRequest:  w.Request,
+		LabelAction:   string(w.Action),
+	}
+}
+
+// netmask is the dotted IPv4 netmask of a prefix length.
+func netmask(bits int) string {
+	return net.IP(net.CIDRMask(bits, 32)).String()
+}

@@ -1,0 +1,167 @@
+package workflows
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	tinkv1 "github.com/tinkerbell/tink/api/v1alpha1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/folly-infra/fleetd/fleet"
+)
+
+// Workflow reads a Workflow's progress (SPEC §3). A missing Workflow is a wrapped
+// fleet.ErrNotFound; any other error means the API server could not be read.
+//
+// The Workflow is read as unstructured JSON so that both Tinkerbell generations are understood:
+// tink v0.12.2 (STATE_SUCCESS, actions[].status, status.templateRending) and the newer
+// tinkerbell/tinkerbell (SUCCESS, actions[].state, status.templateRendering,
+// status.currentState.actionName); see tinkerbell-talos.md §1.
+func (in *Installer) Workflow(ctx context.Context, name string) (fleet.WorkflowStatus, error) {
+	u := newUnstructuredWorkflow()
+	err := in.observe("get_workflow", in.c.Get(ctx, client.ObjectKey{Namespace: in.ns, Name: name}, u))
+	switch {
+	case apierrors.IsNotFound(err):
+		return fleet.WorkflowStatus{}, fmt.Errorf("read Workflow %s in namespace %s: %w", name, in.ns, fleet.ErrNotFound)
+	case err != nil:
+		return fleet.WorkflowStatus{}, fmt.Errorf("read Workflow %s in namespace %s: %w", name, in.ns, err)
+	}
+	return statusOf(u)
+}
+
+func newUnstructuredWorkflow() *unstructured.Unstructured {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(tinkv1.GroupVersion.WithKind("Workflow"))
+	return u
+}
+
+// observedStatus is the union of both generations' status fields that fleetd reads.
+type observedStatus struct {
+	State             string `json:"state"`
+	CurrentAction     string `json:"currentAction"`
+	TemplateRending   string `json:"templateRending"`   // tink v0.12.2 (sic)
+	TemplateRendering string `json:"templateRendering"` // tinkerbell/tinkerbell
+	CurrentState      *struct {
+		ActionName string `json:"actionName"`
+	} `json:"currentState"`
+	Conditions []struct {
+		Type    string `json:"type"`
+		Status  string `json:"status"`
+		Message string `json:"message"`
+	} `json:"conditions"`
+	Tasks []struct {
+		Actions []struct {
+			Name    string `json:"name"`
+			Status  string `json:"status"` // tink v0.12.2
+			State   string `json:"state"`  // tinkerbell/tinkerbell
+			Message string `json:"message"`
+		} `json:"actions"`
+	} `json:"tasks"`
+}
+
+// statusOf converts a Workflow object into fleetd's view of it.
+func statusOf(u *unstructured.Unstructured) (fleet.WorkflowStatus, error) {
+	raw, err := json.Marshal(u.Object["status"])
+	if err != nil {
+		return fleet.WorkflowStatus{}, fmt.Errorf("encode status of Workflow %s: %w", u.GetName(), err)
+	}
+	var st observedStatus
+	if err := json.Unmarshal(raw, &st); err != nil {
+		return fleet.WorkflowStatus{}, fmt.Errorf("decode status of Workflow %s: %w", u.GetName(), err)
+	}
+	return st.workflowStatus(u.GetName()), nil
+}
+
+// blockingConditions are conditions after which tink-controller leaves a Workflow where it is
+// for ever (PREPARING, or no state at all); fleetd reports them as a failure so that the request
+// ends instead of waiting.
+var blockingConditions = map[string]bool{
+	string(tinkv1.TemplateRenderedSuccess): false, // failed when its status is False
+	string(tinkv1.NetbootJobSetupFailed):   true,
+	string(tinkv1.NetbootJobFailed):        true,
+	"BootJobSetupFailed":                   true,
+	"BootJobFailed":                        true,
+}
+
+func (st observedStatus) workflowStatus(name string) fleet.WorkflowStatus {
+	ws := fleet.WorkflowStatus{Name: name, CurrentAction: st.CurrentAction}
+	if ws.CurrentAction == "" && st.CurrentState != nil {
+		ws.CurrentAction = st.CurrentState.ActionName
+	}
+	state := strings.TrimPrefix(st.State, "STATE_")
+	switch state {
+	case "", "PREPARING", "PENDING":
+		ws.Phase = fleet.WorkflowWaiting
+	case "RUNNING", "POST":
+		ws.Phase = fleet.WorkflowRunning
+	case "SUCCESS":
+		ws.Phase = fleet.WorkflowSucceeded
+	case "FAILED":
+		ws.Phase = fleet.WorkflowFailed
+	case "TIMEOUT":
+		ws.Phase = fleet.WorkflowTimedOut
+	default:
+		ws.Phase = fleet.WorkflowWaiting
+		ws.Message = fmt.Sprintf("unknown Tinkerbell state %q", st.State)
+	}
+	if ws.Phase == fleet.WorkflowWaiting {
+		if msg, blocked := st.blocked(); blocked {
+			ws.Phase, ws.Message = fleet.WorkflowFailed, msg
+		}
+	}
+	if ws.Phase == fleet.WorkflowFailed || ws.Phase == fleet.WorkflowTimedOut {
+		st.failedAction(&ws)
+	}
+	return ws
+}
+
+// blocked reports a Workflow that will never run: its Template failed to render, or its boot
+// job could not be set up or failed.
+func (st observedStatus) blocked() (string, bool) {
+	if st.TemplateRending == string(tinkv1.TemplateRenderingFailed) || st.TemplateRendering == string(tinkv1.TemplateRenderingFailed) {
+		for _, c := range st.Conditions {
+			if c.Type == string(tinkv1.TemplateRenderedSuccess) && c.Message != "" {
+				return c.Message, true
+			}
+		}
+		return "Tinkerbell could not render the Template", true
+	}
+	for _, c := range st.Conditions {
+		failing, known := blockingConditions[c.Type]
+		switch {
+		case known && failing && c.Status == "True":
+			return fmt.Sprintf("%s: %s", c.Type, c.Message), true
+		case known && !failing && c.Status == "False":
+			return fmt.Sprintf("%s is False: %s", c.Type, c.Message), true
+		}
+	}
+	return "", false
+}
+
+// failedAction fills the first action whose state is FAILED or TIMEOUT; a global timeout marks
+// no action, and then the current action is named.
+func (st observedStatus) failedAction(ws *fleet.WorkflowStatus) {
+	for _, t := range st.Tasks {
+		for _, a := range t.Actions {
+			s := a.Status
+			if s == "" {
+				s = a.State
+			}
+			s = strings.TrimPrefix(s, "STATE_")
+			if s == "FAILED" || s == "TIMEOUT" {
+				ws.FailedAction, ws.Message = a.Name, a.Message
+				return
+			}
+		}
+	}
+	if ws.FailedAction == "" {
+		ws.FailedAction = ws.CurrentAction
+	}
+	if ws.Message == "" && ws.Phase == fleet.WorkflowTimedOut {
+		ws.Message = "the Workflow's global_timeout passed"
+	}
+}
