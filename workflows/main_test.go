@@ -127,7 +127,7 @@ func spec(d fleet.Device, template string, action fleet.Action, request string) 
 		Name: fleet.WorkflowName(d.Name, request), Template: template, Device: d, Action: action,
 		Request: request, FleetdURL: "https://spore.folly:8443",
 		Class: fleet.Class{Name: "talos-worker", Kind: fleet.KindTalos, Installable: true,
-			Image: "https://images.folly/talos-1.11.5-metal-amd64.raw.zst",
+			Image:   "https://images.folly/talos-1.11.5-metal-amd64.raw.zst",
 			Netboot: fleet.Netboot{ToggleAllowNetboot: true}},
 	}
 }
