@@ -1,0 +1,269 @@
+package netboxemu
+
+import (
+	"github.com/folly-infra/fleetd/netbox"
+	"net/netip"
+	"sort"
+	"strings"
+	"time"
+)
+
+// The in-memory database: one struct per NetBox model the emulator serves, rows keyed by id.
+// Everything is guarded by Emulator.mu.
+
+type user struct {
+	id       int
+	username string
+}
+
+type token struct {
+	id           int
+	user         int
+	version      int    // 1 or 2
+	key          string // v2: the 12-character key after nbt_
+	plaintext    string
+	writeEnabled bool
+}
+
+// named is a site, role, manufacturer (organizational models with name and slug).
+type named struct {
+	id          int
+	name, slug  string
+	description string
+	created     time.Time
+	lastUpdated time.Time
+}
+
+type deviceType struct {
+	named        // name is the model
+	manufacturer int
+}
+
+type device struct {
+	id          int
+	name        string
+	deviceType  int
+	role        int
+	site        int
+	status      string
+	serial      string
+	assetTag    *string
+	description string
+	comments    string
+	primaryIP4  int            // 0: none
+	cf          map[string]any // custom_field_data: only keys ever assigned (NetBox 4.6.8)
+	tags        []string
+	created     time.Time
+	lastUpdated time.Time
+}
+
+type iface struct {
+	id          int
+	device      int
+	name        string
+	typ         string
+	enabled     bool
+	mgmtOnly    bool
+	primaryMAC  int // 0: none
+	description string
+	created     time.Time
+	lastUpdated time.Time
+}
+
+type macAddr struct {
+	id          int
+	mac         string // uppercase, colon-separated, as NetBox renders it
+	iface       int    // assigned dcim.interface, 0: unassigned
+	description string
+	created     time.Time
+	lastUpdated time.Time
+}
+
+type ipAddr struct {
+	id          int
+	address     netip.Prefix
+	status      string
+	iface       int // assigned dcim.interface, 0: unassigned
+	dnsName     string
+	description string
+	created     time.Time
+	lastUpdated time.Time
+}
+
+type journalEntry struct {
+	id          int
+	objType     string
+	objID       int
+	created     time.Time
+	createdBy   int
+	kind        string
+	comments    string
+	lastUpdated time.Time
+}
+
+type choiceSet struct {
+	id          int
+	name        string
+	description string
+	choices     [][2]string
+	created     time.Time
+	lastUpdated time.Time
+}
+
+type customField struct {
+	id              int
+	name, label     string
+	typ             string
+	objectTypes     []string
+	choiceSet       int // 0: none
+	groupName       string
+	weight          int
+	description     string
+	required        bool
+	def             any
+	uiVisible       string
+	uiEditable      string
+	validationRegex string
+	created         time.Time
+	lastUpdated     time.Time
+}
+
+type webhook struct {
+	id                int
+	name, description string
+	payloadURL        string
+	httpMethod        string
+	contentType       string
+	additionalHeaders string
+	secret            string
+	sslVerification   bool
+	created           time.Time
+	lastUpdated       time.Time
+}
+
+type eventRule struct {
+	id          int
+	name        string
+	description string
+	objectTypes []string
+	eventTypes  []string
+	enabled     bool
+	conditions  any                // decoded JSON as stored (nil: none)
+	cond        *netbox.Conditions // parsed conditions (nil: always)
+	webhook     int
+	created     time.Time
+	lastUpdated time.Time
+}
+
+// db holds every table and the id sequences.
+type db struct {
+	seq          map[string]int
+	users        map[int]*user
+	tokens       map[int]*token
+	sites        map[int]*named
+	roles        map[int]*named
+	mfrs         map[int]*named
+	deviceTypes  map[int]*deviceType
+	devices      map[int]*device
+	ifaces       map[int]*iface
+	macs         map[int]*macAddr
+	ips          map[int]*ipAddr
+	journal      map[int]*journalEntry
+	choiceSets   map[int]*choiceSet
+	customFields map[int]*customField
+	webhooks     map[int]*webhook
+	eventRules   map[int]*eventRule
+}
+
+func newDB() *db {
+	return &db{seq: map[string]int{}, users: map[int]*user{}, tokens: map[int]*token{},
+		sites: map[int]*named{}, roles: map[int]*named{}, mfrs: map[int]*named{},
+		deviceTypes: map[int]*deviceType{}, devices: map[int]*device{}, ifaces: map[int]*iface{},
+		macs: map[int]*macAddr{}, ips: map[int]*ipAddr{}, journal: map[int]*journalEntry{},
+		choiceSets: map[int]*choiceSet{}, customFields: map[int]*customField{},
+		webhooks: map[int]*webhook{}, eventRules: map[int]*eventRule{}}
+}
+
+// next returns the next primary key of a table (ids start at 1 and are never reused).
+func (d *db) next(table string) int {
+	d.seq[table]++
+	return d.seq[table]
+}
+
+// sortedIDs returns the keys of a table ordered by less (the model's Meta.ordering).
+func sortedIDs[T any](m map[int]T, less func(a, b T) bool) []int {
+	ids := make([]int, 0, len(m))
+	for id := range m {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool {
+		a, b := m[ids[i]], m[ids[j]]
+		if less(a, b) {
+			return true
+		}
+		if less(b, a) {
+			return false
+		}
+		return ids[i] < ids[j]
+	})
+	return ids
+}
+
+// deviceCFs returns the custom fields defined for an object type, in NetBox's order
+// (group_name, weight, name).
+func (d *db) cfsFor(objectType string) []*customField {
+	var out []*customField
+	for _, cf := range d.customFields {
+		for _, ot := range cf.objectTypes {
+			if ot == objectType {
+				out = append(out, cf)
+				break
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.groupName != b.groupName {
+			return a.groupName < b.groupName
+		}
+		if a.weight != b.weight {
+			return a.weight < b.weight
+		}
+		return a.name < b.name
+	})
+	return out
+}
+
+func (d *db) userByName(name string) *user {
+	for _, u := range d.users {
+		if u.username == name {
+			return u
+		}
+	}
+	return nil
+}
+
+func (d *db) deviceByName(name string) *device {
+	for _, dev := range d.devices {
+		if dev.name == name {
+			return dev
+		}
+	}
+	return nil
+}
+
+// slugify makes a NetBox-style slug from a name.
+func slugify(s string) string {
+	var b strings.Builder
+	dash := false
+	for _, r := range strings.ToLower(s) {
+		if (r >= 'a' && r <= 'z') || (r >= '0' && r <= '9') || r == '_' {
+			b.WriteRune(r)
+			dash = false
+		} else if !dash && b.Len() > 0 {
+			b.WriteByte('-')
+			dash = true
+		}
+	}
+	return strings.TrimSuffix(b.String(), "-")
+}

@@ -1,0 +1,186 @@
+// Package netboxemu is an in-memory stand-in for NetBox 4.6.8's REST API and webhook delivery,
+// for fleetd's development stack and tests (SPEC §8). It is not part of the production binary.
+//
+// It follows NetBox's observable behaviour as written down in reference/netbox.md: the JSON
+// shapes of the serializers fleetd reads, per-key custom-field merge on PATCH, NetBox's
+// validation messages, ETag/If-Match/412, token auth (v1 and v2), and webhooks fired by event
+// rules with conditions, signed with HMAC-SHA512 over a body written like Python's json.dumps.
+// README.md lists what it leaves out. Nothing here is hardened: it trusts its callers, listens
+// on loopback, and keeps secrets in memory in plaintext like NetBox does.
+package netboxemu
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// Version is the NetBox release whose behaviour the emulator follows.
+const Version = "4.6.8"
+
+// apiVersion is the API-Version header NetBox sends (major.minor).
+const apiVersion = "4.6"
+
+// Config configures an Emulator. The zero value works: wall clock, crypto/rand, 4 delivery
+// workers, 10 s delivery timeout, the built-in fault schedule.
+type Config struct {
+	// Addr is where Start listens; default "127.0.0.1:0" (a free loopback port).
+	Addr string
+	// Clock returns the current time (created/last_updated, ETags, webhook timestamps).
+	Clock func() time.Time
+	// Rand is the randomness for request ids and generated tokens.
+	Rand io.Reader
+	// Logger receives one line per delivery and per injected fault.
+	Logger zerolog.Logger
+	// Workers is the number of webhook delivery workers (deliveries are unordered across them).
+	Workers int
+	// DeliveryTimeout bounds one webhook request. NetBox 4.6 has none (RQ_DEFAULT_TIMEOUT, 300 s,
+	// bounds the job); a test stack wants a short one.
+	DeliveryTimeout time.Duration
+	// HTTPClient sends webhooks; default a client with DeliveryTimeout that follows redirects.
+	HTTPClient *http.Client
+	// Faults decides which requests and deliveries fail; default the built-in *Faults schedule
+	// returned by Emulator.Faults.
+	Faults FaultHook
+}
+
+// Emulator is one emulated NetBox. Its methods are safe for concurrent use.
+type Emulator struct {
+	cfg    Config
+	faults *Faults
+	mux    *http.ServeMux
+
+	mu sync.Mutex // guards db
+	db *db
+
+	deliveries *deliverer
+
+	srv *http.Server
+	url string
+}
+
+// New makes an emulator that is not listening yet; serve Handler() yourself or call Start.
+func New(cfg Config) *Emulator {
+	if cfg.Addr == "" {
+		cfg.Addr = "127.0.0.1:0"
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+	if cfg.Rand == nil {
+		cfg.Rand = rand.Reader
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = 4
+	}
+	if cfg.DeliveryTimeout <= 0 {
+		cfg.DeliveryTimeout = 10 * time.Second
+	}
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = &http.Client{Timeout: cfg.DeliveryTimeout}
+	}
+	e := &Emulator{cfg: cfg, db: newDB(), faults: &Faults{}}
+	if cfg.Faults == nil {
+		e.cfg.Faults = e.faults
+	}
+	e.deliveries = newDeliverer(e.cfg)
+	e.routes()
+	return e
+}
+
+// Start makes an emulator and serves it on cfg.Addr until Close.
+func Start(cfg Config) (*Emulator, error) {
+	e := New(cfg)
+	ln, err := net.Listen("tcp", e.cfg.Addr)
+	if err != nil {
+		e.deliveries.close()
+		return nil, fmt.Errorf("listen for the NetBox emulator on %s: %w", e.cfg.Addr, err)
+	}
+	e.url = "http://" + ln.Addr().String()
+	e.srv = &http.Server{Handler: e.mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := e.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			e.cfg.Logger.Error().Err(err).Msg("netbox emulator stopped serving")
+		}
+	}()
+	return e, nil
+}
+
+// URL is the base URL Start listens on, e.g. http://127.0.0.1:41234 (empty before Start).
+func (e *Emulator) URL() string { return e.url }
+
+// Handler serves NetBox's API.
+func (e *Emulator) Handler() http.Handler { return e.mux }
+
+// Faults returns the built-in fault schedule (used unless Config.Faults replaced it).
+func (e *Emulator) Faults() *Faults { return e.faults }
+
+// Close stops listening, waits for queued deliveries to finish and stops the workers.
+func (e *Emulator) Close() error {
+	var err error
+	if e.srv != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		err = e.srv.Shutdown(ctx)
+	}
+	e.deliveries.close()
+	return err
+}
+
+func (e *Emulator) routes() {
+	m := http.NewServeMux()
+	h := func(pattern string, write bool, fn func(*reqCtx)) {
+		m.Handle(pattern, e.api(write, fn))
+	}
+	h("GET /api/status/", false, e.getStatus)
+	h("GET /api/authentication-check/", false, e.getAuthCheck)
+
+	h("GET /api/dcim/devices/", false, e.listDevices)
+	h("POST /api/dcim/devices/", true, e.createDevice)
+	h("GET /api/dcim/devices/{id}/", false, e.getDevice)
+	h("PATCH /api/dcim/devices/{id}/", true, e.updateDevice)
+	h("PUT /api/dcim/devices/{id}/", true, e.updateDevice)
+	h("DELETE /api/dcim/devices/{id}/", true, e.deleteDevice)
+
+	h("GET /api/dcim/interfaces/", false, e.listInterfaces)
+	h("POST /api/dcim/interfaces/", true, e.createInterface)
+	h("GET /api/dcim/interfaces/{id}/", false, e.getInterface)
+	h("PATCH /api/dcim/interfaces/{id}/", true, e.updateInterface)
+	h("DELETE /api/dcim/interfaces/{id}/", true, e.deleteInterface)
+
+	h("GET /api/dcim/mac-addresses/", false, e.listMACs)
+	h("POST /api/dcim/mac-addresses/", true, e.createMAC)
+	h("GET /api/dcim/mac-addresses/{id}/", false, e.getMAC)
+	h("PATCH /api/dcim/mac-addresses/{id}/", true, e.updateMAC)
+	h("DELETE /api/dcim/mac-addresses/{id}/", true, e.deleteMAC)
+
+	h("GET /api/ipam/ip-addresses/", false, e.listIPs)
+	h("POST /api/ipam/ip-addresses/", true, e.createIP)
+	h("GET /api/ipam/ip-addresses/{id}/", false, e.getIP)
+	h("PATCH /api/ipam/ip-addresses/{id}/", true, e.updateIP)
+	h("DELETE /api/ipam/ip-addresses/{id}/", true, e.deleteIP)
+
+	h("GET /api/extras/journal-entries/", false, e.listJournal)
+	h("POST /api/extras/journal-entries/", true, e.createJournal)
+	h("GET /api/extras/journal-entries/{id}/", false, e.getJournal)
+
+	h("GET /api/extras/custom-fields/", false, e.listCustomFields)
+	h("POST /api/extras/custom-fields/", true, e.createCustomField)
+	h("GET /api/extras/custom-field-choice-sets/", false, e.listChoiceSets)
+	h("POST /api/extras/custom-field-choice-sets/", true, e.createChoiceSet)
+	h("GET /api/extras/webhooks/", false, e.listWebhooks)
+	h("POST /api/extras/webhooks/", true, e.createWebhook)
+	h("GET /api/extras/event-rules/", false, e.listEventRules)
+	h("POST /api/extras/event-rules/", true, e.createEventRule)
+
+	m.Handle("/api/", e.api(false, func(c *reqCtx) { c.detail(http.StatusNotFound, "Not found.") }))
+	e.mux = m
+}
