@@ -69,62 +69,71 @@ var hostnameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0
 func Plan(devices []fleet.Device, subnet netip.Prefix) ([]Reservation, []Skipped) {
 	byID := slices.Clone(devices)
 	slices.SortFunc(byID, func(a, b fleet.Device) int { return cmp.Or(cmp.Compare(a.ID, b.ID), strings.Compare(a.Name, b.Name)) })
-	type planned struct {
-		ip netip.Addr
-		r  Reservation
-	}
 	var (
-		kept    = make([]planned, 0, len(devices))
+		kept    = make([]candidate, 0, len(devices))
 		skipped []Skipped
 		macs    = make(map[fleet.MAC]string, len(devices)) // hw-address → device name
 		ips     = make(map[netip.Addr]string, len(devices))
 	)
-	skip := func(d fleet.Device, r SkipReason, format string, args ...any) {
-		skipped = append(skipped, Skipped{DeviceID: d.ID, Device: d.Name, Reason: r, Detail: fmt.Sprintf(format, args...)})
-	}
 	for _, d := range byID {
-		if d.PrimaryMAC() == "" {
-			skip(d, SkipNoMAC, "%s has no MAC address", d.Name)
+		c, s := consider(d, subnet)
+		switch {
+		case s != nil:
+		case macs[c.mac] != "":
+			s = skip(d, SkipDuplicateMAC, "%s's MAC %s is already reserved for %s", d.Name, c.mac, macs[c.mac])
+		case ips[c.ip] != "":
+			s = skip(d, SkipDuplicateIP, "%s's address %s is already reserved for %s", d.Name, c.ip, ips[c.ip])
+		}
+		if s != nil {
+			skipped = append(skipped, *s)
 			continue
 		}
-		mac, err := canonicalMAC(d.PrimaryMAC())
-		if err != nil {
-			skip(d, SkipBadMAC, "%s: %v", d.Name, err)
-			continue
-		}
-		ip := d.IP()
-		if !ip.Is4() {
-			skip(d, SkipNoIPv4, "%s has no primary IPv4 address", d.Name)
-			continue
-		}
-		if subnet.IsValid() && !subnet.Contains(ip) {
-			skip(d, SkipOutsideSubnet, "%s's address %s is outside the Kea subnet %s", d.Name, ip, subnet)
-			continue
-		}
-		if other, ok := macs[mac]; ok {
-			skip(d, SkipDuplicateMAC, "%s's MAC %s is already reserved for %s", d.Name, mac, other)
-			continue
-		}
-		if other, ok := ips[ip]; ok {
-			skip(d, SkipDuplicateIP, "%s's address %s is already reserved for %s", d.Name, ip, other)
-			continue
-		}
-		macs[mac], ips[ip] = d.Name, d.Name
-		r := Reservation{HWAddress: string(mac), IPAddress: ip.String()}
-		if h := strings.ToLower(d.Name); hostnameRE.MatchString(h) {
-			r.Hostname = h
-		}
-		kept = append(kept, planned{ip, r})
+		macs[c.mac], ips[c.ip] = d.Name, d.Name
+		kept = append(kept, c)
 	}
-	slices.SortFunc(kept, func(a, b planned) int { return a.ip.Compare(b.ip) })
+	slices.SortFunc(kept, func(a, b candidate) int { return a.ip.Compare(b.ip) })
 	res := make([]Reservation, len(kept))
 	for i, k := range kept {
-		res[i] = k.r
+		res[i] = k.res
 	}
 	slices.SortFunc(skipped, func(a, b Skipped) int {
 		return cmp.Or(strings.Compare(a.Device, b.Device), cmp.Compare(a.DeviceID, b.DeviceID))
 	})
 	return res, skipped
+}
+
+// candidate is a device that can have a reservation on its own (before duplicates are checked).
+type candidate struct {
+	mac fleet.MAC
+	ip  netip.Addr
+	res Reservation
+}
+
+// consider checks one device on its own: a MAC, an IPv4 address, inside the subnet.
+func consider(d fleet.Device, subnet netip.Prefix) (candidate, *Skipped) {
+	if d.PrimaryMAC() == "" {
+		return candidate{}, skip(d, SkipNoMAC, "%s has no MAC address", d.Name)
+	}
+	mac, err := canonicalMAC(d.PrimaryMAC())
+	if err != nil {
+		return candidate{}, skip(d, SkipBadMAC, "%s: %v", d.Name, err)
+	}
+	ip := d.IP()
+	if !ip.Is4() {
+		return candidate{}, skip(d, SkipNoIPv4, "%s has no primary IPv4 address", d.Name)
+	}
+	if subnet.IsValid() && !subnet.Contains(ip) {
+		return candidate{}, skip(d, SkipOutsideSubnet, "%s's address %s is outside the Kea subnet %s", d.Name, ip, subnet)
+	}
+	r := Reservation{HWAddress: string(mac), IPAddress: ip.String()}
+	if h := strings.ToLower(d.Name); hostnameRE.MatchString(h) {
+		r.Hostname = h
+	}
+	return candidate{mac: mac, ip: ip, res: r}, nil
+}
+
+func skip(d fleet.Device, r SkipReason, format string, args ...any) *Skipped {
+	return &Skipped{DeviceID: d.ID, Device: d.Name, Reason: r, Detail: fmt.Sprintf(format, args...)}
 }
 
 // canonicalMAC returns m in Kea's form (lowercase, colon-separated). Adapters already store MACs
