@@ -102,7 +102,7 @@ func TestWebhookBodyAndSignature(t *testing.T) {
 	var body struct {
 		Data struct {
 			Status       struct{ Value, Label string }
-			CustomFields map[string]any `json:"custom_fields"`
+			CustomFields map[string]any           `json:"custom_fields"`
 			PrimaryIP4   struct{ Address string } `json:"primary_ip4"`
 		}
 		Snapshots struct{ Prechange, Postchange map[string]any }
