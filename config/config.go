@@ -91,6 +91,7 @@ type Delivery struct {
 // Talos is what Talos machine configs are generated from.
 type Talos struct {
 	SecretsFile       string `yaml:"secrets_file"`
+	TalosVersion      string `yaml:"talos_version"` // the contract of the Talos the nodes run, e.g. "v1.11"
 	ClusterName       string `yaml:"cluster_name"`
 	Endpoint          string `yaml:"endpoint"`
 	KubernetesVersion string `yaml:"kubernetes_version"`
@@ -100,13 +101,15 @@ type Talos struct {
 type Seed struct {
 	Gateway   string            `yaml:"gateway"`
 	DNS       []string          `yaml:"dns"`
+	NTP       []string          `yaml:"ntp"`
 	Endpoints map[string]string `yaml:"endpoints"`
 }
 
 // Kea is where the DHCP reservations go.
 type Kea struct {
 	ReservationsFile string `yaml:"reservations_file"`
-	ControlSocket    string `yaml:"control_socket"`
+	ControlSocket    string `yaml:"control_socket"` // Kea's unix control socket; empty: write the file, never reload
+	Subnet           string `yaml:"subnet"`         // the Kea subnet the file is included in; devices outside it are left out
 }
 
 // Operator is how operator routes authenticate.
@@ -210,7 +213,7 @@ func (c *Config) defaults() {
 	def(&c.Attestation.TokenLifetime, 10*time.Minute)
 	def(&c.PKI.LDevID.Lifetime, 90*24*time.Hour)
 	def(&c.PKI.LAK.Lifetime, 90*24*time.Hour)
-	def(&c.Delivery.PendingTTL, 3*time.Hour)
+	def(&c.Delivery.PendingTTL, 4*time.Hour)
 	def(&c.Reconcile.Interval, 2*time.Minute)
 	def(&c.BootCheck.MissingAfter, 2*time.Hour)
 	def(&c.BootCheck.NonceLifetime, 5*time.Minute)

@@ -94,6 +94,11 @@ func (c *Config) validate() error {
 			bad(fmt.Sprintf("seed.dns[%d]", i), "%q is not an IP address", s)
 		}
 	}
+	if c.Kea.Subnet != "" {
+		if p, err := netip.ParsePrefix(c.Kea.Subnet); err != nil || !p.Addr().Is4() {
+			bad("kea.subnet", "%q is not an IPv4 prefix such as 10.0.0.0/24", c.Kea.Subnet)
+		}
+	}
 	file("operator.token_file", c.Operator.TokenFile)
 	positive("reconcile.interval", c.Reconcile.Interval, 5*time.Second)
 	positive("boot_check.missing_after", c.BootCheck.MissingAfter, time.Minute)
