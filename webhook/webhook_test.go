@@ -137,4 +137,3 @@ func TestNewRefusesNoSecret(t *testing.T) {
 		t.Fatalf("New without secret: %v, want an error naming the webhook secret", err)
 	}
 }
-
