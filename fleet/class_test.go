@@ -1,0 +1,79 @@
+package fleet
+
+import (
+	"os"
+	"strings"
+	"testing"
+)
+
+func TestExampleClassesLoad(t *testing.T) {
+	f, err := os.Open("../examples/classes.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	cat, err := LoadCatalog(f)
+	if err != nil {
+		t.Fatalf("examples/classes.json: %v", err)
+	}
+	kinds := map[Kind]bool{}
+	for _, n := range cat.Names() {
+		c, _ := cat.Class(n)
+		if c.Installable {
+			kinds[c.Kind] = true
+		}
+	}
+	for _, k := range Kinds {
+		if !kinds[k] {
+			t.Errorf("examples/classes.json has no installable class of kind %s", k)
+		}
+	}
+	if g2, ok := cat.Class("worker-g2"); !ok || g2.Installable {
+		t.Errorf("examples/classes.json must declare worker-g2 as not installable")
+	}
+}
+
+func TestLoadCatalogRefusals(t *testing.T) {
+	rows := []struct {
+		name, json string
+		want       []string // every line the error must contain
+	}{
+		{"refuse/not JSON", `{`, []string{"decode classes"}},
+		{"refuse/unknown key", `{"classes": {"a": {"kind": "talos", "colour": "red"}}}`, []string{`unknown field "colour"`}},
+		{"refuse/empty", `{"classes": {}}`, []string{`"classes" is empty`}},
+		{"refuse/every problem listed", `{"classes": {
+			"Bad_Name": {"kind": "talos", "installable": false, "reason": "x"},
+			"a": {"kind": "windows"},
+			"b": {"kind": "talos", "templates": {"provision": "p", "attest": "a", "wipe": "w", "retire": "r", "reboot": "x"}, "image": "i", "talos": {"machine_type": "boss"}},
+			"c": {"kind": "nixos-image", "templates": {"provision": "p", "attest": "a", "wipe": "w", "retire": "r"}, "image": "i", "talos": {"machine_type": "worker"}},
+			"d": {"kind": "alpine-image", "installable": false},
+			"e": {"kind": "cloud-init-nocloud", "templates": {"provision": "p", "attest": "a", "wipe": "w", "retire": "r"}, "image": "i", "workflow_timeout": "0s", "secure_boot": "maybe"}
+		}}`, []string{
+			`class "Bad_Name": name must be lowercase`,
+			`class "a": "kind" "windows" is unknown`,
+			`class "a": "templates" names no Template for provision`,
+			`class "a": "image" is missing`,
+			`class "b": "templates" has unknown action "reboot"`,
+			`class "b": "talos.machine_type" "boss" is unknown`,
+			`class "c": has a "talos" block but its kind is nixos-image`,
+			`class "c": kind nixos-image needs "profile"`,
+			`class "d": "installable" is false but "reason" is empty`,
+			`class "e": "workflow_timeout" 0s is shorter than a minute`,
+			`class "e": "secure_boot" "maybe" is unknown`,
+			`class "e": kind cloud-init-nocloud needs "cloud_init.user_data"`,
+		}},
+	}
+	for _, r := range rows {
+		t.Run(r.name, func(t *testing.T) {
+			_, err := LoadCatalog(strings.NewReader(r.json))
+			if err == nil {
+				t.Fatal("LoadCatalog accepted it")
+			}
+			for _, w := range r.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error does not contain %q:\n%v", w, err)
+				}
+			}
+		})
+	}
+}
