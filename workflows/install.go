@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"time"
 
 	tinkv1 "github.com/tinkerbell/tink/api/v1alpha1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -75,15 +76,20 @@ func (in *Installer) Install(ctx context.Context, w fleet.WorkflowSpec) error {
 // HardwareMap is the hardwareMap of the request's Workflow: every Map* key, always present (a
 // Template that names a missing key fails to render).
 func HardwareMap(w fleet.WorkflowSpec) map[string]string {
+	timeout := w.Class.Timeout
+	if timeout <= 0 {
+		timeout = fleet.DefaultWorkflowTimeout
+	}
 	return map[string]string{
-		MapMAC:        string(w.Device.PrimaryMAC()),
-		MapDiskSerial: w.Device.Declared.DiskSerial,
-		MapFleetdURL:  w.FleetdURL,
-		MapDeviceName: w.Device.Name,
-		MapDeviceID:   strconv.FormatInt(w.Device.ID, 10),
-		MapRequest:    w.Request,
-		MapAction:     string(w.Action),
-		MapImageURL:   w.Class.Image,
+		MapMAC:           string(w.Device.PrimaryMAC()),
+		MapDiskSerial:    w.Device.Declared.DiskSerial,
+		MapFleetdURL:     w.FleetdURL,
+		MapDeviceName:    w.Device.Name,
+		MapDeviceID:      strconv.FormatInt(w.Device.ID, 10),
+		MapRequest:       w.Request,
+		MapAction:        string(w.Action),
+		MapImageURL:      w.Class.Image,
+		MapGlobalTimeout: strconv.FormatInt(int64(timeout/time.Second), 10),
 	}
 }
 

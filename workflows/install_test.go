@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	tinkv1 "github.com/tinkerbell/tink/api/v1alpha1"
@@ -25,6 +26,7 @@ func TestInstallCreatesHardwareAndWorkflow(t *testing.T) {
 	d := device(42, "node-a")
 	d.MACs = []fleet.MAC{"3c:ec:ef:4c:4f:54", "3c:ec:ef:4c:4f:55"}
 	s := spec(d, "talos-provision", fleet.ActionProvision, "provision-k3f9x2mq")
+	s.Class.Timeout = 45 * time.Minute
 	if err := e.in.Install(ctx, s); err != nil {
 		t.Fatalf("Install: %v", err)
 	}
@@ -54,7 +56,7 @@ func TestInstallCreatesHardwareAndWorkflow(t *testing.T) {
 		HardwareMap: map[string]string{
 			"device_1": "3c:ec:ef:4c:4f:54", "disk_serial": "S6B0NL0W123456",
 			"fleetd_url": "https://spore.folly:8443", "device_name": "node-a", "device_id": "42",
-			"request": "provision-k3f9x2mq", "action": "provision",
+			"request": "provision-k3f9x2mq", "action": "provision", "global_timeout": "2700",
 			"image_url": "https://images.folly/talos-1.11.5-metal-amd64.raw.zst"},
 		BootOptions: tinkv1.BootOptions{ToggleAllowNetboot: true}}
 	if diff := cmp.Diff(wantSpec, wf.Spec); diff != "" {

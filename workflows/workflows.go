@@ -41,6 +41,9 @@ const (
 	MapRequest    = "request"     // request id
 	MapAction     = "action"      // the request's action
 	MapImageURL   = "image_url"   // the class's OS image URL (provision Templates write it)
+	// MapGlobalTimeout is the class's workflow_timeout in seconds (fleet.DefaultWorkflowTimeout
+	// when the class sets none), for the Template's global_timeout.
+	MapGlobalTimeout = "global_timeout"
 )
 
 // Config configures New. Exactly one of RESTConfig and Client is set.

@@ -1,0 +1,103 @@
+package workflows_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	tinkv1 "github.com/tinkerbell/tink/api/v1alpha1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/folly-infra/fleetd/dev/tinkerbell"
+	exampletemplates "github.com/folly-infra/fleetd/examples/tinkerbell"
+	"github.com/folly-infra/fleetd/fleet"
+)
+
+// TestExampleTemplates installs every example Template, has fleetd install a Workflow from it
+// (so it passes the Template check), renders it as tink-controller would, and walks every
+// action to success as tink-worker would, alternating the two state spellings.
+func TestExampleTemplates(t *testing.T) {
+	tests := []struct {
+		template string
+		kind     fleet.Kind
+		action   fleet.Action
+		actions  []string
+	}{
+		{"talos-provision", fleet.KindTalos, fleet.ActionProvision, []string{"fleetd-enroll", "wipe-disk", "write-image", "reboot"}},
+		{"nixos-image-provision", fleet.KindNixOS, fleet.ActionProvision, []string{"fleetd-enroll", "wipe-disk", "write-image", "reboot"}},
+		{"alpine-image-provision", fleet.KindAlpine, fleet.ActionProvision, []string{"fleetd-enroll", "wipe-disk", "write-image", "reboot"}},
+		{"cloud-init-nocloud-provision", fleet.KindCloudInit, fleet.ActionProvision, []string{"fleetd-enroll", "wipe-disk", "write-image", "write-nocloud-seed", "reboot"}},
+		{"attest", fleet.KindTalos, fleet.ActionAttest, []string{"fleetd-enroll", "reboot"}},
+		{"wipe", fleet.KindTalos, fleet.ActionWipe, []string{"fleetd-enroll", "wipe-disk"}},
+		{"retire", fleet.KindTalos, fleet.ActionRetire, []string{"fleetd-enroll", "wipe-disk", "power-off"}},
+	}
+	ctx := context.Background()
+	e := newEnv(t)
+	if err := tinkerbell.InstallTemplates(ctx, e.c, e.ns, exampletemplates.FS); err != nil {
+		t.Fatal(err)
+	}
+	tpls, err := tinkerbell.LoadTemplates(exampletemplates.FS)
+	if err != nil || len(tpls) != len(tests) {
+		t.Fatalf("LoadTemplates: %d Templates, %v; want %d", len(tpls), err, len(tests))
+	}
+	for i, tc := range tests {
+		t.Run("ok/"+tc.template, func(t *testing.T) {
+			var opts []tinkerbell.Option
+			if i%2 == 1 {
+				opts = append(opts, tinkerbell.NewSpelling())
+			}
+			d := device(int64(100+i), fmt.Sprintf("node-%d", i))
+			s := spec(d, tc.template, tc.action, fmt.Sprintf("%s-example%d", tc.action, i))
+			s.Class.Kind = tc.kind
+			if err := e.in.Install(ctx, s); err != nil {
+				t.Fatalf("Install with Template %s: %v", tc.template, err)
+			}
+			wf := &tinkv1.Workflow{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: s.Name}}
+			if err := tinkerbell.Render(ctx, e.c, wf, opts...); err != nil {
+				t.Fatalf("Render: %v", err)
+			}
+			if pxe := allowPXE(t, e, d.Name); !pxe {
+				t.Error("allowPXE false after Render, want true while the Workflow runs (toggleAllowNetboot)")
+			}
+			var names []string
+			for _, a := range tinkerbell.Actions(wf) {
+				names = append(names, a.Name)
+				if a.Timeout <= 0 || a.Env["FLEETD_DEVICE"] != d.Name {
+					t.Errorf("action %s: timeout %s, FLEETD_DEVICE %q", a.Name, a.Timeout, a.Env["FLEETD_DEVICE"])
+				}
+			}
+			if strings.Join(names, ",") != strings.Join(tc.actions, ",") {
+				t.Errorf("actions %v, want %v", names, tc.actions)
+			}
+			if wf.Status.GlobalTimeout != 3600 {
+				t.Errorf("globalTimeout %d, want 3600 (the class's default workflow_timeout)", wf.Status.GlobalTimeout)
+			}
+			for _, a := range tc.actions {
+				for _, st := range []tinkv1.WorkflowState{tinkv1.WorkflowStateRunning, tinkv1.WorkflowStateSuccess} {
+					if err := tinkerbell.ReportAction(ctx, e.c, wf, a, st, "", opts...); err != nil {
+						t.Fatalf("ReportAction %s %s: %v", a, st, err)
+					}
+				}
+			}
+			got, err := e.in.Workflow(ctx, s.Name)
+			if err != nil || got.Phase != fleet.WorkflowSucceeded {
+				t.Errorf("Workflow after every action succeeded: %+v, %v; want succeeded (state %q)", got, err, wf.Status.State)
+			}
+			if allowPXE(t, e, d.Name) {
+				t.Error("allowPXE true after success, want false (toggled off in POST)")
+			}
+		})
+	}
+}
+
+func allowPXE(t *testing.T, e *env, name string) bool {
+	t.Helper()
+	hw := &tinkv1.Hardware{}
+	if err := e.c.Get(context.Background(), client.ObjectKey{Namespace: e.ns, Name: name}, hw); err != nil {
+		t.Fatal(err)
+	}
+	p := hw.Spec.Interfaces[0].Netboot.AllowPXE
+	return p != nil && *p
+}
