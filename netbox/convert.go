@@ -1,0 +1,213 @@
+package netbox
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/folly-infra/fleetd/fleet"
+	nb "github.com/netbox-community/go-netbox/v4"
+)
+
+// deviceJSON is the part of NetBox's device representation fleetd reads, decoded leniently:
+// any status value, any extra fields (the fallback when go-netbox's strict model refuses a
+// newer NetBox's answer).
+type deviceJSON struct {
+	ID     int64   `json:"id"`
+	Name   *string `json:"name"`
+	Serial string  `json:"serial"`
+	Status *struct {
+		Value string `json:"value"`
+	} `json:"status"`
+	PrimaryIP4 *struct {
+		Address string `json:"address"`
+	} `json:"primary_ip4"`
+	CustomFields map[string]any `json:"custom_fields"`
+}
+
+type deviceListJSON struct {
+	Count   int          `json:"count"`
+	Results []deviceJSON `json:"results"`
+}
+
+func fromGoNetbox(d *nb.DeviceWithConfigContext) deviceJSON {
+	out := deviceJSON{ID: int64(d.Id), Name: d.Name.Get(), Serial: d.GetSerial(), CustomFields: d.CustomFields}
+	if d.Status != nil {
+		out.Status = &struct {
+			Value string `json:"value"`
+		}{Value: string(d.Status.GetValue())}
+	}
+	if ip := d.PrimaryIp4.Get(); ip != nil {
+		out.PrimaryIP4 = &struct {
+			Address string `json:"address"`
+		}{Address: ip.GetAddress()}
+	}
+	return out
+}
+
+// toDevice converts NetBox's device to fleet's (SPEC §2). Custom-field values are taken as the
+// owner wrote them; only their JSON types are normalised (a non-string where text is expected
+// reads as empty). ek_sha256 is split and lowercased but not validated: fleet does that.
+func toDevice(d deviceJSON, macs []fleet.MAC, version string) (fleet.Device, error) {
+	dev := fleet.Device{ID: d.ID, Serial: d.Serial, MACs: macs, Version: version}
+	if d.Name != nil {
+		dev.Name = *d.Name
+	}
+	if d.Status != nil {
+		dev.Status = fleet.Status(d.Status.Value)
+	}
+	if d.PrimaryIP4 != nil && d.PrimaryIP4.Address != "" {
+		p, err := netip.ParsePrefix(d.PrimaryIP4.Address)
+		if err != nil {
+			return fleet.Device{}, fmt.Errorf("read device %d (%s): primary IPv4 %q is not an address with prefix length", d.ID, dev.Name, d.PrimaryIP4.Address)
+		}
+		dev.Address = p
+	}
+	cf := func(name string) string {
+		s, _ := d.CustomFields[name].(string)
+		return strings.TrimSpace(s)
+	}
+	dev.Declared = fleet.Declaration{Class: cf(CFClass), DiskSerial: cf(CFDiskSerial),
+		EKHashes: splitHashes(cf(CFEKSHA256)), TPM: fleet.TPMVersion(cf(CFTPM)),
+		DesiredAction: fleet.Action(cf(CFDesiredAction))}
+	dev.Owned = fleet.Owned{State: fleet.State(cf(CFState)), Message: cf(CFMessage), Request: cf(CFRequest),
+		Workflow: cf(CFWorkflow), LDevIDSerial: cf(CFLDevIDSerial), LAKSerial: cf(CFLAKSerial),
+		BootBaseline: cf(CFBootBaseline), BootCheck: fleet.BootCheck(cf(CFBootCheck))}
+	if s := cf(CFLastBootCheck); s != "" {
+		t, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil {
+			return fleet.Device{}, fmt.Errorf("read device %d (%s): last_boot_check %q is not an RFC 3339 time", d.ID, dev.Name, s)
+		}
+		dev.Owned.LastBootCheck = t.UTC()
+	}
+	return dev, nil
+}
+
+func splitHashes(field string) []string {
+	var out []string
+	for _, h := range strings.Split(field, ",") {
+		if h = strings.ToLower(strings.TrimSpace(h)); h != "" {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// patchBody is the PATCH of an Update: only the custom-field keys the patch sets (null clears
+// one, NetBox merges per key) and the status when set.
+func patchBody(p fleet.Patch) (map[string]any, string) {
+	cf := map[string]any{}
+	if p.ClearDesiredAction {
+		cf[CFDesiredAction] = nil
+	}
+	str := func(key string, v *string) {
+		if v == nil {
+			return
+		}
+		if *v == "" {
+			cf[key] = nil
+		} else {
+			cf[key] = *v
+		}
+	}
+	if p.State != nil {
+		s := string(*p.State)
+		str(CFState, &s)
+	}
+	str(CFMessage, p.Message)
+	str(CFRequest, p.Request)
+	str(CFWorkflow, p.Workflow)
+	str(CFLDevIDSerial, p.LDevIDSerial)
+	str(CFLAKSerial, p.LAKSerial)
+	str(CFBootBaseline, p.BootBaseline)
+	if p.LastBootCheck != nil {
+		s := ""
+		if !p.LastBootCheck.IsZero() {
+			s = p.LastBootCheck.UTC().Format(time.RFC3339)
+		}
+		str(CFLastBootCheck, &s)
+	}
+	if p.BootCheck != nil {
+		s := string(*p.BootCheck)
+		str(CFBootCheck, &s)
+	}
+	return cf, string(p.Status)
+}
+
+// ifaceJSON is the part of an interface fleetd reads (decoded leniently: go-netbox's interface
+// type enum is closed and NetBox adds types).
+type ifaceJSON struct {
+	ID     int64 `json:"id"`
+	Device struct {
+		ID int64 `json:"id"`
+	} `json:"device"`
+	Name       string `json:"name"`
+	MgmtOnly   bool   `json:"mgmt_only"`
+	PrimaryMAC *struct {
+		ID int64 `json:"id"`
+	} `json:"primary_mac_address"`
+}
+
+type macJSON struct {
+	ID     int64
+	Iface  int64
+	MAC    string
+	Device int64
+}
+
+// orderMACs returns a device's MACs, primary interface first: interfaces that are not
+// management-only before those that are, each in NetBox's order, and within an interface its
+// primary MAC before the others. MACs that do not parse are skipped.
+func orderMACs(ifaces []ifaceJSON, macs []macJSON) []fleet.MAC {
+	idx := map[int64]int{}
+	primary := map[int64]int64{}
+	sort.SliceStable(ifaces, func(i, j int) bool { return !ifaces[i].MgmtOnly && ifaces[j].MgmtOnly })
+	for i, f := range ifaces {
+		idx[f.ID] = i
+		if f.PrimaryMAC != nil {
+			primary[f.ID] = f.PrimaryMAC.ID
+		}
+	}
+	sorted := make([]macJSON, 0, len(macs))
+	for _, m := range macs {
+		if _, ok := idx[m.Iface]; ok {
+			sorted = append(sorted, m)
+		}
+	}
+	sort.SliceStable(sorted, func(i, j int) bool {
+		a, b := sorted[i], sorted[j]
+		if idx[a.Iface] != idx[b.Iface] {
+			return idx[a.Iface] < idx[b.Iface]
+		}
+		return primary[a.Iface] == a.ID && primary[b.Iface] != b.ID
+	})
+	var out []fleet.MAC
+	for _, m := range sorted {
+		if mac, err := fleet.ParseMAC(m.MAC); err == nil {
+			out = append(out, mac)
+		}
+	}
+	return out
+}
+
+// sentinel maps NetBox's status to fleet's error contract.
+func sentinel(code int) error {
+	switch code {
+	case http.StatusNotFound:
+		return fleet.ErrNotFound
+	case http.StatusPreconditionFailed:
+		return fleet.ErrConflict
+	}
+	return nil
+}
+
+func decodeLenient(body []byte, v any) error {
+	if err := json.Unmarshal(body, v); err != nil {
+		return fmt.Errorf("decode NetBox's answer: %w", err)
+	}
+	return nil
+}

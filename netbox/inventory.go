@@ -1,0 +1,225 @@
+package netbox
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/folly-infra/fleetd/fleet"
+)
+
+var _ fleet.Inventory = (*Client)(nil)
+
+// pageSize is NetBox's MAX_PAGE_SIZE default: lists are read 1,000 at a time.
+const pageSize = 1000
+
+// Device reads one device by id, with its MACs, and its ETag as Version.
+func (c *Client) Device(ctx context.Context, id int64) (fleet.Device, error) {
+	start := time.Now()
+	d, resp, err := c.api.DcimAPI.DcimDevicesRetrieve(ctx, int32(id)).Execute()
+	c.metrics.observe("device", start, resp, err)
+	var dj deviceJSON
+	switch body, lenient := decodeOnly(resp, err); {
+	case err == nil:
+		dj = fromGoNetbox(d)
+	case lenient:
+		if err := decodeLenient(body, &dj); err != nil {
+			return fleet.Device{}, fmt.Errorf("read device %d: %w", id, err)
+		}
+	default:
+		return fleet.Device{}, classify(fmt.Sprintf("read device %d", id), resp, err)
+	}
+	return c.withMACs(ctx, dj, resp.Header.Get("ETag"))
+}
+
+// DeviceByName reads one device by its exact name. The list answer carries no ETag, so the
+// device is read again by id to get its Version.
+func (c *Client) DeviceByName(ctx context.Context, name string) (fleet.Device, error) {
+	start := time.Now()
+	list, resp, err := c.api.DcimAPI.DcimDevicesList(ctx).Name([]string{name}).Limit(2).Execute()
+	c.metrics.observe("device_by_name", start, resp, err)
+	var devs deviceListJSON
+	switch body, lenient := decodeOnly(resp, err); {
+	case err == nil:
+		for i := range list.Results {
+			devs.Results = append(devs.Results, fromGoNetbox(&list.Results[i]))
+		}
+	case lenient:
+		if err := decodeLenient(body, &devs); err != nil {
+			return fleet.Device{}, fmt.Errorf("find device %q: %w", name, err)
+		}
+	default:
+		return fleet.Device{}, classify(fmt.Sprintf("find device %q", name), resp, err)
+	}
+	switch len(devs.Results) {
+	case 0:
+		return fleet.Device{}, fmt.Errorf("find device %q: NetBox has no device of that name: %w", name, fleet.ErrNotFound)
+	case 1:
+		return c.Device(ctx, devs.Results[0].ID)
+	}
+	return fleet.Device{}, fmt.Errorf("find device %q: NetBox has more than one device of that name (in different sites); rename one", name)
+}
+
+// Devices lists every device with its MACs: the devices, the interfaces and the MAC addresses
+// are each read as a paged list (1,000 per page) and joined here, never one request per device.
+// Versions are empty: NetBox sends no ETag on lists.
+func (c *Client) Devices(ctx context.Context) ([]fleet.Device, error) {
+	var all []deviceJSON
+	for offset := 0; ; {
+		page, err := c.devicePage(ctx, offset)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, page.Results...)
+		offset += len(page.Results)
+		if len(page.Results) == 0 || offset >= page.Count {
+			break
+		}
+	}
+	ifaces, err := c.interfaces(ctx, 0)
+	if err != nil {
+		return nil, err
+	}
+	macs, err := c.macs(ctx, 0)
+	if err != nil {
+		return nil, err
+	}
+	byDevice := map[int64][]ifaceJSON{}
+	for _, f := range ifaces {
+		byDevice[f.Device.ID] = append(byDevice[f.Device.ID], f)
+	}
+	out := make([]fleet.Device, 0, len(all))
+	for _, dj := range all {
+		d, err := toDevice(dj, orderMACs(byDevice[dj.ID], macs), "")
+		if err != nil {
+			return nil, fmt.Errorf("list devices: %w", err)
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+func (c *Client) devicePage(ctx context.Context, offset int) (deviceListJSON, error) {
+	start := time.Now()
+	list, resp, err := c.api.DcimAPI.DcimDevicesList(ctx).Limit(pageSize).Offset(int32(offset)).Execute()
+	c.metrics.observe("devices", start, resp, err)
+	var page deviceListJSON
+	switch body, lenient := decodeOnly(resp, err); {
+	case err == nil:
+		page.Count = int(list.Count)
+		for i := range list.Results {
+			page.Results = append(page.Results, fromGoNetbox(&list.Results[i]))
+		}
+	case lenient:
+		if err := decodeLenient(body, &page); err != nil {
+			return page, fmt.Errorf("list devices from offset %d: %w", offset, err)
+		}
+	default:
+		return page, classify(fmt.Sprintf("list devices from offset %d", offset), resp, err)
+	}
+	return page, nil
+}
+
+// withMACs completes one device with its interfaces and MACs.
+func (c *Client) withMACs(ctx context.Context, dj deviceJSON, version string) (fleet.Device, error) {
+	ifaces, err := c.interfaces(ctx, dj.ID)
+	if err != nil {
+		return fleet.Device{}, err
+	}
+	macs, err := c.macs(ctx, dj.ID)
+	if err != nil {
+		return fleet.Device{}, err
+	}
+	return toDevice(dj, orderMACs(ifaces, macs), version)
+}
+
+// interfaces reads the interfaces of one device (or of all, device 0). They are decoded
+// leniently: go-netbox's interface type is a closed enum and NetBox keeps adding types.
+func (c *Client) interfaces(ctx context.Context, device int64) ([]ifaceJSON, error) {
+	var out []ifaceJSON
+	for offset := 0; ; {
+		q := url.Values{"limit": {strconv.Itoa(pageSize)}, "offset": {strconv.Itoa(offset)}}
+		if device != 0 {
+			q.Set("device_id", strconv.FormatInt(device, 10))
+		}
+		var page struct {
+			Count   int         `json:"count"`
+			Results []ifaceJSON `json:"results"`
+		}
+		if err := c.getJSON(ctx, "interfaces", "/api/dcim/interfaces/", q, &page); err != nil {
+			return nil, fmt.Errorf("list interfaces (device %d): %w", device, err)
+		}
+		out = append(out, page.Results...)
+		offset += len(page.Results)
+		if len(page.Results) == 0 || offset >= page.Count {
+			return out, nil
+		}
+	}
+}
+
+// macs reads the MAC addresses of one device (or of all, device 0) with go-netbox.
+func (c *Client) macs(ctx context.Context, device int64) ([]macJSON, error) {
+	var out []macJSON
+	for offset := 0; ; {
+		req := c.api.DcimAPI.DcimMacAddressesList(ctx).Limit(pageSize).Offset(int32(offset))
+		if device != 0 {
+			req = req.DeviceId([]int32{int32(device)})
+		}
+		start := time.Now()
+		page, resp, err := req.Execute()
+		c.metrics.observe("macs", start, resp, err)
+		if err != nil {
+			return nil, classify(fmt.Sprintf("list MAC addresses (device %d)", device), resp, err)
+		}
+		for _, m := range page.Results {
+			if m.GetAssignedObjectType() != "dcim.interface" || m.AssignedObjectId.Get() == nil {
+				continue
+			}
+			out = append(out, macJSON{ID: int64(m.Id), Iface: *m.AssignedObjectId.Get(), MAC: m.MacAddress})
+		}
+		offset += len(page.Results)
+		if len(page.Results) == 0 || offset >= int(page.Count) {
+			return out, nil
+		}
+	}
+}
+
+// getJSON sends a GET through the retrying client and decodes a 2xx answer leniently.
+func (c *Client) getJSON(ctx context.Context, op, path string, q url.Values, out any) error {
+	u := c.base + path
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return fmt.Errorf("form the request: %w", err)
+	}
+	req.Header.Set("Authorization", "Token "+c.token)
+	req.Header.Set("Accept", "application/json")
+	start := time.Now()
+	resp, err := c.http.Do(req)
+	c.metrics.observe(op, start, resp, err)
+	if err != nil {
+		return fmt.Errorf("NetBox did not answer: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return fmt.Errorf("read NetBox's answer: %w", err)
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return fmt.Errorf("NetBox answered %s: %s", resp.Status, truncate(body))
+	}
+	return decodeLenient(body, out)
+}
+
+func truncate(b []byte) string {
+	if len(b) > 300 {
+		return string(b[:300]) + "…"
+	}
+	return string(b)
+}

@@ -1,0 +1,325 @@
+package netbox_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/folly-infra/fleetd/dev/netboxemu"
+	"github.com/folly-infra/fleetd/fleet"
+	"github.com/folly-infra/fleetd/netbox"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// countingTransport counts the HTTP attempts the adapter makes (below its retries).
+type countingTransport struct {
+	n    atomic.Int64
+	next http.RoundTripper
+}
+
+func (t *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	t.n.Add(1)
+	return t.next.RoundTrip(r)
+}
+
+type env struct {
+	emu      *netboxemu.Emulator
+	client   *netbox.Client
+	attempts *countingTransport
+	reg      *prometheus.Registry
+	admin    string
+	node1    int64
+}
+
+func newEnv(t testing.TB, extra int) *env {
+	t.Helper()
+	emu, err := netboxemu.Start(netboxemu.Config{Rand: rand.New(rand.NewSource(1))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = emu.Close() })
+	raw, err := os.ReadFile("../netbox-webhooks.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	schema, err := netbox.LoadSchema(bytes.NewReader(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := emu.LoadSchema(schema, "http://127.0.0.1:1", "secret"); err != nil {
+		t.Fatal(err)
+	}
+	e := &env{emu: emu, reg: prometheus.NewRegistry(), attempts: &countingTransport{next: http.DefaultTransport}}
+	tok, _ := emu.AddToken(netboxemu.TokenSpec{User: "fleetd"})
+	e.admin, _ = emu.AddToken(netboxemu.TokenSpec{User: "admin", Version: 1})
+	e.node1, err = emu.AddDevice(netboxemu.DeviceSpec{Name: "node1", Serial: "SN-1", PrimaryIPv4: "10.0.0.21/24",
+		Interfaces: []netboxemu.InterfaceSpec{
+			{Name: "bmc", MgmtOnly: true, MACs: []string{"AA:BB:CC:00:00:99"}},
+			{Name: "eth0", MACs: []string{"AA:BB:CC:00:00:02", "AA:BB:CC:00:00:01"}}},
+		CustomFields: map[string]any{"fleet_class": "talos-cp", "disk_serial": "DISK1", "tpm": "2.0",
+			"ek_sha256": " ABCD , ef01,,", "desired_action": "provision", "last_boot_check": "2026-05-01T10:00:00Z"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < extra; i++ {
+		_, err := emu.AddDevice(netboxemu.DeviceSpec{Name: fmt.Sprintf("gen%04d", i), PrimaryIPv4: fmt.Sprintf("10.1.%d.%d/16", i/250, i%250+1),
+			Interfaces:   []netboxemu.InterfaceSpec{{MACs: []string{fmt.Sprintf("02:00:00:00:%02x:%02x", i/256, i%256)}}},
+			CustomFields: map[string]any{"fleet_class": "talos-worker", "disk_serial": fmt.Sprintf("D%d", i)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.client, err = netbox.New(netbox.Config{URL: emu.URL(), Token: tok, Retries: 2, RetryWaitMin: time.Millisecond,
+		RetryWaitMax: 5 * time.Millisecond, HTTPClient: &http.Client{Transport: e.attempts}, Registry: e.reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func TestReadDevice(t *testing.T) {
+	e := newEnv(t, 0)
+	ctx := context.Background()
+	d, err := e.client.Device(ctx, e.node1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantMACs := "aa:bb:cc:00:00:02,aa:bb:cc:00:00:01,aa:bb:cc:00:00:99"
+	if got := joinMACs(d.MACs); got != wantMACs {
+		t.Errorf("MACs = %s, want %s (primary interface's primary MAC first, management last)", got, wantMACs)
+	}
+	if d.Name != "node1" || d.Status != fleet.StatusPlanned || d.Serial != "SN-1" || d.Address.String() != "10.0.0.21/24" {
+		t.Errorf("device = %+v", d)
+	}
+	if d.Declared.Class != "talos-cp" || d.Declared.TPM != fleet.TPM20 || d.Declared.DesiredAction != fleet.ActionProvision ||
+		strings.Join(d.Declared.EKHashes, ",") != "abcd,ef01" {
+		t.Errorf("declaration = %+v (ek_sha256 split and lowercased, not validated)", d.Declared)
+	}
+	if !d.Owned.LastBootCheck.Equal(time.Date(2026, 5, 1, 10, 0, 0, 0, time.UTC)) || !strings.HasPrefix(d.Version, `W/"`) {
+		t.Errorf("owned %+v version %q", d.Owned, d.Version)
+	}
+	byName, err := e.client.DeviceByName(ctx, "node1")
+	if err != nil || byName.ID != d.ID || byName.Version != d.Version {
+		t.Errorf("DeviceByName = %+v, %v", byName, err)
+	}
+	if _, err := e.client.DeviceByName(ctx, "nope"); !errors.Is(err, fleet.ErrNotFound) {
+		t.Errorf("unknown name: err = %v, want ErrNotFound", err)
+	}
+	if _, err := e.client.Device(ctx, 999); !errors.Is(err, fleet.ErrNotFound) || !strings.Contains(err.Error(), "404") {
+		t.Errorf("unknown id: err = %v, want ErrNotFound naming the 404", err)
+	}
+	if u, err := e.client.ServiceUser(ctx); err != nil || u != "fleetd" {
+		t.Errorf("ServiceUser = %q, %v", u, err)
+	}
+	if err := e.client.Ping(ctx); err != nil {
+		t.Error(err)
+	}
+}
+
+func joinMACs(m []fleet.MAC) string {
+	s := make([]string, len(m))
+	for i, v := range m {
+		s[i] = string(v)
+	}
+	return strings.Join(s, ",")
+}
+
+func TestListDevices(t *testing.T) {
+	e := newEnv(t, 1000)
+	before := e.attempts.n.Load()
+	devs, err := e.client.Devices(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(devs) != 1001 {
+		t.Fatalf("%d devices, want 1001", len(devs))
+	}
+	// Two pages of devices, one of interfaces (1,002), one of MACs (1,003): not one per device.
+	if n := e.attempts.n.Load() - before; n > 8 {
+		t.Errorf("%d requests to list 1,001 devices", n)
+	}
+	for _, d := range devs {
+		if len(d.MACs) == 0 || !d.Address.IsValid() || d.Version != "" {
+			t.Fatalf("device %s: MACs %v address %v version %q", d.Name, d.MACs, d.Address, d.Version)
+		}
+	}
+	if devs[0].Name != "gen0000" || devs[0].MACs[0] != "02:00:00:00:00:00" || devs[0].Declared.DiskSerial != "D0" || devs[1000].Name != "node1" {
+		t.Errorf("devices[0] = %+v", devs[0])
+	}
+}
+
+func TestUpdateMergesAndClears(t *testing.T) {
+	e := newEnv(t, 0)
+	ctx := context.Background()
+	d, _ := e.client.Device(ctx, e.node1)
+	state, req := fleet.StatePending, "provision-abc"
+	got, err := e.client.Update(ctx, e.node1, fleet.Patch{IfVersion: d.Version, ClearDesiredAction: true,
+		Status: fleet.StatusStaged, State: &state, Request: &req})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Owned.State != fleet.StatePending || got.Owned.Request != req || got.Status != fleet.StatusStaged ||
+		got.Declared.DesiredAction != fleet.ActionNone || got.Declared.Class != "talos-cp" || got.Version == d.Version {
+		t.Errorf("after update: %+v", got)
+	}
+	empty := ""
+	got, err = e.client.Update(ctx, e.node1, fleet.Patch{Request: &empty})
+	if err != nil || got.Owned.Request != "" || got.Owned.State != fleet.StatePending {
+		t.Errorf("clearing the request: %+v, %v", got.Owned, err)
+	}
+	cf, _ := e.emu.CustomFieldData(e.node1)
+	if v, ok := cf["fleet_request"]; !ok || v != nil {
+		t.Errorf("fleet_request stored as %v (present %v), want null", v, ok)
+	}
+	if _, ok := cf["fleet_message"]; ok {
+		t.Error("Update wrote fleet_message, which the patch did not set")
+	}
+}
+
+func TestUpdateConflict(t *testing.T) {
+	e := newEnv(t, 0)
+	ctx := context.Background()
+	d, _ := e.client.Device(ctx, e.node1)
+	// The owner changes the device in between.
+	req, _ := http.NewRequest("PATCH", fmt.Sprintf("%s/api/dcim/devices/%d/", e.emu.URL(), e.node1), strings.NewReader(`{"description": "moved"}`))
+	req.Header.Set("Authorization", "Token "+e.admin)
+	req.Header.Set("Content-Type", "application/json")
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("owner's PATCH: %v %v", resp, err)
+	}
+	state := fleet.StatePending
+	before := e.attempts.n.Load()
+	_, err := e.client.Update(ctx, e.node1, fleet.Patch{IfVersion: d.Version, State: &state})
+	if !errors.Is(err, fleet.ErrConflict) || !strings.Contains(err.Error(), "412") || !strings.Contains(err.Error(), "device 1") {
+		t.Fatalf("err = %v, want ErrConflict naming the device and the 412", err)
+	}
+	if n := e.attempts.n.Load() - before; n != 1 {
+		t.Errorf("%d attempts for a 412, want 1 (no retry)", n)
+	}
+	if cf, _ := e.emu.CustomFieldData(e.node1); cf["fleet_state"] != nil {
+		t.Error("the conditional update was written")
+	}
+}
+
+func TestRetries(t *testing.T) {
+	e := newEnv(t, 0)
+	ctx := context.Background()
+	e.emu.Faults().AddAPI(netboxemu.APIFaultRule{PathPrefix: "/api/dcim/devices/", Times: 2,
+		Fault: netboxemu.APIFault{Status: http.StatusBadGateway}})
+	before := e.attempts.n.Load()
+	if _, err := e.client.Device(ctx, e.node1); err != nil {
+		t.Fatalf("after two 502s: %v", err)
+	}
+	if n := e.attempts.n.Load() - before; n != 5 {
+		t.Errorf("%d attempts, want 3 for the device and 2 for interfaces and MACs", n)
+	}
+	e.emu.Faults().Clear()
+	e.emu.Faults().AddAPI(netboxemu.APIFaultRule{PathPrefix: "/api/dcim/devices/", Fault: netboxemu.APIFault{Status: 503}})
+	if _, err := e.client.Device(ctx, e.node1); err == nil || !strings.Contains(err.Error(), "503") {
+		t.Errorf("persistent 503: err = %v", err)
+	}
+	tests := []struct {
+		name   string
+		status int
+	}{{"refuse/400-not-retried", 400}, {"refuse/403-not-retried", 403}, {"refuse/412-not-retried", 412}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e.emu.Faults().Clear()
+			e.emu.Faults().AddAPI(netboxemu.APIFaultRule{PathPrefix: "/api/dcim/devices/", Fault: netboxemu.APIFault{Status: tt.status}})
+			before := e.attempts.n.Load()
+			_, err := e.client.Device(ctx, e.node1)
+			if err == nil || !strings.Contains(err.Error(), fmt.Sprint(tt.status)) {
+				t.Errorf("err = %v", err)
+			}
+			if n := e.attempts.n.Load() - before; n != 1 {
+				t.Errorf("%d attempts, want 1", n)
+			}
+		})
+	}
+	bad, _ := netbox.New(netbox.Config{URL: e.emu.URL(), Token: "nbt_nope.nope", RetryWaitMin: time.Millisecond})
+	if err := bad.Ping(ctx); err == nil || !strings.Contains(err.Error(), "Invalid v2 token") {
+		t.Errorf("bad token: %v", err)
+	}
+}
+
+func TestJournalAndMetrics(t *testing.T) {
+	e := newEnv(t, 0)
+	if err := e.client.Journal(context.Background(), e.node1, fleet.JournalWarning, "Rejected: disk_serial is empty."); err != nil {
+		t.Fatal(err)
+	}
+	j := e.emu.Journal(e.node1)
+	if len(j) != 1 || j[0].Kind != "warning" || j[0].CreatedBy != "fleetd" || j[0].Comments != "Rejected: disk_serial is empty." {
+		t.Errorf("journal = %+v", j)
+	}
+	if err := e.client.Journal(context.Background(), 999, fleet.JournalInfo, "x"); err == nil || !strings.Contains(err.Error(), "400") {
+		t.Errorf("journal on a missing device: %v", err)
+	}
+	mfs, _ := e.reg.Gather()
+	names := map[string]bool{}
+	for _, mf := range mfs {
+		names[mf.GetName()] = true
+	}
+	for _, n := range []string{"fleetd_netbox_requests_total", "fleetd_netbox_request_errors_total", "fleetd_netbox_request_duration_seconds"} {
+		if !names[n] {
+			t.Errorf("metric %s not registered (have %v)", n, names)
+		}
+	}
+}
+
+// A newer NetBox: a status value go-netbox v4.3.0 does not know (FIELD_CHOICES) and a field it
+// has never seen. go-netbox's strict model refuses it; the adapter decodes the same body leniently.
+func TestFallbackOnNewerNetBox(t *testing.T) {
+	e := newEnv(t, 0)
+	upstream := e.emu.Handler()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec := httptest.NewRecorder()
+		upstream.ServeHTTP(rec, r)
+		body := rec.Body.String()
+		if strings.HasPrefix(r.URL.Path, "/api/dcim/devices/") {
+			body = strings.ReplaceAll(body, `"status":{"value":"planned","label":"Planned"}`, `"status":{"value":"burn-in","label":"Burn-in"}`)
+			body = strings.Replace(body, `"id":`, `"new_in_47":{"x":1},"id":`, 1)
+		}
+		for k, v := range rec.Header() {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(rec.Code)
+		_, _ = w.Write([]byte(body))
+	}))
+	defer srv.Close()
+	tok, _ := e.emu.AddToken(netboxemu.TokenSpec{User: "fleetd2"})
+	c, _ := netbox.New(netbox.Config{URL: srv.URL, Token: tok})
+	ctx := context.Background()
+	d, err := c.Device(ctx, e.node1)
+	if err != nil || d.Status != "burn-in" || d.Declared.Class != "talos-cp" || d.Version == "" || len(d.MACs) != 3 {
+		t.Fatalf("Device via fallback = %+v, %v", d, err)
+	}
+	all, err := c.Devices(ctx)
+	if err != nil || len(all) != 1 || all[0].Status != "burn-in" {
+		t.Fatalf("Devices via fallback = %+v, %v", all, err)
+	}
+	st := fleet.StateActive
+	if got, err := c.Update(ctx, e.node1, fleet.Patch{State: &st}); err != nil || got.Owned.State != st {
+		t.Fatalf("Update via fallback = %+v, %v", got, err)
+	}
+}
+
+func BenchmarkDevices1000(b *testing.B) {
+	e := newEnv(b, 999)
+	ctx := context.Background()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		devs, err := e.client.Devices(ctx)
+		if err != nil || len(devs) != 1000 {
+			b.Fatalf("%d devices, %v", len(devs), err)
+		}
+	}
+}
