@@ -215,9 +215,11 @@ func (c *reqCtx) page(n int, item func(i int) obj) {
 		offset = o
 	}
 	results := []any{}
-	for i := offset; i < n && i < offset+limit; i++ {
-		results = append(results, item(i))
-	}
+	c.e.withIndex(func() {
+		for i := offset; i < n && i < offset+limit; i++ {
+			results = append(results, item(i))
+		}
+	})
 	var next, prev any
 	link := func(off int) string {
 		u := *c.r.URL

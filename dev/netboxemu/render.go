@@ -73,12 +73,7 @@ func (e *Emulator) briefRole(c rc, id int) obj {
 func (e *Emulator) briefDeviceType(c rc, id int) obj {
 	t := e.db.deviceTypes[id]
 	m := e.db.mfrs[t.manufacturer]
-	count := 0
-	for _, d := range e.db.devices {
-		if d.deviceType == id {
-			count++
-		}
-	}
+	count := e.deviceTypeCount(id)
 	mfr := obj{{"id", m.id}, {"url", c.api(fmt.Sprintf("dcim/manufacturers/%d/", m.id))}, {"display", m.name},
 		{"name", m.name}, {"slug", m.slug}, {"description", m.description}}
 	return obj{{"id", t.id}, {"url", c.api(fmt.Sprintf("dcim/device-types/%d/", t.id))}, {"display", t.name},
@@ -118,12 +113,7 @@ func (e *Emulator) renderDevice(c rc, d *device, withContext bool) obj {
 	if d.assetTag != nil {
 		assetTag = *d.assetTag
 	}
-	ifaces := 0
-	for _, i := range e.db.ifaces {
-		if i.device == d.id {
-			ifaces++
-		}
-	}
+	ifaces := e.interfaceCount(d.id)
 	o := obj{{"id", d.id}, {"url", c.api(fmt.Sprintf("dcim/devices/%d/", d.id))},
 		{"display_url", c.ui(fmt.Sprintf("dcim/devices/%d/", d.id))}, {"display", d.name}, {"name", d.name},
 		{"device_type", e.briefDeviceType(c, d.deviceType)}, {"role", e.briefRole(c, d.role)},

@@ -8,21 +8,13 @@ import (
 func (e *Emulator) renderInterface(c rc, i *iface) obj {
 	var primary, macStr any
 	macs := []any{}
-	for _, id := range sortedIDs(e.db.macs, macLess) {
-		m := e.db.macs[id]
-		if m.iface == i.id {
-			macs = append(macs, e.briefMAC(c, m))
-		}
+	for _, m := range e.macsOf(i.id) {
+		macs = append(macs, e.briefMAC(c, m))
 	}
 	if m, ok := e.db.macs[i.primaryMAC]; ok {
 		primary, macStr = e.briefMAC(c, m), m.mac
 	}
-	ipCount := 0
-	for _, ip := range e.db.ips {
-		if ip.iface == i.id {
-			ipCount++
-		}
-	}
+	ipCount := e.ipCount(i.id)
 	path := fmt.Sprintf("dcim/interfaces/%d/", i.id)
 	return obj{{"id", i.id}, {"url", c.api(path)}, {"display_url", c.ui(path)}, {"display", i.name},
 		{"device", e.briefDevice(c, i.device)}, {"vdcs", []any{}}, {"module", nil}, {"name", i.name},

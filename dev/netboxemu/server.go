@@ -58,8 +58,9 @@ type Emulator struct {
 	faults *Faults
 	mux    *http.ServeMux
 
-	mu sync.Mutex // guards db
+	mu sync.Mutex // guards db and ix
 	db *db
+	ix *index // set while a list is rendered
 
 	deliveries *deliverer
 
