@@ -1,0 +1,187 @@
+package swtpm
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/folly-infra/fleetd/agent/tpmconn"
+)
+
+// startAttempts bounds how often Start retries when another process took a port it picked.
+const startAttempts = 5
+
+// Instance is a running swtpm serving one manufactured TPM on loopback TCP.
+type Instance struct {
+	dir  string
+	addr string
+	cmd  *exec.Cmd
+	out  *lockedBuffer
+	done chan struct{} // closed when the process exited
+	err  error         // the process's exit error, valid after done
+
+	stopOnce sync.Once
+}
+
+// Start runs `swtpm socket` for the TPM manufactured in dir, on two free loopback ports (data
+// and control). The TPM starts as after a power-on (startup-clear): PCRs are reset, persistent
+// objects and NV are kept. The process ends with Stop, or when the caller's process dies.
+func Start(ctx context.Context, dir string) (*Instance, error) {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("start swtpm: resolve %s: %w", dir, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, stateDir, "tpm2-00.permall")); err != nil {
+		return nil, fmt.Errorf("start swtpm in %s: %w", dir, errNotManufactured)
+	}
+	var lastErr error
+	for range startAttempts {
+		inst, err := startOnce(ctx, dir)
+		if err == nil {
+			return inst, nil
+		}
+		lastErr = err
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, lastErr
+}
+
+func startOnce(ctx context.Context, dir string) (*Instance, error) {
+	ports, err := freePorts(2)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command("swtpm", "socket", "--tpm2",
+		"--tpmstate", "dir="+filepath.Join(dir, stateDir),
+		"--server", "type=tcp,bindaddr=127.0.0.1,port="+strconv.Itoa(ports[0]),
+		"--ctrl", "type=tcp,bindaddr=127.0.0.1,port="+strconv.Itoa(ports[1]),
+		"--flags", "not-need-init,startup-clear")
+	out := &lockedBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	// End swtpm with the process that started it, so a crashed test leaves nothing behind.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start swtpm: %w", err)
+	}
+	inst := &Instance{dir: dir, addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])),
+		cmd: cmd, out: out, done: make(chan struct{})}
+	go func() {
+		inst.err = cmd.Wait()
+		close(inst.done)
+	}()
+	if err := inst.waitReady(ctx); err != nil {
+		inst.Stop()
+		return nil, err
+	}
+	return inst, nil
+}
+
+// waitReady polls the data port until swtpm accepts connections or exits.
+func (i *Instance) waitReady(ctx context.Context) error {
+	deadline := time.NewTimer(10 * time.Second)
+	defer deadline.Stop()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if c, err := net.DialTimeout("tcp", i.addr, time.Second); err == nil {
+			return c.Close()
+		}
+		select {
+		case <-i.done:
+			return fmt.Errorf("start swtpm in %s: it exited (%v): %s", i.dir, i.err, lastLines(i.out.String(), 3))
+		case <-ctx.Done():
+			return fmt.Errorf("start swtpm in %s: %w", i.dir, ctx.Err())
+		case <-deadline.C:
+			return fmt.Errorf("start swtpm in %s: %s did not accept connections within 10s", i.dir, i.addr)
+		case <-tick.C:
+		}
+	}
+}
+
+// Addr is the data channel's "127.0.0.1:PORT".
+func (i *Instance) Addr() string { return i.addr }
+
+// Spec is the TPM spec the agent takes for this instance ("swtpm:127.0.0.1:PORT").
+func (i *Instance) Spec() string { return tpmconn.SwtpmPrefix + i.addr }
+
+// Open connects a new command channel to the instance. Close it before another client needs
+// the TPM: swtpm serves one connection at a time.
+func (i *Instance) Open() (io.ReadWriteCloser, error) {
+	return tpmconn.DialSwtpm(i.addr)
+}
+
+// Stop ends swtpm (SIGTERM, then SIGKILL after 5 s) and waits for it. The TPM's permanent state
+// stays in its directory. Stop is idempotent.
+func (i *Instance) Stop() error {
+	var err error
+	i.stopOnce.Do(func() {
+		select {
+		case <-i.done:
+			return
+		default:
+		}
+		_ = i.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-i.done:
+		case <-time.After(5 * time.Second):
+			_ = i.cmd.Process.Kill()
+			<-i.done
+			err = fmt.Errorf("stop swtpm in %s: it ignored SIGTERM and was killed", i.dir)
+		}
+	})
+	return err
+}
+
+// freePorts asks the kernel for n free loopback ports. Another process may take one before swtpm
+// binds it; Start then retries with new ports.
+func freePorts(n int) ([]int, error) {
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			_ = l.Close()
+		}
+	}()
+	ports := make([]int, 0, n)
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("find a free loopback port: %w", err)
+		}
+		ls = append(ls, l)
+		addr, ok := l.Addr().(*net.TCPAddr)
+		if !ok {
+			return nil, fmt.Errorf("find a free loopback port: unexpected address %v", l.Addr())
+		}
+		ports = append(ports, addr.Port)
+	}
+	return ports, nil
+}
+
+// lockedBuffer collects swtpm's output for error messages.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
