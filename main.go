@@ -1,0 +1,64 @@
+// Command fleetd decides how a bare machine becomes a node of the cluster and how it leaves
+// (SPEC §1). One binary, four roles:
+//
+//	fleetd serve --config fleetd.yaml     the service, on spore
+//	fleetd check --config fleetd.yaml     validate the config, classes.json and netbox-webhooks.yaml
+//	fleetd enroll [flags]                 the HookOS agent (first action of every Workflow)
+//	fleetd boot-check [flags]             the running node's hourly boot check
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// version is stamped at build time (-X main.version=...).
+var version = "dev"
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+const usage = `usage: fleetd <command> [flags]
+
+commands:
+  serve --config FILE       run the service
+  check --config FILE       validate the config, classes.json and netbox-webhooks.yaml, then exit
+  enroll [flags]            HookOS agent: prove the machine's identity and fetch its certificates
+  boot-check [flags]        running node: send the hourly boot check
+  version                   print the version
+
+Run "fleetd <command> -h" for a command's flags.
+`
+
+// run dispatches the subcommand and returns the process exit code.
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	switch args[0] {
+	case "serve":
+		return serve(ctx, args[1:], stderr)
+	case "check":
+		return check(args[1:], stdout, stderr)
+	case "enroll":
+		return enroll(ctx, args[1:], stdout, stderr)
+	case "boot-check":
+		return bootCheck(ctx, args[1:], stdout, stderr)
+	case "version", "--version", "-v":
+		fmt.Fprintln(stdout, "fleetd", version)
+		return 0
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	fmt.Fprintf(stderr, "fleetd: unknown command %q\n\n%s", args[0], usage)
+	return 2
+}

@@ -1,0 +1,267 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/rs/zerolog"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/folly-infra/fleetd/config"
+	"github.com/folly-infra/fleetd/fleet"
+	"github.com/folly-infra/fleetd/handlers"
+	"github.com/folly-infra/fleetd/kea"
+	"github.com/folly-infra/fleetd/netbox"
+	"github.com/folly-infra/fleetd/webhook"
+	"github.com/folly-infra/fleetd/workflows"
+)
+
+// serve runs the service until a signal arrives: the HTTP server, the periodic reconcile, the
+// Workflow watch and the Kea reservations, each a task of one errgroup.
+func serve(ctx context.Context, args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfgPath := fs.String("config", "fleetd.yaml", "the config file")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	cfg, err := config.Load(*cfgPath)
+	if err != nil {
+		fmt.Fprintf(stderr, "fleetd serve: %v\n", err)
+		return 1
+	}
+	log := newLogger(cfg.Log, stderr)
+	app, err := wire(ctx, cfg, log)
+	if err != nil {
+		log.Error().Err(err).Msg("fleetd cannot start")
+		return 1
+	}
+	log.Info().Str("version", version).Str("listen", cfg.Listen.HTTP).Str("netbox", cfg.NetBox.URL).
+		Str("namespace", cfg.Kubernetes.Namespace).Msg("fleetd serving")
+	if err := app.run(ctx); err != nil {
+		log.Error().Err(err).Msg("fleetd stopped")
+		return 1
+	}
+	log.Info().Msg("fleetd stopped")
+	return 0
+}
+
+func newLogger(c config.Log, w io.Writer) zerolog.Logger {
+	level, _ := zerolog.ParseLevel(c.Level) // validated by config
+	if c.Format == "console" {
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.RFC3339}
+	}
+	return zerolog.New(w).Level(level).With().Timestamp().Logger()
+}
+
+// app is fleetd wired together.
+type app struct {
+	cfg     *config.Config
+	log     zerolog.Logger
+	service *fleet.Service
+	netbox  *netbox.Client
+	install *workflows.Installer
+	kea     *kea.Writer
+	server  *http.Server
+	keaPoke chan struct{}
+}
+
+// wire builds every part from the config, reading the secrets from their files. Every failure
+// names the config key it came from.
+func wire(ctx context.Context, cfg *config.Config, log zerolog.Logger) (*app, error) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	sec, err := readSecrets(cfg)
+	if err != nil {
+		return nil, err
+	}
+	a := &app{cfg: cfg, log: log, keaPoke: make(chan struct{}, 1)}
+
+	catalog, err := loadCatalog(cfg.Path(cfg.ClassesFile))
+	if err != nil {
+		return nil, fmt.Errorf("classes_file: %w", err)
+	}
+	a.netbox, err = netbox.New(netbox.Config{URL: cfg.NetBox.URL, Token: string(sec.netboxToken),
+		Timeout: cfg.NetBox.Timeout.D(), Retries: cfg.NetBox.Retries, Logger: log, Registry: reg})
+	if err != nil {
+		return nil, fmt.Errorf("netbox: %w", err)
+	}
+	rc, err := kubeConfig(cfg.Path(cfg.Kubernetes.Kubeconfig))
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes.kubeconfig: %w", err)
+	}
+	a.install, err = workflows.New(workflows.Config{RESTConfig: rc, Namespace: cfg.Kubernetes.Namespace, Logger: log, Registry: reg})
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes: %w", err)
+	}
+	clock := fleet.SystemClock{}
+	pending, err := fleet.NewPending(fleet.PendingConfig{Clock: clock, TTL: cfg.Delivery.PendingTTL.D()})
+	if err != nil {
+		return nil, fmt.Errorf("config_delivery: %w", err)
+	}
+	renderer, err := newRenderer(cfg, sec.talos, clock)
+	if err != nil {
+		return nil, err
+	}
+	a.service, err = fleet.NewService(fleet.Config{FleetdURL: cfg.PublicURL}, fleet.Deps{Inventory: a.netbox,
+		Installer: a.install, Catalog: catalog, Pending: pending, Renderer: renderer, Clock: clock,
+		Random: rand.Reader, Logger: log, Registry: reg})
+	if err != nil {
+		return nil, err
+	}
+	intake, err := webhook.New(webhook.Config{Secret: sec.webhook,
+		ServiceUser: cfg.NetBox.ServiceUser}, webhook.Deps{Reconciler: a.service, Inventory: a.pokeKea, Logger: log, Registry: reg})
+	if err != nil {
+		return nil, err
+	}
+	a.kea, err = newKeaWriter(cfg, log, reg)
+	if err != nil {
+		return nil, err
+	}
+	h, err := handlers.New(handlers.Deps{Service: a.service, Webhooks: intake, Gatherer: reg, Logger: log,
+		OperatorToken: sec.operator,
+		Ready:         []handlers.ReadyCheck{{Name: "netbox", Check: a.netbox.Ping}, {Name: "kubernetes", Check: a.install.Ping}}})
+	if err != nil {
+		return nil, err
+	}
+	a.server = &http.Server{Addr: cfg.Listen.HTTP, Handler: h, ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout: 30 * time.Second, WriteTimeout: 60 * time.Second, IdleTimeout: 120 * time.Second,
+		BaseContext: func(net.Listener) context.Context { return ctx }}
+	return a, nil
+}
+
+// secrets are the contents of the secret files the config names.
+type secrets struct {
+	netboxToken, webhook, operator, talos, tokenKey []byte
+}
+
+// readSecrets reads every secret file and reports every one that is missing or empty.
+func readSecrets(cfg *config.Config) (secrets, error) {
+	var s secrets
+	var errs []error
+	read := func(dst *[]byte, key, path string) {
+		b, err := cfg.ReadSecret(key, path)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		*dst = b
+	}
+	read(&s.netboxToken, "netbox.token_file", cfg.NetBox.TokenFile)
+	read(&s.webhook, "netbox.webhook_secret_file", cfg.NetBox.WebhookSecretFile)
+	read(&s.operator, "operator.token_file", cfg.Operator.TokenFile)
+	read(&s.talos, "talos.secrets_file", cfg.Talos.SecretsFile)
+	read(&s.tokenKey, "attestation.token_key_file", cfg.Attestation.TokenKeyFile)
+	return s, errors.Join(errs...)
+}
+
+func newRenderer(cfg *config.Config, talosSecrets []byte, clock fleet.Clock) (*fleet.Renderer, error) {
+	rc := fleet.RenderConfig{TalosSecrets: talosSecrets, TalosVersion: cfg.Talos.TalosVersion,
+		ClusterName: cfg.Talos.ClusterName, ClusterEndpoint: cfg.Talos.Endpoint,
+		KubernetesVersion: cfg.Talos.KubernetesVersion, Endpoints: cfg.Seed.Endpoints, NTP: cfg.Seed.NTP,
+		Clock: clock, Random: rand.Reader}
+	for _, s := range cfg.Seed.DNS {
+		rc.DNS = append(rc.DNS, netip.MustParseAddr(s)) // validated by config
+	}
+	if cfg.Seed.Gateway != "" {
+		rc.Gateway = netip.MustParseAddr(cfg.Seed.Gateway)
+	}
+	r, err := fleet.NewRenderer(rc)
+	if err != nil {
+		return nil, fmt.Errorf("talos/seed: %w", err)
+	}
+	return r, nil
+}
+
+func newKeaWriter(cfg *config.Config, log zerolog.Logger, reg prometheus.Registerer) (*kea.Writer, error) {
+	kc := kea.Config{Path: cfg.Kea.ReservationsFile, ControlSocket: cfg.Kea.ControlSocket, Logger: log, Registry: reg}
+	if cfg.Kea.Subnet != "" {
+		kc.Subnet = netip.MustParsePrefix(cfg.Kea.Subnet).Masked()
+	}
+	w, err := kea.NewWriter(kc)
+	if err != nil {
+		return nil, fmt.Errorf("kea: %w", err)
+	}
+	return w, nil
+}
+
+// run serves until ctx ends, then shuts the HTTP server down gracefully.
+func (a *app) run(ctx context.Context) error {
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		err := a.server.ListenAndServe()
+		if errors.Is(err, http.ErrServerClosed) {
+			return nil
+		}
+		return fmt.Errorf("listen.http %s: %w", a.cfg.Listen.HTTP, err)
+	})
+	g.Go(func() error {
+		<-ctx.Done()
+		shut, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		return a.server.Shutdown(shut)
+	})
+	g.Go(func() error {
+		return a.service.Run(ctx, a.cfg.Reconcile.Interval.D(), func(ctx context.Context, devices []fleet.Device) {
+			a.syncKea(ctx, devices)
+		})
+	})
+	g.Go(func() error { return a.keaLoop(ctx) })
+	g.Go(func() error {
+		return a.install.Watch(ctx, func(id int64, ws fleet.WorkflowStatus) {
+			out, err := a.service.WorkflowChanged(ctx, id, ws)
+			ev := a.log.Info()
+			if err != nil {
+				ev = a.log.Warn().Err(err)
+			}
+			ev.Str("trigger", "workflow-watch").EmbedObject(out).Msg("decision")
+		})
+	})
+	return g.Wait()
+}
+
+// pokeKea asks for a reservations refresh (an interface, MAC or address changed in NetBox); it
+// never blocks: pokes coalesce.
+func (a *app) pokeKea(context.Context) {
+	select {
+	case a.keaPoke <- struct{}{}:
+	default:
+	}
+}
+
+// keaLoop refreshes the reservations when poked, at most every few seconds.
+func (a *app) keaLoop(ctx context.Context) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-a.keaPoke:
+		}
+		devices, err := a.netbox.Devices(ctx)
+		if err != nil {
+			a.log.Warn().Err(err).Msg("kea: cannot list devices; the periodic reconcile retries")
+		} else {
+			a.syncKea(ctx, devices)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
+
+func (a *app) syncKea(ctx context.Context, devices []fleet.Device) {
+	if _, err := a.kea.Sync(ctx, devices); err != nil {
+		a.log.Warn().Err(err).Msg("kea: reservations not synced")
+	}
+}
