@@ -74,6 +74,7 @@ type app struct {
 	kea     *kea.Writer
 	server  *http.Server
 	keaPoke chan struct{}
+	up      *prometheus.GaugeVec
 }
 
 // wire builds every part from the config, reading the secrets from their files. Every failure
@@ -85,7 +86,7 @@ func wire(ctx context.Context, cfg *config.Config, log zerolog.Logger) (*app, er
 	if err != nil {
 		return nil, err
 	}
-	a := &app{cfg: cfg, log: log, keaPoke: make(chan struct{}, 1)}
+	a := &app{cfg: cfg, log: log, keaPoke: make(chan struct{}, 1), up: newDependencyGauge(reg)}
 
 	catalog, err := loadCatalog(cfg.Path(cfg.ClassesFile))
 	if err != nil {
@@ -216,6 +217,7 @@ func (a *app) run(ctx context.Context) error {
 		})
 	})
 	g.Go(func() error { return a.keaLoop(ctx) })
+	g.Go(func() error { return a.probeLoop(ctx, 30*time.Second) })
 	g.Go(func() error {
 		return a.install.Watch(ctx, func(id int64, ws fleet.WorkflowStatus) {
 			out, err := a.service.WorkflowChanged(ctx, id, ws)
@@ -263,5 +265,40 @@ func (a *app) keaLoop(ctx context.Context) error {
 func (a *app) syncKea(ctx context.Context, devices []fleet.Device) {
 	if _, err := a.kea.Sync(ctx, devices); err != nil {
 		a.log.Warn().Err(err).Msg("kea: reservations not synced")
+	}
+}
+
+// newDependencyGauge is fleetd_dependency_up, which the alert rules watch.
+func newDependencyGauge(reg prometheus.Registerer) *prometheus.GaugeVec {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "fleetd_dependency_up",
+		Help: "1 when the dependency (netbox, kubernetes) answered fleetd's last probe, 0 when it did not.",
+	}, []string{"dependency"})
+	reg.MustRegister(g)
+	return g
+}
+
+// probeLoop asks NetBox and the Kubernetes API every interval and records whether they answered.
+func (a *app) probeLoop(ctx context.Context, every time.Duration) error {
+	probes := map[string]func(context.Context) error{"netbox": a.netbox.Ping, "kubernetes": a.install.Ping}
+	for {
+		for name, ping := range probes {
+			pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			err := ping(pctx)
+			cancel()
+			up := 1.0
+			if err != nil {
+				up = 0
+				if ctx.Err() == nil {
+					a.log.Warn().Err(err).Str("dependency", name).Msg("dependency unreachable")
+				}
+			}
+			a.up.WithLabelValues(name).Set(up)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(every):
+		}
 	}
 }

@@ -17,9 +17,10 @@ type metrics struct {
 	pendingConfigs   prometheus.Gauge
 	pendingLost      *prometheus.CounterVec
 	deliveries       *prometheus.CounterVec
+	bootChecks       *bootCheckCollector
 }
 
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, clock Clock) (*metrics, error) {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fleetd_requests_total",
@@ -58,9 +59,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "fleetd_config_fetches_total",
 			Help: "Configuration fetches by kind and outcome (delivered, or the refusal code).",
 		}, []string{"kind", "outcome"}),
+		bootChecks: newBootCheckCollector(clock),
 	}
 	for _, c := range []prometheus.Collector{m.requests, m.reconcileRuns, m.reconcileSeconds,
-		m.conflicts, m.installErrors, m.journalErrors, m.pendingConfigs, m.pendingLost, m.deliveries} {
+		m.conflicts, m.installErrors, m.journalErrors, m.pendingConfigs, m.pendingLost, m.deliveries, m.bootChecks} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register fleet metrics: %w", err)
 		}

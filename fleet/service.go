@@ -68,7 +68,7 @@ func NewService(cfg Config, deps Deps) (*Service, error) {
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
-	m, err := newMetrics(reg)
+	m, err := newMetrics(reg, deps.Clock)
 	if err != nil {
 		return nil, fmt.Errorf("new service: %w", err)
 	}
@@ -200,6 +200,7 @@ func (s *Service) ReconcileAll(ctx context.Context) ([]Device, error) {
 		s.metrics.reconcileRuns.WithLabelValues("error").Inc()
 		return nil, fmt.Errorf("list devices for reconcile: %w: %w", ErrInventory, err)
 	}
+	s.metrics.bootChecks.observe(devices)
 	s.pending.Sweep() // expired configurations end their requests below (followPending)
 	s.metrics.pendingConfigs.Set(float64(s.pending.Len()))
 	var errs []error

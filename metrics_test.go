@@ -1,0 +1,116 @@
+package main
+
+import (
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+	"gopkg.in/yaml.v3"
+	"k8s.io/client-go/rest"
+
+	"github.com/folly-infra/fleetd/fleet"
+	"github.com/folly-infra/fleetd/kea"
+	"github.com/folly-infra/fleetd/netbox"
+	"github.com/folly-infra/fleetd/webhook"
+	"github.com/folly-infra/fleetd/workflows"
+)
+
+// recorder remembers the name of every metric registered through it.
+type recorder struct {
+	prometheus.Registerer
+	names map[string]bool
+}
+
+var fqName = regexp.MustCompile(`fqName: "([^"]+)"`)
+
+func (r *recorder) Register(c prometheus.Collector) error {
+	ch := make(chan *prometheus.Desc, 64)
+	go func() { c.Describe(ch); close(ch) }()
+	for d := range ch {
+		if m := fqName.FindStringSubmatch(d.String()); m != nil {
+			r.names[m[1]] = true
+		}
+	}
+	return r.Registerer.Register(c)
+}
+
+func (r *recorder) MustRegister(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		if err := r.Register(c); err != nil {
+			panic(err)
+		}
+	}
+}
+
+// registeredMetrics builds every part that wire() builds, on one registry, and returns the
+// names of the metrics they register.
+func registeredMetrics(t *testing.T) map[string]bool {
+	t.Helper()
+	rec := &recorder{Registerer: prometheus.NewRegistry(), names: map[string]bool{}}
+	log := zerolog.Nop()
+	nb, err := netbox.New(netbox.Config{URL: "http://netbox.invalid", Token: "t", Logger: log, Registry: rec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst, err := workflows.New(workflows.Config{RESTConfig: &rest.Config{Host: "https://k8s.invalid"}, Namespace: "tink-system", Logger: log, Registry: rec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := fleet.SystemClock{}
+	pending, _ := fleet.NewPending(fleet.PendingConfig{Clock: clock, TTL: time.Hour})
+	svc, err := fleet.NewService(fleet.Config{FleetdURL: "http://spore:8080"}, fleet.Deps{Inventory: nb, Installer: inst,
+		Pending: pending, Clock: clock, Random: strings.NewReader(""), Logger: log, Registry: rec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := webhook.New(webhook.Config{Secret: []byte("s")}, webhook.Deps{Reconciler: svc, Logger: log, Registry: rec}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kea.NewWriter(kea.Config{Path: "/tmp/r.json", Logger: log, Registry: rec}); err != nil {
+		t.Fatal(err)
+	}
+	newDependencyGauge(rec)
+	return rec.names
+}
+
+var metricName = regexp.MustCompile(`\bfleetd_[a-z0-9_]+`)
+
+// TestAlertRulesNameRegisteredMetrics: every metric an alert expression names is one fleetd
+// registers (STYLE habit 13), so a renamed metric cannot silently disable an alert.
+func TestAlertRulesNameRegisteredMetrics(t *testing.T) {
+	registered := registeredMetrics(t)
+	raw, err := os.ReadFile("examples/monitoring/fleetd-rules.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rules struct {
+		Groups []struct {
+			Rules []struct {
+				Alert string `yaml:"alert"`
+				Expr  string `yaml:"expr"`
+			} `yaml:"rules"`
+		} `yaml:"groups"`
+	}
+	if err := yaml.Unmarshal(raw, &rules); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, g := range rules.Groups {
+		for _, r := range g.Rules {
+			for _, m := range metricName.FindAllString(r.Expr, -1) {
+				n++
+				base := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(m, "_bucket"), "_sum"), "_count")
+				if !registered[m] && !registered[base] {
+					t.Errorf("alert %s names %s, which fleetd does not register", r.Alert, m)
+				}
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("no fleetd_ metric found in the alert rules")
+	}
+}
