@@ -1,0 +1,142 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// validConfig writes a complete config and the files it names into a temp dir.
+func validConfig(t *testing.T) (string, string) {
+	t.Helper()
+	dir := t.TempDir()
+	for _, f := range []string{"nb-token", "wh-secret", "classes.json", "ek.pem", "tok-key", "ldevid.pem", "ldevid.key",
+		"lak.pem", "lak.key", "talos-secrets", "op-token", "kubeconfig"} {
+		if err := os.WriteFile(filepath.Join(dir, f), []byte("x\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir, `
+listen: {http: "127.0.0.1:8080"}
+public_url: http://spore.lan:8080
+netbox: {url: "https://netbox.lan", token_file: nb-token, webhook_secret_file: wh-secret, service_user: fleetd}
+kubernetes: {kubeconfig: kubeconfig}
+classes_file: classes.json
+attestation: {ek_ca_bundle: ek.pem, token_key_file: tok-key}
+pki:
+  ldevid: {cert: ldevid.pem, key: ldevid.key, lifetime: 720h}
+  lak: {cert: lak.pem, key: lak.key}
+talos: {secrets_file: talos-secrets, cluster_name: folly, endpoint: "https://10.0.0.10:6443"}
+seed: {gateway: 10.0.0.1, dns: [10.0.0.1]}
+kea: {subnet: 10.0.0.0/24}
+operator: {token_file: op-token}
+`
+}
+
+func TestParseDefaults(t *testing.T) {
+	dir, text := validConfig(t)
+	c, err := Parse(strings.NewReader(text), dir)
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	checks := []struct {
+		name string
+		got  any
+		want any
+	}{
+		{"reconcile.interval default", c.Reconcile.Interval.D(), 2 * time.Minute},
+		{"pending_ttl default", c.Delivery.PendingTTL.D(), 4 * time.Hour},
+		{"ek_policy default", c.Attestation.EKPolicy, "hash+cert"},
+		{"namespace default", c.Kubernetes.Namespace, "tink-system"},
+		{"ldevid lifetime as written", c.PKI.LDevID.Lifetime.D(), 720 * time.Hour},
+		{"lak lifetime default", c.PKI.LAK.Lifetime.D(), 90 * 24 * time.Hour},
+		{"relative path resolved", c.Path(c.ClassesFile), filepath.Join(dir, "classes.json")},
+	}
+	for _, ch := range checks {
+		if ch.got != ch.want {
+			t.Errorf("%s: %v, want %v", ch.name, ch.got, ch.want)
+		}
+	}
+	tok, err := c.ReadSecret("netbox.token_file", c.NetBox.TokenFile)
+	if err != nil || string(tok) != "x" {
+		t.Errorf("ReadSecret = %q, %v; want the trimmed content", tok, err)
+	}
+}
+
+func TestParseRefusals(t *testing.T) {
+	dir, good := validConfig(t)
+	rows := []struct {
+		name string
+		edit func(string) string
+		want []string
+	}{
+		{"refuse/unknown key names the line", func(s string) string { return s + "colour: red\n" },
+			[]string{"field colour not found"}},
+		{"refuse/empty file", func(string) string { return "" }, []string{"the file is empty"}},
+		{"refuse/bad duration", func(s string) string { return s + "reconcile: {interval: soon}\n" },
+			[]string{`"soon" is not a duration`}},
+		{"refuse/every problem listed", func(s string) string {
+			s = strings.Replace(s, "public_url: http://spore.lan:8080", "public_url: spore", 1)
+			s = strings.Replace(s, "token_file: nb-token", "token_file: missing-token", 1)
+			s = strings.Replace(s, "gateway: 10.0.0.1", "gateway: ten", 1)
+			s = strings.Replace(s, "subnet: 10.0.0.0/24", "subnet: 10.0.0.0", 1)
+			s = strings.Replace(s, "lifetime: 720h", "lifetime: 1m", 1)
+			s = strings.Replace(s, "attestation: {", "attestation: {ek_policy: trust-me, ", 1)
+			return s + "log: {level: loud}\n"
+		}, []string{
+			`public_url: "spore" is not an http(s) URL`,
+			"netbox.token_file: cannot read",
+			`seed.gateway: "ten" is not an IP address`,
+			`kea.subnet: "10.0.0.0" is not an IPv4 prefix`,
+			"pki.ldevid.lifetime: 1m0s is shorter than 1h0m0s",
+			`attestation.ek_policy: "trust-me" is unknown`,
+			`log.level: "loud" is unknown`,
+		}},
+		{"refuse/hash+cert needs a CA bundle", func(s string) string {
+			return strings.Replace(s, "ek_ca_bundle: ek.pem, ", "", 1)
+		}, []string{"attestation.ek_ca_bundle: is required"}},
+		{"ok/hash policy needs no CA bundle", func(s string) string {
+			return strings.Replace(s, "attestation: {ek_ca_bundle: ek.pem, ", "attestation: {ek_policy: hash, ", 1)
+		}, nil},
+	}
+	for _, r := range rows {
+		t.Run(r.name, func(t *testing.T) {
+			_, err := Parse(strings.NewReader(r.edit(good)), dir)
+			if r.want == nil {
+				if err != nil {
+					t.Fatalf("Parse: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("Parse accepted it")
+			}
+			for _, w := range r.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error does not contain %q:\n%v", w, err)
+				}
+			}
+		})
+	}
+}
+
+// TestExampleConfig: examples/fleetd.yaml has the right shape; the only problems are the files
+// it names on spore, which do not exist here.
+func TestExampleConfig(t *testing.T) {
+	f, err := os.Open("../examples/fleetd.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	_, err = Parse(f, "../examples")
+	if err == nil {
+		return
+	}
+	for _, line := range strings.Split(err.Error(), "\n") {
+		if !strings.Contains(line, "cannot read") {
+			t.Errorf("examples/fleetd.yaml: %s", line)
+		}
+	}
+}
