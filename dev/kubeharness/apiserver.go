@@ -43,6 +43,10 @@ func (s *Server) startAPIServer(ln net.Listener) error {
 		"system:authenticated", "system:unauthenticated")
 	ro.Etcd.StorageConfig.Transport.ServerList = []string{s.etcdURL}
 	ro.SecureServing.Listener = ln
+	// Stop must not wait out open watches: by default the HTTP server's shutdown waits up to
+	// RequestTimeout (60 s) for them. End watches at shutdown and cap the drain at 2 s.
+	o.ServerRunOptions.ShutdownSendRetryAfter = true
+	o.ServerRunOptions.ShutdownWatchTerminationGracePeriod = time.Second
 	ro.SecureServing.ServerCert.CertKey.CertFile = filepath.Join(s.dir, certFile)
 	ro.SecureServing.ServerCert.CertKey.KeyFile = filepath.Join(s.dir, keyFile)
 	if err := o.Complete(); err != nil {

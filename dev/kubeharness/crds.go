@@ -149,6 +149,12 @@ func waitServed(ctx context.Context, api crdAPI, dc discovery.DiscoveryInterface
 			if err != nil || !hasResource(list, crd.Spec.Names.Plural) {
 				return false, nil
 			}
+			// Discovery can list the resource before the custom resource handler serves it.
+			err = dc.RESTClient().Get().AbsPath("/apis", crd.Spec.Group, v.Name, crd.Spec.Names.Plural).
+				Param("limit", "1").Do(ctx).Error()
+			if err != nil {
+				return false, nil
+			}
 		}
 		return true, nil
 	})

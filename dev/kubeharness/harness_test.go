@@ -175,8 +175,22 @@ func TestRestartKeepsObjects(t *testing.T) {
 		s1.Stop()
 		t.Fatalf("create: %v", err)
 	}
+	w, err := c.Watch(ctx, &tinkv1.WorkflowList{}, client.InNamespace("restart"))
+	if err != nil {
+		s1.Stop()
+		t.Fatalf("watch: %v", err)
+	}
+	defer w.Stop()
 	if err := s1.Stop(); err != nil {
 		t.Fatalf("stop: %v", err)
+	}
+	drained := time.After(30 * time.Second)
+	for open := true; open; {
+		select {
+		case _, open = <-w.ResultChan():
+		case <-drained:
+			t.Fatal("a watch stayed open after Stop; want the server to end it")
+		}
 	}
 	if err := c.List(ctx, &tinkv1.WorkflowList{}); err == nil {
 		t.Fatal("list after Stop succeeded; want a connection error")

@@ -1,0 +1,137 @@
+package exampletemplates_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/folly-infra/fleetd/dev/tinkerbell"
+	exampletemplates "github.com/folly-infra/fleetd/examples/tinkerbell"
+	"github.com/folly-infra/fleetd/workflows"
+)
+
+const serial = "S6B0NL0W123456"
+
+// script is one shell action of a rendered Template, with the environment tink-worker gives it.
+type script struct {
+	template, action, body string
+	env                    map[string]string
+}
+
+// scripts renders every example Template and returns its /bin/sh -c actions.
+func scripts(t *testing.T) []script {
+	t.Helper()
+	tpls, err := tinkerbell.LoadTemplates(exampletemplates.FS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hm := map[string]string{"device_1": "3c:ec:ef:4c:4f:54", "disk_serial": serial, "fleetd_url": "https://spore.folly:8443",
+		"device_name": "node-a", "device_id": "1", "request": "provision-aaaaaaaa", "action": "provision",
+		"image_url": "https://images.folly/os.raw.zst", "global_timeout": "3600"}
+	var out []script
+	for _, tpl := range tpls {
+		r, err := workflows.RenderTemplate(*tpl.Spec.Data, hm, nil)
+		if err != nil {
+			t.Fatalf("render %s: %v", tpl.Name, err)
+		}
+		if err := workflows.CheckTemplate(tpl.Name, r, hm); err != nil {
+			t.Fatalf("check %s: %v", tpl.Name, err)
+		}
+		for _, a := range r.Tasks[0].Actions {
+			if len(a.Command) == 3 && a.Command[0] == "/bin/sh" && a.Command[1] == "-c" {
+				out = append(out, script{tpl.Name, a.Name, a.Command[2], workflows.MergedEnv(r.Tasks[0], a)})
+			}
+		}
+	}
+	return out
+}
+
+func find(t *testing.T, all []script, template, action string) script {
+	t.Helper()
+	for _, s := range all {
+		if s.template == template && s.action == action {
+			return s
+		}
+	}
+	t.Fatalf("no shell action %s in Template %s", action, template)
+	return script{}
+}
+
+// TestScriptsParseAndAgree: every shell action parses, and every Template that erases a disk
+// runs the same wipe-disk script.
+func TestScriptsParseAndAgree(t *testing.T) {
+	all := scripts(t)
+	wipe := find(t, all, "wipe", "wipe-disk")
+	wipers := 0
+	for _, s := range all {
+		if out, err := exec.Command("/bin/sh", "-n", "-c", s.body).CombinedOutput(); err != nil {
+			t.Errorf("%s/%s does not parse: %v %s", s.template, s.action, err, out)
+		}
+		if s.action == "wipe-disk" {
+			wipers++
+			if s.body != wipe.body {
+				t.Errorf("%s/wipe-disk differs from wipe/wipe-disk; keep one script", s.template)
+			}
+		}
+	}
+	if wipers != 6 {
+		t.Errorf("%d Templates run wipe-disk, want 6 (four provisions, wipe, retire)", wipers)
+	}
+}
+
+// machine is a fake /dev, /sys and /workflow for the scripts' FLEETD_* roots.
+type machine struct{ dev, sys, wf string }
+
+func newMachine(t *testing.T) machine {
+	root, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := machine{filepath.Join(root, "dev"), filepath.Join(root, "sys"), filepath.Join(root, "workflow")}
+	for _, d := range []string{filepath.Join(m.dev, "disk", "by-id"), filepath.Join(m.sys, "block"), m.wf} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return m
+}
+
+func write(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// disk adds a block device; byID names its /dev/disk/by-id link ("" for none) and serialFile
+// is where sysfs shows its serial ("device/serial" for NVMe and SCSI, "serial" for virtio).
+func (m machine) disk(t *testing.T, name, serial, byID, serialFile string) {
+	write(t, filepath.Join(m.dev, name), "")
+	if byID != "" {
+		if err := os.Symlink("../../"+name, filepath.Join(m.dev, "disk", "by-id", byID)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(t, filepath.Join(m.sys, "block", name, serialFile), serial+"      \n")
+}
+
+func (m machine) run(s script, env map[string]string) (string, error) {
+	cmd := exec.Command("/bin/sh", "-c", s.body)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "DRY_RUN=1", "FLEETD_DEVFS=" + m.dev,
+		"FLEETD_SYSFS=" + m.sys, "FLEETD_WORKFLOW_DIR=" + m.wf}
+	for k, v := range s.env {
+		if _, ok := env[k]; !ok {
+			cmd.Env = append(cmd.Env, k+"="+v)
+		}
+	}
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	out, err := cmd.CombinedOutput()
+	return strings.TrimSpace(string(out)), err
+}

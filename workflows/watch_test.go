@@ -1,0 +1,156 @@
+package workflows_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	tinkv1 "github.com/tinkerbell/tink/api/v1alpha1"
+
+	"github.com/folly-infra/fleetd/dev/kubeharness"
+	"github.com/folly-infra/fleetd/dev/tinkerbell"
+	"github.com/folly-infra/fleetd/fleet"
+)
+
+// recorder collects Watch callbacks.
+type recorder struct {
+	mu     sync.Mutex
+	events []string // "<device id> <workflow> <phase> <current action>"
+	added  chan struct{}
+}
+
+func newRecorder() *recorder { return &recorder{added: make(chan struct{}, 1000)} }
+
+func (r *recorder) fn(id int64, ws fleet.WorkflowStatus) {
+	r.mu.Lock()
+	r.events = append(r.events, fmt.Sprintf("%d %s %s %s", id, ws.Name, ws.Phase, ws.CurrentAction))
+	r.mu.Unlock()
+	r.added <- struct{}{}
+}
+
+// waitFor waits until an event equal to want was recorded (a guard, not a timing assertion).
+func (r *recorder) waitFor(t *testing.T, want string) {
+	t.Helper()
+	deadline := time.After(60 * time.Second)
+	for {
+		r.mu.Lock()
+		for _, ev := range r.events {
+			if ev == want {
+				r.mu.Unlock()
+				return
+			}
+		}
+		r.mu.Unlock()
+		select {
+		case <-r.added:
+		case <-deadline:
+			t.Fatalf("no Watch callback %q; got %q", want, r.snapshot())
+		}
+	}
+}
+
+func (r *recorder) snapshot() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.events...)
+}
+
+// noRepeats fails when one Workflow's view was delivered twice in a row.
+func (r *recorder) noRepeats(t *testing.T) {
+	t.Helper()
+	last := map[string]string{}
+	for _, ev := range r.snapshot() {
+		wf := strings.Fields(ev)[1]
+		if last[wf] == ev {
+			t.Errorf("callback %q delivered twice in a row; events %q", ev, r.snapshot())
+		}
+		last[wf] = ev
+	}
+}
+
+func startWatch(t *testing.T, e *env) (*recorder, func()) {
+	rec := newRecorder()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.in.Watch(ctx, rec.fn) }()
+	return rec, func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Watch returned %v after its context ended, want nil", err)
+		}
+	}
+}
+
+func TestWatchReportsStatusChanges(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	rec, stop := startWatch(t, e)
+	defer stop()
+	wf, s := installed(t, e, "watched", tinkerbell.NewSpelling())
+	name := s.Name
+	rec.waitFor(t, "5 "+name+" waiting ")
+	if err := tinkerbell.ReportAction(ctx, e.c, wf, "fleetd-enroll", "RUNNING", "", tinkerbell.NewSpelling()); err != nil {
+		t.Fatal(err)
+	}
+	rec.waitFor(t, "5 "+name+" running fleetd-enroll")
+	for _, r := range []struct{ a, s string }{{"fleetd-enroll", "SUCCESS"}, {"wipe", "RUNNING"}, {"wipe", "SUCCESS"}} {
+		if err := tinkerbell.ReportAction(ctx, e.c, wf, r.a, tinkv1.WorkflowState(r.s), ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec.waitFor(t, "5 "+name+" succeeded wipe")
+	rec.noRepeats(t)
+}
+
+// TestWatchSurvivesAPIServerRestart stops the API server under a running Watch and starts it
+// again on the same data directory and port: the Watch reconnects and reports the change made
+// after the restart, without repeating what it had already reported.
+func TestWatchSurvivesAPIServerRestart(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s1, err := kubeharness.Start(ctx, kubeharness.Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnvOn(t, s1.RESTConfig())
+	rec, stop := startWatch(t, e)
+	defer stop()
+	wf, s := installed(t, e, "restarted")
+	rec.waitFor(t, "5 "+s.Name+" waiting ")
+	if err := tinkerbell.ReportAction(ctx, e.c, wf, "fleetd-enroll", "RUNNING", ""); err != nil {
+		t.Fatal(err)
+	}
+	rec.waitFor(t, "5 "+s.Name+" running fleetd-enroll")
+
+	if err := s1.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.in.Ping(ctx); err == nil {
+		t.Error("Ping succeeded while the API server was stopped")
+	}
+	s2, err := kubeharness.Start(ctx, kubeharness.Options{Dir: dir, Port: portOf(t, s1.URL())})
+	if err != nil {
+		t.Fatalf("restart API server: %v", err)
+	}
+	defer s2.Stop()
+	if err := tinkerbell.ReportAction(ctx, e.c, wf, "fleetd-enroll", "FAILED", "TPM not found"); err != nil {
+		t.Fatal(err)
+	}
+	rec.waitFor(t, "5 "+s.Name+" failed fleetd-enroll")
+	rec.noRepeats(t)
+	if err := e.in.Ping(ctx); err != nil {
+		t.Errorf("Ping after the restart: %v", err)
+	}
+}
+
+func portOf(t *testing.T, url string) int {
+	t.Helper()
+	var port int
+	if _, err := fmt.Sscanf(url[strings.LastIndex(url, ":")+1:], "%d", &port); err != nil {
+		t.Fatalf("port of %s: %v", url, err)
+	}
+	return port
+}
