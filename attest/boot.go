@@ -1,0 +1,163 @@
+package attest
+
+import (
+	"bytes"
+	"crypto"
+	"fmt"
+	"slices"
+
+	"github.com/google/go-attestation/attest"
+	"github.com/google/go-tpm/legacy/tpm2"
+)
+
+// pcrCount is the number of PCRs a PC-client TPM has in each bank.
+const pcrCount = 24
+
+// VerifiedBoot is a machine's measured boot as the quote and event log prove it.
+type VerifiedBoot struct {
+	// Events are the event-log entries that replayed to the quoted SHA-256 PCRs, in log order.
+	Events []attest.Event
+	// SecureBoot is the Secure Boot state the verified events show; nil when it could not be
+	// determined, with the reason in SecureBootErr.
+	SecureBoot    *attest.SecurebootState
+	SecureBootErr error
+	// Baseline is the compact form of Events a later boot check compares against (SPEC §5).
+	Baseline Baseline
+	// Clock is the TPM clock in the SHA-256 quote: a later boot check with the same ResetCount
+	// and an older Clock is a replay, a higher ResetCount a reboot.
+	Clock tpm2.ClockInfo
+}
+
+// VerifyPlatform verifies a machine's platform attestation under a verified AK and the server
+// nonce: every quote's signature and nonce; that the PCR values are the quoted ones (each PCR
+// given once per bank, the SHA-256 bank complete); that the event log replays to the quoted
+// SHA-256 PCRs; and it extracts the Secure Boot state from the replayed events.
+//
+// Only the SHA-256 bank is replayed, so every verified event carries a SHA-256 digest and the
+// baseline is the same whichever other banks a TPM has. A log written without SHA-256 digests
+// is refused.
+func VerifyPlatform(ak *VerifiedAK, nonce []byte, claimed attest.PlatformParameters) (*VerifiedBoot, error) {
+	if len(claimed.Quotes) == 0 {
+		return nil, refuse(CheckQuote, "the platform attestation has no quote")
+	}
+	clock, err := checkQuoteNonces(claimed.Quotes, nonce)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkPCRSet(claimed.PCRs); err != nil {
+		return nil, err
+	}
+	pcrs := slices.Clone(claimed.PCRs)
+	akPub := attest.AKPublic{Public: ak.Public, Hash: ak.Hash}
+	if err := akPub.VerifyAll(claimed.Quotes, pcrs, nonce); err != nil {
+		return nil, refuseErr(CheckQuote, err, "the quotes do not verify under the AK against the PCR values sent")
+	}
+	var sha256PCRs []attest.PCR
+	for _, p := range pcrs {
+		if p.DigestAlg == crypto.SHA256 && p.QuoteVerified() {
+			sha256PCRs = append(sha256PCRs, p)
+		}
+	}
+	if len(sha256PCRs) != pcrCount {
+		return nil, refuse(CheckQuote, "the quotes cover %d of the %d SHA-256 PCRs; all of them are needed", len(sha256PCRs), pcrCount)
+	}
+	events, err := replay(claimed.EventLog, sha256PCRs)
+	if err != nil {
+		return nil, err
+	}
+	vb := &VerifiedBoot{Events: events, Baseline: NewBaseline(events), Clock: *clock}
+	vb.SecureBoot, vb.SecureBootErr = attest.ParseSecurebootState(events)
+	if vb.SecureBootErr != nil {
+		vb.SecureBoot = nil
+	}
+	return vb, nil
+}
+
+// checkQuoteNonces refuses a quote made for another nonce (go-attestation checks it too, with a
+// message that prints Go byte slices) and returns the clock of the SHA-256 quote.
+func checkQuoteNonces(quotes []attest.Quote, nonce []byte) (*tpm2.ClockInfo, error) {
+	var clock *tpm2.ClockInfo
+	for i, q := range quotes {
+		att, err := tpm2.DecodeAttestationData(q.Quote)
+		if err != nil {
+			return nil, refuseErr(CheckQuote, err, "quote %d is not a TPMS_ATTEST made by a TPM", i)
+		}
+		if att.Type != tpm2.TagAttestQuote || att.AttestedQuoteInfo == nil {
+			return nil, refuse(CheckQuote, "attestation %d is not a quote (tag 0x%x)", i, att.Type)
+		}
+		if !bytes.Equal(att.ExtraData, nonce) {
+			return nil, refuse(CheckQuote, "quote %d was made for nonce %x, not for this enrollment's nonce %x", i, []byte(att.ExtraData), nonce)
+		}
+		if att.AttestedQuoteInfo.PCRSelection.Hash == tpm2.AlgSHA256 {
+			clock = &att.ClockInfo
+		}
+	}
+	if clock == nil {
+		return nil, refuse(CheckQuote, "no quote covers the SHA-256 PCR bank")
+	}
+	return clock, nil
+}
+
+// checkPCRSet refuses a PCR given twice in one bank: go-attestation marks every entry of a
+// quoted index verified, so a second, false value would pass the quote and replay a false log.
+func checkPCRSet(pcrs []attest.PCR) error {
+	type key struct {
+		index int
+		alg   crypto.Hash
+	}
+	seen := map[key]bool{}
+	for _, p := range pcrs {
+		k := key{p.Index, p.DigestAlg}
+		if seen[k] {
+			return refuse(CheckQuote, "PCR %d (%v) is given more than once", p.Index, p.DigestAlg)
+		}
+		seen[k] = true
+	}
+	return nil
+}
+
+// replay parses the event log and replays it against the quote-verified SHA-256 PCRs.
+func replay(claimedLog []byte, pcrs []attest.PCR) ([]attest.Event, error) {
+	el, err := attest.ParseEventLog(claimedLog)
+	if err != nil {
+		return nil, refuseErr(CheckEventLog, err, "the event log does not parse")
+	}
+	if !slices.Contains(el.Algs, attest.HashSHA256) {
+		return nil, refuse(CheckEventLog, "the event log has no SHA-256 digests (it carries %v)", el.Algs)
+	}
+	events, err := el.Verify(pcrs)
+	if err != nil {
+		if re, ok := err.(attest.ReplayError); ok {
+			return nil, refuseErr(CheckEventLog, err, "the event log does not replay to the quoted SHA-256 PCRs %v", re.InvalidPCRs)
+		}
+		return nil, refuseErr(CheckEventLog, err, "the event log does not replay to the quoted SHA-256 PCRs")
+	}
+	return events, nil
+}
+
+// RequireSecureBoot applies a class's Secure Boot policy to a verified boot: when required, the
+// verified events must show Secure Boot enabled.
+func RequireSecureBoot(vb *VerifiedBoot, required bool) error {
+	if !required {
+		return nil
+	}
+	if vb.SecureBoot == nil {
+		return refuseErr(CheckSecureBoot, vb.SecureBootErr, "the class requires Secure Boot and the event log does not show its state")
+	}
+	if !vb.SecureBoot.Enabled {
+		return refuse(CheckSecureBoot, "the class requires Secure Boot and the verified event log shows it disabled")
+	}
+	return nil
+}
+
+// SecureBootString summarises the Secure Boot state for logs and journal entries.
+func (vb *VerifiedBoot) SecureBootString() string {
+	switch {
+	case vb.SecureBoot == nil:
+		return fmt.Sprintf("unknown (%v)", vb.SecureBootErr)
+	case vb.SecureBoot.Enabled:
+		return "enabled"
+	default:
+		return "disabled"
+	}
+}

@@ -1,0 +1,311 @@
+package attest_test
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"crypto/x509"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	ga "github.com/google/go-attestation/attest"
+
+	"github.com/folly-infra/fleetd/agent"
+
+	"github.com/folly-infra/fleetd/attest"
+	"github.com/folly-infra/fleetd/dev/swtpm"
+	"github.com/folly-infra/fleetd/dev/swtpm/eventlogs"
+	"github.com/folly-infra/fleetd/pki"
+)
+
+// verifier is fleetd's side of an enrollment as the handlers will run it: attest's checks in
+// order, then pki's issuing. It stands in for fleet/ and handlers/ in these tests.
+type verifier struct {
+	ek      *attest.EKVerifier
+	sealer  *attest.TokenSealer
+	issuer  *pki.Issuer
+	clock   *clock
+	devices map[string]device
+}
+
+type device struct {
+	id         int64
+	ekHashes   []string
+	diskSerial string
+	secureBoot bool
+}
+
+// challengeClaim is the first round trip's request; evidenceClaim the second's.
+type challengeClaim struct {
+	device, tpmVersion string
+	ekPub, ekCert      []byte
+	ak                 ga.AttestationParameters
+}
+
+type evidenceClaim struct {
+	device, token string
+	secret        []byte
+	platform      ga.PlatformParameters
+	ldevid        ga.CertificationParameters
+	disks         []attest.Disk
+}
+
+type challengeAnswer struct {
+	token string
+	ec    ga.EncryptedCredential
+	nonce []byte
+}
+
+type evidenceAnswer struct {
+	ldevid, lak *pki.Certificate
+	disk        *attest.VerifiedDisk
+	boot        *attest.VerifiedBoot
+}
+
+func newVerifier(t testing.TB, policy attest.EKPolicy, bundle []byte) *verifier {
+	t.Helper()
+	c := &clock{testTime}
+	ekv, err := attest.NewEKVerifier(attest.EKVerifierConfig{Policy: policy, BundlePEM: bundle, Now: c.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sealer, err := attest.NewTokenSealer(attest.TokenConfig{Key: bytes.Repeat([]byte{7}, 32),
+		Lifetime: 10 * time.Minute, Rand: seeded(9), Now: c.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	devid, _, err := pki.NewCA(pki.NewCAConfig{Name: "fleetd DevID", Rand: seeded(10), Now: c.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lak, _, err := pki.NewCA(pki.NewCAConfig{Name: "fleetd LAK", Rand: seeded(11), Now: c.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	iss, err := pki.NewIssuer(pki.IssuerConfig{LDevID: devid, LAK: lak, LDevIDLifetime: 24 * time.Hour,
+		LAKLifetime: 24 * time.Hour, Rand: seeded(12), Now: c.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &verifier{ek: ekv, sealer: sealer, issuer: iss, clock: c, devices: map[string]device{}}
+}
+
+func (v *verifier) challenge(c challengeClaim) (*challengeAnswer, error) {
+	d := v.devices[c.device]
+	if err := attest.RequireTPM20(c.tpmVersion); err != nil {
+		return nil, err
+	}
+	ek, err := v.ek.Verify(c.ekPub, c.ekCert, d.ekHashes)
+	if err != nil {
+		return nil, err
+	}
+	ch, err := attest.NewAKChallenge(ek, c.ak, seeded(13))
+	if err != nil {
+		return nil, err
+	}
+	nonce, err := attest.NewNonce(seeded(14))
+	if err != nil {
+		return nil, err
+	}
+	tok, err := v.sealer.Seal(attest.TokenClaims{DeviceID: d.id, Device: c.device, Request: "provision-abc",
+		EKSHA256: ek.SHA256, HWSerialNum: ek.HWSerialNum, AKDigest: ch.AKDigest, Secret: ch.Secret, Nonce: nonce})
+	if err != nil {
+		return nil, err
+	}
+	return &challengeAnswer{token: tok, ec: ch.Credential, nonce: nonce}, nil
+}
+
+func (v *verifier) evidence(c evidenceClaim) (*evidenceAnswer, error) {
+	d := v.devices[c.device]
+	tok, err := v.sealer.Open(c.token, attest.Binding{DeviceID: d.id, Device: c.device,
+		ApprovedEKs: d.ekHashes, ClaimedAKPublic: c.platform.Public})
+	if err != nil {
+		return nil, err
+	}
+	ak, err := attest.VerifyActivation(tok, c.secret, c.platform.Public)
+	if err != nil {
+		return nil, err
+	}
+	nonce := tok.Claims().Nonce
+	boot, err := attest.VerifyPlatform(ak, nonce, c.platform)
+	if err != nil {
+		return nil, err
+	}
+	if err := attest.RequireSecureBoot(boot, d.secureBoot); err != nil {
+		return nil, err
+	}
+	key, err := attest.VerifyLDevIDKey(ak, nonce, c.ldevid)
+	if err != nil {
+		return nil, err
+	}
+	disk, err := attest.MatchDisk(d.diskSerial, c.disks)
+	if err != nil {
+		return nil, err
+	}
+	id := pki.Identity{DeviceName: c.device, DeviceSerial: "SN-1", HWSerialNum: tok.Claims().HWSerialNum}
+	ldevid, err := v.issuer.IssueLDevID(id, key.Public)
+	if err != nil {
+		return nil, err
+	}
+	lak, err := v.issuer.IssueLAK(id, ak.Public)
+	if err != nil {
+		return nil, err
+	}
+	return &evidenceAnswer{ldevid: ldevid, lak: lak, disk: disk, boot: boot}, nil
+}
+
+// scenario is one machine's complete, valid enrollment, plus the TPM output the refusal rows
+// substitute for parts of it.
+type scenario struct {
+	v        *verifier
+	c1       challengeClaim
+	a1       *challengeAnswer
+	c2       evidenceClaim
+	m        *machine
+	ak       *ga.AK
+	otherAK  ga.AttestationParameters // a second AK of the same TPM
+	pOther   *ga.PlatformParameters   // a quote over another nonce
+	ldOther  *agent.LDevIDKey         // an LDevID certified with another nonce
+	ekSHA256 string
+}
+
+var disks = []attest.Disk{
+	{Serial: "S3Z9NB0K123456", Path: "/dev/disk/by-id/nvme-Samsung_SSD_970_S3Z9NB0K123456"},
+	{Serial: "WD-WCC4N7XYZ", Path: "/dev/disk/by-id/ata-WDC_WD40EFRX_WD-WCC4N7XYZ"},
+}
+
+// newScenario runs the machine's side of both round trips against v.
+func newScenario(t *testing.T, m *machine, v *verifier, secureBoot bool) *scenario {
+	t.Helper()
+	s := &scenario{v: v, m: m}
+	ekPub, ekCert, err := m.EK()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.ekSHA256 = sha256Hex(ekPub)
+	v.devices["node-a"] = device{id: 1, ekHashes: []string{"00" + s.ekSHA256[2:], s.ekSHA256}, diskSerial: "S3Z9NB0K123456", secureBoot: secureBoot}
+	v.devices["node-b"] = device{id: 2, ekHashes: []string{s.ekSHA256}, diskSerial: "S3Z9NB0K123456"}
+	if s.ak, err = m.NewAK(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.ak.Close(m.Attest()) })
+	s.c1 = challengeClaim{device: "node-a", tpmVersion: "2.0", ekPub: ekPub, ekCert: ekCert, ak: s.ak.AttestationParameters()}
+	if s.a1, err = v.challenge(s.c1); err != nil {
+		t.Fatal(err)
+	}
+	secret, err := m.ActivateCredential(s.ak, s.a1.ec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := eventLogOf(t, m)
+	pp, err := m.AttestPlatform(s.ak, s.a1.nonce, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ld, err := m.NewLDevID(s.ak, s.a1.nonce)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.c2 = evidenceClaim{device: "node-a", token: s.a1.token, secret: secret, platform: *pp,
+		ldevid: ld.Certification, disks: disks}
+	other := slices.Clone(s.a1.nonce)
+	other[0] ^= 0xff
+	if s.pOther, err = m.AttestPlatform(s.ak, other, log); err != nil {
+		t.Fatal(err)
+	}
+	if s.ldOther, err = m.NewLDevID(s.ak, other); err != nil {
+		t.Fatal(err)
+	}
+	ak2, err := m.NewAK()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.otherAK = ak2.AttestationParameters()
+	_ = ak2.Close(m.Attest())
+	return s
+}
+
+func eventLogOf(t *testing.T, m *machine) []byte {
+	t.Helper()
+	log, err := m.Attest().MeasurementLog()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return log
+}
+
+// TestEnrollSimulator runs a whole enrollment on the simulator with a Secure Boot log, under
+// the hash policy (the simulator has no EK certificate), and every refusal after it.
+func TestEnrollSimulator(t *testing.T) {
+	m := simMachine(t, eventlogs.RHEL8SecureBoot)
+	v := newVerifier(t, attest.EKPolicyHash, nil)
+	s := newScenario(t, m, v, true)
+	t.Run("ok/simulator-secure-boot", func(t *testing.T) {
+		a := s.mustEnroll(t)
+		if a.boot.SecureBoot == nil || !a.boot.SecureBoot.Enabled {
+			t.Errorf("Secure Boot = %s, want enabled", a.boot.SecureBootString())
+		}
+		if got, want := hwSerial(t, a.ldevid.Leaf), sha256.Sum256(s.c1.ekPub); !bytes.Equal(got, want[:]) {
+			t.Errorf("hwSerialNum = %x, want the SHA-256 of the EK SPKI %x when there is no EK certificate", got, want)
+		}
+	})
+	runRefusals(t, s)
+}
+
+// TestEnrollSwtpm runs a whole enrollment on swtpm with an EK certificate under hash+cert, a log
+// without Secure Boot and a class that does not require it.
+func TestEnrollSwtpm(t *testing.T) {
+	ca, err := swtpm.ReadEKCA(swtpmCADir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := swtpmMachine(t, eventlogs.Ubuntu2104NoSecureBoot)
+	v := newVerifier(t, attest.EKPolicyHashCert, ca.BundlePEM())
+	s := newScenario(t, m, v, false)
+	t.Run("ok/swtpm-ek-cert", func(t *testing.T) {
+		a := s.mustEnroll(t)
+		if a.boot.SecureBoot == nil || a.boot.SecureBoot.Enabled {
+			t.Errorf("Secure Boot = %s, want disabled", a.boot.SecureBootString())
+		}
+		want := "00001014:" // swtpm's manufacturer code, then the EK certificate's AKI and serial
+		if got := string(hwSerial(t, a.ldevid.Leaf)); !strings.HasPrefix(got, want) || strings.Count(got, ":") != 2 {
+			t.Errorf("hwSerialNum = %q, want %q<aki hex>:<serial hex>", got, want)
+		}
+	})
+	runRefusals(t, s)
+}
+
+// mustEnroll runs both round trips' checks and the issuing, and checks what was issued.
+func (s *scenario) mustEnroll(t *testing.T) *evidenceAnswer {
+	t.Helper()
+	a, err := s.v.evidence(s.c2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.disk.Path != disks[0].Path {
+		t.Errorf("disk = %s, want %s", a.disk.Path, disks[0].Path)
+	}
+	ldPub, _ := x509.MarshalPKIXPublicKey(a.ldevid.Leaf.PublicKey)
+	akPub, _ := x509.MarshalPKIXPublicKey(a.lak.Leaf.PublicKey)
+	wantAK, _ := x509.MarshalPKIXPublicKey(s.ak.Public())
+	if !bytes.Equal(akPub, wantAK) {
+		t.Error("the LAK certificate is not for the AK")
+	}
+	if bytes.Equal(ldPub, akPub) {
+		t.Error("the LDevID certificate is for the AK")
+	}
+	if len(a.boot.Events) == 0 || len(a.boot.Baseline.PCRs) == 0 {
+		t.Error("no verified events")
+	}
+	return a
+}
+
+func hwSerial(t *testing.T, c *x509.Certificate) []byte {
+	t.Helper()
+	_, hw, _, err := pki.HardwareModuleName(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return hw
+}

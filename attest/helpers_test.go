@@ -1,0 +1,132 @@
+package attest_test
+
+import (
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/asn1"
+	"math/big"
+	"os"
+	"testing"
+	"time"
+
+	ga "github.com/google/go-attestation/attest"
+	"github.com/google/go-tpm/legacy/tpm2"
+
+	"github.com/folly-infra/fleetd/attest"
+	"github.com/folly-infra/fleetd/dev/swtpm"
+	"github.com/folly-infra/fleetd/pki"
+)
+
+// useEKPolicy replaces the scenario verifier's EK policy (the row's deferred restore undoes it).
+func useEKPolicy(t *testing.T, s *scenario, p attest.EKPolicy, bundle []byte) {
+	t.Helper()
+	ekv, err := attest.NewEKVerifier(attest.EKVerifierConfig{Policy: p, BundlePEM: bundle, Now: s.v.clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.v.ek = ekv
+}
+
+func swtpmBundle(t testing.TB) []byte {
+	t.Helper()
+	ca, err := swtpm.ReadEKCA(swtpmCADir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ca.BundlePEM()
+}
+
+func swtpmRootOnly(t testing.TB) []byte {
+	t.Helper()
+	ca, err := swtpm.ReadEKCA(swtpmCADir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(ca.RootPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// ekCertFrom issues a TCG-style EK certificate (critical SAN directoryName with the TPM
+// manufacturer, EKU tcg-kp-EKCertificate) for the key in ekPubDER, or for a fresh RSA key when
+// ekPubDER is nil, from ca.
+func ekCertFrom(t testing.TB, ca *pki.CA, ekPubDER []byte) []byte {
+	t.Helper()
+	var pub any
+	if ekPubDER == nil {
+		k, err := rsa.GenerateKey(rand.Reader, 2048)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pub = k.Public()
+	} else {
+		var err error
+		if pub, err = x509.ParsePKIXPublicKey(ekPubDER); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dirName, err := asn1.Marshal(pkix.RDNSequence{
+		{{Type: asn1.ObjectIdentifier{2, 23, 133, 2, 1}, Value: "id:49465800"}},
+		{{Type: asn1.ObjectIdentifier{2, 23, 133, 2, 2}, Value: "SLB9670"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	san, err := asn1.Marshal([]asn1.RawValue{{Class: asn1.ClassContextSpecific, Tag: 4, IsCompound: true, Bytes: dirName}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:       big.NewInt(0x4d5),
+		NotBefore:          testTime.AddDate(-1, 0, 0),
+		NotAfter:           testTime.AddDate(10, 0, 0),
+		KeyUsage:           x509.KeyUsageKeyEncipherment,
+		UnknownExtKeyUsage: []asn1.ObjectIdentifier{{2, 23, 133, 8, 1}},
+		ExtraExtensions:    []pkix.Extension{{Id: asn1.ObjectIdentifier{2, 5, 29, 17}, Critical: true, Value: san}},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, pub, ca.Signer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return der
+}
+
+// untrustedEKCert is an EK certificate from a CA no bundle of these tests holds.
+func untrustedEKCert(t testing.TB, ekPubDER []byte) []byte {
+	t.Helper()
+	ca, _, err := pki.NewCA(pki.NewCAConfig{Name: "Untrusted TPM Vendor", Rand: seeded(30), Now: func() time.Time { return testTime }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ekCertFrom(t, ca, ekPubDER)
+}
+
+// tpmKeyParams creates an RSA signing key with the given attributes under the TPM's SRK and
+// returns its creation attestation signed by itself: what a machine would send as its AK if it
+// tried to pass off a key that is not an attestation key.
+func tpmKeyParams(t *testing.T, m *machine, attrs tpm2.KeyProp) ga.AttestationParameters {
+	t.Helper()
+	const srk = 0x81000001 // go-attestation's SRK, persisted by NewAK
+	tmpl := tpm2.Public{
+		Type: tpm2.AlgRSA, NameAlg: tpm2.AlgSHA256, Attributes: attrs,
+		RSAParameters: &tpm2.RSAParams{Sign: &tpm2.SigScheme{Alg: tpm2.AlgRSASSA, Hash: tpm2.AlgSHA256}, KeyBits: 2048},
+	}
+	priv, pub, cdata, chash, ticket, err := tpm2.CreateKey(m.rw, srk, tpm2.PCRSelection{}, "", "", tmpl)
+	if err != nil {
+		t.Fatalf("create a key with attributes 0x%x: %v", uint32(attrs), err)
+	}
+	h, _, err := tpm2.Load(m.rw, srk, "", pub, priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tpm2.FlushContext(m.rw, h)
+	att, sig, err := tpm2.CertifyCreation(m.rw, "", h, h, nil, chash, *tmpl.RSAParameters.Sign, ticket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ga.AttestationParameters{Public: pub, CreateData: cdata, CreateAttestation: att, CreateSignature: sig}
+}

@@ -1,0 +1,97 @@
+// Package attest verifies a machine's TPM evidence: pure checks over bytes the machine sent,
+// each returning a Verified… value or a *Refusal that names the check and the values (SPEC §4).
+// Only Verified… values authorize anything: a certificate is issued for a VerifiedLDevIDKey or a
+// VerifiedAK, never for bytes a machine claims.
+//
+// The package wraps go-attestation (github.com/google/go-attestation/attest) and never
+// re-implements its TPM structure parsing or signature checks; it adds the checks go-attestation
+// leaves to its caller (EK approval and certificate chain, the AK's attributes stated plainly,
+// the certification nonce, duplicate PCRs, the SHA-256 bank's coverage, Secure Boot policy,
+// disks) and the sealed token that carries the first round trip's state to the second.
+//
+// Trust assumptions: every argument named claimed… is untrusted input from the machine; approved
+// EK hashes, the manufacturer CA bundle, the token key, the nonce and the declared disk serial
+// are fleetd's own. The package imports nothing of fleetd and no network code.
+package attest
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Check names one verification step. It is the stable code of a refusal, which the HTTP API
+// returns as its "error" field.
+type Check string
+
+// The checks, in the order an enrollment runs them.
+const (
+	CheckTPMVersion    Check = "tpm_unsupported"     // the machine's TPM is not a TPM 2.0
+	CheckEKMalformed   Check = "ek_malformed"        // the EK public key or certificate does not parse
+	CheckEKApproved    Check = "ek_not_approved"     // the EK's SHA-256 is not among the device's ek_sha256
+	CheckEKCertChain   Check = "ek_cert_untrusted"   // the EK certificate does not chain to the manufacturer bundle
+	CheckEKCertKey     Check = "ek_cert_mismatch"    // the EK certificate is for another key
+	CheckAK            Check = "ak_invalid"          // the AK is not a TPM-resident restricted signing key
+	CheckToken         Check = "token_invalid"       // the token was not sealed by fleetd or was altered
+	CheckTokenExpired  Check = "token_expired"       // the token's lifetime is over
+	CheckTokenBinding  Check = "token_mismatch"      // the token belongs to another device, EK or AK
+	CheckActivation    Check = "activation_failed"   // the AK could not decrypt the credential: not on that EK's TPM
+	CheckQuote         Check = "quote_invalid"       // the quote's signature, nonce or PCR digest is wrong
+	CheckEventLog      Check = "eventlog_invalid"    // the event log does not replay to the quoted PCRs
+	CheckSecureBoot    Check = "secureboot_disabled" // the class requires Secure Boot and the log shows it off
+	CheckLDevID        Check = "ldevid_invalid"      // the LDevID key or its certification is wrong
+	CheckDiskAbsent    Check = "disk_absent"         // no disk with the declared serial
+	CheckDiskAmbiguous Check = "disk_ambiguous"      // more than one disk with the declared serial
+	CheckDiskMalformed Check = "disk_malformed"      // a claimed disk path is not an absolute path
+)
+
+// Refusal is the outcome of a failed check: the machine's evidence is wrong, not fleetd. Its
+// message is safe to return to the machine and to write into a NetBox journal entry.
+type Refusal struct {
+	Check Check
+	Msg   string // one sentence naming what was wrong and the values involved
+	Err   error  // the underlying library error, when there is one
+}
+
+func (r *Refusal) Error() string {
+	if r.Err != nil {
+		return fmt.Sprintf("%s: %s: %v", r.Check, r.Msg, r.Err)
+	}
+	return fmt.Sprintf("%s: %s", r.Check, r.Msg)
+}
+
+func (r *Refusal) Unwrap() error { return r.Err }
+
+// AsRefusal returns the refusal in err's chain, if there is one.
+func AsRefusal(err error) (*Refusal, bool) {
+	var r *Refusal
+	ok := errors.As(err, &r)
+	return r, ok
+}
+
+func refuse(c Check, format string, args ...any) *Refusal {
+	return &Refusal{Check: c, Msg: fmt.Sprintf(format, args...)}
+}
+
+func refuseErr(c Check, err error, format string, args ...any) *Refusal {
+	return &Refusal{Check: c, Msg: fmt.Sprintf(format, args...), Err: err}
+}
+
+// TPM versions as the agent reports them.
+const (
+	TPMVersion20 = "2.0"
+	TPMVersion12 = "1.2"
+)
+
+// RequireTPM20 refuses any TPM but a 2.0 (SPEC §1: TPM 1.2 machines cannot use this path).
+func RequireTPM20(claimedVersion string) error {
+	switch claimedVersion {
+	case TPMVersion20:
+		return nil
+	case TPMVersion12:
+		return refuse(CheckTPMVersion, "the machine has a TPM 1.2; fleetd attests only TPM 2.0 machines, so this machine cannot be enrolled")
+	case "":
+		return refuse(CheckTPMVersion, "the agent found no TPM on the machine")
+	default:
+		return refuse(CheckTPMVersion, "the agent reported TPM version %q; fleetd attests only TPM 2.0", claimedVersion)
+	}
+}

@@ -1,0 +1,167 @@
+package attest
+
+import (
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+)
+
+// The enrollment handlers are stateless (SPEC §4): what the second round trip needs from the
+// first travels in a token the machine carries back, sealed with AES-256-GCM under a key only
+// fleetd has. Sealing makes the token opaque (the activation secret stays hidden from the
+// machine, which must prove it can decrypt the credential) and unforgeable; the claims bind it
+// to the device, the approved EK and the AK, and it expires.
+//
+// A token can be presented more than once within its lifetime by the machine it was made for;
+// each use still requires that machine's TPM to have produced the quote and certification over
+// the token's nonce, so a replay only repeats an enrollment its own TPM already proved.
+
+// tokenVersion is the first byte of every token; tokenAAD binds the ciphertext to its purpose.
+const (
+	tokenVersion = 1
+	tokenAAD     = "fleetd attest token v1"
+)
+
+// TokenKeySize is the size of the token key: 32 bytes, AES-256.
+const TokenKeySize = 32
+
+// ParseTokenKey reads a token key file: 64 hex digits (surrounding whitespace ignored) or 32 raw bytes.
+func ParseTokenKey(b []byte) ([]byte, error) {
+	if s := strings.TrimSpace(string(b)); len(s) == 2*TokenKeySize {
+		if k, err := hex.DecodeString(s); err == nil {
+			return k, nil
+		}
+	}
+	if len(b) == TokenKeySize {
+		return b, nil
+	}
+	return nil, fmt.Errorf("parse token key: want %d hex digits or %d raw bytes, got %d bytes", 2*TokenKeySize, TokenKeySize, len(b))
+}
+
+// TokenClaims is what a token carries from the challenge to the evidence round trip.
+type TokenClaims struct {
+	DeviceID    int64     `json:"did"`
+	Device      string    `json:"dev"`
+	Request     string    `json:"req"`
+	EKSHA256    string    `json:"ek"`  // the approved EK (VerifiedEK.SHA256)
+	HWSerialNum []byte    `json:"hw"`  // VerifiedEK.HWSerialNum, for the certificates' SAN
+	AKDigest    []byte    `json:"ak"`  // SHA-256 of the AK's TPMT_PUBLIC
+	Secret      []byte    `json:"sec"` // the credential-activation secret
+	Nonce       []byte    `json:"n"`   // the nonce the quote and the LDevID certification must carry
+	IssuedAt    time.Time `json:"iat"`
+	ExpiresAt   time.Time `json:"exp"`
+}
+
+// TokenConfig configures a TokenSealer.
+type TokenConfig struct {
+	Key      []byte // TokenKeySize bytes
+	Lifetime time.Duration
+	Rand     io.Reader
+	Now      func() time.Time
+}
+
+// TokenSealer seals and opens tokens.
+type TokenSealer struct {
+	aead     cipher.AEAD
+	lifetime time.Duration
+	rand     io.Reader
+	now      func() time.Time
+}
+
+// NewTokenSealer checks the configuration and returns a sealer.
+func NewTokenSealer(cfg TokenConfig) (*TokenSealer, error) {
+	if len(cfg.Key) != TokenKeySize {
+		return nil, fmt.Errorf("new token sealer: the key is %d bytes, want %d", len(cfg.Key), TokenKeySize)
+	}
+	if cfg.Lifetime <= 0 || cfg.Rand == nil || cfg.Now == nil {
+		return nil, errors.New("new token sealer: a positive Lifetime, Rand and Now are needed")
+	}
+	block, err := aes.NewCipher(cfg.Key)
+	if err != nil {
+		return nil, fmt.Errorf("new token sealer: %w", err)
+	}
+	aead, err := cipher.NewGCM(block)
+	if err != nil {
+		return nil, fmt.Errorf("new token sealer: %w", err)
+	}
+	return &TokenSealer{aead: aead, lifetime: cfg.Lifetime, rand: cfg.Rand, now: cfg.Now}, nil
+}
+
+// Seal stamps the claims with the issue time and expiry and seals them.
+func (s *TokenSealer) Seal(c TokenClaims) (string, error) {
+	c.IssuedAt = s.now().UTC()
+	c.ExpiresAt = c.IssuedAt.Add(s.lifetime)
+	plain, err := json.Marshal(c)
+	if err != nil {
+		return "", fmt.Errorf("seal token: %w", err)
+	}
+	out := make([]byte, 1+s.aead.NonceSize(), 1+s.aead.NonceSize()+len(plain)+s.aead.Overhead())
+	out[0] = tokenVersion
+	if _, err := io.ReadFull(s.rand, out[1:]); err != nil {
+		return "", fmt.Errorf("seal token: draw nonce: %w", err)
+	}
+	out = s.aead.Seal(out, out[1:], plain, []byte(tokenAAD))
+	return base64.RawURLEncoding.EncodeToString(out), nil
+}
+
+// Binding is what fleetd knows when the second round trip arrives, which a token must match:
+// the device the request names (looked up in NetBox), its currently approved EKs, and the AK
+// public the machine presents.
+type Binding struct {
+	DeviceID        int64
+	Device          string
+	ApprovedEKs     []string
+	ClaimedAKPublic []byte
+}
+
+// Token is an opened token: fleetd sealed it, it is unexpired and it matches its Binding.
+type Token struct {
+	c TokenClaims
+}
+
+// Claims returns the token's content.
+func (t *Token) Claims() TokenClaims { return t.c }
+
+// Open authenticates and decrypts a token the machine presents, checks its expiry against the
+// clock and its binding; a token altered, expired, or made for another device, EK or AK is
+// refused.
+func (s *TokenSealer) Open(claimedToken string, b Binding) (*Token, error) {
+	raw, err := base64.RawURLEncoding.DecodeString(claimedToken)
+	n := s.aead.NonceSize()
+	if err != nil || len(raw) < 1+n+s.aead.Overhead() || raw[0] != tokenVersion {
+		return nil, refuse(CheckToken, "the token is not a fleetd attestation token")
+	}
+	plain, err := s.aead.Open(nil, raw[1:1+n], raw[1+n:], []byte(tokenAAD))
+	if err != nil {
+		return nil, refuse(CheckToken, "the token was not sealed by this fleetd or was altered")
+	}
+	var c TokenClaims
+	if err := json.Unmarshal(plain, &c); err != nil {
+		return nil, fmt.Errorf("open token: decode sealed claims: %w", err) // fleetd sealed it: our bug
+	}
+	if now := s.now(); !now.Before(c.ExpiresAt) {
+		return nil, refuse(CheckTokenExpired, "the token expired at %s (issued %s); start the enrollment again",
+			c.ExpiresAt.Format(time.RFC3339), c.IssuedAt.Format(time.RFC3339))
+	}
+	if c.DeviceID != b.DeviceID || c.Device != b.Device {
+		return nil, refuse(CheckTokenBinding, "the token was issued to device %q, not %q", c.Device, b.Device)
+	}
+	if !slices.ContainsFunc(b.ApprovedEKs, func(h string) bool { return strings.EqualFold(strings.TrimSpace(h), c.EKSHA256) }) {
+		return nil, refuse(CheckTokenBinding, "the token's EK %s is no longer among the device's approved ek_sha256", c.EKSHA256)
+	}
+	ak := sha256.Sum256(b.ClaimedAKPublic)
+	if subtle.ConstantTimeCompare(ak[:], c.AKDigest) != 1 {
+		return nil, refuse(CheckTokenBinding, "the AK presented (SHA-256 %x) is not the AK the challenge was made for (%x)", ak, c.AKDigest)
+	}
+	return &Token{c: c}, nil
+}
