@@ -1,0 +1,58 @@
+package api_test
+
+import (
+	"crypto"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/google/go-attestation/attest"
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/folly-infra/fleetd/api"
+)
+
+// TestPlatformRoundTrip checks that platform parameters survive the wire unchanged.
+func TestPlatformRoundTrip(t *testing.T) {
+	in := &attest.PlatformParameters{
+		Public:   []byte{1, 2},
+		Quotes:   []attest.Quote{{Quote: []byte{3}, Signature: []byte{4}}},
+		PCRs:     []attest.PCR{{Index: 0, DigestAlg: crypto.SHA256, Digest: []byte{5}}, {Index: 23, DigestAlg: crypto.SHA1, Digest: []byte{6}}},
+		EventLog: []byte{7},
+	}
+	b, err := json.Marshal(api.NewPlatform(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"alg":"sha256"`) {
+		t.Errorf("PCR algorithms are not named on the wire: %s", b)
+	}
+	var wire api.Platform
+	if err := json.Unmarshal(b, &wire); err != nil {
+		t.Fatal(err)
+	}
+	out, err := wire.Attest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(*in, out, cmpopts.IgnoreUnexported(attest.PCR{})); diff != "" {
+		t.Errorf("round trip (-in +out):\n%s", diff)
+	}
+}
+
+// TestPlatformRefusesUnknownAlgorithm checks that a PCR of an unknown bank is refused.
+func TestPlatformRefusesUnknownAlgorithm(t *testing.T) {
+	p := api.Platform{PCRs: []api.PCR{{Index: 1, Alg: "md5"}}}
+	if _, err := p.Attest(); err == nil || !strings.Contains(err.Error(), "md5") {
+		t.Errorf("err = %v, want a refusal naming md5", err)
+	}
+}
+
+// TestErrorBody checks the error body's JSON keys (SPEC §6).
+func TestErrorBody(t *testing.T) {
+	b, _ := json.Marshal(api.Error{Code: "ek_not_approved", Message: "The EK is not approved."})
+	if string(b) != `{"error":"ek_not_approved","message":"The EK is not approved."}` {
+		t.Errorf("error body = %s", b)
+	}
+}
