@@ -1,0 +1,235 @@
+# NixOS module for fleetd (issue 6; SPEC §7).
+#
+#   services.fleetd            the service on spore (`fleetd serve`), hardened: its own system
+#                              user, no capabilities, the file system read-only except the Kea
+#                              reservations directory, secrets passed as systemd credentials.
+#   services.fleetd-boot-check the node's hourly boot check (`fleetd boot-check`, SPEC §5) for
+#                              NixOS nodes: a oneshot service and its timer.
+#
+# fleetd is not in nixpkgs; `package` is usually the release binary wrapped by ./package.nix
+# (see deploy/README.md). Secrets never enter the Nix store: `secretFiles` names files on the host,
+# systemd copies them into /run/credentials/fleetd.service/<name> when the service starts, and
+# fleetd.yaml refers to them there.
+{ config, lib, pkgs, ... }:
+
+let
+  inherit (lib) mkEnableOption mkOption mkIf types;
+  cfg = config.services.fleetd;
+  check = config.services.fleetd-boot-check;
+  credentialDir = "/run/credentials/fleetd.service";
+  # The last ":"-separated field of "host:port", "[::1]:8080" or ":8080".
+  listenPort = lib.toInt (lib.last (lib.splitString ":" cfg.listen));
+  listenArgs = lib.optionals (cfg.listen != null) [ "--listen" cfg.listen ];
+
+  # What every fleetd process keeps from the host: nothing it does not need (systemd.exec(5)).
+  hardening = {
+    NoNewPrivileges = true;
+    CapabilityBoundingSet = "";
+    AmbientCapabilities = "";
+    ProtectSystem = "strict";
+    ProtectHome = true;
+    PrivateTmp = true;
+    ProtectKernelTunables = true;
+    ProtectKernelModules = true;
+    ProtectKernelLogs = true;
+    ProtectControlGroups = true;
+    ProtectClock = true;
+    ProtectHostname = true;
+    ProtectProc = "invisible";
+    RestrictNamespaces = true;
+    RestrictRealtime = true;
+    RestrictSUIDSGID = true;
+    LockPersonality = true;
+    MemoryDenyWriteExecute = true;
+    RemoveIPC = true;
+    SystemCallArchitectures = "native";
+    SystemCallFilter = [ "@system-service" "~@privileged" ];
+    SystemCallErrorNumber = "EPERM";
+    UMask = "0022";
+  };
+in
+{
+  options.services.fleetd = {
+    enable = mkEnableOption "fleetd, the service that turns bare machines into nodes (runs `fleetd serve`)";
+
+    package = mkOption {
+      type = types.package;
+      description = "The fleetd package; its bin/fleetd is run. See deploy/nixos/package.nix.";
+    };
+
+    configFile = mkOption {
+      type = types.path;
+      example = "/etc/fleetd/fleetd.yaml";
+      description = ''
+        fleetd.yaml. It must be readable by the fleetd user and hold no secrets: it names secret
+        files, which come from `secretFiles`. Relative paths in it are relative to its directory.
+      '';
+    };
+
+    secretFiles = mkOption {
+      type = types.attrsOf types.str;
+      default = { };
+      example = {
+        netbox-token = "/var/lib/secrets/fleetd/netbox-token";
+        ldevid-ca-key = "/var/lib/secrets/fleetd/ldevid-ca.key";
+      };
+      description = ''
+        Secret files by credential name, loaded with systemd's LoadCredential= (the files may be
+        root-only). fleetd.yaml refers to each as ${credentialDir}/<name>. Paths are strings so
+        that the secrets are never copied into the Nix store.
+      '';
+    };
+
+    listen = mkOption {
+      type = types.nullOr types.str;
+      default = null;
+      example = "10.0.0.2:8080";
+      description = ''
+        host:port fleetd serves on, passed as `fleetd serve --listen` (it overrides listen.http in
+        fleetd.yaml); the service may then bind this port and no other. null: listen.http.
+      '';
+    };
+
+    openFirewall = mkOption {
+      type = types.bool;
+      default = false;
+      description = "Open the `listen` port in the firewall (needs `listen`).";
+    };
+
+    keaReservationsDir = mkOption {
+      type = types.str;
+      default = "/var/lib/kea/fleet";
+      description = ''
+        The directory of kea.reservations_file: the only path fleetd may write. It is created
+        owned by the fleetd user and `keaGroup`, mode 0755, so Kea can read the file fleetd writes.
+      '';
+    };
+
+    keaGroup = mkOption {
+      type = types.str;
+      default = "kea";
+      description = ''
+        Kea's group. fleetd joins it to reach Kea's control socket (kea.control_socket), which Kea
+        must create group-writable; see deploy/README.md for nixpkgs' Kea module.
+      '';
+    };
+
+    extraGroups = mkOption {
+      type = types.listOf types.str;
+      default = [ ];
+      description = "Further supplementary groups of the fleetd user.";
+    };
+  };
+
+  options.services.fleetd-boot-check = {
+    enable = mkEnableOption "the node's hourly boot check (`fleetd boot-check`)";
+
+    package = mkOption {
+      type = types.package;
+      description = "The fleetd package; its bin/fleetd is run.";
+    };
+
+    url = mkOption {
+      type = types.str;
+      example = "https://spore.lan:8443";
+      description = "fleetd's public URL (public_url in spore's fleetd.yaml).";
+    };
+
+    tpm = mkOption {
+      type = types.str;
+      default = "/dev/tpmrm0";
+      description = "The TPM resource manager device.";
+    };
+
+    dir = mkOption {
+      type = types.str;
+      default = "/var/lib/fleetd-node";
+      description = "The directory holding lak.pem and lak.blob written at enrollment (read only).";
+    };
+
+    onCalendar = mkOption {
+      type = types.str;
+      default = "hourly";
+      description = "When to check (systemd.time(7)); fleetd reports a node missing after 2 h.";
+    };
+  };
+
+  config = lib.mkMerge [
+    (mkIf cfg.enable {
+      users.users.fleetd = {
+        isSystemUser = true;
+        group = "fleetd";
+        description = "fleetd service";
+      };
+      users.groups.fleetd = { };
+
+      systemd.tmpfiles.rules = [ "d ${cfg.keaReservationsDir} 0755 fleetd ${cfg.keaGroup} - -" ];
+
+      assertions = [{
+        assertion = cfg.openFirewall -> cfg.listen != null;
+        message = "services.fleetd.openFirewall needs services.fleetd.listen (the port to open).";
+      }];
+
+      networking.firewall.allowedTCPPorts = lib.optional (cfg.openFirewall && cfg.listen != null) listenPort;
+
+      systemd.services.fleetd = {
+        description = "fleetd: NetBox-driven enrollment and provisioning";
+        documentation = [ "https://github.com/folly-infra/fleetd/tree/main/docs" ];
+        wantedBy = [ "multi-user.target" ];
+        wants = [ "network-online.target" ];
+        after = [ "network-online.target" "kea-dhcp4-server.service" ];
+        serviceConfig = hardening // {
+          ExecStart = lib.escapeShellArgs ([
+            "${cfg.package}/bin/fleetd" "serve" "--config" "${cfg.configFile}"
+          ] ++ listenArgs);
+          Restart = "on-failure";
+          RestartSec = "5s";
+          User = "fleetd";
+          Group = "fleetd";
+          SupplementaryGroups = [ cfg.keaGroup ] ++ cfg.extraGroups;
+          LoadCredential = lib.mapAttrsToList (name: path: "${name}:${path}") cfg.secretFiles;
+          ReadWritePaths = [ cfg.keaReservationsDir ];
+          PrivateDevices = true;
+          DevicePolicy = "closed";
+          RestrictAddressFamilies = [ "AF_INET" "AF_INET6" "AF_UNIX" ];
+        } // lib.optionalAttrs (cfg.listen != null) {
+          SocketBindAllow = "tcp:${toString listenPort}";
+          SocketBindDeny = "any";
+        };
+      };
+    })
+
+    (mkIf check.enable {
+      systemd.services.fleetd-boot-check = {
+        description = "fleetd boot check: quote the TPM for fleetd";
+        wants = [ "network-online.target" ];
+        after = [ "network-online.target" ];
+        unitConfig.ConditionPathExists = [ check.tpm "${check.dir}/lak.pem" ];
+        serviceConfig = hardening // {
+          Type = "oneshot";
+          # root without capabilities: the event log in securityfs is root-only (0440) and
+          # /dev/tpmrm0 and the LAK files belong to root; owning them needs no capability.
+          User = "root";
+          ExecStart = lib.escapeShellArgs [
+            "${check.package}/bin/fleetd" "boot-check" "--url" check.url "--tpm" check.tpm "--dir" check.dir
+          ];
+          DevicePolicy = "closed";
+          DeviceAllow = [ "${check.tpm} rw" ];
+          RestrictAddressFamilies = [ "AF_INET" "AF_INET6" "AF_UNIX" ];
+          SocketBindDeny = "any";
+          TimeoutStartSec = "5min";
+        };
+      };
+      systemd.timers.fleetd-boot-check = {
+        description = "fleetd boot check, hourly and soon after boot";
+        wantedBy = [ "timers.target" ];
+        timerConfig = {
+          OnBootSec = "2min";
+          OnCalendar = check.onCalendar;
+          RandomizedDelaySec = "5min";
+          Persistent = true;
+        };
+      };
+    })
+  ];
+}
