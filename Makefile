@@ -57,6 +57,14 @@ check-drift: ## fail when gofmt, go mod tidy or generated files would change som
 .PHONY: ci
 ci: check-drift vet test ## drift checks, vet and the test suite
 
+.PHONY: release
+release: ## static, reproducible fleetd for linux/arm64 and linux/amd64 with SHA256SUMS in dist/
+	VERSION='$(VERSION)' DIST=dist GO='$(GO)' ./scripts/release.sh build
+
+.PHONY: release-check
+release-check: ## build the release twice and fail unless the two builds are byte-identical
+	VERSION='$(VERSION)' GO='$(GO)' ./scripts/release.sh check
+
 .PHONY: clean
 clean: ## remove build output and the dev stack's state
 	rm -rf bin dist $(FLEETSIM_DIR)

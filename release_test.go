@@ -1,0 +1,216 @@
+package main
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"debug/buildinfo"
+	"debug/elf"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+// releaseArches are the targets of `make release` (issue 6): spore is linux/arm64; HookOS and the
+// amd64 nodes run linux/amd64.
+var releaseArches = []string{"arm64", "amd64"}
+
+// notInProduction names what the production binary must not link (STYLE "The shape": the
+// development stack lives apart so the binary for spore stays lean). Each entry is an import
+// path; it matches the path itself and every package below it.
+var notInProduction = []struct{ path, why string }{
+	{"go.etcd.io/etcd", "etcd (the development Kubernetes API)"},
+	{"k8s.io/apiextensions-apiserver", "the CRD API server (development stack)"},
+	{"k8s.io/apiserver", "the Kubernetes API server library (development stack)"},
+	{"github.com/folly-infra/fleetd/dev", "the development stack (emulator, harness, simulated machines)"},
+	{"github.com/folly-infra/fleetd/internal/deps", "the module pins, which import the development stack"},
+	{"github.com/google/go-tpm-tools/simulator", "the TPM simulator (cgo, tests only)"},
+	{"github.com/spiffe/spire", "SPIRE (fleetd issues what SPIRE verifies; it never links SPIRE)"},
+	{"github.com/spiffe/spire-api-sdk", "SPIRE's API"},
+	{"github.com/spiffe/spire-plugin-sdk", "SPIRE's plugin SDK"},
+}
+
+// forbiddenIn returns one line per package of pkgs that notInProduction names.
+func forbiddenIn(pkgs []string) []string {
+	var bad []string
+	for _, p := range pkgs {
+		for _, f := range notInProduction {
+			if p == f.path || strings.HasPrefix(p, f.path+"/") {
+				bad = append(bad, p+": "+f.why)
+			}
+		}
+	}
+	return bad
+}
+
+// goListDeps lists the packages pkg links when built as a release binary for linux/arch.
+func goListDeps(t *testing.T, pkg, arch string) []string {
+	t.Helper()
+	cmd := exec.Command("go", "list", "-e", "-deps", "-f", "{{.ImportPath}}", pkg)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch, "GOFLAGS=-mod=readonly")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("list the packages of %s for linux/%s: %v\n%s", pkg, arch, err, stderrOf(err))
+	}
+	return strings.Fields(string(out))
+}
+
+func stderrOf(err error) []byte {
+	if ee, ok := err.(*exec.ExitError); ok {
+		return ee.Stderr
+	}
+	return nil
+}
+
+func TestProductionBinaryLeavesOutTheDevelopmentStack(t *testing.T) {
+	for _, arch := range releaseArches {
+		t.Run("linux-"+arch, func(t *testing.T) {
+			pkgs := goListDeps(t, ".", arch)
+			if len(pkgs) < 100 {
+				t.Fatalf("go list found %d packages in fleetd: the list is not the binary's", len(pkgs))
+			}
+			if bad := forbiddenIn(pkgs); len(bad) > 0 {
+				t.Errorf("the production binary links %d package(s) it must not; move the import behind dev/ or a test:\n  %s",
+					len(bad), strings.Join(bad, "\n  "))
+			}
+		})
+	}
+}
+
+// TestForbiddenInCatchesTheDevelopmentStack runs the same check over package lists that do hold
+// the development stack, so the test above can fail.
+func TestForbiddenInCatchesTheDevelopmentStack(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		pkgs []string
+		want []string // substrings, one per expected finding
+	}{
+		{name: "ok/adapters", pkgs: []string{"github.com/folly-infra/fleetd/workflows", "k8s.io/client-go/rest", "k8s.io/apimachinery/pkg/runtime", "github.com/google/go-tpm-tools/client", "github.com/folly-infra/fleetd/devices"}},
+		{name: "refuse/etcd", pkgs: []string{"go.etcd.io/etcd/server/v3/embed"}, want: []string{"go.etcd.io/etcd/server/v3/embed"}},
+		{name: "refuse/apiextensions", pkgs: []string{"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"}, want: []string{"apiextensions"}},
+		{name: "refuse/apiserver", pkgs: []string{"k8s.io/apiserver/pkg/server"}, want: []string{"k8s.io/apiserver/pkg/server"}},
+		{name: "refuse/emulator", pkgs: []string{"github.com/folly-infra/fleetd/dev/netboxemu"}, want: []string{"dev/netboxemu"}},
+		{name: "refuse/simulator", pkgs: []string{"github.com/google/go-tpm-tools/simulator/internal"}, want: []string{"simulator"}},
+		{name: "refuse/spire", pkgs: []string{"github.com/spiffe/spire/pkg/agent", "github.com/spiffe/spire-api-sdk/proto/spire/api/types"}, want: []string{"spire/pkg/agent", "spire-api-sdk"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := forbiddenIn(tc.pkgs)
+			if len(got) != len(tc.want) {
+				t.Fatalf("forbiddenIn(%v) = %q, want %d finding(s)", tc.pkgs, got, len(tc.want))
+			}
+			for i, w := range tc.want {
+				if !strings.Contains(got[i], w) {
+					t.Errorf("finding %d = %q, want it to name %q", i, got[i], w)
+				}
+			}
+		})
+	}
+	// A real list: the module pins import etcd, the CRD API server and the TPM simulator.
+	got := strings.Join(forbiddenIn(goListDeps(t, "./internal/deps", "amd64")), "\n")
+	for _, w := range []string{"go.etcd.io/etcd/server/v3", "k8s.io/apiextensions-apiserver/", "k8s.io/apiserver/", "go-tpm-tools/simulator", "internal/deps"} {
+		if !strings.Contains(got, w) {
+			t.Errorf("forbiddenIn(go list -deps ./internal/deps) does not name %s; it found:\n%s", w, got)
+		}
+	}
+}
+
+// TestRelease builds the release the way `make release` does and checks what spore and HookOS
+// receive: a static ELF for each arch, stamped with the version, built without cgo and with
+// -trimpath, no forbidden module in it, and SHA256SUMS that match.
+func TestRelease(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds fleetd for two architectures; run without -short")
+	}
+	const version = "v0.0.0-releasetest"
+	dist := t.TempDir()
+	cmd := exec.Command("./scripts/release.sh")
+	cmd.Env = append(os.Environ(), "DIST="+dist, "VERSION="+version)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("scripts/release.sh: %v\n%s", err, out)
+	}
+	sums, err := os.ReadFile(filepath.Join(dist, "SHA256SUMS"))
+	if err != nil {
+		t.Fatalf("read SHA256SUMS: %v", err)
+	}
+	var want []string
+	for _, arch := range releaseArches {
+		name := "fleetd-linux-" + arch
+		path := filepath.Join(dist, name)
+		checkStaticELF(t, path, arch)
+		checkBuildInfo(t, path, arch, version)
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatalf("read %s: %v", name, err)
+		}
+		sum := sha256.Sum256(b)
+		want = append(want, hex.EncodeToString(sum[:])+"  "+name)
+		t.Logf("%s: %d bytes", name, len(b))
+		if arch == runtime.GOARCH && runtime.GOOS == "linux" {
+			out, err := exec.Command(path, "version").Output()
+			if err != nil || strings.TrimSpace(string(out)) != "fleetd "+version {
+				t.Errorf("%s version = %q, %v; want \"fleetd %s\"", name, out, err, version)
+			}
+		}
+	}
+	if got := strings.TrimSpace(string(sums)); got != strings.Join(want, "\n") {
+		t.Errorf("SHA256SUMS =\n%s\nwant\n%s", got, strings.Join(want, "\n"))
+	}
+}
+
+// checkStaticELF fails unless path is a linux ELF for arch with no program interpreter and no
+// shared library: it runs on spore and in a FROM scratch image as it is.
+func checkStaticELF(t *testing.T, path, arch string) {
+	t.Helper()
+	f, err := elf.Open(path)
+	if err != nil {
+		t.Fatalf("open %s as ELF: %v", path, err)
+	}
+	defer f.Close()
+	machine := map[string]elf.Machine{"arm64": elf.EM_AARCH64, "amd64": elf.EM_X86_64}[arch]
+	if f.Machine != machine || f.Class != elf.ELFCLASS64 {
+		t.Errorf("%s: machine %v class %v, want %v 64-bit", path, f.Machine, f.Class, machine)
+	}
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			t.Errorf("%s has a program interpreter: it is dynamically linked (cgo?)", path)
+		}
+	}
+	if libs, _ := f.ImportedLibraries(); len(libs) > 0 {
+		t.Errorf("%s needs shared libraries %v", path, libs)
+	}
+}
+
+// checkBuildInfo reads the build settings the Go linker records in the binary.
+func checkBuildInfo(t *testing.T, path, arch, version string) {
+	t.Helper()
+	bi, err := buildinfo.ReadFile(path)
+	if err != nil {
+		t.Fatalf("read build info of %s: %v", path, err)
+	}
+	settings := map[string]string{}
+	for _, s := range bi.Settings {
+		settings[s.Key] = s.Value
+	}
+	for k, v := range map[string]string{"CGO_ENABLED": "0", "-trimpath": "true", "GOOS": "linux", "GOARCH": arch} {
+		if settings[k] != v {
+			t.Errorf("%s: build setting %s = %q, want %q", path, k, settings[k], v)
+		}
+	}
+	if ld := settings["-ldflags"]; !strings.Contains(ld, "-X main.version="+version) || !strings.Contains(ld, "-buildid=") {
+		t.Errorf("%s: -ldflags %q lacks the version stamp or the empty build id", path, ld)
+	}
+	if rev, ok := settings["vcs.revision"]; ok {
+		t.Errorf("%s records vcs.revision %s: the build is not -buildvcs=false", path, rev)
+	}
+	var mods bytes.Buffer
+	for _, m := range bi.Deps {
+		fmt.Fprintln(&mods, m.Path)
+	}
+	if bad := forbiddenIn(strings.Fields(mods.String())); len(bad) > 0 {
+		t.Errorf("%s links modules of the development stack:\n  %s", path, strings.Join(bad, "\n  "))
+	}
+}
