@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/google/go-tpm/legacy/tpm2"
+
 	"github.com/folly-infra/fleetd/agent/tpmconn"
 )
 
@@ -121,8 +123,11 @@ func (i *Instance) Open() (io.ReadWriteCloser, error) {
 	return tpmconn.DialSwtpm(i.addr)
 }
 
-// Stop ends swtpm (SIGTERM, then SIGKILL after 5 s) and waits for it. The TPM's permanent state
-// stays in its directory. Stop is idempotent.
+// Stop shuts the TPM down in order (TPM2_Shutdown, as an operating system does before a
+// reboot), ends swtpm (SIGTERM, then SIGKILL after 5 s) and waits for it. The TPM's permanent
+// state stays in its directory. Without the orderly shutdown a TPM counts every restart as a
+// possible attack on its dictionary-attack protection and soon locks its keys out. Close every
+// connection to the instance before Stop. Stop is idempotent.
 func (i *Instance) Stop() error {
 	var err error
 	i.stopOnce.Do(func() {
@@ -131,6 +136,7 @@ func (i *Instance) Stop() error {
 			return
 		default:
 		}
+		i.shutdown()
 		_ = i.cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-i.done:
@@ -141,6 +147,25 @@ func (i *Instance) Stop() error {
 		}
 	})
 	return err
+}
+
+// shutdown sends TPM2_Shutdown(CLEAR), giving up after 3 s (a client still connected keeps
+// swtpm from answering; SIGTERM follows anyway).
+func (i *Instance) shutdown() {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		rw, err := i.Open()
+		if err != nil {
+			return
+		}
+		defer rw.Close()
+		_ = tpm2.Shutdown(rw, tpm2.StartupClear)
+	}()
+	select {
+	case <-done:
+	case <-time.After(3 * time.Second):
+	}
 }
 
 // freePorts asks the kernel for n free loopback ports. Another process may take one before swtpm

@@ -197,3 +197,29 @@ func TestStart(t *testing.T) {
 		t.Errorf("swtpm at %s still accepts connections after Stop", inst.Addr())
 	}
 }
+
+// TestRestartsKeepDA checks that Stop shuts the TPM down in order: a key without noDA stays
+// usable across more restarts than the TPM's dictionary-attack threshold would allow after
+// unclean shutdowns.
+func TestRestartsKeepDA(t *testing.T) {
+	m := manufacture(t, "")
+	for i := range 8 {
+		inst := start(t, m.Dir)
+		tpm := openAttest(t, inst)
+		ak, err := tpm.NewAK(&attest.AKConfig{Algorithm: attest.ECDSA})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// NewKey certifies a key whose authorization is subject to DA protection.
+		k, err := tpm.NewKey(ak, &attest.KeyConfig{Algorithm: attest.ECDSA, Size: 256})
+		if err != nil {
+			t.Fatalf("restart %d: %v", i, err)
+		}
+		_ = k.Close()
+		_ = ak.Close(tpm)
+		_ = tpm.Close()
+		if err := inst.Stop(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
