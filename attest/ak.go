@@ -43,11 +43,12 @@ func NewAKChallenge(ek *VerifiedEK, claimed attest.AttestationParameters, rnd io
 		return nil, err
 	}
 	p := attest.ActivationParameters{EK: ek.Public, AK: claimed, Rand: rnd}
-	if err := p.CheckAKParameters(); err != nil {
-		return nil, refuseErr(CheckAK, err, "the AK's creation attestation does not verify")
-	}
-	secret, ec, err := p.Generate()
+	secret, ec, err := p.Generate() // runs CheckAKParameters first
 	if err != nil {
+		// Tell the AK's fault (a refusal) from fleetd's (randomness, an EK type it cannot use).
+		if cerr := p.CheckAKParameters(); cerr != nil {
+			return nil, refuseErr(CheckAK, cerr, "the AK's creation attestation does not verify")
+		}
 		return nil, fmt.Errorf("make credential-activation challenge for EK %s: %w", ek.SHA256, err)
 	}
 	sum := sha256.Sum256(claimed.Public)

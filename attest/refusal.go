@@ -1,17 +1,3 @@
-// Package attest verifies a machine's TPM evidence: pure checks over bytes the machine sent,
-// each returning a Verified… value or a *Refusal that names the check and the values (SPEC §4).
-// Only Verified… values authorize anything: a certificate is issued for a VerifiedLDevIDKey or a
-// VerifiedAK, never for bytes a machine claims.
-//
-// The package wraps go-attestation (github.com/google/go-attestation/attest) and never
-// re-implements its TPM structure parsing or signature checks; it adds the checks go-attestation
-// leaves to its caller (EK approval and certificate chain, the AK's attributes stated plainly,
-// the certification nonce, duplicate PCRs, the SHA-256 bank's coverage, Secure Boot policy,
-// disks) and the sealed token that carries the first round trip's state to the second.
-//
-// Trust assumptions: every argument named claimed… is untrusted input from the machine; approved
-// EK hashes, the manufacturer CA bundle, the token key, the nonce and the declared disk serial
-// are fleetd's own. The package imports nothing of fleetd and no network code.
 package attest
 
 import (

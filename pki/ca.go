@@ -23,7 +23,7 @@ type CA struct {
 	// Cert is the issuing CA certificate.
 	Cert *x509.Certificate
 	// Above are the certificates above Cert, each signed by the next, ending with the root when
-	// the file holds it. Self-signed roots are kept here but not sent in chains (see Chain).
+	// the file holds it. Roots are kept here but not sent in chains (see Chain).
 	Above []*x509.Certificate
 	// Signer is the issuing CA's private key.
 	Signer crypto.Signer
@@ -79,12 +79,12 @@ func ParseCA(certPEM, keyPEM []byte) (*CA, error) {
 }
 
 // Chain is what an issued certificate is sent with: the issuing CA and the intermediates above
-// it, without a self-signed root (the verifier has the root; SPIRE's tpm_devid takes the chain
+// it, without a self-issued root (the verifier has the root; SPIRE's tpm_devid takes the chain
 // after the leaf as intermediates).
 func (ca *CA) Chain() []*x509.Certificate {
 	out := []*x509.Certificate{ca.Cert}
 	for _, c := range ca.Above {
-		if !isSelfSigned(c) {
+		if !isSelfIssued(c) {
 			out = append(out, c)
 		}
 	}
@@ -103,8 +103,10 @@ func (ca *CA) Roots() *x509.CertPool {
 	return p
 }
 
-func isSelfSigned(c *x509.Certificate) bool {
-	return bytes.Equal(c.RawIssuer, c.RawSubject) && c.CheckSignatureFrom(c) == nil
+// isSelfIssued reports a root: ParseCA already checked each certificate's signature by the next,
+// so subject and issuer are compared without checking the signature again on every issue.
+func isSelfIssued(c *x509.Certificate) bool {
+	return bytes.Equal(c.RawIssuer, c.RawSubject)
 }
 
 // ParseCertificatesPEM parses every CERTIFICATE block of b, in order. Other block types are
