@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -160,6 +161,44 @@ func TestKubeconfig(t *testing.T) {
 	}
 }
 
+// TestKubectl: the written kubeconfig works for kubectl (discovery needs /apis and /api).
+// Skipped where kubectl is not installed.
+func TestKubectl(t *testing.T) {
+	kubectl, err := exec.LookPath("kubectl")
+	if err != nil {
+		t.Skip("kubectl is not installed")
+	}
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "kubeconfig")
+	if err := shared.WriteKubeconfig(cfg); err != nil {
+		t.Fatal(err)
+	}
+	manifest := filepath.Join(dir, "wf.yaml")
+	if err := os.WriteFile(manifest, []byte(`apiVersion: tinkerbell.org/v1alpha1
+kind: Workflow
+metadata: {name: from-kubectl, namespace: kubectl}
+spec: {templateRef: wipe, hardwareRef: node-k}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"api-resources", "--api-group=tinkerbell.org", "-o", "name"},
+		{"apply", "-f", manifest},
+		{"get", "workflows", "-n", "kubectl", "-o", "name"},
+	} {
+		out, err := exec.Command(kubectl, append([]string{"--kubeconfig", cfg}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		if args[0] == "get" && strings.TrimSpace(string(out)) != "workflow.tinkerbell.org/from-kubectl" {
+			t.Errorf("kubectl get workflows printed %q", out)
+		}
+		if args[0] == "api-resources" && !strings.Contains(string(out), "workflows.tinkerbell.org") {
+			t.Errorf("kubectl api-resources printed %q, want workflows.tinkerbell.org", out)
+		}
+	}
+}
+
 // TestRestartKeepsObjects stops a server and starts another on the same Dir and port: the
 // objects are kept, and a client built before the restart still connects (same CA and token).
 func TestRestartKeepsObjects(t *testing.T) {
@@ -220,4 +259,18 @@ func portOf(t *testing.T, url string) int {
 		t.Fatalf("port of %s: %v", url, err)
 	}
 	return port
+}
+
+// BenchmarkStartStop measures a start (etcd, API server, CRDs already in Dir) and a stop.
+func BenchmarkStartStop(b *testing.B) {
+	dir := b.TempDir()
+	for b.Loop() {
+		s, err := kubeharness.Start(context.Background(), kubeharness.Options{Dir: dir})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := s.Stop(); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
