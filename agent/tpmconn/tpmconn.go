@@ -13,6 +13,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -170,9 +171,9 @@ func DetectVersion(spec, sysClassTPM string) Version {
 	if spec == "" {
 		spec = DefaultDevice
 	}
-	name := strings.TrimPrefix(strings.TrimPrefix(spec, "/dev/"), "tpmrm")
-	if !strings.HasPrefix(name, "tpm") {
-		name = "tpm" + name
+	name := filepath.Base(spec) // tpmrm0 is the resource manager of tpm0
+	if n, ok := strings.CutPrefix(name, "tpmrm"); ok {
+		name = "tpm" + n
 	}
 	dir := sysClassTPM + "/" + name
 	if b, err := os.ReadFile(dir + "/tpm_version_major"); err == nil {
