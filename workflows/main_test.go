@@ -94,7 +94,6 @@ tasks:
       - name: fleetd-enroll
         image: ghcr.io/folly-infra/fleetd-agent:v0.1.0
         timeout: 300
-        command: ["enroll"]
         environment:
           FLEETD_ACTION: enroll
       - name: wipe

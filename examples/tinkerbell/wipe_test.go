@@ -76,7 +76,7 @@ func TestWipeDiskSelectsBySerial(t *testing.T) {
 }
 
 // TestNoCloudSeedFindsItsInputs runs write-nocloud-seed (DRY_RUN) up to the fetch: the root
-// partition of the selected disk, and the SMBIOS UUID the agent recorded.
+// partition of the selected disk, and the machine's SMBIOS UUID, lowercased as the agent reports it.
 func TestNoCloudSeedFindsItsInputs(t *testing.T) {
 	seed := find(t, scripts(t), "cloud-init-nocloud-provision", "write-nocloud-seed")
 	const uuid = "4c4c4544-0051-3510-8057-b4c04f4d4e32"
@@ -95,15 +95,15 @@ func TestNoCloudSeedFindsItsInputs(t *testing.T) {
 	}{
 		{name: "ok/root-partition-and-uuid", setup: func(t *testing.T, m machine) {
 			disk(t, m)
-			write(t, filepath.Join(m.wf, "uuid"), uuid+"\n")
+			write(t, filepath.Join(m.sys, "class/dmi/id/product_uuid"), strings.ToUpper(uuid)+"\n")
 		}, want: "would fetch https://spore.folly:8443/v1/config/nocloud.tar?uuid=" + uuid + " into /var/lib/cloud/seed/nocloud on DEV/nvme0n1p1"},
-		{name: "refuse/no-uuid", setup: disk, want: "/uuid is missing: the fleetd agent did not record the SMBIOS UUID"},
+		{name: "refuse/no-uuid", setup: disk, want: "product_uuid is unreadable: the SMBIOS UUID fleetd attested cannot be read"},
 		{name: "refuse/not-a-uuid", setup: func(t *testing.T, m machine) {
 			disk(t, m)
-			write(t, filepath.Join(m.wf, "uuid"), "x&y=z")
+			write(t, filepath.Join(m.sys, "class/dmi/id/product_uuid"), "x&y=z")
 		}, want: "holds 'x&y=z', not a UUID"},
 		{name: "refuse/no-selected-disk", setup: func(t *testing.T, m machine) {
-			write(t, filepath.Join(m.wf, "uuid"), uuid)
+			write(t, filepath.Join(m.sys, "class/dmi/id/product_uuid"), uuid)
 		}, want: "fleetd-disk is missing: wipe-disk did not select the disk"},
 	}
 	for _, tc := range tests {
