@@ -1,4 +1,4 @@
-package fleet
+package fleet_test
 
 import (
 	"context"
@@ -6,9 +6,10 @@ import (
 	"strings"
 	"testing"
 	"time"
-)
 
-const attestedUUID = "4c4c4544-0042-3510-8052-b4c04f4e3232"
+	. "github.com/folly-infra/fleetd/fleet"
+	"github.com/folly-infra/fleetd/fleet/fleettest"
+)
 
 func TestFetchConfig(t *testing.T) {
 	home := netip.MustParseAddr("10.0.0.5")
@@ -63,19 +64,19 @@ func TestFetchConfig(t *testing.T) {
 	}
 	for _, r := range rows {
 		t.Run(r.name, func(t *testing.T) {
-			d := declared(12, "node-a")
+			d := fleettest.Declared(12, "node-a")
 			d.Status = StatusStaged
 			d.Owned = Owned{State: r.state, Request: "provision-aaaaaaaa", Workflow: "node-a-provision-aaaaaaaa"}
 			if r.state == StateFailed {
-				d.Owned.Message = lostMessage(d)
+				d.Owned.Message = "provision request provision-aaaaaaaa failed: the pending configuration of node-a was lost when fleetd restarted; set desired_action=provision to provision again."
 			}
-			inv, inst := newMemInventory(d), newMemInstaller()
+			inv, inst := fleettest.NewInventory(d), fleettest.NewInstaller()
 			s := newTestService(inv, inst)
 			if r.pending {
 				putPending(t, s, d)
 			}
 			if r.expire {
-				s.clock.(*fixedClock).t = s.clock.Now().Add(2 * time.Hour)
+				s.clock.Advance(2 * time.Hour)
 			}
 			cfg, _, err := s.FetchConfig(context.Background(), r.fetch)
 			if r.wantCode == "" {
@@ -91,11 +92,11 @@ func TestFetchConfig(t *testing.T) {
 					t.Error("refusal without a message")
 				}
 			}
-			got := inv.dev(12)
+			got := inv.Get(12)
 			if got.Owned.State != r.wantState || got.Status != r.wantStatus {
 				t.Errorf("state %q status %q, want %q %q", got.Owned.State, got.Status, r.wantState, r.wantStatus)
 			}
-			j := inv.journal[12]
+			j := inv.JournalOf(12)
 			if r.wantJourn == "" && len(j) != 0 || r.wantJourn != "" && (len(j) != 1 || !strings.Contains(j[0], r.wantJourn)) {
 				t.Errorf("journal %q, want %q", j, r.wantJourn)
 			}
@@ -109,10 +110,10 @@ func TestFetchConfig(t *testing.T) {
 // TestFetchConfigOnce: two fetches of one configuration: the first is delivered, the second gets
 // 410 config_delivered.
 func TestFetchConfigOnce(t *testing.T) {
-	d := declared(12, "node-a")
+	d := fleettest.Declared(12, "node-a")
 	d.Owned = Owned{State: StateConfiguring, Request: "provision-aaaaaaaa", Workflow: "node-a-provision-aaaaaaaa"}
-	inv := newMemInventory(d)
-	s := newTestService(inv, newMemInstaller())
+	inv := fleettest.NewInventory(d)
+	s := newTestService(inv, fleettest.NewInstaller())
 	putPending(t, s, d)
 	f := ConfigFetch{Kind: KindTalos, ClaimedUUID: attestedUUID, RemoteAddr: netip.MustParseAddr("10.0.0.5")}
 	if _, _, err := s.FetchConfig(context.Background(), f); err != nil {

@@ -1,9 +1,12 @@
-package fleet
+package fleet_test
 
 import (
 	"context"
 	"strings"
 	"testing"
+
+	. "github.com/folly-infra/fleetd/fleet"
+	"github.com/folly-infra/fleetd/fleet/fleettest"
 )
 
 func TestFollowWorkflow(t *testing.T) {
@@ -63,13 +66,13 @@ func TestFollowWorkflow(t *testing.T) {
 	}
 	for _, r := range rows {
 		t.Run(r.name, func(t *testing.T) {
-			d := declared(12, "node-a")
+			d := fleettest.Declared(12, "node-a")
 			d.Status = StatusStaged
 			d.Owned = Owned{State: r.state, Request: r.request, Workflow: WorkflowName("node-a", r.request),
 				LDevIDSerial: "0a1b", LAKSerial: "0c2d"}
-			inv, inst := newMemInventory(d), newMemInstaller()
+			inv, inst := fleettest.NewInventory(d), fleettest.NewInstaller()
 			if r.ws != nil {
-				inst.set(d.Owned.Workflow, *r.ws)
+				inst.Set(d.Owned.Workflow, *r.ws)
 			}
 			s := newTestService(inv, inst)
 			if r.pending {
@@ -78,22 +81,22 @@ func TestFollowWorkflow(t *testing.T) {
 			if _, err := s.Reconcile(context.Background(), 12); err != nil {
 				t.Fatal(err)
 			}
-			got := inv.dev(12)
+			got := inv.Get(12)
 			if got.Owned.State != r.wantState || (r.wantStatus != "" && got.Status != r.wantStatus) {
 				t.Errorf("state %q status %q, want %q %q (message %q)", got.Owned.State, got.Status, r.wantState, r.wantStatus, got.Owned.Message)
 			}
 			if !strings.Contains(got.Owned.Message, r.wantMessage) {
 				t.Errorf("message %q, want it to contain %q", got.Owned.Message, r.wantMessage)
 			}
-			j := inv.journal[12]
+			j := inv.JournalOf(12)
 			if r.wantJournal == "" && len(j) != 0 || r.wantJournal != "" && (len(j) != 1 || !strings.Contains(j[0], r.wantJournal)) {
 				t.Errorf("journal %q, want %q", j, r.wantJournal)
 			}
 			if kept := got.Owned.LAKSerial != "" && got.Owned.LDevIDSerial != ""; kept != r.wantCerts {
 				t.Errorf("certificate serials kept = %v, want %v", kept, r.wantCerts)
 			}
-			if r.ws == nil && r.state == StatePending && inst.creates != 1 {
-				t.Errorf("%d Workflows created for the pending request, want 1", inst.creates)
+			if r.ws == nil && r.state == StatePending && inst.Creates() != 1 {
+				t.Errorf("%d Workflows created for the pending request, want 1", inst.Creates())
 			}
 		})
 	}
@@ -102,31 +105,22 @@ func TestFollowWorkflow(t *testing.T) {
 // TestWorkflowChangedIgnoresOldWorkflows: a watch event for a Workflow that is not the device's
 // current one (an older request's) changes nothing.
 func TestWorkflowChangedIgnoresOldWorkflows(t *testing.T) {
-	d := declared(12, "node-a")
+	d := fleettest.Declared(12, "node-a")
 	d.Owned = Owned{State: StateInstalling, Request: "provision-bbbbbbbb", Workflow: "node-a-provision-bbbbbbbb"}
-	inv, inst := newMemInventory(d), newMemInstaller()
+	inv, inst := fleettest.NewInventory(d), fleettest.NewInstaller()
 	s := newTestService(inv, inst)
 	old := WorkflowStatus{Name: "node-a-provision-aaaaaaaa", Phase: WorkflowFailed}
 	if _, err := s.WorkflowChanged(context.Background(), 12, old); err != nil {
 		t.Fatal(err)
 	}
-	if got := inv.dev(12); got.Owned.State != StateInstalling || len(inv.journal[12]) != 0 {
-		t.Fatalf("old Workflow's failure changed the device: %q %q", got.Owned.State, inv.journal[12])
+	if got := inv.Get(12); got.Owned.State != StateInstalling || len(inv.JournalOf(12)) != 0 {
+		t.Fatalf("old Workflow's failure changed the device: %q %q", got.Owned.State, inv.JournalOf(12))
 	}
 	cur := WorkflowStatus{Name: "node-a-provision-bbbbbbbb", Phase: WorkflowFailed, FailedAction: "x"}
 	if _, err := s.WorkflowChanged(context.Background(), 12, cur); err != nil {
 		t.Fatal(err)
 	}
-	if got := inv.dev(12); got.Owned.State != StateFailed {
+	if got := inv.Get(12); got.Owned.State != StateFailed {
 		t.Fatalf("current Workflow's failure: state %q, want failed", got.Owned.State)
-	}
-}
-
-func putPending(t *testing.T, s *Service, d Device) {
-	t.Helper()
-	_, err := s.pending.Put(d.ID, PendingEntry{Device: d.Name, AttestedUUID: "4c4c4544-0042-3510-8052-b4c04f4e3232",
-		Address: d.IP(), Config: NodeConfig{Kind: KindTalos, Body: []byte("machine: {}"), Summary: "Talos worker config"}})
-	if err != nil {
-		t.Fatal(err)
 	}
 }

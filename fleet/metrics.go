@@ -18,6 +18,7 @@ type metrics struct {
 	pendingLost      *prometheus.CounterVec
 	deliveries       *prometheus.CounterVec
 	bootChecks       *bootCheckCollector
+	enrollments      *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, clock Clock) (*metrics, error) {
@@ -60,9 +61,13 @@ func newMetrics(reg prometheus.Registerer, clock Clock) (*metrics, error) {
 			Help: "Configuration fetches by kind and outcome (delivered, or the refusal code).",
 		}, []string{"kind", "outcome"}),
 		bootChecks: newBootCheckCollector(clock),
+		enrollments: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fleetd_enrollments_total",
+			Help: "Enrollment round trips by action, step (challenge, evidence) and outcome (ok or the refusing check).",
+		}, []string{"action", "step", "outcome"}),
 	}
 	for _, c := range []prometheus.Collector{m.requests, m.reconcileRuns, m.reconcileSeconds,
-		m.conflicts, m.installErrors, m.journalErrors, m.pendingConfigs, m.pendingLost, m.deliveries, m.bootChecks} {
+		m.conflicts, m.installErrors, m.journalErrors, m.pendingConfigs, m.pendingLost, m.deliveries, m.bootChecks, m.enrollments} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register fleet metrics: %w", err)
 		}

@@ -154,7 +154,11 @@ func (s *Service) workflowEnded(ctx context.Context, d Device, action Action, ws
 	if ws.Message != "" {
 		msg += ": " + ws.Message
 	}
-	return s.apply(ctx, d, action, EventWorkflowFailed, msg+".")
+	msg += "."
+	if d.Owned.State == StatePending && strings.HasPrefix(d.Owned.Message, refusedPrefix) {
+		msg += " " + d.Owned.Message // why the agent failed, as fleetd refused it
+	}
+	return s.apply(ctx, d, action, EventWorkflowFailed, msg)
 }
 
 func workflowEvent(ws WorkflowStatus) Event {

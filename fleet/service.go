@@ -25,6 +25,7 @@ type Deps struct {
 	Catalog   Catalog
 	Pending   *Pending  // the one-time configurations (memory only)
 	Renderer  *Renderer // renders them at attestation
+	Attest    Attestation
 	Clock     Clock
 	Random    Random
 	Logger    zerolog.Logger
@@ -43,6 +44,7 @@ type Service struct {
 	rnd      Random
 	pending  *Pending
 	renderer *Renderer
+	attest   Attestation
 	log      zerolog.Logger
 	metrics  *metrics
 	locks    deviceLocks
@@ -73,7 +75,7 @@ func NewService(cfg Config, deps Deps) (*Service, error) {
 		return nil, fmt.Errorf("new service: %w", err)
 	}
 	return &Service{cfg: cfg, inv: deps.Inventory, inst: deps.Installer, catalog: deps.Catalog,
-		clock: deps.Clock, rnd: &lockedReader{r: deps.Random}, pending: deps.Pending, renderer: deps.Renderer,
+		clock: deps.Clock, rnd: &lockedReader{r: deps.Random}, pending: deps.Pending, renderer: deps.Renderer, attest: deps.Attest,
 		log: deps.Logger, metrics: m}, nil
 }
 
@@ -98,6 +100,7 @@ type Outcome struct {
 	Action   Action
 	Step     string // claim, install, workflow, deliver, ...
 	Result   string // accepted, rejected, waiting, succeeded, failed, nothing-to-do, ...
+	Check    string // the verification that refused, when one did
 	Detail   string
 }
 
@@ -105,6 +108,9 @@ type Outcome struct {
 func (o Outcome) MarshalZerologObject(e *zerolog.Event) {
 	e.Str("device", o.Device).Int64("device_id", o.DeviceID).Str("class", o.Class).
 		Str("action", string(o.Action)).Str("step", o.Step).Str("outcome", o.Result)
+	if o.Check != "" {
+		e.Str("check", o.Check)
+	}
 	if o.Detail != "" {
 		e.Str("detail", o.Detail)
 	}

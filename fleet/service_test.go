@@ -1,4 +1,4 @@
-package fleet
+package fleet_test
 
 import (
 	"context"
@@ -6,6 +6,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	. "github.com/folly-infra/fleetd/fleet"
+	"github.com/folly-infra/fleetd/fleet/fleettest"
 )
 
 func TestReconcileClaims(t *testing.T) {
@@ -110,26 +113,26 @@ func TestReconcileClaims(t *testing.T) {
 	}
 	for _, r := range rows {
 		t.Run(r.name, func(t *testing.T) {
-			d := r.device(declared(12, "node-a"))
-			inv, inst := newMemInventory(d), newMemInstaller()
+			d := r.device(fleettest.Declared(12, "node-a"))
+			inv, inst := fleettest.NewInventory(d), fleettest.NewInstaller()
 			if d.Owned.Workflow != "" {
-				inst.set(d.Owned.Workflow, WorkflowStatus{Phase: WorkflowRunning})
+				inst.Set(d.Owned.Workflow, WorkflowStatus{Phase: WorkflowRunning})
 			}
 			s := newTestService(inv, inst)
 			if _, err := s.Reconcile(ctx, 12); err != nil {
 				t.Fatalf("Reconcile: %v", err)
 			}
-			got := inv.dev(12)
+			got := inv.Get(12)
 			if got.Owned.State != r.wantState {
 				t.Errorf("fleet_state %q, want %q (message %q)", got.Owned.State, r.wantState, got.Owned.Message)
 			}
 			if r.wantStatus != "" && got.Status != r.wantStatus {
 				t.Errorf("status %q, want %q", got.Status, r.wantStatus)
 			}
-			if inst.creates != r.wantCreates {
-				t.Errorf("%d Workflows created, want %d", inst.creates, r.wantCreates)
+			if inst.Creates() != r.wantCreates {
+				t.Errorf("%d Workflows created, want %d", inst.Creates(), r.wantCreates)
 			}
-			j := inv.journal[12]
+			j := inv.JournalOf(12)
 			switch {
 			case r.wantJournal == "" && len(j) > 0:
 				t.Errorf("journal %q, want none", j)
@@ -145,7 +148,7 @@ func TestReconcileClaims(t *testing.T) {
 				}
 			}
 			if r.wantCreates == 1 {
-				spec := inst.specs[got.Owned.Workflow]
+				spec := inst.Spec(got.Owned.Workflow)
 				if spec.Request != got.Owned.Request || spec.Name != WorkflowName("node-a", got.Owned.Request) {
 					t.Errorf("Workflow %+v does not carry the claimed request %q", spec, got.Owned.Request)
 				}
@@ -154,8 +157,8 @@ func TestReconcileClaims(t *testing.T) {
 			if _, err := s.Reconcile(ctx, 12); err != nil {
 				t.Fatal(err)
 			}
-			if n := len(inv.journal[12]); n != len(j) || inst.creates != r.wantCreates {
-				t.Errorf("second reconcile wrote %d more journal entries / %d Workflows", n-len(j), inst.creates-r.wantCreates)
+			if n := len(inv.JournalOf(12)); n != len(j) || inst.Creates() != r.wantCreates {
+				t.Errorf("second reconcile wrote %d more journal entries / %d Workflows", n-len(j), inst.Creates()-r.wantCreates)
 			}
 		})
 	}
@@ -164,9 +167,9 @@ func TestReconcileClaims(t *testing.T) {
 // TestConcurrentTriggersCreateOneWorkflow: 20 concurrent triggers for one request (duplicate
 // webhooks, the reconcile, an operator) claim it once and create one Workflow.
 func TestConcurrentTriggersCreateOneWorkflow(t *testing.T) {
-	d := declared(12, "node-a")
+	d := fleettest.Declared(12, "node-a")
 	d.Declared.DesiredAction = ActionProvision
-	inv, inst := newMemInventory(d), newMemInstaller()
+	inv, inst := fleettest.NewInventory(d), fleettest.NewInstaller()
 	s := newTestService(inv, inst)
 	var wg sync.WaitGroup
 	for i := 0; i < 20; i++ {
@@ -179,30 +182,30 @@ func TestConcurrentTriggersCreateOneWorkflow(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if inst.creates != 1 {
-		t.Fatalf("%d Workflows created, want 1", inst.creates)
+	if inst.Creates() != 1 {
+		t.Fatalf("%d Workflows created, want 1", inst.Creates())
 	}
-	if n := len(inv.journal[12]); n != 1 {
-		t.Fatalf("%d journal entries, want 1: %q", n, inv.journal[12])
+	if n := len(inv.JournalOf(12)); n != 1 {
+		t.Fatalf("%d journal entries, want 1: %q", n, inv.JournalOf(12))
 	}
 }
 
 // TestClaimConflict: when the device changes between read and claim (412), the claim is redone
 // on the new version, and the owner's concurrent change is kept.
 func TestClaimConflict(t *testing.T) {
-	d := declared(12, "node-a")
+	d := fleettest.Declared(12, "node-a")
 	d.Declared.DesiredAction = ActionProvision
-	inv, inst := newMemInventory(d), newMemInstaller()
-	inv.conflictOnce[12] = func(d *Device) { d.Declared.DiskSerial = "S-NEW" }
+	inv, inst := fleettest.NewInventory(d), fleettest.NewInstaller()
+	inv.ConflictOnce[12] = func(d *Device) { d.Declared.DiskSerial = "S-NEW" }
 	s := newTestService(inv, inst)
 	if _, err := s.Reconcile(context.Background(), 12); err != nil {
 		t.Fatal(err)
 	}
-	got := inv.dev(12)
-	if got.Owned.State != StatePending || inst.creates != 1 {
-		t.Fatalf("state %q, %d Workflows; want pending and 1", got.Owned.State, inst.creates)
+	got := inv.Get(12)
+	if got.Owned.State != StatePending || inst.Creates() != 1 {
+		t.Fatalf("state %q, %d Workflows; want pending and 1", got.Owned.State, inst.Creates())
 	}
-	if spec := inst.specs[got.Owned.Workflow]; spec.Device.Declared.DiskSerial != "S-NEW" {
+	if spec := inst.Spec(got.Owned.Workflow); spec.Device.Declared.DiskSerial != "S-NEW" {
 		t.Errorf("Workflow made from disk serial %q, want the owner's new S-NEW", spec.Device.Declared.DiskSerial)
 	}
 }
@@ -211,42 +214,42 @@ func TestClaimConflict(t *testing.T) {
 // pending (recorded in NetBox) and the next reconcile creates its Workflow — the same path that
 // completes a request after a fleetd crash between claim and Workflow creation.
 func TestInstallDeferredThenCompleted(t *testing.T) {
-	d := declared(12, "node-a")
+	d := fleettest.Declared(12, "node-a")
 	d.Declared.DesiredAction = ActionProvision
-	inv, inst := newMemInventory(d), newMemInstaller()
-	inst.fail = fmt.Errorf("dial tcp 127.0.0.1:6443: connection refused")
+	inv, inst := fleettest.NewInventory(d), fleettest.NewInstaller()
+	inst.Fail = fmt.Errorf("dial tcp 127.0.0.1:6443: connection refused")
 	s := newTestService(inv, inst)
 	if _, err := s.Reconcile(context.Background(), 12); err == nil {
 		t.Fatal("Reconcile with the API down: no error")
 	}
-	got := inv.dev(12)
-	if got.Owned.State != StatePending || got.Owned.Workflow == "" || inst.creates != 0 {
-		t.Fatalf("after a failed create: state %q workflow %q creates %d", got.Owned.State, got.Owned.Workflow, inst.creates)
+	got := inv.Get(12)
+	if got.Owned.State != StatePending || got.Owned.Workflow == "" || inst.Creates() != 0 {
+		t.Fatalf("after a failed create: state %q workflow %q creates %d", got.Owned.State, got.Owned.Workflow, inst.Creates())
 	}
-	inst.fail = nil
+	inst.Fail = nil
 	if _, err := s.Reconcile(context.Background(), 12); err != nil {
 		t.Fatal(err)
 	}
-	if inst.creates != 1 || inst.specs[got.Owned.Workflow].Request != got.Owned.Request {
-		t.Fatalf("after the API returned: %d creates of %v, want 1 of %s", inst.creates, inst.specs, got.Owned.Workflow)
+	if inst.Creates() != 1 || inst.Spec(got.Owned.Workflow).Request != got.Owned.Request {
+		t.Fatalf("after the API returned: %d creates of %v, want 1 of %s", inst.Creates(), "(specs)", got.Owned.Workflow)
 	}
-	if n := len(inv.journal[12]); n != 1 {
-		t.Errorf("journal %q, want only the acceptance", inv.journal[12])
+	if n := len(inv.JournalOf(12)); n != 1 {
+		t.Errorf("journal %q, want only the acceptance", inv.JournalOf(12))
 	}
 }
 
 // TestTemplateRefusalFailsRequest: a Template fleetd cannot use fails the request at once with the
 // installer's reason, and nothing runs.
 func TestTemplateRefusalFailsRequest(t *testing.T) {
-	d := declared(12, "node-a")
+	d := fleettest.Declared(12, "node-a")
 	d.Declared.DesiredAction = ActionWipe
-	inv, inst := newMemInventory(d), newMemInstaller()
-	inst.fail = fmt.Errorf("Template fleet-wipe: action wipe-disk has timeout 0: %w", ErrTemplate)
+	inv, inst := fleettest.NewInventory(d), fleettest.NewInstaller()
+	inst.Fail = fmt.Errorf("Template fleet-wipe: action wipe-disk has timeout 0: %w", ErrTemplate)
 	s := newTestService(inv, inst)
 	if _, err := s.Reconcile(context.Background(), 12); err != nil {
 		t.Fatal(err)
 	}
-	got := inv.dev(12)
+	got := inv.Get(12)
 	if got.Owned.State != StateFailed || got.Status != StatusFailed {
 		t.Fatalf("state %q status %q, want failed/failed", got.Owned.State, got.Status)
 	}

@@ -1,0 +1,175 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	goattest "github.com/google/go-attestation/attest"
+
+	"github.com/folly-infra/fleetd/attest"
+	"github.com/folly-infra/fleetd/pki"
+)
+
+// The enrollment exchange (SPEC §1 steps 3–4, §4): the HookOS agent proves with its TPM that it
+// holds an approved EK, then sends its evidence; fleetd verifies everything against the NetBox
+// declaration, records the outcome, and answers with the certificates and the disk it may wipe.
+//
+// Trust: every field of ChallengeInput and EvidenceInput is a claim of whoever reached the route.
+// Nothing in them authorizes anything until attest/ returns a Verified… value for it. The device
+// is looked up by the claimed name; the claims are then checked against that device's declaration.
+
+// Attestation is what the enrollment needs besides the ports: the fleet's EK policy, the sealer
+// of the token that carries the first round trip's state, and the certificate issuer.
+type Attestation struct {
+	EK     *attest.EKVerifier
+	Tokens *attest.TokenSealer
+	Issuer *pki.Issuer
+}
+
+// ChallengeInput is the first round trip's request, in go-attestation's types.
+type ChallengeInput struct {
+	ClaimedDevice     string
+	ClaimedTPMVersion string
+	EKPublic, EKCert  []byte // DER SPKI; DER certificate or nil
+	AK                goattest.AttestationParameters
+}
+
+// Challenge is the first round trip's answer.
+type Challenge struct {
+	Token      string
+	Credential goattest.EncryptedCredential
+	Nonce      []byte
+}
+
+// EvidenceInput is the second round trip's request.
+type EvidenceInput struct {
+	ClaimedDevice string
+	Token         string
+	Secret        []byte
+	Platform      goattest.PlatformParameters
+	LDevID        goattest.CertificationParameters
+	SMBIOSUUID    string
+	SMBIOSSerial  string
+	Disks         []attest.Disk
+}
+
+// Enrolled is the second round trip's answer: the certificates (none for wipe and retirement,
+// which end the device's identity) and the by-id path of the disk the Workflow may wipe.
+type Enrolled struct {
+	LDevIDChain [][]byte
+	LAKChain    [][]byte
+	Disk        string
+}
+
+// EnrollChallenge answers the first round trip: the device must have an accepted request that
+// needs attestation, its TPM must be a 2.0 and its EK approved; the answer is a credential
+// activation challenge for the claimed AK, a nonce, and the sealed token.
+func (s *Service) EnrollChallenge(ctx context.Context, in ChallengeInput) (Challenge, Outcome, error) {
+	d, _, action, out, err := s.enrollingDevice(ctx, in.ClaimedDevice, "challenge")
+	if err != nil {
+		return Challenge{}, out, err
+	}
+	ch, err := s.challenge(d, in)
+	if err != nil {
+		return Challenge{}, s.enrollRefused(ctx, d, out, err), AsEnrollRefusal(err)
+	}
+	out.Result = "challenged"
+	s.metrics.enrollments.WithLabelValues(string(action), "challenge", "ok").Inc()
+	return ch, out, nil
+}
+
+func (s *Service) challenge(d Device, in ChallengeInput) (Challenge, error) {
+	if err := attest.RequireTPM20(in.ClaimedTPMVersion); err != nil {
+		return Challenge{}, err
+	}
+	ek, err := s.attest.EK.Verify(in.EKPublic, in.EKCert, d.Declared.EKHashes)
+	if err != nil {
+		return Challenge{}, err
+	}
+	ch, err := attest.NewAKChallenge(ek, in.AK, s.rnd)
+	if err != nil {
+		return Challenge{}, err
+	}
+	nonce, err := attest.NewNonce(s.rnd)
+	if err != nil {
+		return Challenge{}, err
+	}
+	tok, err := s.attest.Tokens.Seal(attest.TokenClaims{DeviceID: d.ID, Device: d.Name, Request: d.Owned.Request,
+		EKSHA256: ek.SHA256, HWSerialNum: ek.HWSerialNum, AKDigest: ch.AKDigest, Secret: ch.Secret, Nonce: nonce})
+	if err != nil {
+		return Challenge{}, err
+	}
+	return Challenge{Token: tok, Credential: ch.Credential, Nonce: nonce}, nil
+}
+
+// enrollingDevice finds the claimed device and checks that it has a request waiting for its
+// attestation. Nothing about the device is recorded for a refusal here: the caller did not name a
+// device fleetd is working on.
+func (s *Service) enrollingDevice(ctx context.Context, name, step string) (Device, Class, Action, Outcome, error) {
+	d, out, err := s.lookupDevice(ctx, name, step)
+	if err != nil {
+		return Device{}, Class{}, "", out, err
+	}
+	action := RequestAction(d.Owned.Request)
+	out = outcomeFor(d, action, step, "refused")
+	if d.Owned.State != StatePending || action == ActionNone {
+		out.Check = "no_request"
+		return d, Class{}, action, out, Refuse(RefusedConflict, "no_request",
+			"%s has no accepted request waiting for attestation (fleet_state %s): set desired_action in NetBox first",
+			d.Name, stateWord(d.Owned.State))
+	}
+	class, ok := s.catalog.Class(d.Declared.Class)
+	if !ok || !class.Installable {
+		out.Check = "class_not_installable"
+		return d, Class{}, action, out, Refuse(RefusedConflict, "class_not_installable",
+			"%s's class %q is not an installable class in classes.json", d.Name, d.Declared.Class)
+	}
+	return d, class, action, out, nil
+}
+
+// lookupDevice reads the device a node names; an unknown name is the caller's mistake.
+func (s *Service) lookupDevice(ctx context.Context, name, step string) (Device, Outcome, error) {
+	out := Outcome{Device: name, Step: step, Result: "refused"}
+	d, err := s.inv.DeviceByName(ctx, name)
+	if errors.Is(err, ErrNotFound) {
+		out.Check = "unknown_device"
+		return Device{}, out, Refuse(RefusedNotFound, "unknown_device",
+			"NetBox has no device named %q: the Workflow must pass the device's NetBox name", name)
+	}
+	if err != nil {
+		return Device{}, out, fmt.Errorf("read device %q: %w: %w", name, ErrInventory, err)
+	}
+	return d, out, nil
+}
+
+// enrollRefused turns an attest refusal into fleet's and records it on the device: a journal
+// entry and fleet_message say why, and the request stays pending, so a stray or forged request
+// cannot end an owner's request; the real agent exits non-zero, its Workflow fails, and that
+// ends it (follow) — before anything is wiped.
+func (s *Service) enrollRefused(ctx context.Context, d Device, out Outcome, err error) Outcome {
+	ar, ok := attest.AsRefusal(err)
+	if !ok {
+		out.Result = "error"
+		return out
+	}
+	out.Check = string(ar.Check)
+	s.metrics.enrollments.WithLabelValues(string(out.Action), out.Step, string(ar.Check)).Inc()
+	msg := fmt.Sprintf("%s%s refused (%s): %s.", refusedPrefix, d.Name, ar.Check, ar.Msg)
+	if _, uerr := s.inv.Update(ctx, d.ID, Patch{Message: &msg}); uerr != nil {
+		s.log.Warn().Err(uerr).Str("device", d.Name).Msg("record attestation refusal")
+	}
+	s.journal(ctx, d, JournalDanger, msg)
+	return out
+}
+
+// refusedPrefix starts the message of a refused attestation, which the request's failure quotes.
+const refusedPrefix = "Attestation of "
+
+// AsEnrollRefusal maps an attest refusal to the domain's refusal (400 with the check as code).
+func AsEnrollRefusal(err error) error {
+	if ar, ok := attest.AsRefusal(err); ok {
+		return &Refusal{Class: RefusedInvalid, Code: string(ar.Check), Msg: ar.Msg, Err: err}
+	}
+	return err
+}

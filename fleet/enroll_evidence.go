@@ -1,0 +1,143 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/folly-infra/fleetd/attest"
+	"github.com/folly-infra/fleetd/pki"
+)
+
+// EnrollEvidence answers the second round trip. In order: the token (sealed by fleetd, unexpired,
+// for this device, EK and AK, and for the request still pending); the activated secret; the
+// quotes, PCRs and event log under the nonce; Secure Boot as the class requires; the LDevID key's
+// certification; the declared disk found exactly once. Then, for a provision, the node's
+// configuration is rendered and validated (a configuration the OS would reject fails the request
+// here, before anything is issued or wiped); the certificates are issued (provision and attest);
+// NetBox records the attestation; and the answer authorizes the disk.
+func (s *Service) EnrollEvidence(ctx context.Context, in EvidenceInput) (Enrolled, Outcome, error) {
+	d, out, err := s.lookupDevice(ctx, in.ClaimedDevice, "evidence")
+	if err != nil {
+		return Enrolled{}, out, err
+	}
+	unlock := s.locks.lock(d.ID)
+	defer unlock()
+	d, class, action, out, err := s.enrollingDevice(ctx, in.ClaimedDevice, "evidence")
+	if err != nil {
+		return Enrolled{}, out, err
+	}
+	// 1. The evidence.
+	v, err := s.verifyEvidence(d, class, in)
+	if err != nil {
+		return Enrolled{}, s.enrollRefused(ctx, d, out, err), AsEnrollRefusal(err)
+	}
+	// 2. The configuration, for a provision: rendered and validated before anything is issued.
+	var cfg NodeConfig
+	if action == ActionProvision {
+		if cfg, err = s.renderer.Render(d, class, NodeIdentity{UUID: in.SMBIOSUUID, Serial: in.SMBIOSSerial}); err != nil {
+			return Enrolled{}, out, s.renderFailed(ctx, d, action, &out, err)
+		}
+	}
+	// 3. The certificates: only for a device that keeps its identity.
+	var ldevid, lak *pki.Certificate
+	if action == ActionProvision || action == ActionAttest {
+		id := pki.Identity{DeviceName: d.Name, DeviceSerial: d.Serial, HWSerialNum: v.token.HWSerialNum}
+		if ldevid, err = s.attest.Issuer.IssueLDevID(id, v.ldevid.Public); err != nil {
+			return Enrolled{}, out, fmt.Errorf("enroll %s: %w", d.Name, err)
+		}
+		if lak, err = s.attest.Issuer.IssueLAK(id, v.ak.Public); err != nil {
+			return Enrolled{}, out, fmt.Errorf("enroll %s: %w", d.Name, err)
+		}
+	}
+	// 4. The pending configuration, then NetBox. If NetBox cannot be written the agent gets a 5xx,
+	// its Workflow fails, and nothing is wiped; the certificates it never received are unused.
+	if action == ActionProvision {
+		if _, err := s.pending.Put(d.ID, PendingEntry{Device: d.Name, Config: cfg, AttestedUUID: in.SMBIOSUUID, Address: d.IP()}); err != nil {
+			return Enrolled{}, out, fmt.Errorf("enroll %s: %w", d.Name, err)
+		}
+	}
+	msg, p := attestedRecord(d, action, v, cfg, ldevid, lak)
+	if out, err = s.applyWith(ctx, d, action, EventAttested, msg, p); err != nil {
+		s.pending.Drop(d.ID)
+		return Enrolled{}, out, err
+	}
+	out.Step, out.Result = "evidence", "attested"
+	s.metrics.enrollments.WithLabelValues(string(action), "evidence", "ok").Inc()
+	res := Enrolled{Disk: v.disk.Path}
+	if ldevid != nil {
+		res.LDevIDChain, res.LAKChain = ldevid.DER(), lak.DER()
+	}
+	return res, out, nil
+}
+
+// verified is everything the evidence proved.
+type verified struct {
+	token  attest.TokenClaims
+	ak     *attest.VerifiedAK
+	boot   *attest.VerifiedBoot
+	ldevid *attest.VerifiedLDevIDKey
+	disk   *attest.VerifiedDisk
+}
+
+func (s *Service) verifyEvidence(d Device, class Class, in EvidenceInput) (verified, error) {
+	var v verified
+	tok, err := s.attest.Tokens.Open(in.Token, attest.Binding{DeviceID: d.ID, Device: d.Name,
+		ApprovedEKs: d.Declared.EKHashes, ClaimedAKPublic: in.Platform.Public})
+	if err != nil {
+		return v, err
+	}
+	v.token = tok.Claims()
+	if v.token.Request != d.Owned.Request {
+		return v, &attest.Refusal{Check: attest.CheckTokenBinding,
+			Msg: fmt.Sprintf("the token was issued for request %s, and the device's request is now %s", v.token.Request, d.Owned.Request)}
+	}
+	if v.ak, err = attest.VerifyActivation(tok, in.Secret, in.Platform.Public); err != nil {
+		return v, err
+	}
+	if v.boot, err = attest.VerifyPlatform(v.ak, v.token.Nonce, in.Platform); err != nil {
+		return v, err
+	}
+	if err = attest.RequireSecureBoot(v.boot, class.SecureBoot == SecureBootRequired); err != nil {
+		return v, err
+	}
+	if v.ldevid, err = attest.VerifyLDevIDKey(v.ak, v.token.Nonce, in.LDevID); err != nil {
+		return v, err
+	}
+	v.disk, err = attest.MatchDisk(d.Declared.DiskSerial, in.Disks)
+	return v, err
+}
+
+// renderFailed ends a provision whose configuration the OS would reject: nothing is issued,
+// served or wiped, and NetBox says why.
+func (s *Service) renderFailed(ctx context.Context, d Device, action Action, out *Outcome, err error) error {
+	if !errors.Is(err, ErrConfigRejected) {
+		return fmt.Errorf("render the configuration of %s: %w", d.Name, err)
+	}
+	msg := fmt.Sprintf("%s request %s failed: the configuration of %s would be rejected by its OS, so nothing was issued or wiped: %v.",
+		action, d.Owned.Request, d.Name, err)
+	if _, aerr := s.apply(ctx, d, action, EventRefused, msg); aerr != nil {
+		s.log.Warn().Err(aerr).Str("device", d.Name).Msg("record the rejected configuration")
+	}
+	out.Check, out.Result = "config_rejected", "failed"
+	return &Refusal{Class: RefusedConflict, Code: "config_rejected", Msg: msg, Err: err}
+}
+
+// attestedRecord is the journal entry and the NetBox fields of a successful attestation.
+func attestedRecord(d Device, action Action, v verified, cfg NodeConfig, ldevid, lak *pki.Certificate) (string, Patch) {
+	msg := fmt.Sprintf("Attested %s for %s request %s: EK %.16s… approved, AK activated, quote and event log verified (Secure Boot %s), disk %s found at %s",
+		d.Name, action, d.Owned.Request, v.token.EKSHA256, v.boot.SecureBootString(), v.disk.Serial, v.disk.Path)
+	var p Patch
+	if ldevid != nil {
+		ls, ks := ldevid.SerialHex(), lak.SerialHex()
+		p.LDevIDSerial, p.LAKSerial = &ls, &ks
+		msg += fmt.Sprintf("; issued LDevID %s and LAK %s", ls, ks)
+	}
+	if action == ActionProvision {
+		// A new installation starts a new boot baseline with its first boot check.
+		empty, none := "", BootCheckNone
+		p.BootBaseline, p.BootCheck = &empty, &none
+		msg += "; " + cfg.Summary + " waits for its one fetch"
+	}
+	return msg + ".", p
+}
