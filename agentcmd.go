@@ -4,14 +4,28 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+
+	"github.com/rs/zerolog"
+
+	"github.com/folly-infra/fleetd/agent"
 )
 
-// enroll and bootCheck are wired to agent/ when it lands; until then they say so and fail.
+// enroll is the HookOS agent, the first action of every Workflow (agent/README.md has its flags,
+// environment and exit codes).
 func enroll(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fmt.Fprintln(stderr, "fleetd enroll: not built into this version yet")
-	return 2
+	cfg, err := agent.ParseEnrollArgs(args, os.Getenv, stderr)
+	if err == nil {
+		cfg.Log = zerolog.New(stderr).With().Timestamp().Str("cmd", "enroll").Logger()
+		err = agent.Enroll(ctx, cfg)
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "fleetd enroll:", err)
+	}
+	return agent.ExitCode(err)
 }
 
+// bootCheck is wired to agent/ when the boot check lands.
 func bootCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintln(stderr, "fleetd boot-check: not built into this version yet")
 	return 2

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,11 +18,13 @@ import (
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/folly-infra/fleetd/attest"
 	"github.com/folly-infra/fleetd/config"
 	"github.com/folly-infra/fleetd/fleet"
 	"github.com/folly-infra/fleetd/handlers"
 	"github.com/folly-infra/fleetd/kea"
 	"github.com/folly-infra/fleetd/netbox"
+	"github.com/folly-infra/fleetd/pki"
 	"github.com/folly-infra/fleetd/webhook"
 	"github.com/folly-infra/fleetd/workflows"
 )
@@ -114,8 +117,12 @@ func wire(ctx context.Context, cfg *config.Config, log zerolog.Logger) (*app, er
 	if err != nil {
 		return nil, err
 	}
+	att, err := newAttestation(cfg, sec.tokenKey, clock)
+	if err != nil {
+		return nil, err
+	}
 	a.service, err = fleet.NewService(fleet.Config{FleetdURL: cfg.PublicURL}, fleet.Deps{Inventory: a.netbox,
-		Installer: a.install, Catalog: catalog, Pending: pending, Renderer: renderer, Clock: clock,
+		Installer: a.install, Catalog: catalog, Pending: pending, Renderer: renderer, Attest: att, Clock: clock,
 		Random: rand.Reader, Logger: log, Registry: reg})
 	if err != nil {
 		return nil, err
@@ -163,6 +170,44 @@ func readSecrets(cfg *config.Config) (secrets, error) {
 	read(&s.talos, "talos.secrets_file", cfg.Talos.SecretsFile)
 	read(&s.tokenKey, "attestation.token_key_file", cfg.Attestation.TokenKeyFile)
 	return s, errors.Join(errs...)
+}
+
+// newAttestation builds the EK policy, the token sealer and the certificate issuer.
+func newAttestation(cfg *config.Config, tokenKey []byte, clock fleet.Clock) (fleet.Attestation, error) {
+	var bundle []byte
+	if cfg.Attestation.EKPolicy == string(attest.EKPolicyHashCert) {
+		b, err := os.ReadFile(cfg.Path(cfg.Attestation.EKCABundle))
+		if err != nil {
+			return fleet.Attestation{}, fmt.Errorf("attestation.ek_ca_bundle: %w", err)
+		}
+		bundle = b
+	}
+	ek, err := attest.NewEKVerifier(attest.EKVerifierConfig{Policy: attest.EKPolicy(cfg.Attestation.EKPolicy), BundlePEM: bundle, Now: clock.Now})
+	if err != nil {
+		return fleet.Attestation{}, fmt.Errorf("attestation: %w", err)
+	}
+	key, err := attest.ParseTokenKey(tokenKey)
+	if err != nil {
+		return fleet.Attestation{}, fmt.Errorf("attestation.token_key_file: %w", err)
+	}
+	tokens, err := attest.NewTokenSealer(attest.TokenConfig{Key: key, Lifetime: cfg.Attestation.TokenLifetime.D(), Rand: rand.Reader, Now: clock.Now})
+	if err != nil {
+		return fleet.Attestation{}, fmt.Errorf("attestation: %w", err)
+	}
+	ldevid, err := pki.LoadCA(cfg.Path(cfg.PKI.LDevID.Cert), cfg.Path(cfg.PKI.LDevID.Key))
+	if err != nil {
+		return fleet.Attestation{}, fmt.Errorf("pki.ldevid: %w", err)
+	}
+	lak, err := pki.LoadCA(cfg.Path(cfg.PKI.LAK.Cert), cfg.Path(cfg.PKI.LAK.Key))
+	if err != nil {
+		return fleet.Attestation{}, fmt.Errorf("pki.lak: %w", err)
+	}
+	issuer, err := pki.NewIssuer(pki.IssuerConfig{LDevID: ldevid, LAK: lak, LDevIDLifetime: cfg.PKI.LDevID.Lifetime.D(),
+		LAKLifetime: cfg.PKI.LAK.Lifetime.D(), Rand: rand.Reader, Now: clock.Now})
+	if err != nil {
+		return fleet.Attestation{}, fmt.Errorf("pki: %w", err)
+	}
+	return fleet.Attestation{EK: ek, Tokens: tokens, Issuer: issuer}, nil
 }
 
 func newRenderer(cfg *config.Config, talosSecrets []byte, clock fleet.Clock) (*fleet.Renderer, error) {

@@ -155,8 +155,20 @@ func (e *enrollment) answer(tpm *TPM, ak *attest.AK, ch api.ChallengeResponse) (
 	return ev, ld, nil
 }
 
-// write checks fleetd's answer and writes the files, the disk authorization last.
+// write checks fleetd's answer and writes the files, the disk authorization last. A wipe or a
+// retirement ends the device's identity, so fleetd sends no certificates for them and only the
+// disk authorization is written.
 func (e *enrollment) write(res api.EvidenceResponse, ld *LDevIDKey, ak *attest.AK, disks []api.Disk) error {
+	if !slices.ContainsFunc(disks, func(d api.Disk) bool { return d.Path == res.Disk }) {
+		return &FleetdError{Op: "check the disk", Err: fmt.Errorf("fleetd authorized %q, which is not a disk this machine reported", res.Disk)}
+	}
+	if len(res.LDevIDChain) == 0 && len(res.LAKChain) == 0 {
+		if err := writeFile(e.cfg.WorkflowDir, FileDisk, []byte(res.Disk+"\n"), 0o644); err != nil {
+			return err
+		}
+		e.log.Info().Str("step", "write").Str("outcome", "ok").Str("dir", e.cfg.WorkflowDir).Msg("attested; no certificates (wipe or retirement)")
+		return nil
+	}
 	ldPub, err := tpm2.DecodePublic(ld.Public)
 	if err != nil {
 		return fmt.Errorf("decode the LDevID public area: %w", err)
@@ -172,9 +184,6 @@ func (e *enrollment) write(res api.EvidenceResponse, ld *LDevIDKey, ak *attest.A
 	lakPEM, err := chainPEM(res.LAKChain, ak.Public())
 	if err != nil {
 		return &FleetdError{Op: "check the LAK certificate", Err: err}
-	}
-	if !slices.ContainsFunc(disks, func(d api.Disk) bool { return d.Path == res.Disk }) {
-		return &FleetdError{Op: "check the disk", Err: fmt.Errorf("fleetd authorized %q, which is not a disk this machine reported", res.Disk)}
 	}
 	blob, err := ak.Marshal()
 	if err != nil {

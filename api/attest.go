@@ -195,7 +195,9 @@ type Disk struct {
 	Path   string `json:"path"` // its /dev/disk/by-id path
 }
 
-// EvidenceResponse is the second round trip's answer: the enrollment succeeded.
+// EvidenceResponse is the second round trip's answer: the enrollment succeeded. For a wipe or a
+// retirement both chains are empty: those requests end the device's identity, so no certificate
+// is issued, and only the disk authorization is given.
 type EvidenceResponse struct {
 	LDevIDChain [][]byte `json:"ldevid_chain"` // DER certificates, the LDevID leaf first, then its chain
 	LAKChain    [][]byte `json:"lak_chain"`    // DER certificates, the LAK leaf first, then its chain

@@ -8,6 +8,8 @@ import (
 	"net/http"
 
 	"github.com/gorilla/mux"
+
+	"github.com/folly-infra/fleetd/api"
 )
 
 // Route is one line of the HTTP contract.
@@ -34,6 +36,8 @@ func Table() []Route {
 		{"webhook-attest", "POST", "/v1/netbox/webhook/attest", "NetBox", "X-Hook-Signature", "desired_action=attest was set: re-read the device and take the request", mib},
 		{"webhook-wipe", "POST", "/v1/netbox/webhook/wipe", "NetBox", "X-Hook-Signature", "desired_action=wipe was set: re-read the device and take the request", mib},
 		{"webhook-retire", "POST", "/v1/netbox/webhook/retire", "NetBox", "X-Hook-Signature", "status decommissioning was set: re-read the device and retire it", mib},
+		{"attest-challenge", "POST", "/v1/attest/challenge", "HookOS agent", "TPM (EK approval, credential activation)", "enrollment round trip 1: approve the EK, challenge the AK, hand out a nonce and a sealed token", api.MaxChallengeBody},
+		{"attest-evidence", "POST", "/v1/attest/evidence", "HookOS agent", "sealed token + TPM evidence", "enrollment round trip 2: verify the evidence, issue LDevID and LAK, authorize the declared disk", api.MaxEvidenceBody},
 		{"devices", "GET", "/v1/devices", "operator", "bearer token", "every device: declaration, state, request, Workflow, certificates, boot check, pending configuration", 0},
 		{"device", "GET", "/v1/devices/{name}", "operator", "bearer token", "one device, with its Workflow's current action", 0},
 		{"device-reconcile", "POST", "/v1/devices/{name}/reconcile", "operator", "bearer token", "re-read one device from NetBox now and take the next step", 0},

@@ -48,6 +48,8 @@ func New(deps Deps) (*Server, error) {
 		"webhook-attest":    deps.Webhooks.Handler("attest"),
 		"webhook-wipe":      deps.Webhooks.Handler("wipe"),
 		"webhook-retire":    deps.Webhooks.Handler("retire"),
+		"attest-challenge":  http.HandlerFunc(s.challenge),
+		"attest-evidence":   http.HandlerFunc(s.evidence),
 		"devices":           s.operatorOnly(s.listDevices),
 		"device":            s.operatorOnly(s.getDevice),
 		"device-reconcile":  s.operatorOnly(s.reconcileDevice),

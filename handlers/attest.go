@@ -1,0 +1,85 @@
+package handlers
+
+import (
+	"net/http"
+
+	"github.com/folly-infra/fleetd/api"
+	"github.com/folly-infra/fleetd/attest"
+	"github.com/folly-infra/fleetd/fleet"
+)
+
+// challenge serves POST /v1/attest/challenge (api.ChallengeRequest → api.ChallengeResponse).
+func (s *Server) challenge(w http.ResponseWriter, r *http.Request) {
+	var req api.ChallengeRequest
+	if err := decodeJSON(r, &req); err != nil {
+		s.nodeError(w, fleet.Outcome{Step: "challenge", Result: "refused", Check: "malformed"}, err)
+		return
+	}
+	in := fleet.ChallengeInput{ClaimedDevice: req.Device, ClaimedTPMVersion: req.TPMVersion}
+	if req.EK != nil {
+		in.EKPublic, in.EKCert = req.EK.Public, req.EK.Certificate
+	}
+	if req.AK != nil {
+		in.AK = req.AK.Attest()
+	}
+	if req.TPMVersion == attest.TPMVersion20 && (req.EK == nil || req.AK == nil) {
+		s.nodeError(w, fleet.Outcome{Device: req.Device, Step: "challenge", Result: "refused", Check: "malformed"},
+			fleet.Refuse(fleet.RefusedInvalid, "malformed", "a TPM 2.0 challenge request needs both ek and ak"))
+		return
+	}
+	ch, out, err := s.deps.Service.EnrollChallenge(r.Context(), in)
+	if err != nil {
+		s.nodeError(w, out, err)
+		return
+	}
+	s.decision(w, out, nil)
+	writeJSON(w, http.StatusOK, api.ChallengeResponse{Token: ch.Token, Credential: api.NewCredential(ch.Credential), Nonce: ch.Nonce})
+}
+
+// evidence serves POST /v1/attest/evidence (api.EvidenceRequest → api.EvidenceResponse).
+func (s *Server) evidence(w http.ResponseWriter, r *http.Request) {
+	var req api.EvidenceRequest
+	if err := decodeJSON(r, &req); err != nil {
+		s.nodeError(w, fleet.Outcome{Step: "evidence", Result: "refused", Check: "malformed"}, err)
+		return
+	}
+	platform, err := req.Platform.Attest()
+	if err != nil {
+		s.nodeError(w, fleet.Outcome{Device: req.Device, Step: "evidence", Result: "refused", Check: "malformed"},
+			fleet.Refuse(fleet.RefusedInvalid, "malformed", "%v", err))
+		return
+	}
+	in := fleet.EvidenceInput{ClaimedDevice: req.Device, Token: req.Token, Secret: req.Secret, Platform: platform,
+		LDevID: req.LDevID.Attest(), SMBIOSUUID: req.SMBIOS.UUID, SMBIOSSerial: req.SMBIOS.Serial}
+	for _, d := range req.Disks {
+		in.Disks = append(in.Disks, attest.Disk{Serial: d.Serial, Path: d.Path})
+	}
+	res, out, err := s.deps.Service.EnrollEvidence(r.Context(), in)
+	if err != nil {
+		s.nodeError(w, out, err)
+		return
+	}
+	s.decision(w, out, nil)
+	writeJSON(w, http.StatusOK, api.EvidenceResponse{LDevIDChain: res.LDevIDChain, LAKChain: res.LAKChain, Disk: res.Disk})
+}
+
+// nodeError logs the decision line of a refused or failed node request and answers it.
+func (s *Server) nodeError(w http.ResponseWriter, out fleet.Outcome, err error) {
+	if r, ok := fleet.AsRefusal(err); ok && out.Check == "" {
+		out.Check = r.Code
+	}
+	s.decision(w, out, err)
+	writeError(w, s.log(w), err)
+}
+
+// decision writes the request's one decision line (STYLE habit 10).
+func (s *Server) decision(w http.ResponseWriter, out fleet.Outcome, err error) {
+	log := s.log(w)
+	ev := log.Info()
+	if _, refused := fleet.AsRefusal(err); err != nil && !refused {
+		ev = log.Error().Err(err)
+	} else if err != nil {
+		ev = log.Warn().Str("reason", err.Error())
+	}
+	ev.EmbedObject(out).Msg("decision")
+}

@@ -1,0 +1,259 @@
+package handlers_test
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"net/http/httptest"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-tpm-tools/simulator"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/folly-infra/fleetd/agent"
+	"github.com/folly-infra/fleetd/attest"
+	"github.com/folly-infra/fleetd/dev/fakehw"
+	"github.com/folly-infra/fleetd/dev/swtpm"
+	"github.com/folly-infra/fleetd/dev/swtpm/eventlogs"
+	"github.com/folly-infra/fleetd/fleet"
+	"github.com/folly-infra/fleetd/fleet/fleettest"
+	"github.com/folly-infra/fleetd/handlers"
+	"github.com/folly-infra/fleetd/pki"
+	"github.com/folly-infra/fleetd/webhook"
+)
+
+// channel is the simulator as the agent's TPM, with the event log the firmware would have.
+type channel struct {
+	io.ReadWriter
+	log []byte
+}
+
+func (c channel) MeasurementLog() ([]byte, error) { return c.log, nil }
+func (c channel) Close() error                    { return nil }
+
+const machineUUID = "4c4c4544-0042-3510-8052-b4c04f4e3232"
+
+// fleetdUnderTest is the real fleet service and handlers on in-memory NetBox and Tinkerbell.
+type fleetdUnderTest struct {
+	inv     *fleettest.Inventory
+	pending *fleet.Pending
+	cas     [2]*pki.CA // LDevID, LAK
+	url     string
+}
+
+func newFleetd(t *testing.T, cat fleet.Catalog, d fleet.Device) *fleetdUnderTest {
+	t.Helper()
+	clock := fleet.SystemClock{}
+	f := &fleetdUnderTest{inv: fleettest.NewInventory(d)}
+	var err error
+	for i, name := range []string{"fleetd LDevID CA", "fleetd LAK CA"} {
+		if f.cas[i], _, err = pki.NewCA(pki.NewCAConfig{Name: name, Lifetime: 24 * time.Hour, Rand: rand.Reader, Now: time.Now}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	issuer, err := pki.NewIssuer(pki.IssuerConfig{LDevID: f.cas[0], LAK: f.cas[1], LDevIDLifetime: time.Hour, LAKLifetime: time.Hour, Rand: rand.Reader, Now: time.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ek, _ := attest.NewEKVerifier(attest.EKVerifierConfig{Policy: attest.EKPolicyHash, Now: time.Now})
+	tokens, _ := attest.NewTokenSealer(attest.TokenConfig{Key: make([]byte, 32), Lifetime: time.Minute, Rand: rand.Reader, Now: time.Now})
+	secrets, err := fleet.GenerateTalosSecrets(clock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	renderer, err := fleet.NewRenderer(fleet.RenderConfig{TalosSecrets: secrets, ClusterName: "folly", ClusterEndpoint: "https://10.0.0.10:6443",
+		DNS: []netip.Addr{netip.MustParseAddr("10.0.0.1")}, Gateway: netip.MustParseAddr("10.0.0.1"), Clock: clock, Random: rand.Reader})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.pending, _ = fleet.NewPending(fleet.PendingConfig{Clock: clock})
+	svc, err := fleet.NewService(fleet.Config{FleetdURL: "http://spore"}, fleet.Deps{Inventory: f.inv, Installer: fleettest.NewInstaller(),
+		Catalog: cat, Pending: f.pending, Renderer: renderer, Attest: fleet.Attestation{EK: ek, Tokens: tokens, Issuer: issuer},
+		Clock: clock, Random: rand.Reader, Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	intake, _ := webhook.New(webhook.Config{Secret: []byte("s")}, webhook.Deps{Reconciler: svc})
+	h, err := handlers.New(handlers.Deps{Service: svc, Webhooks: intake, Gatherer: prometheus.NewRegistry(), OperatorToken: []byte("op"), Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	f.url = srv.URL
+	return f
+}
+
+func catalog(secureBoot fleet.SecureBoot, patches ...string) fleet.Catalog {
+	c, _ := fleettest.Catalog().Class("talos-worker")
+	c.SecureBoot = secureBoot
+	for _, p := range patches {
+		c.Talos = &fleet.TalosClass{MachineType: "worker", Patches: []json.RawMessage{json.RawMessage(p)}}
+	}
+	return fleet.NewCatalog(c)
+}
+
+// TestEnrollment runs the real agent against the real handlers and service, with the TPM
+// simulator booted from a recorded event log, and checks what NetBox records, what the agent
+// writes, and that a refusal issues nothing and authorizes no disk (SPEC §4; issue 3 refusals).
+func TestEnrollment(t *testing.T) {
+	disk := fakehw.Disk{Dev: "nvme0n1", Serial: "S4EWNX0R123456", Model: "Samsung_SSD_980_1TB", Bus: "nvme"}
+	other := fakehw.Disk{Dev: "sda", Serial: "WD-WCC4N1234", Model: "WDC_WD40EFRX", Bus: "ata"}
+	twin := fakehw.Disk{Dev: "sdb", Serial: "S4EWNX0R123456", Model: "Samsung_SSD_870", Bus: "ata"}
+	type row struct {
+		name       string
+		action     fleet.Action
+		state      fleet.State
+		log        []byte
+		cat        fleet.Catalog
+		tpmMajor   string
+		disks      []fakehw.Disk
+		ekHash     string // "" = the simulator's EK
+		wantExit   int
+		wantState  fleet.State
+		wantJourn  string // substring of the one journal entry
+		wantCerts  bool
+		wantConfig bool
+	}
+	sb := eventlogs.RHEL8SecureBoot
+	rows := []row{
+		{name: "ok/provision: certificates, disk, installing, configuration pending", action: fleet.ActionProvision, log: sb,
+			cat: catalog(fleet.SecureBootRequired), wantState: fleet.StateInstalling, wantCerts: true, wantConfig: true,
+			wantJourn: "success: Attested node-a for provision request"},
+		{name: "ok/wipe: disk only, no certificates", action: fleet.ActionWipe, log: sb, cat: catalog(fleet.SecureBootAny),
+			wantState: fleet.StateWiping, wantJourn: "success: Attested node-a for wipe request"},
+		{name: "refuse/unknown EK", action: fleet.ActionProvision, log: sb, cat: catalog(fleet.SecureBootAny),
+			ekHash: strings.Repeat("ab", 32), wantExit: agent.ExitRefused, wantState: fleet.StatePending, wantJourn: "danger: Attestation of node-a refused (ek_not_approved)"},
+		{name: "refuse/Secure Boot off where the class requires it", action: fleet.ActionProvision, log: eventlogs.Ubuntu2104NoSecureBoot,
+			cat: catalog(fleet.SecureBootRequired), wantExit: agent.ExitRefused, wantState: fleet.StatePending, wantJourn: "(secureboot_disabled)"},
+		{name: "refuse/declared disk absent", action: fleet.ActionProvision, log: sb, cat: catalog(fleet.SecureBootAny),
+			disks: []fakehw.Disk{other}, wantExit: agent.ExitRefused, wantState: fleet.StatePending, wantJourn: "(disk_absent)"},
+		{name: "refuse/declared disk present twice", action: fleet.ActionWipe, log: sb, cat: catalog(fleet.SecureBootAny),
+			disks: []fakehw.Disk{disk, twin}, wantExit: agent.ExitRefused, wantState: fleet.StatePending, wantJourn: "(disk_ambiguous)"},
+		{name: "refuse/TPM 1.2", action: fleet.ActionProvision, log: sb, cat: catalog(fleet.SecureBootAny), tpmMajor: "1",
+			wantExit: agent.ExitRefused, wantState: fleet.StatePending, wantJourn: "(tpm_unsupported)"},
+		{name: "refuse/no accepted request", action: fleet.ActionProvision, state: fleet.StateActive, log: sb, cat: catalog(fleet.SecureBootAny),
+			wantExit: agent.ExitRefused, wantState: fleet.StateActive},
+		{name: "refuse/a configuration Talos would reject fails the request, nothing issued", action: fleet.ActionProvision, log: sb,
+			cat:      catalog(fleet.SecureBootAny, `{"machine": {"features": {"kubernetesTalosAPIAccess": {"enabled": true, "allowedRoles": ["os:reader"]}}}}`),
+			wantExit: agent.ExitRefused, wantState: fleet.StateFailed, wantJourn: "danger: provision request provision-k3f9x2mq failed: the configuration of node-a would be rejected"},
+	}
+	for _, r := range rows {
+		t.Run(r.name, func(t *testing.T) {
+			sim, err := simulator.Get()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sim.Close()
+			if err := swtpm.ReplayEventLog(sim, r.log); err != nil {
+				t.Fatal(err)
+			}
+			ch := channel{ReadWriter: sim, log: r.log}
+			tpm, err := agent.OpenTPM(ch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ekPub, _, err := tpm.EK()
+			if err != nil {
+				t.Fatal(err)
+			}
+			sum := sha256.Sum256(ekPub)
+			d := fleettest.Declared(12, "node-a")
+			d.Declared.EKHashes = []string{hex.EncodeToString(sum[:])}
+			if r.ekHash != "" {
+				d.Declared.EKHashes = []string{r.ekHash}
+			}
+			d.Owned = fleet.Owned{State: fleet.StatePending, Request: string(r.action) + "-k3f9x2mq", Workflow: "node-a-" + string(r.action) + "-k3f9x2mq"}
+			if r.state != "" {
+				d.Owned.State = r.state
+			}
+			f := newFleetd(t, r.cat, d)
+
+			major := "2"
+			if r.tpmMajor != "" {
+				major = r.tpmMajor
+			}
+			disks := r.disks
+			if disks == nil {
+				disks = []fakehw.Disk{disk, other}
+			}
+			sysRoot, devRoot, err := fakehw.Write(t.TempDir(), fakehw.Machine{UUID: machineUUID, Serial: "SN-1", TPMMajor: major, Disks: disks})
+			if err != nil {
+				t.Fatal(err)
+			}
+			wf := t.TempDir()
+			cfg := agent.EnrollConfig{FleetdURL: f.url, Device: "node-a", Channel: ch,
+				SysRoot: sysRoot, DevRoot: devRoot, WorkflowDir: wf, RetryWait: time.Millisecond, Log: zerolog.Nop()}
+			if major != "2" {
+				cfg.Channel = nil // the agent looks at the machine's TPM itself and finds a 1.2
+			}
+			err = agent.Enroll(context.Background(), cfg)
+			if code := agent.ExitCode(err); code != r.wantExit {
+				t.Fatalf("agent exit %d (%v), want %d", code, err, r.wantExit)
+			}
+			got := f.inv.Get(12)
+			if got.Owned.State != r.wantState {
+				t.Errorf("fleet_state %q, want %q (message %q)", got.Owned.State, r.wantState, got.Owned.Message)
+			}
+			j := f.inv.JournalOf(12)
+			if r.wantJourn == "" && len(j) != 0 || r.wantJourn != "" && (len(j) != 1 || !strings.Contains(j[0], r.wantJourn)) {
+				t.Errorf("journal %q, want one entry with %q", j, r.wantJourn)
+			}
+			_, diskErr := os.Stat(filepath.Join(wf, agent.FileDisk))
+			if authorized := diskErr == nil; authorized != (r.wantExit == 0) {
+				t.Errorf("disk authorization written = %v, want %v", authorized, r.wantExit == 0)
+			}
+			checkCerts(t, f, got, wf, r.wantCerts)
+			if _, pending := f.pending.Peek(12); pending != r.wantConfig {
+				t.Errorf("configuration pending = %v, want %v", pending, r.wantConfig)
+			}
+		})
+	}
+}
+
+// checkCerts checks that certificates were issued, recorded and written exactly when expected,
+// and that the written ones chain to fleetd's CAs with the serials NetBox holds.
+func checkCerts(t *testing.T, f *fleetdUnderTest, d fleet.Device, wf string, want bool) {
+	t.Helper()
+	recorded := d.Owned.LDevIDSerial != "" || d.Owned.LAKSerial != ""
+	if recorded != want {
+		t.Errorf("certificate serials recorded = %v (%q, %q), want %v", recorded, d.Owned.LDevIDSerial, d.Owned.LAKSerial, want)
+	}
+	for i, file := range []string{agent.FileLDevIDCert, agent.FileLAKCert} {
+		raw, err := os.ReadFile(filepath.Join(wf, file))
+		if !want {
+			if err == nil {
+				t.Errorf("%s written for a request that issues no certificate", file)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		certs, err := pki.ParseCertificatesPEM(raw)
+		if err != nil || len(certs) < 2 {
+			t.Fatalf("%s: %d certificates, %v", file, len(certs), err)
+		}
+		inter := x509.NewCertPool()
+		for _, c := range certs[1:] {
+			inter.AddCert(c)
+		}
+		if _, err := certs[0].Verify(x509.VerifyOptions{Roots: f.cas[i].Roots(), Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
+			t.Errorf("%s does not chain to fleetd's CA: %v", file, err)
+		}
+		serial := hex.EncodeToString(certs[0].SerialNumber.Bytes())
+		if want := []string{d.Owned.LDevIDSerial, d.Owned.LAKSerial}[i]; serial != want {
+			t.Errorf("%s serial %s, NetBox holds %s", file, serial, want)
+		}
+	}
+}
