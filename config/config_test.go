@@ -11,6 +11,10 @@ import (
 // validConfig writes a complete config and the files it names into a temp dir.
 func validConfig(t *testing.T) (string, string) {
 	t.Helper()
+	return validConfigDir(t)
+}
+
+func validConfigDir(t testing.TB) (string, string) {
 	dir := t.TempDir()
 	for _, f := range []string{"nb-token", "wh-secret", "classes.json", "ek.pem", "tok-key", "ldevid.pem", "ldevid.key",
 		"lak.pem", "lak.key", "talos-secrets", "op-token", "kubeconfig"} {
