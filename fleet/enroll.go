@@ -19,12 +19,15 @@ import (
 // Nothing in them authorizes anything until attest/ returns a Verified… value for it. The device
 // is looked up by the claimed name; the claims are then checked against that device's declaration.
 
-// Attestation is what the enrollment needs besides the ports: the fleet's EK policy, the sealer
-// of the token that carries the first round trip's state, and the certificate issuer.
+// Attestation is what the enrollment and the boot check need besides the ports: the fleet's EK
+// policy, the sealer of the token that carries the first round trip's state, the certificate
+// issuer; for the boot check (bootcheck.go), the LAK CA's verifier and the nonce sealer.
 type Attestation struct {
-	EK     *attest.EKVerifier
-	Tokens *attest.TokenSealer
-	Issuer *pki.Issuer
+	EK         *attest.EKVerifier
+	Tokens     *attest.TokenSealer
+	Issuer     *pki.Issuer
+	LAK        *attest.LAKVerifier
+	BootNonces *attest.BootNonceSealer
 }
 
 // ChallengeInput is the first round trip's request, in go-attestation's types.

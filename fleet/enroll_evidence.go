@@ -133,11 +133,17 @@ func attestedRecord(d Device, action Action, v verified, cfg NodeConfig, ldevid,
 		p.LDevIDSerial, p.LAKSerial = &ls, &ks
 		msg += fmt.Sprintf("; issued LDevID %s and LAK %s", ls, ks)
 	}
-	if action == ActionProvision {
-		// A new installation starts a new boot baseline with its first boot check.
+	if action == ActionProvision || action == ActionAttest {
+		// A new installation, or the owner's attest (how an intended boot change is accepted,
+		// docs/boot-checks.md), starts a new boot baseline with the next boot check.
 		empty, none := "", BootCheckNone
 		p.BootBaseline, p.BootCheck = &empty, &none
+	}
+	if action == ActionProvision {
 		msg += "; " + cfg.Summary + " waits for its one fetch"
+	}
+	if action == ActionAttest {
+		msg += "; the next boot check takes a new boot baseline"
 	}
 	return msg + ".", p
 }

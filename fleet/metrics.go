@@ -19,6 +19,7 @@ type metrics struct {
 	deliveries       *prometheus.CounterVec
 	bootChecks       *bootCheckCollector
 	enrollments      *prometheus.CounterVec
+	bootCheckRuns    *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, clock Clock) (*metrics, error) {
@@ -65,9 +66,13 @@ func newMetrics(reg prometheus.Registerer, clock Clock) (*metrics, error) {
 			Name: "fleetd_enrollments_total",
 			Help: "Enrollment round trips by action, step (challenge, evidence) and outcome (ok or the refusing check).",
 		}, []string{"action", "step", "outcome"}),
+		bootCheckRuns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fleetd_boot_checks_total",
+			Help: "Boot checks by outcome: ok, drift, failed (recorded on the device), or the refusal code (nothing recorded).",
+		}, []string{"outcome"}),
 	}
 	for _, c := range []prometheus.Collector{m.requests, m.reconcileRuns, m.reconcileSeconds,
-		m.conflicts, m.installErrors, m.journalErrors, m.pendingConfigs, m.pendingLost, m.deliveries, m.bootChecks, m.enrollments} {
+		m.conflicts, m.installErrors, m.journalErrors, m.pendingConfigs, m.pendingLost, m.deliveries, m.bootChecks, m.enrollments, m.bootCheckRuns} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register fleet metrics: %w", err)
 		}

@@ -127,7 +127,9 @@ func patchBody(p fleet.Patch) (map[string]any, string) {
 	if p.LastBootCheck != nil {
 		s := ""
 		if !p.LastBootCheck.IsZero() {
-			s = p.LastBootCheck.UTC().Format(time.RFC3339)
+			// RFC 3339 with fractional seconds: the boot check's replay test compares nonce issue
+			// times with it to the nanosecond (fleet/bootcheck.go). Reads accept both forms.
+			s = p.LastBootCheck.UTC().Format(time.RFC3339Nano)
 		}
 		str(CFLastBootCheck, &s)
 	}

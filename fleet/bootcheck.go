@@ -1,0 +1,202 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	goattest "github.com/google/go-attestation/attest"
+
+	"github.com/folly-infra/fleetd/attest"
+)
+
+// The hourly boot check (SPEC §5). A running node asks for a nonce, quotes its PCRs over it with
+// the AK fleetd certified at enrollment, and sends the quote, its event log and its LAK
+// certificate. fleetd keeps nothing between the two round trips: the nonce travels in a sealed
+// token with its issue time, and NetBox's last_boot_check is the only memory of earlier checks.
+//
+// Trust: every field of BootCheckInput is a claim of whoever reached the route. The LAK
+// certificate names the device but is public, so it identifies no one by itself. The device is
+// identified when the certificate is the device's current LAK (lak_serial) and a quote over this
+// check's nonce verifies under its key: only the device's TPM can make that signature. Refusals
+// before that point record nothing in NetBox (whoever sent them is not known to be the device,
+// so they must not be able to mark it failed); verification failures after it are the device's
+// and are recorded as boot_check=failed.
+
+// errBootChecksUnwired is a wiring bug: Deps.Attest has no LAK verifier or nonce sealer.
+var errBootChecksUnwired = errors.New("boot checks are not wired: fleet.Attestation needs LAK and BootNonces")
+
+// BootCheckInput is a node's boot check, in go-attestation's types.
+type BootCheckInput struct {
+	Token    string   // the sealed nonce token from BootCheckNonce
+	LAKChain [][]byte // DER, the LAK leaf first
+	Platform goattest.PlatformParameters
+}
+
+// BootCheckResult is an accepted boot check.
+type BootCheckResult struct {
+	Device        string
+	Outcome       BootCheck // ok or drift
+	BaselineTaken bool
+	Changes       []string // drift: the differences from the baseline, one sentence per event
+	SecureBoot    string
+	CheckedAt     time.Time // recorded as last_boot_check
+}
+
+// BootCheckNonce issues the nonce of a boot check and the token that carries it.
+func (s *Service) BootCheckNonce() (attest.BootNonce, Outcome, error) {
+	out := Outcome{Step: "boot-check-nonce", Result: "issued"}
+	if s.attest.BootNonces == nil || s.attest.LAK == nil {
+		out.Result = "error"
+		return attest.BootNonce{}, out, errBootChecksUnwired
+	}
+	n, err := s.attest.BootNonces.Issue()
+	if err != nil {
+		out.Result = "error"
+		return attest.BootNonce{}, out, err
+	}
+	return n, out, nil
+}
+
+// BootCheck verifies a node's boot check and records it. In order: the nonce token (issued by
+// fleetd, unexpired); the LAK certificate (issued by the fleet's LAK CA, valid) and the device it
+// names; under the device's lock, that the LAK is the device's current one (lak_serial), that the
+// device is an active node, and that the nonce was issued after the last accepted check (no
+// replay); the quote under the LAK's key and the nonce, and the PCR values; then, the device being
+// identified, the event log replay and the class's Secure Boot policy. The boot is compared with
+// the device's baseline and the outcome recorded (see recordBootCheck).
+func (s *Service) BootCheck(ctx context.Context, in BootCheckInput) (BootCheckResult, Outcome, error) {
+	out := Outcome{Step: "boot-check", Result: "refused"}
+	if s.attest.BootNonces == nil || s.attest.LAK == nil {
+		out.Result = "error"
+		return BootCheckResult{}, out, errBootChecksUnwired
+	}
+	nonce, err := s.attest.BootNonces.Open(in.Token)
+	if err != nil {
+		return BootCheckResult{}, s.bootCheckRefused(out, err), AsEnrollRefusal(err)
+	}
+	lak, err := s.attest.LAK.Verify(in.LAKChain)
+	if err != nil {
+		return BootCheckResult{}, s.bootCheckRefused(out, err), AsEnrollRefusal(err)
+	}
+	d, err := s.inv.DeviceByName(ctx, lak.Device)
+	if errors.Is(err, ErrNotFound) {
+		err = Refuse(RefusedNotFound, "unknown_device",
+			"the LAK certificate names device %q, which NetBox does not have: the device was deleted or renamed", lak.Device)
+		return BootCheckResult{}, s.bootCheckRefused(Outcome{Device: lak.Device, Step: "boot-check", Result: "refused"}, err), err
+	}
+	if err != nil {
+		return BootCheckResult{}, out, fmt.Errorf("read device %q: %w: %w", lak.Device, ErrInventory, err)
+	}
+	unlock := s.locks.lock(d.ID)
+	defer unlock()
+	c := bootCheck{nonce: nonce, lak: lak, platform: in.Platform}
+	for attempt := 0; ; attempt++ {
+		if d, err = s.inv.Device(ctx, d.ID); err != nil {
+			return BootCheckResult{}, out, fmt.Errorf("read device %s: %w: %w", lak.Device, ErrInventory, err)
+		}
+		res, out, err := s.bootCheckDevice(ctx, d, &c)
+		if errors.Is(err, ErrConflict) && attempt < maxConflicts {
+			s.metrics.conflicts.Inc()
+			continue
+		}
+		return res, out, err
+	}
+}
+
+// bootCheck is one check's claims and, once verified, its verified boot (kept across re-reads of
+// a device that changed under the write).
+type bootCheck struct {
+	nonce    attest.BootNonce
+	lak      *attest.VerifiedLAK
+	platform goattest.PlatformParameters
+	boot     *attest.VerifiedBoot
+	failure  error // a verification failure of the identified device
+}
+
+// bootCheckDevice runs the checks that depend on the device as NetBox has it now, then records
+// the outcome.
+func (s *Service) bootCheckDevice(ctx context.Context, d Device, c *bootCheck) (BootCheckResult, Outcome, error) {
+	out := outcomeFor(d, ActionNone, "boot-check", "refused")
+	if err := bootCheckAllowed(d, c); err != nil {
+		return BootCheckResult{}, s.bootCheckRefused(out, err), err
+	}
+	if c.boot == nil && c.failure == nil {
+		if err := s.verifyBoot(d, c); err != nil {
+			return BootCheckResult{}, s.bootCheckRefused(out, err), AsEnrollRefusal(err)
+		}
+	}
+	if c.failure != nil {
+		return s.recordBootFailure(ctx, d, out, c.failure)
+	}
+	return s.recordBootCheck(ctx, d, out, c)
+}
+
+// bootCheckAllowed refuses a check by a key that is no longer the device's, for a device that is
+// not a running node, or made before the last accepted check.
+func bootCheckAllowed(d Device, c *bootCheck) error {
+	if d.Owned.LAKSerial == "" || !strings.EqualFold(c.lak.SerialHex, d.Owned.LAKSerial) {
+		current := d.Owned.LAKSerial
+		if current == "" {
+			current = "none"
+		}
+		return Refuse(RefusedForbidden, "lak_not_current",
+			"LAK certificate %s is not %s's current LAK (lak_serial %s): the machine was reprovisioned, attested again or retired since it was issued",
+			c.lak.SerialHex, d.Name, current)
+	}
+	if d.Owned.State != StateActive || d.Status == StatusDecommissioning {
+		return Refuse(RefusedConflict, "not_active",
+			"%s is not an active node (fleet_state %s, status %s): boot checks are taken only from active devices",
+			d.Name, stateWord(d.Owned.State), d.Status)
+	}
+	if !c.nonce.IssuedAt.After(d.Owned.LastBootCheck) {
+		return Refuse(RefusedConflict, "replayed",
+			"the nonce was issued at %s, not after %s's last accepted boot check at %s: a check is accepted once; ask for a new nonce",
+			c.nonce.IssuedAt.Format(time.RFC3339Nano), d.Name, d.Owned.LastBootCheck.Format(time.RFC3339Nano))
+	}
+	return nil
+}
+
+// verifyBoot verifies the quote under the LAK's key and, the device then being identified, the
+// event log and Secure Boot. A refusal of the key or the quote is returned; a failure after them
+// is kept in c.failure, to be recorded on the device.
+func (s *Service) verifyBoot(d Device, c *bootCheck) error {
+	ak, err := c.lak.AK(c.platform.Public)
+	if err != nil {
+		return err
+	}
+	boot, err := attest.VerifyPlatform(ak, c.nonce.Nonce, c.platform)
+	if ar, ok := attest.AsRefusal(err); ok && ar.Check == attest.CheckQuote {
+		return err
+	}
+	if err == nil {
+		class, _ := s.catalog.Class(d.Declared.Class) // a class gone from classes.json requires nothing
+		err = attest.RequireSecureBoot(boot, class.SecureBoot == SecureBootRequired)
+	}
+	if err != nil {
+		if _, ok := attest.AsRefusal(err); !ok {
+			return fmt.Errorf("verify the boot of %s: %w", d.Name, err)
+		}
+		c.failure = err
+		return nil
+	}
+	c.boot = boot
+	return nil
+}
+
+// bootCheckRefused counts a refusal and names its check in the outcome.
+func (s *Service) bootCheckRefused(out Outcome, err error) Outcome {
+	code := "error"
+	if ar, ok := attest.AsRefusal(err); ok {
+		code = string(ar.Check)
+	} else if r, ok := AsRefusal(err); ok {
+		code = r.Code
+	}
+	if code != "error" {
+		out.Check = code
+	}
+	s.metrics.bootCheckRuns.WithLabelValues(code).Inc()
+	return out
+}

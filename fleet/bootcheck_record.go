@@ -1,0 +1,134 @@
+package fleet
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/folly-infra/fleetd/attest"
+)
+
+// How a boot check is recorded in NetBox (SPEC §2, §5):
+//
+//   - accepted (ok or drift): last_boot_check is the time fleetd accepted it (RFC 3339 with
+//     nanoseconds, which the replay check compares nonce issue times with) and boot_check its
+//     outcome. The first accepted check after an install (boot_baseline empty: a provision or an
+//     attest clears it) sets boot_baseline. A check whose boot differs from the baseline is drift;
+//     the baseline is kept, so every later check is compared with the same known boot until the
+//     owner asks for a new one (attest or reprovision).
+//   - failed (the device was identified, and its event log or Secure Boot failed): boot_check is
+//     failed; last_boot_check stays, since it is the time of the last accepted check.
+//
+// A journal entry is written only when the outcome changes (the first baseline, ok → drift,
+// drift → ok, anything → failed, failed → ok), never for another hourly ok or another drift.
+
+// maxDriftSentences bounds the explanation a drift journal entry quotes; the node's answer has
+// every sentence.
+const maxDriftSentences = 5
+
+// recordBootCheck compares a verified boot with the device's baseline and records the outcome.
+func (s *Service) recordBootCheck(ctx context.Context, d Device, out Outcome, c *bootCheck) (BootCheckResult, Outcome, error) {
+	now := s.clock.Now().UTC()
+	res := BootCheckResult{Device: d.Name, Outcome: BootCheckOK, SecureBoot: c.boot.SecureBootString(), CheckedAt: now}
+	p := Patch{IfVersion: d.Version, LastBootCheck: &now, BootCheck: &res.Outcome}
+	var kind JournalKind
+	var msg string
+	if d.Owned.BootBaseline == "" {
+		baseline := c.boot.Baseline.String()
+		p.BootBaseline, res.BaselineTaken = &baseline, true
+		kind, msg = JournalInfo, fmt.Sprintf("First boot check of %s after its installation: baseline taken (%s; Secure Boot %s).",
+			d.Name, describeBaseline(c.boot.Baseline), res.SecureBoot)
+	} else {
+		if base, err := attest.ParseBaseline(d.Owned.BootBaseline); err != nil {
+			res.Changes = []string{fmt.Sprintf("the stored boot_baseline cannot be read (%v)", err)}
+		} else {
+			res.Changes = attest.DiffBaseline(base, c.boot.Baseline)
+		}
+		if len(res.Changes) > 0 {
+			res.Outcome = BootCheckDrift
+		}
+		if res.Outcome != d.Owned.BootCheck {
+			kind, msg = bootCheckChanged(d, res)
+		}
+	}
+	if _, err := s.inv.Update(ctx, d.ID, p); err != nil {
+		return BootCheckResult{}, out, fmt.Errorf("record the boot check of %s: %w", d.Name, inventoryErr(err))
+	}
+	if msg != "" {
+		s.journal(ctx, d, kind, msg)
+	}
+	s.metrics.bootCheckRuns.WithLabelValues(string(res.Outcome)).Inc()
+	out.Result = string(res.Outcome)
+	if res.BaselineTaken {
+		out.Detail = "baseline taken"
+	} else if len(res.Changes) > 0 {
+		out.Detail = summarize(res.Changes, maxDriftSentences)
+	}
+	return res, out, nil
+}
+
+// bootCheckChanged is the journal entry of an accepted check whose outcome differs from the last.
+func bootCheckChanged(d Device, res BootCheckResult) (JournalKind, string) {
+	if res.Outcome == BootCheckDrift {
+		return JournalWarning, fmt.Sprintf("Boot check of %s: the boot differs from its baseline: %s. "+
+			"The baseline is kept; if the change was intended, set desired_action=attest (or provision again) so the next check takes a new one.",
+			d.Name, summarize(res.Changes, maxDriftSentences))
+	}
+	if d.Owned.BootCheck == BootCheckNone {
+		return JournalSuccess, fmt.Sprintf("Boot check of %s passed: the boot matches its baseline (Secure Boot %s).", d.Name, res.SecureBoot)
+	}
+	return JournalSuccess, fmt.Sprintf("Boot check of %s passed again after %s: the boot matches its baseline (Secure Boot %s).",
+		d.Name, d.Owned.BootCheck, res.SecureBoot)
+}
+
+// recordBootFailure records a verification failure of the identified device: boot_check failed
+// and a journal entry, unless the last check had failed too. The node gets the refusal.
+func (s *Service) recordBootFailure(ctx context.Context, d Device, out Outcome, failure error) (BootCheckResult, Outcome, error) {
+	ar, _ := attest.AsRefusal(failure) // verifyBoot keeps only refusals
+	out.Check, out.Result = string(ar.Check), string(BootCheckFailed)
+	if d.Owned.BootCheck != BootCheckFailed {
+		failed := BootCheckFailed
+		if _, err := s.inv.Update(ctx, d.ID, Patch{IfVersion: d.Version, BootCheck: &failed}); err != nil {
+			return BootCheckResult{}, out, fmt.Errorf("record the failed boot check of %s: %w", d.Name, inventoryErr(err))
+		}
+		last := "never"
+		if !d.Owned.LastBootCheck.IsZero() {
+			last = d.Owned.LastBootCheck.Format(time.RFC3339)
+		}
+		s.journal(ctx, d, JournalDanger, fmt.Sprintf("Boot check of %s failed (%s): %s. The quote was signed by the device's LAK, so this is the machine's own evidence; its last accepted check stays at %s.",
+			d.Name, ar.Check, ar.Msg, last))
+	}
+	s.metrics.bootCheckRuns.WithLabelValues(string(BootCheckFailed)).Inc()
+	return BootCheckResult{}, out, &Refusal{Class: RefusedInvalid, Code: string(ar.Check), Msg: ar.Msg, Err: failure}
+}
+
+// summarize joins at most n sentences and says how many more there are.
+func summarize(sentences []string, n int) string {
+	if len(sentences) <= n {
+		return strings.Join(sentences, "; ")
+	}
+	return strings.Join(sentences[:n], "; ") + fmt.Sprintf("; and %d more", len(sentences)-n)
+}
+
+// describeBaseline says what a baseline holds: "82 events in PCRs 0-9, 14".
+func describeBaseline(b attest.Baseline) string {
+	events := 0
+	var pcrs []string
+	for i := 0; i < len(b.PCRs); i++ {
+		events += len(b.PCRs[i].Events)
+		j := i
+		for j+1 < len(b.PCRs) && b.PCRs[j+1].Index == b.PCRs[j].Index+1 {
+			j++
+			events += len(b.PCRs[j].Events)
+		}
+		if j > i {
+			pcrs = append(pcrs, strconv.Itoa(b.PCRs[i].Index)+"-"+strconv.Itoa(b.PCRs[j].Index))
+		} else {
+			pcrs = append(pcrs, strconv.Itoa(b.PCRs[i].Index))
+		}
+		i = j
+	}
+	return fmt.Sprintf("%d events in PCRs %s", events, strings.Join(pcrs, ", "))
+}
