@@ -172,7 +172,8 @@ func readSecrets(cfg *config.Config) (secrets, error) {
 	return s, errors.Join(errs...)
 }
 
-// newAttestation builds the EK policy, the token sealer and the certificate issuer.
+// newAttestation builds the EK policy, the token sealer, the certificate issuer, and the boot
+// check's LAK verifier and nonce sealer.
 func newAttestation(cfg *config.Config, tokenKey []byte, clock fleet.Clock) (fleet.Attestation, error) {
 	var bundle []byte
 	if cfg.Attestation.EKPolicy == string(attest.EKPolicyHashCert) {
@@ -207,7 +208,18 @@ func newAttestation(cfg *config.Config, tokenKey []byte, clock fleet.Clock) (fle
 	if err != nil {
 		return fleet.Attestation{}, fmt.Errorf("pki: %w", err)
 	}
-	return fleet.Attestation{EK: ek, Tokens: tokens, Issuer: issuer}, nil
+	// The boot check trusts LAK certificates of the LAK CA (pki.lak.cert) and seals its nonces
+	// under a key derived from the attestation token key (docs/boot-checks.md).
+	lakVerifier, err := attest.NewLAKVerifier(attest.LAKVerifierConfig{Issuer: lak.Cert, Above: lak.Above, Now: clock.Now})
+	if err != nil {
+		return fleet.Attestation{}, fmt.Errorf("pki.lak: %w", err)
+	}
+	nonces, err := attest.NewBootNonceSealer(attest.BootNonceConfig{TokenKey: key, Lifetime: cfg.BootCheck.NonceLifetime.D(),
+		Rand: rand.Reader, Now: clock.Now})
+	if err != nil {
+		return fleet.Attestation{}, fmt.Errorf("boot_check: %w", err)
+	}
+	return fleet.Attestation{EK: ek, Tokens: tokens, Issuer: issuer, LAK: lakVerifier, BootNonces: nonces}, nil
 }
 
 func newRenderer(cfg *config.Config, talosSecrets []byte, clock fleet.Clock) (*fleet.Renderer, error) {

@@ -38,6 +38,8 @@ func Table() []Route {
 		{"webhook-retire", "POST", "/v1/netbox/webhook/retire", "NetBox", "X-Hook-Signature", "status decommissioning was set: re-read the device and retire it", mib},
 		{"attest-challenge", "POST", "/v1/attest/challenge", "HookOS agent", "TPM (EK approval, credential activation)", "enrollment round trip 1: approve the EK, challenge the AK, hand out a nonce and a sealed token", api.MaxChallengeBody},
 		{"attest-evidence", "POST", "/v1/attest/evidence", "HookOS agent", "sealed token + TPM evidence", "enrollment round trip 2: verify the evidence, issue LDevID and LAK, authorize the declared disk", api.MaxEvidenceBody},
+		{"boot-check-nonce", "POST", "/v1/boot-check/nonce", "running node", "none", "boot check round trip 1: a fresh nonce and the sealed token that vouches for it", 0},
+		{"boot-check", "POST", "/v1/boot-check", "running node", "LAK certificate + quote signature", "boot check round trip 2: verify the quote and event log, compare with the baseline, record the outcome in NetBox", api.MaxBootCheckBody},
 		{"devices", "GET", "/v1/devices", "operator", "bearer token", "every device: declaration, state, request, Workflow, certificates, boot check, pending configuration", 0},
 		{"device", "GET", "/v1/devices/{name}", "operator", "bearer token", "one device, with its Workflow's current action", 0},
 		{"device-reconcile", "POST", "/v1/devices/{name}/reconcile", "operator", "bearer token", "re-read one device from NetBox now and take the next step", 0},

@@ -50,6 +50,8 @@ func New(deps Deps) (*Server, error) {
 		"webhook-retire":    deps.Webhooks.Handler("retire"),
 		"attest-challenge":  http.HandlerFunc(s.challenge),
 		"attest-evidence":   http.HandlerFunc(s.evidence),
+		"boot-check-nonce":  http.HandlerFunc(s.bootCheckNonce),
+		"boot-check":        http.HandlerFunc(s.bootCheck),
 		"devices":           s.operatorOnly(s.listDevices),
 		"device":            s.operatorOnly(s.getDevice),
 		"device-reconcile":  s.operatorOnly(s.reconcileDevice),

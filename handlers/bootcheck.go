@@ -1,0 +1,43 @@
+package handlers
+
+import (
+	"net/http"
+
+	"github.com/folly-infra/fleetd/api"
+	"github.com/folly-infra/fleetd/fleet"
+)
+
+// bootCheckNonce serves POST /v1/boot-check/nonce (no body → api.BootCheckNonce).
+func (s *Server) bootCheckNonce(w http.ResponseWriter, r *http.Request) {
+	n, out, err := s.deps.Service.BootCheckNonce()
+	if err != nil {
+		s.nodeError(w, out, err)
+		return
+	}
+	log := s.log(w)
+	log.Debug().EmbedObject(out).Msg("decision") // one per check; the check's own line is at info
+	writeJSON(w, http.StatusOK, api.BootCheckNonce{Nonce: n.Nonce, Token: n.Token, ExpiresAt: n.ExpiresAt})
+}
+
+// bootCheck serves POST /v1/boot-check (api.BootCheckRequest → api.BootCheckResponse).
+func (s *Server) bootCheck(w http.ResponseWriter, r *http.Request) {
+	var req api.BootCheckRequest
+	if err := decodeJSON(r, &req); err != nil {
+		s.nodeError(w, fleet.Outcome{Step: "boot-check", Result: "refused", Check: "malformed"}, err)
+		return
+	}
+	platform, err := req.Platform.Attest()
+	if err != nil {
+		s.nodeError(w, fleet.Outcome{Step: "boot-check", Result: "refused", Check: "malformed"},
+			fleet.Refuse(fleet.RefusedInvalid, "malformed", "%v", err))
+		return
+	}
+	res, out, err := s.deps.Service.BootCheck(r.Context(), fleet.BootCheckInput{Token: req.Token, LAKChain: req.LAKChain, Platform: platform})
+	if err != nil {
+		s.nodeError(w, out, err)
+		return
+	}
+	s.decision(w, out, nil)
+	writeJSON(w, http.StatusOK, api.BootCheckResponse{Device: res.Device, Outcome: string(res.Outcome), BaselineTaken: res.BaselineTaken,
+		Changes: res.Changes, SecureBoot: res.SecureBoot, CheckedAt: res.CheckedAt})
+}
