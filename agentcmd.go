@@ -25,8 +25,15 @@ func enroll(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return agent.ExitCode(err)
 }
 
-// bootCheck is wired to agent/ when the boot check lands.
+// bootCheck is the node's hourly boot check (docs/boot-checks.md has its flags and exit codes).
 func bootCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fmt.Fprintln(stderr, "fleetd boot-check: not built into this version yet")
-	return 2
+	cfg, err := agent.ParseBootCheckArgs(args, os.Getenv, stderr)
+	if err == nil {
+		cfg.Log = zerolog.New(stderr).With().Timestamp().Str("cmd", "boot-check").Logger()
+		err = agent.BootCheck(ctx, cfg)
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "fleetd boot-check:", err)
+	}
+	return agent.ExitCode(err)
 }

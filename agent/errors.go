@@ -5,24 +5,26 @@ import (
 	"fmt"
 )
 
-// Exit codes of `fleetd enroll` (and later `fleetd boot-check`). A Workflow action fails on any
-// non-zero code; the codes tell an operator reading the action's status where to look.
+// Exit codes of `fleetd enroll` and `fleetd boot-check`. A Workflow action fails on any non-zero
+// code; the codes tell an operator reading the action's or the timer's status where to look.
 const (
-	ExitOK      = 0 // enrolled: the files are written
-	ExitFailure = 1 // the machine failed otherwise (writing the workflow directory, reading sysfs)
-	ExitUsage   = 2 // the flags or environment are wrong (no fleetd URL, no device name)
+	ExitOK      = 0 // enrolled: the files are written; boot check: recorded ok
+	ExitFailure = 1 // the machine failed otherwise (writing the workflow directory, reading sysfs or lak.pem)
+	ExitUsage   = 2 // the flags or environment are wrong (no fleetd URL, no device name, no lak.pem)
 	ExitRefused = 3 // fleetd refused the machine (a 4xx): its message says why
 	ExitFleetd  = 4 // fleetd could not be reached or failed (connection error, timeout, 5xx after retries)
 	ExitTPM     = 5 // the TPM could not be opened or a TPM command failed
+	ExitDrift   = 6 // boot check only: accepted and recorded as drift (the boot differs from the baseline)
 )
 
-// ExitCode maps an error of Enroll to the process exit code.
+// ExitCode maps an error of Enroll or BootCheck to the process exit code.
 func ExitCode(err error) int {
 	var (
 		usage   *UsageError
 		refused *RefusedError
 		fleetd  *FleetdError
 		tpm     *TPMError
+		drift   *DriftError
 	)
 	switch {
 	case err == nil:
@@ -35,6 +37,8 @@ func ExitCode(err error) int {
 		return ExitFleetd
 	case errors.As(err, &tpm):
 		return ExitTPM
+	case errors.As(err, &drift):
+		return ExitDrift
 	default:
 		return ExitFailure
 	}

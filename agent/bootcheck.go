@@ -1,0 +1,138 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/rs/zerolog"
+
+	"github.com/folly-infra/fleetd/agent/tpmconn"
+	"github.com/folly-infra/fleetd/api"
+	"github.com/folly-infra/fleetd/pki"
+)
+
+// BootCheck runs `fleetd boot-check` (SPEC §5), the node's hourly check, from a systemd timer, a
+// cron job or a Kubernetes CronJob: it reloads the AK the enrollment left (lak.blob), asks fleetd
+// for a nonce, quotes every PCR bank over it, and sends the quotes, the event log and the LAK
+// certificate (lak.pem). It returns nil when fleetd recorded the boot as ok, a *DriftError when
+// fleetd recorded drift, and otherwise an error whose type ExitCode maps to the exit code
+// (*UsageError, *RefusedError, *FleetdError, *TPMError, or another for a local failure). It
+// writes nothing.
+func BootCheck(ctx context.Context, cfg BootCheckConfig) error {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return err
+	}
+	log := cfg.Log.With().Str("step", "boot-check").Logger()
+	chain, blob, err := readLAK(cfg.Dir)
+	if err != nil {
+		return err
+	}
+	ch := cfg.Channel
+	if ch == nil {
+		if ch, err = tpmconn.Open(cfg.TPM, cfg.EventLog); err != nil {
+			return &TPMError{Op: "open TPM", Err: err}
+		}
+	}
+	tpm, err := OpenTPM(ch)
+	if err != nil {
+		_ = ch.Close()
+		return &TPMError{Op: "open TPM", Err: err}
+	}
+	defer tpm.Close()
+	c := &client{base: cfg.FleetdURL, http: cfg.HTTPClient, retries: cfg.Retries, wait: cfg.RetryWait, log: log}
+	res, err := bootCheck(ctx, tpm, c, chain, blob)
+	if err != nil {
+		return err
+	}
+	return report(log, res)
+}
+
+// bootCheck is the check proper, on an open TPM.
+func bootCheck(ctx context.Context, tpm *TPM, c *client, chain [][]byte, blob []byte) (*api.BootCheckResponse, error) {
+	// Step 1: the AK, which must be the key lak.pem certifies.
+	ak, err := tpm.Attest().LoadAK(blob)
+	if err != nil {
+		return nil, &TPMError{Op: "load the AK from " + FileLAKBlob, Err: err}
+	}
+	defer ak.Close(tpm.Attest())
+	if _, err := chainPEM(chain, ak.Public()); err != nil {
+		return nil, fmt.Errorf("check %s against %s: %w", FileLAKCert, FileLAKBlob, err)
+	}
+	// Step 2: a nonce.
+	var n api.BootCheckNonce
+	if err := c.post(ctx, api.PathBootCheckNonce, struct{}{}, &n); err != nil {
+		return nil, err
+	}
+	// Step 3: the quotes over it, with the event log.
+	pp, err := tpm.AttestPlatform(ak, n.Nonce, nil)
+	if err != nil {
+		return nil, &TPMError{Op: "quote PCRs", Err: err}
+	}
+	// Step 4: the check.
+	var res api.BootCheckResponse
+	req := api.BootCheckRequest{Token: n.Token, LAKChain: chain, Platform: api.NewPlatform(pp)}
+	if err := c.post(ctx, api.PathBootCheck, req, &res); err != nil {
+		return nil, err
+	}
+	return &res, nil
+}
+
+// report logs fleetd's answer and turns drift into a *DriftError.
+func report(log zerolog.Logger, res *api.BootCheckResponse) error {
+	switch res.Outcome {
+	case api.BootCheckOK:
+		log.Info().Str("device", res.Device).Str("outcome", "ok").Bool("baseline_taken", res.BaselineTaken).
+			Str("secure_boot", res.SecureBoot).Time("checked_at", res.CheckedAt).Msg("boot check accepted")
+		return nil
+	case api.BootCheckDrift:
+		log.Warn().Str("device", res.Device).Str("outcome", "drift").Strs("changes", res.Changes).
+			Time("checked_at", res.CheckedAt).Msg("boot check accepted: the boot differs from the baseline")
+		return &DriftError{Device: res.Device, Changes: res.Changes}
+	}
+	return &FleetdError{Op: "POST " + api.PathBootCheck, Err: fmt.Errorf("fleetd answered outcome %q, want ok or drift", res.Outcome)}
+}
+
+// readLAK reads lak.pem (as DER, leaf first) and lak.blob from the node directory.
+func readLAK(dir string) ([][]byte, []byte, error) {
+	pemBytes, err := os.ReadFile(filepath.Join(dir, FileLAKCert))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil, &UsageError{Msg: fmt.Sprintf("%s has no %s: the node is not enrolled, or --dir (FLEETD_NODE_DIR) is wrong", dir, FileLAKCert)}
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("read the LAK certificate: %w", err)
+	}
+	certs, err := pki.ParseCertificatesPEM(pemBytes)
+	if err != nil || len(certs) == 0 {
+		return nil, nil, fmt.Errorf("read %s: no certificate (%v)", filepath.Join(dir, FileLAKCert), err)
+	}
+	chain := make([][]byte, len(certs))
+	for i, c := range certs {
+		chain[i] = c.Raw
+	}
+	blob, err := os.ReadFile(filepath.Join(dir, FileLAKBlob))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil, &UsageError{Msg: fmt.Sprintf("%s has %s but no %s: copy both from the enrollment", dir, FileLAKCert, FileLAKBlob)}
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("read the LAK key blob: %w", err)
+	}
+	return chain, blob, nil
+}
+
+// DriftError is an accepted boot check whose boot differs from the device's baseline: fleetd
+// recorded it as drift (SPEC §5). It is not a failure of the check; ExitCode gives it its own
+// code so that a timer's status shows it.
+type DriftError struct {
+	Device  string
+	Changes []string
+}
+
+func (e *DriftError) Error() string {
+	return fmt.Sprintf("fleetd recorded drift for %s: the boot differs from its baseline: %s", e.Device, strings.Join(e.Changes, "; "))
+}
