@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/google/go-tpm/legacy/tpm2"
 	"github.com/rs/zerolog"
 
 	"github.com/folly-infra/fleetd/agent/tpmconn"
@@ -61,7 +62,15 @@ func bootCheck(ctx context.Context, tpm *TPM, c *client, chain [][]byte, blob []
 		return nil, &TPMError{Op: "load the AK from " + FileLAKBlob, Err: err}
 	}
 	defer ak.Close(tpm.Attest())
-	if _, err := chainPEM(chain, ak.Public()); err != nil {
+	pub, err := tpm2.DecodePublic(ak.AttestationParameters().Public) // a loaded AK's Public() is nil
+	if err != nil {
+		return nil, fmt.Errorf("decode the AK public area of %s: %w", FileLAKBlob, err)
+	}
+	key, err := pub.Key()
+	if err != nil {
+		return nil, fmt.Errorf("decode the AK public key of %s: %w", FileLAKBlob, err)
+	}
+	if _, err := chainPEM(chain, key); err != nil {
 		return nil, fmt.Errorf("check %s against %s: %w", FileLAKCert, FileLAKBlob, err)
 	}
 	// Step 2: a nonce.

@@ -49,6 +49,7 @@ type fleetdUnderTest struct {
 	pending *fleet.Pending
 	cas     [2]*pki.CA // LDevID, LAK
 	url     string
+	reg     *prometheus.Registry // the service's metrics
 }
 
 func newFleetd(t *testing.T, cat fleet.Catalog, d fleet.Device) *fleetdUnderTest {
@@ -67,6 +68,8 @@ func newFleetd(t *testing.T, cat fleet.Catalog, d fleet.Device) *fleetdUnderTest
 	}
 	ek, _ := attest.NewEKVerifier(attest.EKVerifierConfig{Policy: attest.EKPolicyHash, Now: time.Now})
 	tokens, _ := attest.NewTokenSealer(attest.TokenConfig{Key: make([]byte, 32), Lifetime: time.Minute, Rand: rand.Reader, Now: time.Now})
+	lak, _ := attest.NewLAKVerifier(attest.LAKVerifierConfig{Issuer: f.cas[1].Cert, Above: f.cas[1].Above, Now: time.Now})
+	nonces, _ := attest.NewBootNonceSealer(attest.BootNonceConfig{TokenKey: make([]byte, 32), Lifetime: time.Minute, Rand: rand.Reader, Now: time.Now})
 	secrets, err := fleet.GenerateTalosSecrets(clock)
 	if err != nil {
 		t.Fatal(err)
@@ -77,9 +80,11 @@ func newFleetd(t *testing.T, cat fleet.Catalog, d fleet.Device) *fleetdUnderTest
 		t.Fatal(err)
 	}
 	f.pending, _ = fleet.NewPending(fleet.PendingConfig{Clock: clock})
+	f.reg = prometheus.NewRegistry()
+	att := fleet.Attestation{EK: ek, Tokens: tokens, Issuer: issuer, LAK: lak, BootNonces: nonces}
 	svc, err := fleet.NewService(fleet.Config{FleetdURL: "http://spore"}, fleet.Deps{Inventory: f.inv, Installer: fleettest.NewInstaller(),
-		Catalog: cat, Pending: f.pending, Renderer: renderer, Attest: fleet.Attestation{EK: ek, Tokens: tokens, Issuer: issuer},
-		Clock: clock, Random: rand.Reader, Logger: zerolog.Nop()})
+		Catalog: cat, Pending: f.pending, Renderer: renderer, Attest: att,
+		Clock: clock, Random: rand.Reader, Logger: zerolog.Nop(), Registry: f.reg})
 	if err != nil {
 		t.Fatal(err)
 	}
