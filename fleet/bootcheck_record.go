@@ -109,7 +109,7 @@ func summarize(sentences []string, n int) string {
 	if len(sentences) <= n {
 		return strings.Join(sentences, "; ")
 	}
-	return strings.Join(sentences[:n], "; ") + fmt.Sprintf("; and %d more", len(sentences)-n)
+	return strings.Join(sentences[:n], "; ") + fmt.Sprintf("; and %d more changes", len(sentences)-n)
 }
 
 // describeBaseline says what a baseline holds: "82 events in PCRs 0-9, 14".
