@@ -31,7 +31,7 @@ import (
 // enrollActive enrolls node-a (id 12) through the real agent with a provision request, then marks
 // it active as a delivered configuration does. It returns the directory holding lak.pem and
 // lak.blob, which the installed node's boot check reads.
-func enrollActive(t *testing.T, cat fleet.Catalog, ekSHA256 string, cfg agent.EnrollConfig) (*fleetdUnderTest, string) {
+func enrollActive(t testing.TB, cat fleet.Catalog, ekSHA256 string, cfg agent.EnrollConfig) (*fleetdUnderTest, string) {
 	t.Helper()
 	d := fleettest.Declared(12, "node-a")
 	d.Declared.EKHashes = []string{ekSHA256}
@@ -96,7 +96,7 @@ func TestBootCheck(t *testing.T) {
 }
 
 // simulatorBoot is the TPM simulator booted from the RHEL 8 log (Secure Boot on).
-func simulatorBoot(t *testing.T) (io.Closer, channel) {
+func simulatorBoot(t testing.TB) (io.Closer, channel) {
 	t.Helper()
 	sim, err := simulator.Get()
 	if err != nil {
@@ -109,7 +109,7 @@ func simulatorBoot(t *testing.T) (io.Closer, channel) {
 	return sim, channel{ReadWriter: sim, log: eventlogs.RHEL8SecureBoot}
 }
 
-func simulatorEK(t *testing.T, ch channel) string {
+func simulatorEK(t testing.TB, ch channel) string {
 	t.Helper()
 	tpm, err := agent.OpenTPM(ch)
 	if err != nil {
@@ -132,7 +132,7 @@ type node struct {
 
 // request asks fleetd for a nonce and quotes over it with the AK from lak.blob, as `fleetd
 // boot-check` does, and returns the request it would send.
-func (n node) request(t *testing.T) api.BootCheckRequest {
+func (n node) request(t testing.TB) api.BootCheckRequest {
 	t.Helper()
 	tpm, err := agent.OpenTPM(n.ch)
 	if err != nil {
@@ -159,7 +159,7 @@ func (n node) request(t *testing.T) api.BootCheckRequest {
 	return api.BootCheckRequest{Token: nonce.Token, LAKChain: derChain(t, filepath.Join(n.dir, agent.FileLAKCert)), Platform: api.NewPlatform(pp)}
 }
 
-func derChain(t *testing.T, path string) [][]byte {
+func derChain(t testing.TB, path string) [][]byte {
 	t.Helper()
 	raw, err := os.ReadFile(path)
 	if err != nil {
@@ -177,7 +177,7 @@ func derChain(t *testing.T, path string) [][]byte {
 }
 
 // postJSON posts in and decodes the answer into out (an api.Error for a 4xx or 5xx).
-func postJSON(t *testing.T, url string, in, out any) int {
+func postJSON(t testing.TB, url string, in, out any) int {
 	t.Helper()
 	body, err := json.Marshal(in)
 	if err != nil {

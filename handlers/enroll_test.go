@@ -52,7 +52,7 @@ type fleetdUnderTest struct {
 	reg     *prometheus.Registry // the service's metrics
 }
 
-func newFleetd(t *testing.T, cat fleet.Catalog, d fleet.Device) *fleetdUnderTest {
+func newFleetd(t testing.TB, cat fleet.Catalog, d fleet.Device) *fleetdUnderTest {
 	t.Helper()
 	clock := fleet.SystemClock{}
 	f := &fleetdUnderTest{inv: fleettest.NewInventory(d)}

@@ -1,0 +1,287 @@
+package handlers_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"crypto"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/sha256"
+	"crypto/x509"
+	"math"
+	mrand "math/rand"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-tpm/legacy/tpm2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/folly-infra/fleetd/agent"
+	"github.com/folly-infra/fleetd/api"
+	"github.com/folly-infra/fleetd/attest"
+	"github.com/folly-infra/fleetd/dev/netboxemu"
+	"github.com/folly-infra/fleetd/fleet"
+	"github.com/folly-infra/fleetd/fleet/fleettest"
+	"github.com/folly-infra/fleetd/handlers"
+	"github.com/folly-infra/fleetd/netbox"
+	"github.com/folly-infra/fleetd/webhook"
+)
+
+// The server-side cost of one boot check (issue 5). The TPM simulator, booted from the RHEL 8
+// log (82 events, SHA-1 and SHA-256 banks, so two quotes) and enrolled through the real agent,
+// produces one check; every iteration then verifies that same check again. To accept it more
+// than once, the services under benchmark run on a clock frozen before the nonce's issue time,
+// so last_boot_check never catches up with it.
+//
+//	go test -run '^$' -bench BootCheck -benchmem ./handlers
+
+type bootBench struct {
+	f      *fleetdUnderTest
+	req    api.BootCheckRequest
+	device fleet.Device // node-a as NetBox holds it after its first accepted check
+	issued time.Time    // the nonce's issue time
+}
+
+func newBootBench(b *testing.B) *bootBench {
+	sim, ch := simulatorBoot(b)
+	b.Cleanup(func() { sim.Close() })
+	f, dir := enrollActive(b, catalog(fleet.SecureBootRequired), simulatorEK(b, ch), agent.EnrollConfig{Channel: ch})
+	if err := agent.BootCheck(b.Context(), agent.BootCheckConfig{FleetdURL: f.url, Dir: dir, Channel: ch, Log: zerolog.Nop()}); err != nil {
+		b.Fatal(err)
+	}
+	bb := &bootBench{f: f, device: f.inv.Get(12), req: node{ch: ch, dir: dir, url: f.url}.request(b)}
+	n, err := nonces().Open(bb.req.Token)
+	if err != nil {
+		b.Fatal(err)
+	}
+	bb.issued = n.IssuedAt
+	return bb
+}
+
+// nonces opens the tokens of the fleetd under test (newFleetd seals with the zero key).
+func nonces() *attest.BootNonceSealer {
+	s, _ := attest.NewBootNonceSealer(attest.BootNonceConfig{TokenKey: make([]byte, 32), Lifetime: time.Hour, Rand: rand.Reader, Now: time.Now})
+	return s
+}
+
+// BenchmarkBootCheckVerify is fleetd's verification of one check, NetBox and HTTP excluded: the
+// nonce token, the LAK certificate, the AK, both quotes, the event log replay, Secure Boot, and
+// the comparison with the stored baseline.
+func BenchmarkBootCheckVerify(b *testing.B) {
+	bb := newBootBench(b)
+	lakv, _ := attest.NewLAKVerifier(attest.LAKVerifierConfig{Issuer: bb.f.cas[1].Cert, Above: bb.f.cas[1].Above, Now: time.Now})
+	sealer := nonces()
+	for b.Loop() {
+		pp, err := bb.req.Platform.Attest()
+		if err != nil {
+			b.Fatal(err)
+		}
+		n, err := sealer.Open(bb.req.Token)
+		if err != nil {
+			b.Fatal(err)
+		}
+		lak, err := lakv.Verify(bb.req.LAKChain)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ak, err := lak.AK(pp.Public)
+		if err != nil {
+			b.Fatal(err)
+		}
+		boot, err := attest.VerifyPlatform(ak, n.Nonce, pp)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := attest.RequireSecureBoot(boot, true); err != nil {
+			b.Fatal(err)
+		}
+		base, err := attest.ParseBaseline(bb.device.Owned.BootBaseline)
+		if err != nil || len(attest.DiffBaseline(base, boot.Baseline)) != 0 {
+			b.Fatalf("baseline: %v", err)
+		}
+	}
+}
+
+// BenchmarkBootCheckSteps splits BenchmarkBootCheckVerify by step.
+func BenchmarkBootCheckSteps(b *testing.B) {
+	bb := newBootBench(b)
+	lakv, _ := attest.NewLAKVerifier(attest.LAKVerifierConfig{Issuer: bb.f.cas[1].Cert, Above: bb.f.cas[1].Above, Now: time.Now})
+	sealer := nonces()
+	pp, _ := bb.req.Platform.Attest()
+	n, _ := sealer.Open(bb.req.Token)
+	lak, _ := lakv.Verify(bb.req.LAKChain)
+	ak, _ := lak.AK(pp.Public)
+	boot, err := attest.VerifyPlatform(ak, n.Nonce, pp)
+	if err != nil {
+		b.Fatal(err)
+	}
+	steps := []struct {
+		name string
+		f    func() error
+	}{
+		{"nonce-token", func() error { _, err := sealer.Open(bb.req.Token); return err }},
+		{"lak-certificate", func() error { _, err := lakv.Verify(bb.req.LAKChain); return err }},
+		{"quotes+replay+secureboot+baseline", func() error { _, err := attest.VerifyPlatform(ak, n.Nonce, pp); return err }},
+		{"baseline-compare", func() error {
+			base, err := attest.ParseBaseline(bb.device.Owned.BootBaseline)
+			_ = attest.DiffBaseline(base, boot.Baseline)
+			return err
+		}},
+	}
+	for _, s := range steps {
+		b.Run(s.name, func(b *testing.B) {
+			for b.Loop() {
+				if err := s.f(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkBootCheckFloor is the least any verifier must do for the same check: one RSA
+// signature verification of the SHA-256 quote and one SHA-256 over the event log.
+func BenchmarkBootCheckFloor(b *testing.B) {
+	bb := newBootBench(b)
+	leaf, err := x509.ParseCertificate(bb.req.LAKChain[0])
+	if err != nil {
+		b.Fatal(err)
+	}
+	pub := leaf.PublicKey.(*rsa.PublicKey)
+	var q api.Quote
+	for _, c := range bb.req.Platform.Quotes {
+		if att, err := tpm2.DecodeAttestationData(c.Quote); err == nil && att.AttestedQuoteInfo.PCRSelection.Hash == tpm2.AlgSHA256 {
+			q = c
+		}
+	}
+	sig, err := tpm2.DecodeSignature(bytes.NewBuffer(q.Signature))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		digest := sha256.Sum256(q.Quote)
+		if err := rsa.VerifyPKCS1v15(pub, crypto.SHA256, digest[:], sig.RSA.Signature); err != nil {
+			b.Fatal(err)
+		}
+		_ = sha256.Sum256(bb.req.Platform.EventLog)
+	}
+}
+
+// BenchmarkBootCheckHTTP is one whole check through the handlers and the fleet service:
+// in-memory is the cost with NetBox's writes out of the request path (the bound that batching
+// them would approach); netbox-emulator is the cost with the real NetBox adapter writing to the
+// NetBox emulator over loopback (one name lookup, one read for the ETag, one PATCH per check,
+// and the webhook NetBox sends back for fleetd's own update).
+func BenchmarkBootCheckHTTP(b *testing.B) {
+	bb := newBootBench(b)
+	frozen := fleettest.NewClock(bb.issued.Add(-time.Second))
+	run := func(b *testing.B, inv fleet.Inventory) {
+		url := benchService(b, bb.f, inv, frozen)
+		body := mustJSON(b, bb.req)
+		for b.Loop() {
+			resp, err := http.Post(url+api.PathBootCheck, "application/json", bytes.NewReader(body))
+			if err != nil {
+				b.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				b.Fatalf("status %d", resp.StatusCode)
+			}
+		}
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "checks/s")
+	}
+	b.Run("in-memory", func(b *testing.B) {
+		d := bb.device
+		d.Owned.LastBootCheck = frozen.Now().Add(-time.Hour)
+		run(b, fleettest.NewInventory(d))
+	})
+	b.Run("netbox-emulator", func(b *testing.B) {
+		client, webhooks := benchNetBox(b, bb.device, frozen.Now().Add(-time.Hour))
+		run(b, client)
+		b.ReportMetric(math.Round(float64(webhooks())/float64(b.N)*100)/100, "webhooks/check")
+	})
+}
+
+// benchService is the fleet service and handlers on the given inventory and clock, with the
+// attestation parts of the fleetd under test.
+func benchService(b *testing.B, f *fleetdUnderTest, inv fleet.Inventory, clock fleet.Clock) string {
+	b.Helper()
+	lakv, _ := attest.NewLAKVerifier(attest.LAKVerifierConfig{Issuer: f.cas[1].Cert, Above: f.cas[1].Above, Now: time.Now})
+	pending, _ := fleet.NewPending(fleet.PendingConfig{Clock: clock})
+	svc, err := fleet.NewService(fleet.Config{FleetdURL: "http://spore"}, fleet.Deps{Inventory: inv, Installer: fleettest.NewInstaller(),
+		Catalog: catalog(fleet.SecureBootRequired), Pending: pending, Attest: fleet.Attestation{LAK: lakv, BootNonces: nonces()},
+		Clock: clock, Random: rand.Reader, Logger: zerolog.Nop()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	intake, _ := webhook.New(webhook.Config{Secret: []byte("s")}, webhook.Deps{Reconciler: svc})
+	h, err := handlers.New(handlers.Deps{Service: svc, Webhooks: intake, Gatherer: prometheus.NewRegistry(), OperatorToken: []byte("op"), Logger: zerolog.Nop()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	b.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// benchNetBox is the NetBox emulator with netbox-webhooks.yaml loaded (its webhooks go to a
+// stub that counts them) and node-a as d, and the real adapter on it. webhooks waits for the
+// deliveries to finish and counts them.
+func benchNetBox(b *testing.B, d fleet.Device, last time.Time) (client *netbox.Client, webhooks func() int64) {
+	b.Helper()
+	emu, err := netboxemu.Start(netboxemu.Config{Rand: mrand.New(mrand.NewSource(1))})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = emu.Close() })
+	hooks := &atomic.Int64{}
+	stub := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { hooks.Add(1); w.WriteHeader(http.StatusAccepted) }))
+	b.Cleanup(stub.Close)
+	raw, err := os.ReadFile("../netbox-webhooks.yaml")
+	if err != nil {
+		b.Fatal(err)
+	}
+	schema, err := netbox.LoadSchema(bytes.NewReader(raw))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := emu.LoadSchema(schema, stub.URL, "secret"); err != nil {
+		b.Fatal(err)
+	}
+	tok, _ := emu.AddToken(netboxemu.TokenSpec{User: "fleetd"})
+	_, err = emu.AddDevice(netboxemu.DeviceSpec{Name: d.Name, Status: "active", PrimaryIPv4: d.Address.String(),
+		Interfaces: []netboxemu.InterfaceSpec{{Name: "eth0", MACs: []string{string(d.PrimaryMAC())}}},
+		CustomFields: map[string]any{"fleet_class": d.Declared.Class, "disk_serial": d.Declared.DiskSerial, "tpm": "2.0",
+			"ek_sha256": strings.Join(d.Declared.EKHashes, ","), "fleet_state": "active", "lak_serial": d.Owned.LAKSerial,
+			"ldevid_serial": d.Owned.LDevIDSerial, "boot_baseline": d.Owned.BootBaseline, "boot_check": "ok",
+			"last_boot_check": last.Format(time.RFC3339Nano)}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	client, err = netbox.New(netbox.Config{URL: emu.URL(), Token: tok, Logger: zerolog.Nop(), Registry: prometheus.NewRegistry()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return client, func() int64 {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_ = emu.WaitIdle(ctx)
+		return hooks.Load()
+	}
+}
+
+func mustJSON(b *testing.B, v any) []byte {
+	b.Helper()
+	out, err := json.Marshal(v)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return out
+}
