@@ -3,12 +3,12 @@ package handlers_test
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"crypto"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/sha256"
 	"crypto/x509"
+	"encoding/json"
 	"math"
 	mrand "math/rand"
 	"net/http"
