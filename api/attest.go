@@ -1,5 +1,6 @@
 // Package api holds the JSON wire types of the node-facing routes: the enrollment exchange
-// between `fleetd enroll` (the first action of a Workflow, in HookOS) and fleetd (SPEC §4, §6).
+// between `fleetd enroll` (the first action of a Workflow, in HookOS) and fleetd (SPEC §4, §6),
+// and the boot check of `fleetd boot-check` on a running node (bootcheck.go, SPEC §5).
 // The agent encodes them, the handlers decode them; byte fields travel as standard base64.
 //
 // The enrollment is two round trips:

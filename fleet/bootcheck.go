@@ -94,8 +94,12 @@ func (s *Service) BootCheck(ctx context.Context, in BootCheckInput) (BootCheckRe
 	defer unlock()
 	c := bootCheck{nonce: nonce, lak: lak, platform: in.Platform}
 	for attempt := 0; ; attempt++ {
-		if d, err = s.inv.Device(ctx, d.ID); err != nil {
-			return BootCheckResult{}, out, fmt.Errorf("read device %s: %w: %w", lak.Device, ErrInventory, err)
+		// The device read before the lock is used when it carries a version: the conditional
+		// write then fails if anyone changed it since, and the retry reads it again.
+		if attempt > 0 || d.Version == "" {
+			if d, err = s.inv.Device(ctx, d.ID); err != nil {
+				return BootCheckResult{}, out, fmt.Errorf("read device %s: %w: %w", lak.Device, ErrInventory, err)
+			}
 		}
 		res, out, err := s.bootCheckDevice(ctx, d, &c)
 		if errors.Is(err, ErrConflict) && attempt < maxConflicts {

@@ -203,8 +203,9 @@ func BenchmarkBootCheckHTTP(b *testing.B) {
 		run(b, fleettest.NewInventory(d))
 	})
 	b.Run("netbox-emulator", func(b *testing.B) {
-		client, webhooks := benchNetBox(b, bb.device, frozen.Now().Add(-time.Hour))
+		client, requests, webhooks := benchNetBox(b, bb.device, frozen.Now().Add(-time.Hour))
 		run(b, client)
+		b.ReportMetric(math.Round(float64(requests.Load())/float64(b.N)*100)/100, "netbox-requests/check")
 		b.ReportMetric(math.Round(float64(webhooks())/float64(b.N)*100)/100, "webhooks/check")
 	})
 }
@@ -234,7 +235,7 @@ func benchService(b *testing.B, f *fleetdUnderTest, inv fleet.Inventory, clock f
 // benchNetBox is the NetBox emulator with netbox-webhooks.yaml loaded (its webhooks go to a
 // stub that counts them) and node-a as d, and the real adapter on it. webhooks waits for the
 // deliveries to finish and counts them.
-func benchNetBox(b *testing.B, d fleet.Device, last time.Time) (client *netbox.Client, webhooks func() int64) {
+func benchNetBox(b *testing.B, d fleet.Device, last time.Time) (client *netbox.Client, requests *atomic.Int64, webhooks func() int64) {
 	b.Helper()
 	emu, err := netboxemu.Start(netboxemu.Config{Rand: mrand.New(mrand.NewSource(1))})
 	if err != nil {
@@ -265,17 +266,26 @@ func benchNetBox(b *testing.B, d fleet.Device, last time.Time) (client *netbox.C
 	if err != nil {
 		b.Fatal(err)
 	}
-	client, err = netbox.New(netbox.Config{URL: emu.URL(), Token: tok, Logger: zerolog.Nop(), Registry: prometheus.NewRegistry()})
+	requests = &atomic.Int64{}
+	counting := &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		requests.Add(1)
+		return http.DefaultTransport.RoundTrip(r)
+	})}
+	client, err = netbox.New(netbox.Config{URL: emu.URL(), Token: tok, HTTPClient: counting, Logger: zerolog.Nop(), Registry: prometheus.NewRegistry()})
 	if err != nil {
 		b.Fatal(err)
 	}
-	return client, func() int64 {
+	return client, requests, func() int64 {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		_ = emu.WaitIdle(ctx)
 		return hooks.Load()
 	}
 }
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 func mustJSON(b *testing.B, v any) []byte {
 	b.Helper()
