@@ -190,6 +190,36 @@ func testBootCheckRefusals(t *testing.T, f *fleetdUnderTest, n node) {
 	}
 }
 
+// testBootCheckConflicts changes the device in NetBox between fleetd's read and its conditional
+// write (412): the check is decided again on the device as it is now.
+func testBootCheckConflicts(t *testing.T, f *fleetdUnderTest, n node) {
+	base := f.inv.Get(12)
+	t.Run("refuse/the owner decommissions the device during the check", func(t *testing.T) {
+		f.inv.Set(base)
+		req := n.request(t)
+		f.inv.ConflictOnce[12] = func(d *fleet.Device) { d.Status = fleet.StatusDecommissioning }
+		var e api.Error
+		if status := postJSON(t, n.url+api.PathBootCheck, req, &e); status != 409 || e.Code != "not_active" {
+			t.Fatalf("answer %d %v, want 409 not_active", status, e)
+		}
+		if d := f.inv.Get(12); d.Status != fleet.StatusDecommissioning || !d.Owned.LastBootCheck.Equal(base.Owned.LastBootCheck) {
+			t.Errorf("status %q, last_boot_check %v (want the owner's change only)", d.Status, d.Owned.LastBootCheck)
+		}
+	})
+	t.Run("ok/an unrelated change during the check is retried", func(t *testing.T) {
+		f.inv.Set(base)
+		req := n.request(t)
+		f.inv.ConflictOnce[12] = func(d *fleet.Device) { d.Serial = "SN-2" }
+		var res api.BootCheckResponse
+		if status := postJSON(t, n.url+api.PathBootCheck, req, &res); status != 200 || res.Outcome != "ok" {
+			t.Fatalf("answer %d %+v, want 200 ok", status, res)
+		}
+		if d := f.inv.Get(12); d.Serial != "SN-2" || !d.Owned.LastBootCheck.Equal(res.CheckedAt) {
+			t.Errorf("serial %q, last_boot_check %v (want both the owner's change and the check, %v)", d.Serial, d.Owned.LastBootCheck, res.CheckedAt)
+		}
+	})
+}
+
 // checkRecordedFailure checks a failure recorded once: boot_check failed, last_boot_check kept,
 // one journal entry; the same failure again writes no second entry; a good check then passes
 // again with its own entry.

@@ -92,7 +92,9 @@ func TestBootCheck(t *testing.T) {
 	if n := counter(t, f, "fleetd_boot_checks_total", "ok"); n != 2 {
 		t.Errorf("fleetd_boot_checks_total{outcome=ok} = %v, want 2", n)
 	}
-	t.Run("refusals", func(t *testing.T) { testBootCheckRefusals(t, f, node{ch: ch, dir: dir, url: f.url}) })
+	n := node{ch: ch, dir: dir, url: f.url}
+	t.Run("refusals", func(t *testing.T) { testBootCheckRefusals(t, f, n) })
+	t.Run("conflicts", func(t *testing.T) { testBootCheckConflicts(t, f, n) })
 }
 
 // simulatorBoot is the TPM simulator booted from the RHEL 8 log (Secure Boot on).
