@@ -34,6 +34,7 @@ demo: deps build ## walk one machine of each class kind through its lifecycle ag
 .PHONY: test
 test: deps build ## the whole test suite (what CI runs)
 	$(GO) test $(TEST_FLAGS) ./...
+	cd interop/spire && $(GO) test $(TEST_FLAGS) ./...
 
 .PHONY: test-short
 test-short: ## the fast inner loop: unit tests, no API server, no TPMs
@@ -42,6 +43,7 @@ test-short: ## the fast inner loop: unit tests, no API server, no TPMs
 .PHONY: bench
 bench: deps ## Go benchmarks (numbers for the issue notes)
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./...
+	cd interop/spire && $(GO) test -run '^$$' -bench . -benchmem -count=1 ./...
 
 .PHONY: vet
 vet: ## go vet
