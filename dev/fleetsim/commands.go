@@ -1,0 +1,137 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+
+	tinkv1 "github.com/tinkerbell/tink/api/v1alpha1"
+
+	"github.com/folly-infra/fleetd/dev/stack"
+)
+
+// restart restarts fleetd the way a reboot of spore would: SIGTERM, then the supervisor of
+// `fleetsim up` starts a new one; it waits until the new one is ready.
+func restart(ctx context.Context, dir string, args []string, stdout, stderr io.Writer) int {
+	if len(args) != 1 || args[0] != "fleetd" {
+		fmt.Fprintln(stderr, "usage: fleetsim restart fleetd")
+		return 2
+	}
+	info, err := stack.ReadInfo(dir)
+	if err != nil {
+		fmt.Fprintln(stderr, "fleetsim restart:", err)
+		return 1
+	}
+	old, pid, err := stack.RestartFleetd(ctx, info)
+	if err != nil {
+		fmt.Fprintln(stderr, "fleetsim restart:", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "fleetd restarted: pid %d stopped, pid %d ready at %s (pending configurations were lost, as after a reboot of spore)\n",
+		old, pid, info.Fleetd.URL)
+	return 0
+}
+
+// workflow moves device NAME's current Workflow to success or failure as Tinkerbell would.
+func workflow(ctx context.Context, dir string, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("workflow", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: fleetsim workflow NAME succeed|fail [--action A] [--message M] [--new-spelling]")
+		fs.PrintDefaults()
+	}
+	action := fs.String("action", "", "fail: the action that fails (default: the first unfinished); succeed: the last action to succeed (default: all)")
+	message := fs.String("message", "", "the message the worker reports with the action")
+	newSpelling := fs.Bool("new-spelling", false, "write the newer Tinkerbell's state names (SUCCESS) instead of tink v0.12's (STATE_SUCCESS)")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return 2
+	}
+	if len(pos) != 2 || (pos[1] != "succeed" && pos[1] != "fail") {
+		fs.Usage()
+		return 2
+	}
+	name, fail := pos[0], pos[1] == "fail"
+	if fail && *message == "" {
+		*message = "simulated failure (fleetsim workflow " + name + " fail)"
+	}
+	info, err := stack.ReadInfo(dir)
+	if err != nil {
+		fmt.Fprintln(stderr, "fleetsim workflow:", err)
+		return 1
+	}
+	err = driveDeviceWorkflow(ctx, info, name, stack.Drive{Fail: fail, Action: *action, Message: *message,
+		NewSpelling: *newSpelling}, stdout)
+	if err != nil {
+		fmt.Fprintln(stderr, "fleetsim workflow:", err)
+		return 1
+	}
+	return 0
+}
+
+func driveDeviceWorkflow(ctx context.Context, info stack.Info, name string, d stack.Drive, stdout io.Writer) error {
+	dev, err := stack.NewOwner(info.NetBox.URL, info.NetBox.Token).Device(ctx, name)
+	if err != nil {
+		return err
+	}
+	kc, err := stack.KubeClient(info.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	wf, err := stack.CurrentWorkflow(ctx, kc, info.Namespace, dev)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%s: Workflow %s (Template %s)\n", name, wf.Name, wf.Spec.TemplateRef)
+	d.Report = func(action string, state tinkv1.WorkflowState, msg string) {
+		line := fmt.Sprintf("  action %-20s %s", action, strings.TrimPrefix(string(state), "STATE_"))
+		if msg != "" {
+			line += ": " + msg
+		}
+		fmt.Fprintln(stdout, line)
+	}
+	if err := stack.DriveWorkflow(ctx, kc, wf, d); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%s: Workflow %s is %s\n", name, wf.Name, wf.Status.State)
+	return nil
+}
+
+// parseInterspersed parses flags that may stand between the positional arguments.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return pos, nil
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+}
+
+// errNeedsAgent is returned by the machine steps until the agent is wired into fleetd.
+var errNeedsAgent = errors.New("needs the fleetd agent (`fleetd enroll` / `fleetd boot-check`), which this build of fleetd does not have yet")
+
+// machine drives a simulated machine (SPEC §8). The steps run the real agent, which is not
+// wired into fleetd yet.
+func machine(ctx context.Context, dir string, args []string, stdout, stderr io.Writer) int {
+	if len(args) != 2 {
+		fmt.Fprintln(stderr, "usage: fleetsim machine NAME netboot|boot|boot-check")
+		return 2
+	}
+	switch args[1] {
+	case "netboot", "boot", "boot-check":
+	default:
+		fmt.Fprintf(stderr, "fleetsim machine: unknown step %q: use netboot, boot or boot-check\n", args[1])
+		return 2
+	}
+	fmt.Fprintf(stderr, "fleetsim machine %s %s: %v\n", args[0], args[1], errNeedsAgent)
+	return 2
+}

@@ -1,0 +1,101 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+	"k8s.io/klog/v2"
+
+	"github.com/folly-infra/fleetd/dev/stack"
+)
+
+// up starts the stack, prints where everything listens, and runs until SIGINT or SIGTERM.
+func up(ctx context.Context, dir string, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("up", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	extra := fs.Int("extra-devices", 0, "add N generated, validly declared talos-worker devices with simulated machines")
+	fleetdBin := fs.String("fleetd", "", "the fleetd binary (default: fleetd next to this executable)")
+	root := fs.String("root", "", "the fleetd checkout (default: the module root above the working directory)")
+	interval := fs.Duration("reconcile-interval", 30*time.Second, "fleetd's periodic reconcile interval (at least 5s)")
+	level := fs.String("log-level", "info", "fleetd's log level (debug, info, warn, error)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 || *extra < 0 {
+		fmt.Fprintln(stderr, "fleetsim up: takes only flags, and --extra-devices must not be negative")
+		return 2
+	}
+	bin, err := fleetdBinary(*fleetdBin)
+	if err != nil {
+		fmt.Fprintln(stderr, "fleetsim up:", err)
+		return 1
+	}
+	// The API server logs through klog (process-wide); its lines go to a file in the state
+	// directory, errors also to stderr.
+	klog.LogToStderr(false)
+	klog.SetOutput(&lazyFile{path: filepath.Join(dir, "kube.log")})
+	log := zerolog.New(zerolog.ConsoleWriter{Out: stderr, TimeFormat: time.TimeOnly}).Level(zerolog.InfoLevel).
+		With().Timestamp().Str("component", "fleetsim").Logger()
+	fmt.Fprintf(stdout, "fleetsim: starting the stack in %s (NetBox emulator, Kubernetes API, %d machines' TPMs, fleetd)...\n",
+		dir, len(stack.Inventory(*extra)))
+	s, err := stack.Start(ctx, stack.Options{Dir: dir, Root: *root, FleetdBinary: bin, ExtraDevices: *extra,
+		ReconcileInterval: *interval, LogLevel: *level, Logger: log})
+	if err != nil {
+		fmt.Fprintln(stderr, "fleetsim up:", err)
+		return 1
+	}
+	stack.PrintInfo(stdout, s.Info())
+	fmt.Fprintf(stdout, "The Kubernetes API server logs to %s.\n", filepath.Join(dir, "kube.log"))
+	<-ctx.Done()
+	fmt.Fprintln(stdout, "fleetsim: stopping fleetd, the Kubernetes API and the NetBox emulator...")
+	if err := s.Close(); err != nil {
+		fmt.Fprintln(stderr, "fleetsim up:", err)
+		return 1
+	}
+	return 0
+}
+
+// fleetdBinary is the named binary, or fleetd next to this executable (bin/ after make build).
+func fleetdBinary(named string) (string, error) {
+	if named != "" {
+		return named, nil
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("find fleetd next to fleetsim: %w; name it with --fleetd", err)
+	}
+	p := filepath.Join(filepath.Dir(self), "fleetd")
+	if _, err := os.Stat(p); errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("no fleetd next to fleetsim (%s): run `make build`, or name it with --fleetd", p)
+	}
+	return p, nil
+}
+
+// lazyFile appends to a file it opens on the first write: the state directory is emptied when
+// the stack starts, before the API server logs anything.
+type lazyFile struct {
+	path string
+	mu   sync.Mutex
+	f    *os.File
+}
+
+func (l *lazyFile) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.f == nil {
+		f, err := os.OpenFile(l.path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+		if err != nil {
+			return 0, err
+		}
+		l.f = f
+	}
+	return l.f.Write(p)
+}

@@ -1,0 +1,76 @@
+package stack
+
+import (
+	"fmt"
+	"net/netip"
+	"net/url"
+	"os"
+	"path/filepath"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/folly-infra/fleetd/config"
+)
+
+// fleetdConfig is what the stack's fleetd.yaml is made from.
+type fleetdConfig struct {
+	opts          Options
+	fleetdURL     string
+	netboxURL     string
+	gatewayAddr   netip.Addr
+	talosEndpoint string
+}
+
+// writeFleetdConfig copies examples/classes.json into the state directory and writes fleetd.yaml
+// next to it, every path absolute, then loads it as `fleetd serve` will, so a mistake is
+// reported here with fleetd's own words.
+func writeFleetdConfig(p paths, c fleetdConfig) error {
+	classes, err := os.ReadFile(filepath.Join(c.opts.Root, "examples", "classes.json"))
+	if err != nil {
+		return fmt.Errorf("read examples/classes.json from the checkout: %w", err)
+	}
+	if err := os.WriteFile(p.classes, classes, 0o644); err != nil {
+		return fmt.Errorf("write classes.json: %w", err)
+	}
+	u, err := url.Parse(c.fleetdURL)
+	if err != nil {
+		return fmt.Errorf("write fleetd.yaml: fleetd URL %q: %w", c.fleetdURL, err)
+	}
+	doc := map[string]any{
+		"listen":     map[string]any{"http": u.Host},
+		"public_url": c.fleetdURL,
+		"netbox": map[string]any{"url": c.netboxURL, "token_file": p.netboxToken,
+			"webhook_secret_file": p.webhookSecret, "service_user": ServiceUser, "timeout": "5s",
+			"retries": c.opts.NetBoxRetries},
+		"kubernetes":    map[string]any{"kubeconfig": p.kubeconfig, "namespace": c.opts.Namespace},
+		"classes_file":  p.classes,
+		"webhooks_file": p.webhooks,
+		"attestation": map[string]any{"ek_policy": "hash+cert", "ek_ca_bundle": p.ekBundle,
+			"token_key_file": p.tokenKey, "token_lifetime": "10m"},
+		"pki": map[string]any{
+			"ldevid": map[string]any{"cert": p.ldevidCert, "key": p.ldevidKey, "lifetime": "2160h"},
+			"lak":    map[string]any{"cert": p.lakCert, "key": p.lakKey, "lifetime": "2160h"},
+		},
+		"config_delivery": map[string]any{"pending_ttl": "4h"},
+		"talos": map[string]any{"secrets_file": p.talosSecrets, "cluster_name": "fleetsim",
+			"endpoint": c.talosEndpoint},
+		"seed": map[string]any{"gateway": c.gatewayAddr.String(), "dns": []string{c.gatewayAddr.String()},
+			"endpoints": map[string]string{"fleetd": c.fleetdURL, "netbox": c.netboxURL}},
+		"kea":       map[string]any{"reservations_file": p.keaReservations, "subnet": "127.0.0.0/8"},
+		"operator":  map[string]any{"token_file": p.operatorToken},
+		"reconcile": map[string]any{"interval": c.opts.ReconcileInterval.String()},
+		"log":       map[string]any{"level": c.opts.LogLevel, "format": "json"},
+	}
+	b, err := yaml.Marshal(doc)
+	if err != nil {
+		return fmt.Errorf("encode fleetd.yaml: %w", err)
+	}
+	head := "# fleetd.yaml of the development stack, written by fleetsim on every start.\n"
+	if err := os.WriteFile(p.fleetdConfig, append([]byte(head), b...), 0o644); err != nil {
+		return fmt.Errorf("write fleetd.yaml: %w", err)
+	}
+	if _, err := config.Load(p.fleetdConfig); err != nil {
+		return fmt.Errorf("check the stack's fleetd.yaml: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,187 @@
+package stack
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// InfoFile is the name of the stack description in the state directory (SPEC §8).
+const InfoFile = "stack.json"
+
+// Info is stack.json: everything a person, a test or a runbook needs to use the running stack
+// (SPEC §8). The keys the SPEC names are netbox, fleetd (url, operator_token), webhook_secret,
+// kubeconfig, namespace, ca (ldevid, lak, ek) and machines (dir); the others are additions.
+// URLs carry scheme and port; every path is absolute. The file holds secrets and is mode 0600.
+type Info struct {
+	Dir           string             `json:"dir"`
+	NetBox        NetBoxInfo         `json:"netbox"`
+	Fleetd        FleetdInfo         `json:"fleetd"`
+	WebhookSecret string             `json:"webhook_secret"`
+	Kubeconfig    string             `json:"kubeconfig"`
+	Namespace     string             `json:"namespace"`
+	Kubernetes    KubernetesInfo     `json:"kubernetes"`
+	CA            CAInfo             `json:"ca"`
+	Machines      map[string]Machine `json:"machines"`
+	Devices       []DeviceInfo       `json:"devices"`
+}
+
+// NetBoxInfo is the NetBox emulator. Token is the owner's (user admin), so whoever reads it acts
+// as the owner; fleetd has its own token (user fleetd) in ServiceTokenFile.
+type NetBoxInfo struct {
+	URL              string `json:"url"`
+	Token            string `json:"token"`
+	ServiceTokenFile string `json:"service_token_file"`
+}
+
+// FleetdInfo is the supervised fleetd process.
+type FleetdInfo struct {
+	URL           string `json:"url"`
+	OperatorToken string `json:"operator_token"`
+	Config        string `json:"config"`
+	PIDFile       string `json:"pid_file"`
+	Log           string `json:"log"`
+	Binary        string `json:"binary"`
+}
+
+// KubernetesInfo is the API server with the Tinkerbell CRDs.
+type KubernetesInfo struct {
+	URL string `json:"url"`
+	Dir string `json:"dir"`
+}
+
+// CAInfo names the PEM bundles a verifier needs: ldevid and lak hold the issuing CA then its
+// root; ek holds the EK manufacturer root and the CA that issued the swtpm EK certificates.
+type CAInfo struct {
+	LDevID string `json:"ldevid"`
+	LAK    string `json:"lak"`
+	EK     string `json:"ek"`
+}
+
+// Machine is one simulated machine: Dir holds tpm/, workflow/ and log (SPEC §8). The other keys
+// repeat what the machine's NetBox device declares, for the machine steps.
+type Machine struct {
+	Dir        string `json:"dir"`
+	DeviceID   int64  `json:"device_id"`
+	MAC        string `json:"mac"`
+	Address    string `json:"address"`
+	DiskSerial string `json:"disk_serial"`
+	EKSHA256   string `json:"ek_sha256"`
+}
+
+// DeviceInfo is one seeded NetBox device and what is wrong with its declaration, if anything.
+type DeviceInfo struct {
+	Name    string `json:"name"`
+	ID      int64  `json:"id"`
+	Class   string `json:"class"`
+	MAC     string `json:"mac,omitempty"`
+	Address string `json:"address"`
+	Faulty  string `json:"faulty,omitempty"`
+}
+
+// WriteInfo writes stack.json into info.Dir (mode 0600), atomically.
+func WriteInfo(info Info) error {
+	b, err := json.MarshalIndent(info, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", InfoFile, err)
+	}
+	return writeFileAtomic(filepath.Join(info.Dir, InfoFile), append(b, '\n'), 0o600)
+}
+
+// ReadInfo reads dir/stack.json, as the fleetsim commands do while `fleetsim up` runs.
+func ReadInfo(dir string) (Info, error) {
+	var info Info
+	b, err := os.ReadFile(filepath.Join(dir, InfoFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return info, fmt.Errorf("read stack description: %s has no %s: start the stack with `fleetsim up` (FLEETSIM_DIR=%s) and wait until it says it is ready", dir, InfoFile, dir)
+	}
+	if err != nil {
+		return info, fmt.Errorf("read stack description: %w", err)
+	}
+	if err := json.Unmarshal(b, &info); err != nil {
+		return info, fmt.Errorf("decode %s: %w", filepath.Join(dir, InfoFile), err)
+	}
+	return info, nil
+}
+
+// PrintInfo says in words where everything listens and how to use it.
+func PrintInfo(w io.Writer, info Info) {
+	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
+	p("fleetsim is ready (state in %s; %s describes it).", info.Dir, filepath.Join(info.Dir, InfoFile))
+	p("")
+	p("  NetBox emulator   %s   owner token: %s", info.NetBox.URL, info.NetBox.Token)
+	p("  fleetd            %s   pid file %s, log %s", info.Fleetd.URL, info.Fleetd.PIDFile, info.Fleetd.Log)
+	p("  Kubernetes API    %s   kubeconfig %s, namespace %s", info.Kubernetes.URL, info.Kubeconfig, info.Namespace)
+	p("  CA bundles        LDevID %s, LAK %s, EK %s", info.CA.LDevID, info.CA.LAK, info.CA.EK)
+	p("")
+	p("Devices:")
+	for _, d := range info.Devices {
+		line := fmt.Sprintf("  %-20s id %-4d %-14s %-17s %-13s", d.Name, d.ID, d.Class, d.MAC, d.Address)
+		if m, ok := info.Machines[d.Name]; ok {
+			line += " machine " + m.Dir
+		}
+		if d.Faulty != "" {
+			line += "  (faulty: " + d.Faulty + ")"
+		}
+		p("%s", strings.TrimRight(line, " "))
+	}
+	name, id := exampleDevice(info)
+	p("")
+	p("Ask for a provision as the owner would:")
+	p("  curl -sS -X PATCH -H 'Authorization: Token %s' -H 'Content-Type: application/json' \\", info.NetBox.Token)
+	p("       -d '{\"custom_fields\": {\"desired_action\": \"provision\"}}' %s/api/dcim/devices/%d/", info.NetBox.URL, id)
+	p("Retire a device (status decommissioning):")
+	p("  curl -sS -X PATCH -H 'Authorization: Token %s' -H 'Content-Type: application/json' \\", info.NetBox.Token)
+	p("       -d '{\"status\": \"decommissioning\"}' %s/api/dcim/devices/%d/", info.NetBox.URL, id)
+	p("What fleetd knows:")
+	p("  curl -sS -H 'Authorization: Bearer %s' %s/v1/devices", info.Fleetd.OperatorToken, info.Fleetd.URL)
+	p("  curl -sS -H 'Authorization: Bearer %s' %s/v1/devices/%s", info.Fleetd.OperatorToken, info.Fleetd.URL, name)
+	p("Journal of the device:")
+	p("  curl -sS -H 'Authorization: Token %s' '%s/api/extras/journal-entries/?assigned_object_type=dcim.device&assigned_object_id=%d'", info.NetBox.Token, info.NetBox.URL, id)
+	p("Workflows:")
+	p("  kubectl --kubeconfig %s -n %s get workflows,hardware", info.Kubeconfig, info.Namespace)
+	p("Drive them (FLEETSIM_DIR=%s):", info.Dir)
+	p("  fleetsim workflow %s succeed|fail [--action A] [--message M]", name)
+	p("  fleetsim machine %s netboot|boot|boot-check", name)
+	p("  fleetsim restart fleetd")
+	p("")
+	p("Stop with Ctrl-C.")
+}
+
+// exampleDevice picks the first validly declared device for the printed examples.
+func exampleDevice(info Info) (string, int64) {
+	for _, d := range info.Devices {
+		if d.Faulty == "" {
+			return d.Name, d.ID
+		}
+	}
+	return "DEVICE", 0
+}
+
+// writeFileAtomic writes data to a temporary file next to path and renames it into place.
+func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := tmp.Chmod(mode); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}

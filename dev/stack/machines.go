@@ -1,0 +1,119 @@
+package stack
+
+import (
+	"context"
+	"crypto/rsa"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/folly-infra/fleetd/dev/swtpm"
+)
+
+// Files of a simulated machine's directory (SPEC §8).
+const (
+	MachineTPMDir      = "tpm"      // the swtpm state, with its EK certificate
+	MachineWorkflowDir = "workflow" // what the agent wrote for later actions
+	MachineLog         = "log"      // what the simulated actions did
+)
+
+// machineTPM is the EK of one device: a manufactured swtpm, or for a declared TPM 1.2 (which
+// swtpm does not simulate here) the hash of a fresh RSA-2048 key standing for its EK.
+type machineTPM struct {
+	machineDir string // "" without a machine
+	ekSHA256   string
+}
+
+// manufactureParallel bounds concurrent swtpm_setup runs (each takes about a second, mostly
+// waiting).
+const manufactureParallel = 8
+
+// manufacture makes each device's TPM: a swtpm (SPEC §8: RSA-2048 EK at 0x81010001 with its
+// certificate from the stack's EK CA) under machines/<name>/tpm for every TPM 2.0 device, so
+// that ek_sha256 declares a real EK. It then writes the EK CA bundle (root and issuing CA).
+func manufacture(ctx context.Context, p paths, devices []SeedDevice, rnd io.Reader) (map[string]machineTPM, error) {
+	var mu sync.Mutex
+	out := map[string]machineTPM{}
+	put := func(name string, m machineTPM) {
+		mu.Lock()
+		defer mu.Unlock()
+		out[name] = m
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(manufactureParallel)
+	for _, d := range devices {
+		if !d.Machine() {
+			h, err := standInEK(rnd)
+			if err != nil {
+				return nil, err
+			}
+			put(d.Name, machineTPM{ekSHA256: h})
+			continue
+		}
+		g.Go(func() error {
+			m, err := newMachine(gctx, p, d.Name)
+			if err == nil {
+				put(d.Name, m)
+			}
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	if err := writeEKBundle(p); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// newMachine creates a machine's directory and manufactures its TPM.
+func newMachine(ctx context.Context, p paths, name string) (machineTPM, error) {
+	dir := p.machineDir(name)
+	if err := os.MkdirAll(filepath.Join(dir, MachineWorkflowDir), 0o700); err != nil {
+		return machineTPM{}, fmt.Errorf("create machine %s: %w", name, err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, MachineLog), nil, 0o600); err != nil {
+		return machineTPM{}, fmt.Errorf("create machine %s: %w", name, err)
+	}
+	tpm, err := swtpm.Manufacture(ctx, filepath.Join(dir, MachineTPMDir), swtpm.Options{CADir: p.ekCA})
+	if err != nil {
+		return machineTPM{}, fmt.Errorf("create machine %s: %w", name, err)
+	}
+	return machineTPM{machineDir: dir, ekSHA256: tpm.EKSHA256}, nil
+}
+
+// writeEKBundle writes ca/ek.pem: the EK CA's issuing CA and root, as stack.json's ca.ek and
+// fleetd's attestation.ek_ca_bundle hold them.
+func writeEKBundle(p paths) error {
+	ca, err := swtpm.ReadEKCA(p.ekCA)
+	if err != nil {
+		return fmt.Errorf("read the EK CA: %w", err)
+	}
+	if err := os.WriteFile(p.ekBundle, ca.BundlePEM(), 0o644); err != nil {
+		return fmt.Errorf("write the EK CA bundle: %w", err)
+	}
+	return nil
+}
+
+// standInEK is the ek_sha256 of a declared TPM 1.2 machine: the SPKI hash of a fresh RSA-2048
+// key, since a TPM 1.2 EK is one too. Nothing ever presents it: such a device is refused first.
+func standInEK(rnd io.Reader) (string, error) {
+	k, err := rsa.GenerateKey(rnd, 2048)
+	if err != nil {
+		return "", fmt.Errorf("make a stand-in TPM 1.2 EK: %w", err)
+	}
+	spki, err := x509.MarshalPKIXPublicKey(&k.PublicKey)
+	if err != nil {
+		return "", fmt.Errorf("make a stand-in TPM 1.2 EK: %w", err)
+	}
+	sum := sha256.Sum256(spki)
+	return hex.EncodeToString(sum[:]), nil
+}

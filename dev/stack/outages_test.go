@@ -1,0 +1,151 @@
+package stack_test
+
+import (
+	"net/http"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/folly-infra/fleetd/dev/netboxemu"
+)
+
+// TestEchoes: fleetd's own PATCHes come back as webhooks (a retirement keeps status
+// decommissioning, so every write of fleetd matches the retire event rule). They are delivered,
+// answered 202 "echo", and make no new work: one Workflow, one journal entry.
+func TestEchoes(t *testing.T) {
+	needStack(t)
+	dev := "extra-010"
+	echoesBefore := metric(t, "fleetd_webhooks_total", "route", "retire", "outcome", "echo")
+	patch(t, dev, map[string]any{"status": "decommissioning"})
+	d := waitState(t, dev, "pending")
+	waitWorkflow(t, dev, d.Field("fleet_workflow"))
+	echo := waitDelivery(t, dev, "fleetd-retire", func(d netboxemu.Delivery) bool { return d.User == "fleetd" })
+	if echo.StatusCode != http.StatusAccepted || !echo.OK() {
+		t.Errorf("fleetd's echo was answered %d (%s), want 202", echo.StatusCode, echo.Err)
+	}
+	if !strings.Contains(string(echo.Body), `"fleet_state": "pending"`) {
+		t.Errorf("the echo's body does not carry fleetd's write (fleet_state pending): %s", echo.Body)
+	}
+	eventually(t, "fleetd counts the echo", func() (bool, string) {
+		n := metric(t, "fleetd_webhooks_total", "route", "retire", "outcome", "echo") - echoesBefore
+		return n >= 1, "echoes counted: " + ftoa(n)
+	})
+	runs := reconcileRuns(t)
+	waitReconciles(t, runs, 1)
+	assertOneRequest(t, dev)
+}
+
+// TestNetBoxUnreachable: while NetBox's REST API answers 503, a webhook gets 503 (so NetBox
+// records the failed delivery) and the owner's request waits; once NetBox answers again, the
+// periodic reconcile takes it: a lost webhook delays a request but never loses it (SPEC §2).
+func TestNetBoxUnreachable(t *testing.T) {
+	needStack(t)
+	dev := "extra-011"
+	id := testStack.DeviceID(dev)
+	emu := testStack.NetBox()
+	t.Cleanup(emu.Faults().Clear)
+	// Reads fail; the owner's PATCH still goes through.
+	emu.Faults().AddAPI(netboxemu.APIFaultRule{Method: http.MethodGet, Fault: netboxemu.APIFault{Status: http.StatusServiceUnavailable}})
+	ask(t, dev, "provision")
+	del := waitDelivery(t, dev, "fleetd-provision", func(netboxemu.Delivery) bool { return true })
+	if del.OK() {
+		t.Errorf("NetBox's delivery was answered %d while NetBox failed, want a failure (503)", del.StatusCode)
+	}
+	code, answer := postWebhook(t, "/v1/netbox/webhook/provision", del.Body, del.Header.Get("X-Hook-Signature"))
+	if code != http.StatusServiceUnavailable || !strings.Contains(answer, `"netbox_unavailable"`) {
+		t.Errorf("webhook while NetBox fails = %d %s, want 503 netbox_unavailable", code, answer)
+	}
+	cf, err := emu.CustomFieldData(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cf["desired_action"] != "provision" || cf["fleet_state"] != nil {
+		t.Errorf("while NetBox fails, NetBox has desired_action %v fleet_state %v; want the request untouched", cf["desired_action"], cf["fleet_state"])
+	}
+	emu.Faults().Clear()
+	d := waitState(t, dev, "pending")
+	waitWorkflow(t, dev, d.Field("fleet_workflow"))
+	assertOneRequest(t, dev)
+}
+
+// TestKubernetesUnreachable: with the API server stopped, fleetd still claims the request in
+// NetBox; it stays pending (never failed) through periodic reconciles, and its one Workflow is
+// created once the API server is back on the same data.
+func TestKubernetesUnreachable(t *testing.T) {
+	needStack(t)
+	dev := "extra-012"
+	stopKube(t)
+	ask(t, dev, "provision")
+	d := waitState(t, dev, "pending")
+	runs := reconcileRuns(t)
+	waitReconciles(t, runs, 2)
+	if d = device(t, dev); d.Field("fleet_state") != "pending" {
+		t.Errorf("after reconciles without Kubernetes, fleet_state = %s (%s), want pending", d.Field("fleet_state"), d.Field("fleet_message"))
+	}
+	startKube(t)
+	waitWorkflow(t, dev, d.Field("fleet_workflow"))
+	assertOneRequest(t, dev)
+	if d = device(t, dev); d.Field("fleet_state") != "pending" {
+		t.Errorf("fleet_state = %s, want pending", d.Field("fleet_state"))
+	}
+}
+
+// TestFleetdCrashBetweenClaimAndWorkflow: fleetd dies (SIGKILL) after the claim is in NetBox
+// but before the Workflow exists (the API server is down meanwhile); the fleetd the supervisor
+// starts again creates exactly one Workflow once Kubernetes is back.
+func TestFleetdCrashBetweenClaimAndWorkflow(t *testing.T) {
+	needStack(t)
+	dev := "extra-013"
+	stopKube(t)
+	ask(t, dev, "provision")
+	d := waitState(t, dev, "pending")
+	pid, err := testStack.KillFleetd(syscall.SIGKILL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newPID, err := testStack.WaitNewFleetd(tctx(t), pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	startKube(t)
+	if err := testStack.WaitFleetdReady(tctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	waitWorkflow(t, dev, d.Field("fleet_workflow"))
+	assertOneRequest(t, dev)
+	if testStack.FleetdPID() != newPID {
+		t.Errorf("fleetd pid %d, want %d (restarted once)", testStack.FleetdPID(), newPID)
+	}
+}
+
+// TestRestartFleetd: `fleetsim restart fleetd` (SIGTERM, the supervisor starts a new fleetd)
+// gives a new, ready process that continues from NetBox.
+func TestRestartFleetd(t *testing.T) {
+	needStack(t)
+	old, pid, err := testStack.RestartFleetd(tctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pid == old || pid != testStack.FleetdPID() {
+		t.Errorf("restart: old pid %d, new pid %d, supervised pid %d", old, pid, testStack.FleetdPID())
+	}
+	code, _ := postWebhook(t, "/v1/netbox/webhook", webhookBody(t, 987654, "nowhere"), sign(webhookBody(t, 987654, "nowhere")))
+	if code != http.StatusAccepted {
+		t.Errorf("the restarted fleetd answered a webhook %d, want 202", code)
+	}
+}
+
+func stopKube(t *testing.T) {
+	t.Helper()
+	if err := testStack.StopKube(); err != nil {
+		t.Fatalf("stop the API server: %v", err)
+	}
+	t.Cleanup(func() { startKube(t) })
+}
+
+func startKube(t testing.TB) {
+	t.Helper()
+	if err := testStack.StartKube(tctx(t)); err != nil {
+		t.Fatalf("start the API server again: %v", err)
+	}
+}

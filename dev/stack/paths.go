@@ -1,0 +1,122 @@
+package stack
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+
+	"github.com/folly-infra/fleetd/netbox"
+)
+
+// markerFile marks a directory as a fleetsim state directory, which Start may empty.
+const markerFile = ".fleetsim"
+
+// paths are the files of a state directory (all absolute).
+type paths struct {
+	dir string
+
+	secrets, netboxToken, adminToken, webhookSecret, operatorToken, tokenKey, talosSecrets string
+
+	ca, ldevidCert, ldevidKey, lakCert, lakKey, ekBundle, ekCA string
+
+	fleetdConfig, classes, webhooks, fleetdPID, fleetdLog, keaReservations string
+
+	kube, kubeconfig, machines string
+}
+
+func newPaths(dir string) paths {
+	j := func(p ...string) string { return filepath.Join(append([]string{dir}, p...)...) }
+	return paths{dir: dir,
+		secrets: j("secrets"), netboxToken: j("secrets", "netbox-token"), adminToken: j("secrets", "netbox-admin-token"),
+		webhookSecret: j("secrets", "webhook-secret"), operatorToken: j("secrets", "operator-token"),
+		tokenKey: j("secrets", "attestation-token-key"), talosSecrets: j("secrets", "talos-secrets.yaml"),
+		ca: j("ca"), ldevidCert: j("ca", "ldevid.pem"), ldevidKey: j("ca", "ldevid.key"),
+		lakCert: j("ca", "lak.pem"), lakKey: j("ca", "lak.key"), ekBundle: j("ca", "ek.pem"), ekCA: j("ekca"),
+		fleetdConfig: j("fleetd.yaml"), classes: j("classes.json"), webhooks: j("netbox-webhooks.yaml"),
+		fleetdPID: j("fleetd.pid"), fleetdLog: j("fleetd.log"), keaReservations: j("kea", "reservations.json"),
+		kube: j("kube"), kubeconfig: j("kubeconfig"), machines: j("machines"),
+	}
+}
+
+// machineDir is a simulated machine's directory: tpm/, workflow/ and log (SPEC §8).
+func (p paths) machineDir(name string) string { return filepath.Join(p.machines, name) }
+
+// prepare empties the state directory (every start is fresh) and creates its subdirectories.
+// A directory that is neither empty nor an earlier stack's is refused, so a mistyped
+// FLEETSIM_DIR never deletes someone's files.
+func (p paths) prepare() error {
+	entries, err := os.ReadDir(p.dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+	case err != nil:
+		return fmt.Errorf("prepare state dir: %w", err)
+	case len(entries) > 0:
+		if _, err := os.Stat(filepath.Join(p.dir, markerFile)); err != nil {
+			return fmt.Errorf("prepare state dir: %s is not empty and holds no %s marker, so it is not an earlier stack's state; choose another FLEETSIM_DIR or empty it yourself", p.dir, markerFile)
+		}
+		if err := os.RemoveAll(p.dir); err != nil {
+			return fmt.Errorf("prepare state dir: remove the earlier state: %w", err)
+		}
+	}
+	for _, d := range []string{p.dir, p.secrets, p.ca, filepath.Dir(p.keaReservations), p.machines} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return fmt.Errorf("prepare state dir: %w", err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(p.dir, markerFile), []byte("fleetsim state directory: `fleetsim up` empties it on start\n"), 0o600); err != nil {
+		return fmt.Errorf("prepare state dir: %w", err)
+	}
+	return nil
+}
+
+// FindRoot walks up from dir to the fleetd module's root (the directory whose go.mod declares
+// github.com/folly-infra/fleetd).
+func FindRoot(dir string) (string, error) {
+	d, err := filepath.Abs(dir)
+	if err != nil {
+		return "", fmt.Errorf("find the fleetd checkout: %w", err)
+	}
+	for {
+		b, err := os.ReadFile(filepath.Join(d, "go.mod"))
+		if err == nil && bytes.Contains(b, []byte("module github.com/folly-infra/fleetd\n")) {
+			return d, nil
+		}
+		parent := filepath.Dir(d)
+		if parent == d {
+			return "", fmt.Errorf("find the fleetd checkout: no go.mod of github.com/folly-infra/fleetd above %s; run from the checkout or name it (--root)", dir)
+		}
+		d = parent
+	}
+}
+
+// loadSchema reads netbox-webhooks.yaml from the checkout (strictly, as `fleetd check` does)
+// and keeps a copy in the state directory, which fleetd's webhooks_file names.
+func loadSchema(root string, p paths) (netbox.Schema, error) {
+	b, err := os.ReadFile(filepath.Join(root, "netbox-webhooks.yaml"))
+	if err != nil {
+		return netbox.Schema{}, fmt.Errorf("read netbox-webhooks.yaml from the checkout: %w", err)
+	}
+	s, err := netbox.LoadSchema(bytes.NewReader(b))
+	if err != nil {
+		return netbox.Schema{}, fmt.Errorf("load netbox-webhooks.yaml: %w", err)
+	}
+	if err := os.WriteFile(p.webhooks, b, 0o644); err != nil {
+		return netbox.Schema{}, fmt.Errorf("copy netbox-webhooks.yaml into the state dir: %w", err)
+	}
+	return s, nil
+}
+
+// freeLoopbackURL picks a free port on 127.0.0.1 for fleetd, which binds it itself (there is a
+// small window in which another process could take it). The port stays the same across fleetd
+// restarts, because NetBox's webhooks point at it.
+func freeLoopbackURL() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("pick a port for fleetd: %w", err)
+	}
+	defer l.Close()
+	return "http://" + l.Addr().String(), nil
+}

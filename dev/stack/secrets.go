@@ -1,0 +1,97 @@
+package stack
+
+import (
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/folly-infra/fleetd/dev/netboxemu"
+	"github.com/folly-infra/fleetd/fleet"
+)
+
+// NetBox users of the stack: the owner acts with the admin token, fleetd with its own (its
+// updates are recognised as echoes by this user name, config netbox.service_user).
+const (
+	OwnerUser   = "admin"
+	ServiceUser = "fleetd"
+)
+
+// generated are the secrets a test or a person needs as values; every one is also in a file.
+type generated struct {
+	webhookSecret, operatorToken, adminToken, fleetdToken string
+}
+
+// generateSecrets writes every secret fleetd reads into the state directory, mode 0600: the
+// webhook secret, the operator token, the attestation token key (32 random bytes, hex), a Talos
+// secrets bundle, and the LDevID and LAK CAs (issuing CA and root; the keys). The NetBox tokens
+// follow in addTokens, once the emulator runs.
+func generateSecrets(p paths, rnd io.Reader, clock fleet.Clock) (*generated, error) {
+	g := &generated{}
+	var err error
+	if g.webhookSecret, err = randomHex(rnd, 32); err != nil {
+		return nil, err
+	}
+	if g.operatorToken, err = randomHex(rnd, 32); err != nil {
+		return nil, err
+	}
+	tokenKey, err := randomHex(rnd, 32)
+	if err != nil {
+		return nil, err
+	}
+	talos, err := fleet.GenerateTalosSecrets(clock)
+	if err != nil {
+		return nil, err
+	}
+	for path, v := range map[string][]byte{p.webhookSecret: []byte(g.webhookSecret), p.operatorToken: []byte(g.operatorToken),
+		p.tokenKey: []byte(tokenKey), p.talosSecrets: talos} {
+		if err := writeSecret(path, v); err != nil {
+			return nil, err
+		}
+	}
+	for _, ca := range []struct{ name, cert, key string }{
+		{"fleetsim LDevID", p.ldevidCert, p.ldevidKey},
+		{"fleetsim LAK", p.lakCert, p.lakKey},
+	} {
+		c, err := newDevCA(ca.name, rnd, clock.Now())
+		if err != nil {
+			return nil, err
+		}
+		if err := c.writeFiles(ca.cert, ca.key); err != nil {
+			return nil, fmt.Errorf("write the %s CA: %w", ca.name, err)
+		}
+	}
+	return g, nil
+}
+
+// addTokens creates fleetd's service token and the owner's token in the emulator (v2 tokens,
+// "nbt_<key>.<secret>", as NetBox 4.6 issues) and writes them to their files.
+func (g *generated) addTokens(emu *netboxemu.Emulator, p paths) error {
+	var err error
+	if g.fleetdToken, err = emu.AddToken(netboxemu.TokenSpec{User: ServiceUser}); err != nil {
+		return fmt.Errorf("create fleetd's NetBox token: %w", err)
+	}
+	if g.adminToken, err = emu.AddToken(netboxemu.TokenSpec{User: OwnerUser}); err != nil {
+		return fmt.Errorf("create the owner's NetBox token: %w", err)
+	}
+	if err := writeSecret(p.netboxToken, []byte(g.fleetdToken)); err != nil {
+		return err
+	}
+	return writeSecret(p.adminToken, []byte(g.adminToken))
+}
+
+// writeSecret writes a secret file readable by its owner only.
+func writeSecret(path string, b []byte) error {
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		return fmt.Errorf("write secret: %w", err)
+	}
+	return nil
+}
+
+func randomHex(rnd io.Reader, n int) (string, error) {
+	b := make([]byte, n)
+	if _, err := io.ReadFull(rnd, b); err != nil {
+		return "", fmt.Errorf("draw a secret: %w", err)
+	}
+	return hex.EncodeToString(b), nil
+}

@@ -1,0 +1,247 @@
+// Package stack is fleetd's development stack (SPEC §8): a NetBox emulator loaded with
+// netbox-webhooks.yaml, a real Kubernetes API server with the Tinkerbell CRDs and the example
+// Templates, simulated machines with software TPMs, and `fleetd serve` itself as a supervised
+// child process, seeded with the example inventory. bin/fleetsim runs it in the foreground
+// (`fleetsim up`); tests start it in TestMain and act on it through NetBox's REST API and
+// fleetd's HTTP API, as a person with curl would.
+//
+// Trust assumptions: everything listens on loopback only and every secret is generated fresh on
+// each start into the state directory (mode 0600). The stack is development code; the
+// production binary links none of it.
+package stack
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+	"golang.org/x/sync/errgroup"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/folly-infra/fleetd/dev/kubeharness"
+	"github.com/folly-infra/fleetd/dev/netboxemu"
+	"github.com/folly-infra/fleetd/fleet"
+)
+
+// Options configure Start. Dir and FleetdBinary are required.
+type Options struct {
+	// Dir is the state directory. It is emptied on start: it must be missing, empty, or the
+	// state of an earlier stack (it holds the marker file .fleetsim); anything else is refused.
+	Dir string
+	// Root is the fleetd checkout, where netbox-webhooks.yaml and examples/classes.json are
+	// read from. Empty means the module root above the working directory.
+	Root string
+	// FleetdBinary is the `fleetd` executable run as `fleetd serve`.
+	FleetdBinary string
+	// ExtraDevices adds that many generated, validly declared talos-worker devices, each with a
+	// simulated machine (load and storm tests).
+	ExtraDevices int
+	// Namespace is Tinkerbell's namespace; default tink-system.
+	Namespace string
+	// ReconcileInterval is fleetd's reconcile.interval; default 30 s (fleetd's minimum is 5 s).
+	ReconcileInterval time.Duration
+	// DeliveryTimeout bounds one webhook delivery of the emulator; default 2 s.
+	DeliveryTimeout time.Duration
+	// NetBoxRetries is fleetd's netbox.retries; default 2, so that a webhook that finds NetBox
+	// failing is answered 503 within the emulator's delivery timeout.
+	NetBoxRetries int
+	// LogLevel is fleetd's log.level; default info.
+	LogLevel string
+	// Logger is the stack's own log (deliveries, fleetd restarts).
+	Logger zerolog.Logger
+	// Rand is the randomness for secrets, keys and the emulator's tokens and request ids; it must
+	// be safe for concurrent use. Default crypto/rand.
+	Rand io.Reader
+	// Clock stamps certificates and the Talos secrets; default the wall clock.
+	Clock fleet.Clock
+}
+
+func (o *Options) defaults() error {
+	if o.Dir == "" || o.FleetdBinary == "" {
+		return errors.New("start stack: Options.Dir and Options.FleetdBinary are required")
+	}
+	var err error
+	if o.Dir, err = filepath.Abs(o.Dir); err != nil {
+		return fmt.Errorf("start stack: resolve state dir: %w", err)
+	}
+	if o.FleetdBinary, err = filepath.Abs(o.FleetdBinary); err != nil {
+		return fmt.Errorf("start stack: resolve fleetd binary: %w", err)
+	}
+	if o.Root == "" {
+		if o.Root, err = FindRoot("."); err != nil {
+			return fmt.Errorf("start stack: %w", err)
+		}
+	}
+	if o.Namespace == "" {
+		o.Namespace = "tink-system"
+	}
+	if o.ReconcileInterval == 0 {
+		o.ReconcileInterval = 30 * time.Second
+	}
+	if o.DeliveryTimeout == 0 {
+		o.DeliveryTimeout = 2 * time.Second
+	}
+	if o.NetBoxRetries == 0 {
+		o.NetBoxRetries = 2
+	}
+	if o.LogLevel == "" {
+		o.LogLevel = "info"
+	}
+	if o.Rand == nil {
+		o.Rand = rand.Reader
+	}
+	if o.Clock == nil {
+		o.Clock = fleet.SystemClock{}
+	}
+	return nil
+}
+
+// Stack is a running development stack. Its methods are safe for concurrent use.
+type Stack struct {
+	opts  Options
+	info  Info
+	paths paths
+	emu   *netboxemu.Emulator
+	kc    client.WithWatch
+	sup   *supervisor
+
+	kubeMu   sync.Mutex
+	kube     *kubeharness.Server // nil while stopped (StopKube)
+	kubePort int
+}
+
+// Start builds the stack, in order: the state directory and every secret; the NetBox emulator
+// with the schema; the Kubernetes API with the Templates, and the machines' TPMs (in parallel);
+// the inventory; fleetd, started and supervised until it is ready; then stack.json. ctx bounds
+// the start only. On error everything started is stopped again.
+func Start(ctx context.Context, o Options) (_ *Stack, err error) {
+	if err := o.defaults(); err != nil {
+		return nil, err
+	}
+	s := &Stack{opts: o, paths: newPaths(o.Dir)}
+	defer func() {
+		if err != nil {
+			s.Close()
+		}
+	}()
+	if err := s.paths.prepare(); err != nil {
+		return nil, err
+	}
+	gen, err := generateSecrets(s.paths, o.Rand, o.Clock)
+	if err != nil {
+		return nil, err
+	}
+	fleetdURL, err := freeLoopbackURL()
+	if err != nil {
+		return nil, err
+	}
+	if err := s.startNetBox(fleetdURL, gen); err != nil {
+		return nil, err
+	}
+	devices := Inventory(o.ExtraDevices)
+	seeded, machines, err := s.startKubeAndMachines(ctx, devices)
+	if err != nil {
+		return nil, err
+	}
+	if err := writeFleetdConfig(s.paths, fleetdConfig{opts: o, fleetdURL: fleetdURL, netboxURL: s.emu.URL(),
+		gatewayAddr: Gateway, talosEndpoint: talosEndpoint(devices)}); err != nil {
+		return nil, err
+	}
+	s.info = Info{Dir: o.Dir,
+		NetBox: NetBoxInfo{URL: s.emu.URL(), Token: gen.adminToken, ServiceTokenFile: s.paths.netboxToken},
+		Fleetd: FleetdInfo{URL: fleetdURL, OperatorToken: gen.operatorToken, Config: s.paths.fleetdConfig,
+			PIDFile: s.paths.fleetdPID, Log: s.paths.fleetdLog, Binary: o.FleetdBinary},
+		WebhookSecret: gen.webhookSecret, Kubeconfig: s.paths.kubeconfig, Namespace: o.Namespace,
+		Kubernetes: KubernetesInfo{URL: s.kubeURL(), Dir: s.paths.kube},
+		CA:         CAInfo{LDevID: s.paths.ldevidCert, LAK: s.paths.lakCert, EK: s.paths.ekBundle},
+		Machines:   machines, Devices: seeded}
+	s.sup = startSupervisor(supervisorConfig{binary: o.FleetdBinary, config: s.paths.fleetdConfig,
+		logPath: s.paths.fleetdLog, pidPath: s.paths.fleetdPID, url: fleetdURL, log: o.Logger})
+	if err := s.sup.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	if err := WriteInfo(s.info); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// startKubeAndMachines starts the API server while the machines' TPMs are manufactured, then
+// installs the Templates and seeds the inventory with the machines' EK hashes.
+func (s *Stack) startKubeAndMachines(ctx context.Context, devices []SeedDevice) ([]DeviceInfo, map[string]Machine, error) {
+	var tpms map[string]machineTPM
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return s.startKube(gctx, 0) })
+	g.Go(func() (err error) { tpms, err = manufacture(gctx, s.paths, devices, s.opts.Rand); return err })
+	if err := g.Wait(); err != nil {
+		return nil, nil, err
+	}
+	if err := s.installTemplates(ctx); err != nil {
+		return nil, nil, err
+	}
+	return seed(s.emu, devices, tpms)
+}
+
+// startNetBox starts the emulator on a free loopback port, loads netbox-webhooks.yaml with
+// payload URLs under fleetdURL and the webhook secret, and creates the two users' tokens.
+func (s *Stack) startNetBox(fleetdURL string, gen *generated) error {
+	schema, err := loadSchema(s.opts.Root, s.paths)
+	if err != nil {
+		return err
+	}
+	s.emu, err = netboxemu.Start(netboxemu.Config{Logger: s.opts.Logger, Rand: s.opts.Rand,
+		DeliveryTimeout: s.opts.DeliveryTimeout})
+	if err != nil {
+		return fmt.Errorf("start NetBox emulator: %w", err)
+	}
+	if err := s.emu.LoadSchema(schema, fleetdURL, gen.webhookSecret); err != nil {
+		return fmt.Errorf("load netbox-webhooks.yaml into the emulator: %w", err)
+	}
+	return gen.addTokens(s.emu, s.paths)
+}
+
+// Info is what stack.json says.
+func (s *Stack) Info() Info { return s.info }
+
+// NetBox is the emulator, for what a test inspects besides the REST API (deliveries, faults).
+func (s *Stack) NetBox() *netboxemu.Emulator { return s.emu }
+
+// Owner is a NetBox REST client with the owner's token.
+func (s *Stack) Owner() *Owner { return NewOwner(s.info.NetBox.URL, s.info.NetBox.Token) }
+
+// Kube is a client of the Kubernetes API with full access; it keeps working across
+// StopKube/StartKube (same port, certificate and token).
+func (s *Stack) Kube() client.WithWatch { return s.kc }
+
+// DeviceID returns the NetBox id of a seeded device, or 0.
+func (s *Stack) DeviceID(name string) int64 {
+	for _, d := range s.info.Devices {
+		if d.Name == name {
+			return d.ID
+		}
+	}
+	return 0
+}
+
+// FleetdPID is the pid of the running fleetd, 0 while it is restarting.
+func (s *Stack) FleetdPID() int { return s.sup.pid() }
+
+// Close stops fleetd, the API server and the emulator, in that order. The state directory stays
+// for inspection.
+func (s *Stack) Close() error {
+	var errs []error
+	if s.sup != nil {
+		errs = append(errs, s.sup.stop())
+	}
+	errs = append(errs, s.StopKube())
+	if s.emu != nil {
+		errs = append(errs, s.emu.Close())
+	}
+	return errors.Join(errs...)
+}
