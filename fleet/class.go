@@ -22,6 +22,20 @@ const (
 	KindCloudInit Kind = "cloud-init-nocloud"
 )
 
+// Route is the configuration route a node of the kind fetches from (SPEC §6): "talos", "seed"
+// (nixos-image and alpine-image share one seed format) or "nocloud.tar".
+func (k Kind) Route() string {
+	switch k {
+	case KindTalos:
+		return "talos"
+	case KindNixOS, KindAlpine:
+		return "seed"
+	case KindCloudInit:
+		return "nocloud.tar"
+	}
+	return string(k)
+}
+
 // Kinds lists every class kind.
 var Kinds = []Kind{KindTalos, KindNixOS, KindAlpine, KindCloudInit}
 

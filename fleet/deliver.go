@@ -39,10 +39,10 @@ func (s *Service) FetchConfig(ctx context.Context, f ConfigFetch) (NodeConfig, O
 	}
 	unlock := s.locks.lock(id)
 	defer unlock()
-	if info, ok := s.pending.Peek(id); ok && info.Kind != f.Kind {
+	if info, ok := s.pending.Peek(id); ok && info.Kind.Route() != f.Kind.Route() {
 		out.DeviceID, out.Device = id, info.Device
 		return NodeConfig{}, out, s.fetchRefused(f, Refuse(RefusedNotFound, "wrong_kind",
-			"the configuration pending for %s is a %s configuration, not %s: fetch it from its own route", info.Device, info.Kind, f.Kind))
+			"the configuration pending for %s is a %s configuration: fetch it from /v1/config/%s", info.Device, info.Kind, info.Kind.Route()))
 	}
 	cfg, err := s.pending.Take(id, f.ClaimedUUID, f.RemoteAddr)
 	switch {

@@ -1,0 +1,50 @@
+package handlers
+
+import (
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+
+	"github.com/folly-infra/fleetd/fleet"
+)
+
+// config serves GET /v1/config/{talos,seed,nocloud.tar}: the node's configuration, once, to the
+// machine that attested with the query's SMBIOS UUID and only from its NetBox address (SPEC §6).
+// The source address is the TCP peer's; fleetd serves nodes directly, so no forwarding header is
+// trusted.
+func (s *Server) config(kind fleet.Kind) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		out := fleet.Outcome{Step: "deliver", Result: "refused"}
+		remote, err := peerAddr(r.RemoteAddr)
+		if err != nil {
+			s.nodeError(w, out, fleet.Refuse(fleet.RefusedInvalid, "bad_peer", "fleetd cannot read the request's source address"))
+			return
+		}
+		f := fleet.ConfigFetch{Kind: kind, ClaimedUUID: q.Get("uuid"), ClaimedSerial: q.Get("serial"), RemoteAddr: remote}
+		cfg, out, err := s.deps.Service.FetchConfig(r.Context(), f)
+		if err != nil {
+			s.nodeError(w, out, err)
+			return
+		}
+		s.decision(w, out, nil)
+		w.Header().Set("Content-Type", cfg.ContentType)
+		w.Header().Set("Content-Length", strconv.Itoa(len(cfg.Body)))
+		w.Header().Set("Cache-Control", "no-store")
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write(cfg.Body)
+	})
+}
+
+func peerAddr(remoteAddr string) (netip.Addr, error) {
+	host, _, err := net.SplitHostPort(remoteAddr)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	a, err := netip.ParseAddr(host)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	return a.Unmap(), nil
+}
