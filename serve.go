@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -75,7 +76,7 @@ type app struct {
 	netbox  *netbox.Client
 	install *workflows.Installer
 	kea     *kea.Writer
-	server  *http.Server
+	servers []listener
 	keaPoke chan struct{}
 	up      *prometheus.GaugeVec
 }
@@ -137,15 +138,38 @@ func wire(ctx context.Context, cfg *config.Config, log zerolog.Logger) (*app, er
 		return nil, err
 	}
 	h, err := handlers.New(handlers.Deps{Service: a.service, Webhooks: intake, Gatherer: reg, Logger: log,
-		OperatorToken: sec.operator,
-		Ready:         []handlers.ReadyCheck{{Name: "netbox", Check: a.netbox.Ping}, {Name: "kubernetes", Check: a.install.Ping}}})
+		OperatorToken: sec.operator, NodesNeedTLS: cfg.TLS.Cert != "",
+		NodeLimits: handlers.Limits{PerMinute: cfg.Limits.NodeRequestsPerMinute, Burst: cfg.Limits.NodeBurst},
+		Ready:      []handlers.ReadyCheck{{Name: "netbox", Check: a.netbox.Ping}, {Name: "kubernetes", Check: a.install.Ping}}})
 	if err != nil {
 		return nil, err
 	}
-	a.server = &http.Server{Addr: cfg.Listen.HTTP, Handler: h, ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout: 30 * time.Second, WriteTimeout: 60 * time.Second, IdleTimeout: 120 * time.Second,
-		BaseContext: func(net.Listener) context.Context { return ctx }}
+	a.servers = []listener{{key: "listen.http", srv: newHTTPServer(ctx, cfg.Listen.HTTP, h)}}
+	if cfg.TLS.Cert != "" {
+		cert, err := tls.LoadX509KeyPair(cfg.Path(cfg.TLS.Cert), cfg.Path(cfg.TLS.Key))
+		if err != nil {
+			return nil, fmt.Errorf("tls: %w", err)
+		}
+		srv := newHTTPServer(ctx, cfg.Listen.HTTPS, h)
+		srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		a.servers = append(a.servers, listener{key: "listen.https", srv: srv, tls: true})
+	}
 	return a, nil
+}
+
+// listener is one of fleetd's HTTP servers and the config key it comes from.
+type listener struct {
+	key string
+	srv *http.Server
+	tls bool
+}
+
+// newHTTPServer bounds every phase of a request, so a slow or stalled client holds nothing for
+// long: headers within 5 s, the body within 30 s, the answer within 60 s.
+func newHTTPServer(ctx context.Context, addr string, h http.Handler) *http.Server {
+	return &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second,
+		WriteTimeout: 60 * time.Second, IdleTimeout: 120 * time.Second, MaxHeaderBytes: 64 << 10,
+		BaseContext: func(net.Listener) context.Context { return ctx }}
 }
 
 // secrets are the contents of the secret files the config names.
@@ -255,19 +279,26 @@ func newKeaWriter(cfg *config.Config, log zerolog.Logger, reg prometheus.Registe
 // run serves until ctx ends, then shuts the HTTP server down gracefully.
 func (a *app) run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
-	g.Go(func() error {
-		err := a.server.ListenAndServe()
-		if errors.Is(err, http.ErrServerClosed) {
-			return nil
-		}
-		return fmt.Errorf("listen.http %s: %w", a.cfg.Listen.HTTP, err)
-	})
-	g.Go(func() error {
-		<-ctx.Done()
-		shut, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		return a.server.Shutdown(shut)
-	})
+	for _, l := range a.servers {
+		g.Go(func() error {
+			var err error
+			if l.tls {
+				err = l.srv.ListenAndServeTLS("", "")
+			} else {
+				err = l.srv.ListenAndServe()
+			}
+			if errors.Is(err, http.ErrServerClosed) {
+				return nil
+			}
+			return fmt.Errorf("%s %s: %w", l.key, l.srv.Addr, err)
+		})
+		g.Go(func() error {
+			<-ctx.Done()
+			shut, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			return l.srv.Shutdown(shut)
+		})
+	}
 	g.Go(func() error {
 		return a.service.Run(ctx, a.cfg.Reconcile.Interval.D(), func(ctx context.Context, devices []fleet.Device) {
 			a.syncKea(ctx, devices)

@@ -35,6 +35,8 @@ type Config struct {
 	Operator    Operator    `yaml:"operator"`
 	Reconcile   Reconcile   `yaml:"reconcile"`
 	BootCheck   BootCheck   `yaml:"boot_check"`
+	TLS         TLS         `yaml:"tls"`
+	Limits      Limits      `yaml:"limits"`
 	Log         Log         `yaml:"log"`
 
 	dir string // the config file's directory; relative paths in the file are relative to it
@@ -42,7 +44,21 @@ type Config struct {
 
 // Listen is where fleetd serves.
 type Listen struct {
-	HTTP string `yaml:"http"` // NetBox webhooks, operator routes, node routes, health and metrics
+	HTTP  string `yaml:"http"`  // every route; node routes only when tls is not configured
+	HTTPS string `yaml:"https"` // every route over TLS (tls.cert/tls.key); required when tls is set
+}
+
+// TLS is fleetd's server certificate for the node-facing routes (the configurations it serves
+// hold cluster secrets). When set, node routes are refused on the plain listener.
+type TLS struct {
+	Cert string `yaml:"cert"` // PEM: the server certificate, then its chain
+	Key  string `yaml:"key"`
+}
+
+// Limits bound what one source address may ask of the node-facing routes.
+type Limits struct {
+	NodeRequestsPerMinute float64 `yaml:"node_requests_per_minute"`
+	NodeBurst             int     `yaml:"node_burst"`
 }
 
 // NetBox is how fleetd reaches NetBox and checks its webhooks.
@@ -219,6 +235,12 @@ func (c *Config) defaults() {
 	def(&c.BootCheck.NonceLifetime, 5*time.Minute)
 	if c.Kea.ReservationsFile == "" {
 		c.Kea.ReservationsFile = "/var/lib/kea/fleet/reservations.json"
+	}
+	if c.Limits.NodeRequestsPerMinute == 0 {
+		c.Limits.NodeRequestsPerMinute = 60
+	}
+	if c.Limits.NodeBurst == 0 {
+		c.Limits.NodeBurst = 20
 	}
 	if c.Log.Level == "" {
 		c.Log.Level = "info"

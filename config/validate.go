@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"strings"
 	"time"
 )
 
@@ -41,6 +42,19 @@ func (c *Config) validate() error {
 		if err := httpURL(c.PublicURL); err != nil {
 			bad("public_url", "%v", err)
 		}
+	}
+	if c.TLS.Cert != "" || c.TLS.Key != "" || c.Listen.HTTPS != "" {
+		file("tls.cert", c.TLS.Cert)
+		file("tls.key", c.TLS.Key)
+		if err := hostPort(c.Listen.HTTPS); err != nil {
+			bad("listen.https", "%q is not host:port (needed with tls)", c.Listen.HTTPS)
+		}
+		if !strings.HasPrefix(c.PublicURL, "https://") {
+			bad("public_url", "%q must be https:// when tls is set: agents and nodes reach the node routes over TLS only", c.PublicURL)
+		}
+	}
+	if c.Limits.NodeRequestsPerMinute < 0 || c.Limits.NodeBurst < 0 {
+		bad("limits", "node_requests_per_minute and node_burst must not be negative")
 	}
 	if need("netbox.url", c.NetBox.URL) {
 		if err := httpURL(c.NetBox.URL); err != nil {

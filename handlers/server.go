@@ -28,11 +28,17 @@ type Deps struct {
 	Gatherer      prometheus.Gatherer
 	OperatorToken []byte
 	Logger        zerolog.Logger
+	// NodesNeedTLS refuses node-facing routes on connections without TLS (set when fleetd has a
+	// TLS listener: the configurations it serves hold cluster secrets).
+	NodesNeedTLS bool
+	// NodeLimits rate-limits node-facing routes per source address.
+	NodeLimits Limits
 }
 
 // Server is fleetd's HTTP handler.
 type Server struct {
 	deps    Deps
+	limiter *addrLimiter
 	handler http.Handler
 }
 
@@ -41,7 +47,7 @@ func New(deps Deps) (*Server, error) {
 	if len(deps.OperatorToken) == 0 {
 		return nil, errors.New("new handlers: no operator token (operator.token_file)")
 	}
-	s := &Server{deps: deps}
+	s := &Server{deps: deps, limiter: newAddrLimiter(deps.NodeLimits)}
 	byName := map[string]http.Handler{
 		"webhook":           deps.Webhooks.Handler("inventory"),
 		"webhook-provision": deps.Webhooks.Handler("provision"),
@@ -62,7 +68,7 @@ func New(deps Deps) (*Server, error) {
 		"readyz":            http.HandlerFunc(s.readyz),
 		"metrics":           promhttp.HandlerFor(deps.Gatherer, promhttp.HandlerOpts{}),
 	}
-	r, err := router(Table(), byName, func(rt Route, h http.Handler) http.Handler { return wrap(deps.Logger, rt, h) })
+	r, err := router(Table(), byName, func(rt Route, h http.Handler) http.Handler { return wrap(deps.Logger, rt, s.guard(rt, h)) })
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,98 @@
+package handlers
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/folly-infra/fleetd/fleet"
+	"github.com/folly-infra/fleetd/fleet/fleettest"
+	"github.com/folly-infra/fleetd/webhook"
+)
+
+func guardedServer(t *testing.T, tlsOnly bool, limits Limits) *Server {
+	t.Helper()
+	pending, _ := fleet.NewPending(fleet.PendingConfig{Clock: fleet.SystemClock{}})
+	svc, err := fleet.NewService(fleet.Config{FleetdURL: "https://spore"}, fleet.Deps{Inventory: fleettest.NewInventory(),
+		Installer: fleettest.NewInstaller(), Pending: pending, Clock: fleet.SystemClock{}, Random: strings.NewReader("")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, _ := webhook.New(webhook.Config{Secret: []byte("s")}, webhook.Deps{Reconciler: svc})
+	s, err := New(Deps{Service: svc, Webhooks: in, Gatherer: prometheus.NewRegistry(), OperatorToken: []byte("t"),
+		Logger: zerolog.Nop(), NodesNeedTLS: tlsOnly, NodeLimits: limits})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestNodeRoutesNeedTLS(t *testing.T) {
+	s := guardedServer(t, true, Limits{})
+	plain := httptest.NewServer(s)
+	defer plain.Close()
+	secure := httptest.NewTLSServer(s)
+	defer secure.Close()
+	rows := []struct {
+		name   string
+		client *http.Client
+		base   string
+		path   string
+		want   int
+	}{
+		{"refuse/enrollment over plain HTTP", plain.Client(), plain.URL, "/v1/attest/challenge", 403},
+		{"refuse/configuration over plain HTTP", plain.Client(), plain.URL, "/v1/config/talos?uuid=x", 403},
+		{"refuse/boot check over plain HTTP", plain.Client(), plain.URL, "/v1/boot-check", 403},
+		{"ok/enrollment over TLS reaches the handler (empty body: 400)", secure.Client(), secure.URL, "/v1/attest/challenge", 400},
+		{"ok/health over plain HTTP", plain.Client(), plain.URL, "/healthz", 200},
+	}
+	for _, r := range rows {
+		t.Run(r.name, func(t *testing.T) {
+			method := "POST"
+			if strings.HasPrefix(r.path, "/v1/config") || r.path == "/healthz" {
+				method = "GET"
+			}
+			req, _ := http.NewRequest(method, r.base+r.path, strings.NewReader(""))
+			resp, err := r.client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != r.want {
+				t.Fatalf("%s %s: %d, want %d", method, r.path, resp.StatusCode, r.want)
+			}
+		})
+	}
+}
+
+func TestNodeRoutesRateLimited(t *testing.T) {
+	s := guardedServer(t, false, Limits{PerMinute: 1, Burst: 3})
+	srv := httptest.NewServer(s)
+	defer srv.Close()
+	codes := []int{}
+	for i := 0; i < 5; i++ {
+		resp, err := http.Get(srv.URL + "/v1/config/seed?uuid=x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		codes = append(codes, resp.StatusCode)
+		if resp.StatusCode == 429 && resp.Header.Get("Retry-After") == "" {
+			t.Error("429 without Retry-After")
+		}
+	}
+	want := []int{404, 404, 404, 429, 429} // three in the burst reach fleetd (no such device), then the limit
+	for i := range want {
+		if codes[i] != want[i] {
+			t.Fatalf("codes %v, want %v", codes, want)
+		}
+	}
+	resp, err := http.Get(srv.URL + "/healthz")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("health check limited too: %v %v", resp.StatusCode, err)
+	}
+}
