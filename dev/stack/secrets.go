@@ -8,6 +8,7 @@ import (
 
 	"github.com/folly-infra/fleetd/dev/netboxemu"
 	"github.com/folly-infra/fleetd/fleet"
+	"github.com/folly-infra/fleetd/pki"
 )
 
 // NetBox users of the stack: the owner acts with the admin token, fleetd with its own (its
@@ -24,7 +25,8 @@ type generated struct {
 
 // generateSecrets writes every secret fleetd reads into the state directory, mode 0600: the
 // webhook secret, the operator token, the attestation token key (32 random bytes, hex), a Talos
-// secrets bundle, and the LDevID and LAK CAs (issuing CA and root; the keys). The NetBox tokens
+// secrets bundle, and the LDevID and LAK CAs (pki.NewCA: an ECDSA P-256 root and issuing CA;
+// ca/<name>.pem holds the issuing CA then the root, ca/<name>.key its key). The NetBox tokens
 // follow in addTokens, once the emulator runs.
 func generateSecrets(p paths, rnd io.Reader, clock fleet.Clock) (*generated, error) {
 	g := &generated{}
@@ -49,15 +51,12 @@ func generateSecrets(p paths, rnd io.Reader, clock fleet.Clock) (*generated, err
 			return nil, err
 		}
 	}
-	for _, ca := range []struct{ name, cert, key string }{
-		{"fleetsim LDevID", p.ldevidCert, p.ldevidKey},
-		{"fleetsim LAK", p.lakCert, p.lakKey},
-	} {
-		c, err := newDevCA(ca.name, rnd, clock.Now())
+	for _, ca := range []struct{ name, base string }{{"fleetsim LDevID", "ldevid"}, {"fleetsim LAK", "lak"}} {
+		c, _, err := pki.NewCA(pki.NewCAConfig{Name: ca.name, Rand: rnd, Now: clock.Now})
 		if err != nil {
 			return nil, err
 		}
-		if err := c.writeFiles(ca.cert, ca.key); err != nil {
+		if _, err := c.WriteFiles(p.ca, ca.base); err != nil {
 			return nil, fmt.Errorf("write the %s CA: %w", ca.name, err)
 		}
 	}
