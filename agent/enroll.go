@@ -133,7 +133,7 @@ func (e *enrollment) run(ctx context.Context, tpm *TPM) error {
 	e.log.Info().Str("step", "evidence").Str("outcome", "ok").Str("disk", res.Disk).Msg("fleetd accepted the evidence")
 
 	// Step 6: check the answer against what this machine sent, then write the files.
-	return e.write(res, ld, ak, ev.Disks)
+	return e.write(res, ld, ak, ev.LAKBlob, ev.Disks)
 }
 
 // answer runs the TPM operations the challenge asks for.
@@ -150,15 +150,22 @@ func (e *enrollment) answer(tpm *TPM, ak *attest.AK, ch api.ChallengeResponse) (
 	if err != nil {
 		return nil, nil, &TPMError{Op: "create LDevID", Err: err}
 	}
+	// The AK's blob goes to fleetd too: a provision delivers it to the installed node in its
+	// configuration, with the LAK certificate (HookOS's /workflow does not survive the reboot).
+	blob, err := ak.Marshal()
+	if err != nil {
+		return nil, nil, &TPMError{Op: "marshal AK", Err: err}
+	}
 	ev := &api.EvidenceRequest{Device: e.cfg.Device, Token: ch.Token, Secret: secret,
-		Platform: api.NewPlatform(pp), LDevID: api.NewCertification(ld.Certification)}
+		Platform: api.NewPlatform(pp), LDevID: api.NewCertification(ld.Certification), LAKBlob: blob}
 	return ev, ld, nil
 }
 
-// write checks fleetd's answer and writes the files, the disk authorization last. A wipe or a
-// retirement ends the device's identity, so fleetd sends no certificates for them and only the
-// disk authorization is written.
-func (e *enrollment) write(res api.EvidenceResponse, ld *LDevIDKey, ak *attest.AK, disks []api.Disk) error {
+// write checks fleetd's answer and writes the files, the disk authorization last. Only a
+// provision issues certificates: an attest leaves the node its LDevID and LAK, and a wipe or a
+// retirement ends the device's identity, so for them only the disk authorization is written.
+// blob is the AK's blob sent with the evidence, written as lak.blob.
+func (e *enrollment) write(res api.EvidenceResponse, ld *LDevIDKey, ak *attest.AK, blob []byte, disks []api.Disk) error {
 	if !slices.ContainsFunc(disks, func(d api.Disk) bool { return d.Path == res.Disk }) {
 		return &FleetdError{Op: "check the disk", Err: fmt.Errorf("fleetd authorized %q, which is not a disk this machine reported", res.Disk)}
 	}
@@ -166,7 +173,7 @@ func (e *enrollment) write(res api.EvidenceResponse, ld *LDevIDKey, ak *attest.A
 		if err := writeFile(e.cfg.WorkflowDir, FileDisk, []byte(res.Disk+"\n"), 0o644); err != nil {
 			return err
 		}
-		e.log.Info().Str("step", "write").Str("outcome", "ok").Str("dir", e.cfg.WorkflowDir).Msg("attested; no certificates (wipe or retirement)")
+		e.log.Info().Str("step", "write").Str("outcome", "ok").Str("dir", e.cfg.WorkflowDir).Msg("attested; no certificates (attest, wipe or retirement)")
 		return nil
 	}
 	ldPub, err := tpm2.DecodePublic(ld.Public)
@@ -184,10 +191,6 @@ func (e *enrollment) write(res api.EvidenceResponse, ld *LDevIDKey, ak *attest.A
 	lakPEM, err := chainPEM(res.LAKChain, ak.Public())
 	if err != nil {
 		return &FleetdError{Op: "check the LAK certificate", Err: err}
-	}
-	blob, err := ak.Marshal()
-	if err != nil {
-		return &TPMError{Op: "marshal AK", Err: err}
 	}
 	files := []struct {
 		name string

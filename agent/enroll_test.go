@@ -1,6 +1,7 @@
 package agent_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/x509"
 	"os"
@@ -118,6 +119,9 @@ func checkFiles(t *testing.T, stub *fleetdStub, wf, devRoot string) {
 		if st.Mode().Perm() != want {
 			t.Errorf("%s has mode %v, want %v", name, st.Mode().Perm(), want)
 		}
+	}
+	if sent := stub.sentLAKBlob(); len(sent) == 0 || !bytes.Equal(readFile(t, wf, agent.FileLAKBlob), sent) {
+		t.Errorf("lak.blob differs from the lak_blob sent to fleetd (%d bytes), which fleetd delivers to the node", len(sent))
 	}
 	if got, want := string(readFile(t, wf, agent.FileDisk)), filepath.Join(devRoot, "disk/by-id", nvmeLink)+"\n"; got != want {
 		t.Errorf("disk = %q, want %q", got, want)

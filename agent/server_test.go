@@ -31,6 +31,14 @@ type fleetdStub struct {
 	calls    map[string]int              // attempts per path
 	failNext map[string]int              // answer this many attempts of a path with 503 first
 	mangle   func(*api.EvidenceResponse) // changes a successful evidence answer (a misbehaving fleetd)
+	lakBlob  []byte                      // the lak_blob of the last evidence request
+}
+
+// sentLAKBlob is the lak_blob the last evidence request carried.
+func (s *fleetdStub) sentLAKBlob() []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lakBlob
 }
 
 type stubDevice struct {
@@ -151,6 +159,9 @@ func (s *fleetdStub) evidence(r *http.Request) (any, error) {
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 		return nil, err
 	}
+	s.mu.Lock()
+	s.lakBlob = req.LAKBlob
+	s.mu.Unlock()
 	d := s.devices[req.Device]
 	tok, err := s.sealer.Open(req.Token, attest.Binding{DeviceID: d.id, Device: req.Device, ApprovedEKs: d.ekHashes,
 		ClaimedAKPublic: req.Platform.AKPublic})

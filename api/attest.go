@@ -15,9 +15,11 @@
 //  2. POST /v1/attest/evidence (EvidenceRequest → EvidenceResponse). The agent sends the token
 //     back with the activated secret, quotes over every PCR bank with the nonce, the PCR values
 //     and the measured-boot event log, the certification of a new LDevID key (certified by the
-//     AK with the nonce as qualifying data), its SMBIOS UUID and serial, and the disks it sees.
-//     fleetd verifies all of it, issues the LDevID and LAK certificates, and answers with them
-//     and the by-id path of the declared disk: the authorization to wipe it.
+//     AK with the nonce as qualifying data), its SMBIOS UUID and serial, the disks it sees, and
+//     the AK's TPM-wrapped blob. fleetd verifies all of it and, for a provision only, issues the
+//     LDevID and LAK certificates and puts the LAK files into the node's configuration; it
+//     answers with the certificates (none for attest, wipe and retirement) and the by-id path of
+//     the declared disk: the authorization to wipe it.
 //
 // Any refusal is a 4xx with an Error body whose code names the failed check; the agent exits
 // with it and the Workflow fails before anything is wiped.
@@ -106,6 +108,14 @@ type EvidenceRequest struct {
 	LDevID   Certification `json:"ldevid"`
 	SMBIOS   SMBIOS        `json:"smbios"`
 	Disks    []Disk        `json:"disks"`
+	// LAKBlob is the AK as go-attestation's AK.Marshal() returns it, what the agent writes to
+	// lak.blob: the AK's public area and its private part wrapped by the TPM's storage key, so it
+	// can be loaded (attest.TPM.LoadAK) only in the TPM that created it and is no secret
+	// elsewhere. For a provision fleetd puts it, with the LAK certificate, into the node's
+	// configuration, which delivers both to the installed node for its boot checks (SPEC §5);
+	// fleetd does not interpret it. Untrusted: a blob that does not hold the certified AK makes
+	// only that node's boot checks fail, on the node, before anything is sent.
+	LAKBlob []byte `json:"lak_blob"`
 }
 
 // Platform is go-attestation's PlatformParameters: quotes of every PCR bank by the AK.
@@ -196,9 +206,12 @@ type Disk struct {
 	Path   string `json:"path"` // its /dev/disk/by-id path
 }
 
-// EvidenceResponse is the second round trip's answer: the enrollment succeeded. For a wipe or a
-// retirement both chains are empty: those requests end the device's identity, so no certificate
-// is issued, and only the disk authorization is given.
+// EvidenceResponse is the second round trip's answer: the enrollment succeeded. Only a provision
+// issues certificates. For an attest both chains are empty: the node keeps the LDevID and LAK it
+// was provisioned with (its boot checks read them from its own disk), and the attest only proves
+// the machine again and clears its boot baseline. For a wipe or a retirement both chains are
+// empty too: those requests end the device's identity. Without certificates only the disk
+// authorization is given.
 type EvidenceResponse struct {
 	LDevIDChain [][]byte `json:"ldevid_chain"` // DER certificates, the LDevID leaf first, then its chain
 	LAKChain    [][]byte `json:"lak_chain"`    // DER certificates, the LAK leaf first, then its chain
