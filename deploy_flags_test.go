@@ -15,7 +15,7 @@ func TestDeployFlagsExist(t *testing.T) {
 		flags []string
 		where string
 	}{
-		{cmd: "serve", flags: []string{"--config", "--listen"}, where: "deploy/systemd/fleetd.service, deploy/nixos/fleetd.nix (services.fleetd.listen)"},
+		{cmd: "serve", flags: []string{"--config", "--listen-http", "--listen-https"}, where: "deploy/systemd/fleetd.service and deploy/nixos/fleetd.nix (services.fleetd.listen.http/https)"},
 		{cmd: "boot-check", flags: bootCheckArgs[1:], where: "every boot check file in deploy/ (bootCheckArgs)"},
 		{cmd: "enroll", flags: []string{"--tpm", "--workflow-dir", "--ca-file"}, where: "deploy/README.md"},
 	} {

@@ -196,15 +196,24 @@ func TestNixOSModule(t *testing.T) {
 			}
 			verifyNixOS(t, c, 2.0)
 		}},
-		{name: "ok/listen", values: spore(map[string]any{"listen": "[::]:8443", "openFirewall": true}), check: func(t *testing.T, c nixosConfig) {
-			got := c.Systemd.Services["fleetd"].ServiceConfig
-			if !strings.HasSuffix(got["ExecStart"].(string), " --listen '[::]:8443'") || got["SocketBindAllow"] != "tcp:8443" ||
-				got["SocketBindDeny"] != "any" || !slices.Equal(c.Networking.Firewall.AllowedTCPPorts, []int{8443}) {
-				t.Errorf("ExecStart %v, SocketBind %v/%v, firewall %v; want --listen [::]:8443, tcp:8443/any, [8443]",
-					got["ExecStart"], got["SocketBindAllow"], got["SocketBindDeny"], c.Networking.Firewall.AllowedTCPPorts)
-			}
-			verifyNixOS(t, c, 2.0)
-		}},
+		{name: "ok/listen", values: spore(map[string]any{"listen": map[string]string{"http": "127.0.0.1:8080", "https": "[::]:8443"}, "openFirewall": true}),
+			check: func(t *testing.T, c nixosConfig) {
+				got := c.Systemd.Services["fleetd"].ServiceConfig
+				if !strings.HasSuffix(got["ExecStart"].(string), " --listen-http 127.0.0.1:8080 --listen-https '[::]:8443'") ||
+					!slices.Equal(anys(got["SocketBindAllow"]), []any{"tcp:8080", "tcp:8443"}) || got["SocketBindDeny"] != "any" ||
+					!slices.Equal(c.Networking.Firewall.AllowedTCPPorts, []int{8080, 8443}) {
+					t.Errorf("ExecStart %v, SocketBind %v/%v, firewall %v; want both listen flags, tcp:8080 tcp:8443/any, [8080 8443]",
+						got["ExecStart"], got["SocketBindAllow"], got["SocketBindDeny"], c.Networking.Firewall.AllowedTCPPorts)
+				}
+				verifyNixOS(t, c, 2.0)
+			}},
+		{name: "ok/listen-unrestricted", values: spore(map[string]any{"listen": map[string]string{"https": ":8443"}, "restrictBind": false}),
+			check: func(t *testing.T, c nixosConfig) {
+				got := c.Systemd.Services["fleetd"].ServiceConfig
+				if !strings.HasSuffix(got["ExecStart"].(string), " --listen-https :8443") || got["SocketBindAllow"] != nil || got["SocketBindDeny"] != nil {
+					t.Errorf("ExecStart %v, SocketBind %v/%v; want --listen-https :8443 and no bind restriction", got["ExecStart"], got["SocketBindAllow"], got["SocketBindDeny"])
+				}
+			}},
 		{name: "ok/kea-elsewhere", values: spore(map[string]any{"keaReservationsDir": "/srv/kea/fleet", "keaGroup": "_kea", "extraGroups": []string{"adm"}}),
 			check: func(t *testing.T, c nixosConfig) {
 				got := c.Systemd.Services["fleetd"].ServiceConfig
@@ -215,11 +224,11 @@ func TestNixOSModule(t *testing.T) {
 			}},
 		{name: "refuse/firewall-without-listen", values: spore(map[string]any{"openFirewall": true}), check: func(t *testing.T, c nixosConfig) {
 			for _, a := range c.Assertions {
-				if !a.Assertion && strings.Contains(a.Message, "needs services.fleetd.listen") {
+				if !a.Assertion && strings.Contains(a.Message, "needs services.fleetd.listen.http or .https") {
 					return
 				}
 			}
-			t.Errorf("no failing assertion names services.fleetd.listen: %+v", c.Assertions)
+			t.Errorf("no failing assertion names services.fleetd.listen.http or .https: %+v", c.Assertions)
 		}},
 		{name: "ok/node", values: map[string]map[string]any{"fleetd-boot-check": {"enable": true, "package": pkg, "url": "https://spore.lan:8443"}},
 			check: func(t *testing.T, c nixosConfig) {

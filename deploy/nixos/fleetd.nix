@@ -17,9 +17,12 @@ let
   cfg = config.services.fleetd;
   check = config.services.fleetd-boot-check;
   credentialDir = "/run/credentials/fleetd.service";
-  # The last ":"-separated field of "host:port", "[::1]:8080" or ":8080".
-  listenPort = lib.toInt (lib.last (lib.splitString ":" cfg.listen));
-  listenArgs = lib.optionals (cfg.listen != null) [ "--listen" cfg.listen ];
+  # The listeners set here, by fleetd.yaml key (http, https); each overrides listen.<key>.
+  listeners = lib.filterAttrs (key: addr: addr != null) cfg.listen;
+  listenArgs = lib.concatLists (lib.mapAttrsToList (key: addr: [ "--listen-${key}" addr ]) listeners);
+  # The last ":"-separated field of "host:port", "[::1]:8443" or ":8443".
+  port = addr: lib.toInt (lib.last (lib.splitString ":" addr));
+  listenPorts = map port (lib.attrValues listeners);
 
   # What every fleetd process keeps from the host: nothing it does not need (systemd.exec(5)).
   hardening = {
@@ -80,20 +83,34 @@ in
       '';
     };
 
-    listen = mkOption {
-      type = types.nullOr types.str;
-      default = null;
-      example = "10.0.0.2:8080";
+    listen = {
+      http = mkOption {
+        type = types.nullOr types.str;
+        default = null;
+        example = "127.0.0.1:8080";
+        description = "host:port of the plain listener (`fleetd serve --listen-http`, over listen.http).";
+      };
+      https = mkOption {
+        type = types.nullOr types.str;
+        default = null;
+        example = ":8443";
+        description = "host:port of the TLS listener (`fleetd serve --listen-https`, over listen.https).";
+      };
+    };
+
+    restrictBind = mkOption {
+      type = types.bool;
+      default = true;
       description = ''
-        host:port fleetd serves on, passed as `fleetd serve --listen` (it overrides listen.http in
-        fleetd.yaml); the service may then bind this port and no other. null: listen.http.
+        When any `listen` address is set, let the service bind those ports and no other (systemd's
+        SocketBindAllow=). Set every listener fleetd.yaml enables here, or turn this off.
       '';
     };
 
     openFirewall = mkOption {
       type = types.bool;
       default = false;
-      description = "Open the `listen` port in the firewall (needs `listen`).";
+      description = "Open the ports of the `listen` addresses in the firewall.";
     };
 
     keaReservationsDir = mkOption {
@@ -166,11 +183,11 @@ in
       systemd.tmpfiles.rules = [ "d ${cfg.keaReservationsDir} 0755 fleetd ${cfg.keaGroup} - -" ];
 
       assertions = [{
-        assertion = cfg.openFirewall -> cfg.listen != null;
-        message = "services.fleetd.openFirewall needs services.fleetd.listen (the port to open).";
+        assertion = cfg.openFirewall -> listeners != { };
+        message = "services.fleetd.openFirewall needs services.fleetd.listen.http or .https (the ports to open).";
       }];
 
-      networking.firewall.allowedTCPPorts = lib.optional (cfg.openFirewall && cfg.listen != null) listenPort;
+      networking.firewall.allowedTCPPorts = lib.optionals cfg.openFirewall listenPorts;
 
       systemd.services.fleetd = {
         description = "fleetd: NetBox-driven enrollment and provisioning";
@@ -192,8 +209,8 @@ in
           PrivateDevices = true;
           DevicePolicy = "closed";
           RestrictAddressFamilies = [ "AF_INET" "AF_INET6" "AF_UNIX" ];
-        } // lib.optionalAttrs (cfg.listen != null) {
-          SocketBindAllow = "tcp:${toString listenPort}";
+        } // lib.optionalAttrs (cfg.restrictBind && listeners != { }) {
+          SocketBindAllow = map (p: "tcp:${toString p}") listenPorts;
           SocketBindDeny = "any";
         };
       };

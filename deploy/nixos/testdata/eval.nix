@@ -37,10 +37,20 @@ let
     optionals = cond: l: if cond then l else [ ];
     optionalAttrs = cond: attrs: if cond then attrs else { };
     mapAttrsToList = f: attrs: map (n: f n attrs.${n}) (builtins.attrNames attrs);
+    filterAttrs = pred: attrs:
+      builtins.removeAttrs attrs (builtins.filter (n: !pred n attrs.${n}) (builtins.attrNames attrs));
+    attrValues = attrs: map (n: attrs.${n}) (builtins.attrNames attrs);
+    concatLists = builtins.concatLists;
     escapeShellArgs = l: builtins.concatStringsSep " " (map escapeShellArg l);
   };
+  # Options may nest (listen.http); an attribute set that is not an option is a group of them.
   fill = options: given:
-    builtins.mapAttrs (n: o: if given ? ${n} then given.${n} else o.default) options;
+    builtins.mapAttrs
+      (n: o:
+        if (o._type or null) != "option" then fill o (given.${n} or { })
+        else if given ? ${n} then given.${n}
+        else o.default)
+      options;
   module = import ../fleetd.nix { inherit config lib; pkgs = { }; };
   config.services = builtins.mapAttrs (n: options: fill options (user.${n} or { })) module.options.services;
 in
