@@ -36,10 +36,12 @@ func serve(ctx context.Context, args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfgPath := fs.String("config", "fleetd.yaml", "the config file")
+	listenHTTP := fs.String("listen-http", "", "override listen.http (host:port)")
+	listenHTTPS := fs.String("listen-https", "", "override listen.https (host:port; needs tls in the config)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	cfg, err := config.Load(*cfgPath)
+	cfg, err := config.Load(*cfgPath, config.Override{ListenHTTP: *listenHTTP, ListenHTTPS: *listenHTTPS})
 	if err != nil {
 		fmt.Fprintf(stderr, "fleetd serve: %v\n", err)
 		return 1

@@ -170,23 +170,29 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 // D returns the value as a time.Duration.
 func (d Duration) D() time.Duration { return time.Duration(d) }
 
-// Load reads and validates the config file at path.
-func Load(path string) (*Config, error) {
+// Override holds command-line values that replace the file's (the NixOS module passes the
+// listen addresses as flags). Empty fields leave the file's values.
+type Override struct {
+	ListenHTTP, ListenHTTPS string
+}
+
+// Load reads and validates the config file at path, with the overrides applied before validation.
+func Load(path string, o ...Override) (*Config, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("open config: %w", err)
 	}
 	defer f.Close()
-	c, err := Parse(f, filepath.Dir(path))
+	c, err := Parse(f, filepath.Dir(path), o...)
 	if err != nil {
 		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
 	return c, nil
 }
 
-// Parse decodes a config strictly, applies defaults and validates it as a whole. dir resolves
-// relative file names. The error lists every problem, one per line.
-func Parse(r io.Reader, dir string) (*Config, error) {
+// Parse decodes a config strictly, applies overrides and defaults, and validates it as a whole.
+// dir resolves relative file names. The error lists every problem, one per line.
+func Parse(r io.Reader, dir string, o ...Override) (*Config, error) {
 	raw, err := io.ReadAll(r)
 	if err != nil {
 		return nil, fmt.Errorf("read: %w", err)
@@ -199,6 +205,14 @@ func Parse(r io.Reader, dir string) (*Config, error) {
 			return nil, errors.New("the file is empty")
 		}
 		return nil, fmt.Errorf("decode: %s", strings.TrimPrefix(err.Error(), "yaml: "))
+	}
+	for _, ov := range o {
+		if ov.ListenHTTP != "" {
+			c.Listen.HTTP = ov.ListenHTTP
+		}
+		if ov.ListenHTTPS != "" {
+			c.Listen.HTTPS = ov.ListenHTTPS
+		}
 	}
 	c.defaults()
 	if err := c.validate(); err != nil {
