@@ -21,10 +21,14 @@ import (
 // error from Render is fleetd's own failure.
 var ErrConfigRejected = errors.New("configuration would be rejected")
 
-// NodeIdentity is what attestation verified about the machine the configuration is for.
+// NodeIdentity is what attestation verified about the machine the configuration is for, and the
+// files of the identity fleetd gave it.
 type NodeIdentity struct {
 	UUID   string // SMBIOS system UUID reported by the agent, bound to the attested TPM
 	Serial string // SMBIOS system serial reported by the agent, may be empty
+	// Files are delivered into NodeDir on the node by every kind of configuration (nodefiles.go):
+	// for a provision, the LAK files its boot checks read (LAKFiles).
+	Files []NodeFile
 }
 
 // NodeConfig is one rendered configuration, ready to be served once.
@@ -122,17 +126,20 @@ func (r *Renderer) Render(d Device, c Class, id NodeIdentity) (NodeConfig, error
 	if err := r.checkDevice(d); err != nil {
 		return NodeConfig{}, fmt.Errorf("render %s config for %s: %w", c.Kind, d.Name, err)
 	}
+	if err := checkNodeFiles(id.Files); err != nil {
+		return NodeConfig{}, fmt.Errorf("render %s config for %s: %w", c.Kind, d.Name, err)
+	}
 	var (
 		nc  NodeConfig
 		err error
 	)
 	switch c.Kind {
 	case KindTalos:
-		nc, err = r.renderTalos(d, c)
+		nc, err = r.renderTalos(d, c, id.Files)
 	case KindNixOS, KindAlpine:
 		nc, err = r.renderSeed(d, c, id)
 	case KindCloudInit:
-		nc, err = r.renderNoCloud(d, c)
+		nc, err = r.renderNoCloud(d, c, id.Files)
 	default:
 		err = fmt.Errorf("%w: class %s has kind %q, which fleetd cannot render", ErrConfigRejected, c.Name, c.Kind)
 	}

@@ -3,23 +3,29 @@ package fleet
 import (
 	"archive/tar"
 	"bytes"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
+
+	"gopkg.in/yaml.v3"
 )
 
 // The NoCloud seed of a cloud-init-nocloud class (SPEC §1 step 6): a tar with meta-data,
-// network-config and user-data that the install Workflow extracts into
-// /var/lib/cloud/seed/nocloud/ on the installed root filesystem (reference §4).
+// network-config, user-data and, when there are node files, vendor-data, that the install
+// Workflow extracts into /var/lib/cloud/seed/nocloud/ on the installed root filesystem
+// (reference §4; NoCloud reads vendor-data from the seed directory as an optional file).
 
 // nocloudInterface is the name network-config gives the primary interface (set-name).
 const nocloudInterface = "nic0"
 
 // renderNoCloud renders the seed tar. Entries are in a fixed order with fixed ownership, modes
-// and the clock's time, so the same inputs and randomness give the same bytes.
-func (r *Renderer) renderNoCloud(d Device, c Class) (NodeConfig, error) {
+// and the clock's time, so the same inputs and randomness give the same bytes. The class's
+// user-data is passed verbatim; the node files travel in vendor-data, which cloud-init runs with
+// it on the first boot.
+func (r *Renderer) renderNoCloud(d Device, c Class, nodeFiles []NodeFile) (NodeConfig, error) {
 	if c.CloudInit == nil || strings.TrimSpace(c.CloudInit.UserData) == "" {
 		return NodeConfig{}, fmt.Errorf("%w: class %s has no cloud_init.user_data", ErrConfigRejected, c.Name)
 	}
@@ -34,6 +40,12 @@ func (r *Renderer) renderNoCloud(d Device, c Class) (NodeConfig, error) {
 		{"meta-data", nocloudMetaData(iid, d.Name)},
 		{"network-config", r.nocloudNetworkConfig(d)},
 		{"user-data", c.CloudInit.UserData},
+	}
+	if len(nodeFiles) > 0 {
+		if err := checkUserDataKeepsVendorData(c); err != nil {
+			return NodeConfig{}, err
+		}
+		files = append(files, struct{ name, body string }{"vendor-data", nocloudVendorData(nodeFiles)})
 	}
 	mtime := r.cfg.Clock.Now().UTC().Truncate(1e9)
 	var buf bytes.Buffer
@@ -92,6 +104,48 @@ func (r *Renderer) nocloudNetworkConfig(d Device) string {
 		fmt.Fprintf(&b, "        - %s\n", yq(a.String()))
 	}
 	return b.String()
+}
+
+// nocloudVendorData is a #cloud-config whose write_files writes the node files, base64-encoded
+// (cloud-init's `encoding: b64`), owned by root, with their modes. write_files runs in
+// cloud-init's init stage and creates NodeDir (0755).
+func nocloudVendorData(files []NodeFile) string {
+	var b strings.Builder
+	b.WriteString("#cloud-config\n# fleetd: the files `fleetd boot-check` reads (docs/boot-checks.md)\nwrite_files:\n")
+	for _, f := range files {
+		fmt.Fprintf(&b, "  - path: %s\n", yq(f.Path()))
+		fmt.Fprintf(&b, "    owner: %s\n", yq("root:root"))
+		fmt.Fprintf(&b, "    permissions: %s\n", yq(fmt.Sprintf("%04o", f.Mode.Perm())))
+		fmt.Fprintf(&b, "    encoding: %s\n", yq("b64"))
+		fmt.Fprintf(&b, "    content: %s\n", yq(base64.StdEncoding.EncodeToString(f.Data)))
+	}
+	return b.String()
+}
+
+// checkUserDataKeepsVendorData refuses a class whose #cloud-config user-data would make
+// cloud-init drop the vendor-data's files. cloud-init merges the user's cloud-config over the
+// vendor's key by key, and a top-level key both set keeps the user's value whole
+// (cloudinit/helpers.py ConfigMerger: lists are not appended), so a user-data with its own
+// write_files silently loses the LAK files; `vendor_data: {enabled: false}` turns vendor-data
+// off. User-data in another format (a script, MIME multipart, jinja) is not looked into.
+func checkUserDataKeepsVendorData(c Class) error {
+	ud := c.CloudInit.UserData
+	if first, _, _ := strings.Cut(ud, "\n"); strings.TrimSpace(first) != "#cloud-config" {
+		return nil
+	}
+	var top map[string]any
+	if err := yaml.Unmarshal([]byte(ud), &top); err != nil {
+		return nil // cloud-init's own problem with the class, not one of the node files
+	}
+	if _, ok := top["write_files"]; ok {
+		return fmt.Errorf("%w: class %s's user-data sets write_files, so cloud-init would ignore the vendor-data's write_files, which carry the node's LAK files into %s: write those files another way (runcmd or bootcmd)",
+			ErrConfigRejected, c.Name, NodeDir)
+	}
+	if vd, ok := top["vendor_data"].(map[string]any); ok && strings.EqualFold(fmt.Sprint(vd["enabled"]), "false") {
+		return fmt.Errorf("%w: class %s's user-data turns vendor-data off (vendor_data.enabled false), which carries the node's LAK files into %s",
+			ErrConfigRejected, c.Name, NodeDir)
+	}
+	return nil
 }
 
 // yq quotes s as a YAML double-quoted scalar (a JSON string is one).

@@ -49,8 +49,8 @@ func TestRenderNoCloud(t *testing.T) {
 		t.Errorf("kind %q content type %q", nc.Kind, nc.ContentType)
 	}
 	names, files, headers := readTar(t, nc.Body)
-	if got := strings.Join(names, ","); got != "meta-data,network-config,user-data" {
-		t.Fatalf("tar entries %s, want meta-data,network-config,user-data in that order", got)
+	if got := strings.Join(names, ","); got != "meta-data,network-config,user-data,vendor-data" {
+		t.Fatalf("tar entries %s, want meta-data,network-config,user-data,vendor-data in that order", got)
 	}
 	for _, n := range names {
 		h := headers[n]

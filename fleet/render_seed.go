@@ -8,8 +8,9 @@ import (
 )
 
 // SeedVersion is the version of the seed document's schema (docs/seed-schema.md). A change that
-// an existing first-boot reader cannot ignore increments it.
-const SeedVersion = 1
+// an existing first-boot reader cannot ignore increments it: version 2 added files, which a
+// version 1 reader would skip, leaving the node without the LAK files its boot checks need.
+const SeedVersion = 2
 
 // Seed is the first-boot document of nixos-image and alpine-image nodes (SPEC §1 step 6),
 // documented field by field in docs/seed-schema.md.
@@ -25,6 +26,15 @@ type Seed struct {
 	NTP       []string          `json:"ntp"`
 	Endpoints map[string]string `json:"endpoints"`
 	Device    SeedDevice        `json:"device"`
+	Files     []SeedFile        `json:"files"` // the node files (nodefiles.go), written before anything else
+}
+
+// SeedFile is one file the first-boot reader writes, owned by root, creating its directory
+// (0755) when missing.
+type SeedFile struct {
+	Path          string `json:"path"`           // absolute, under /var/lib/fleetd-node
+	Mode          string `json:"mode"`           // octal permission bits, e.g. "0600"
+	ContentBase64 []byte `json:"content_base64"` // the bytes, standard base64 in the JSON
 }
 
 // SeedDevice identifies the machine the seed was rendered for, so the node can check it booted on
@@ -60,6 +70,10 @@ func (r *Renderer) renderSeed(d Device, c Class, id NodeIdentity) (NodeConfig, e
 		Endpoints: map[string]string{},
 		Device: SeedDevice{Name: d.Name, NetBoxID: d.ID, MAC: string(d.PrimaryMAC()),
 			UUID: id.UUID, Serial: id.Serial, DiskSerial: d.Declared.DiskSerial},
+		Files: []SeedFile{},
+	}
+	for _, f := range id.Files {
+		s.Files = append(s.Files, SeedFile{Path: f.Path(), Mode: fmt.Sprintf("%04o", f.Mode.Perm()), ContentBase64: f.Data})
 	}
 	for k, v := range r.cfg.Endpoints {
 		s.Endpoints[k] = v

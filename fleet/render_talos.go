@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"regexp"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/siderolabs/talos/pkg/machinery/config"
 	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
@@ -74,9 +76,10 @@ func newTalosGenerator(cfg RenderConfig) (*talosGenerator, []error) {
 }
 
 // renderTalos generates the machine config for the class's machine type, applies the class's
-// patches in order and then the node's own patch, and validates the result the way machined
-// does after downloading it (configloader, then Validate in metal mode).
-func (r *Renderer) renderTalos(d Device, c Class) (NodeConfig, error) {
+// patches in order and then the node's own patch (with the node files as machine.files), and
+// validates the result the way machined does after downloading it (configloader, then Validate
+// in metal mode), and its machine.files the way machined writes them at boot.
+func (r *Renderer) renderTalos(d Device, c Class, files []NodeFile) (NodeConfig, error) {
 	if r.talos == nil {
 		return NodeConfig{}, errors.New("no Talos secrets bundle is configured: name one in fleetd.yaml")
 	}
@@ -99,7 +102,7 @@ func (r *Renderer) renderTalos(d Device, c Class) (NodeConfig, error) {
 	if err != nil {
 		return NodeConfig{}, fmt.Errorf("generate Talos %s config: %w", c.Talos.MachineType, err)
 	}
-	patches, err := r.talosPatches(d, c)
+	patches, err := r.talosPatches(d, c, files)
 	if err != nil {
 		return NodeConfig{}, err
 	}
@@ -130,7 +133,9 @@ func (r *Renderer) renderTalos(d Device, c Class) (NodeConfig, error) {
 
 // ValidateTalosConfig checks served bytes as machined checks a downloaded config: it loads them
 // with configloader and validates them in metal mode. The error wraps ErrConfigRejected and
-// carries Talos's own message.
+// carries Talos's own message. It also checks machine.files as machined's writeUserFiles task
+// does at every boot, which Validate does not: a file created outside /var, or an unknown op,
+// stops that boot (and Talos reboots into the same config).
 func ValidateTalosConfig(body []byte) (warnings []string, err error) {
 	p, err := configloader.NewFromBytes(body)
 	if err != nil {
@@ -140,11 +145,41 @@ func ValidateTalosConfig(body []byte) (warnings []string, err error) {
 	if err != nil {
 		return warnings, fmt.Errorf("%w: Talos validation in metal mode failed: %s", ErrConfigRejected, oneLine(err.Error()))
 	}
+	if p.Machine() == nil {
+		return warnings, nil
+	}
+	files, err := p.Machine().Files()
+	if err != nil {
+		return warnings, fmt.Errorf("%w: Talos cannot read machine.files: %s", ErrConfigRejected, oneLine(err.Error()))
+	}
+	for i, f := range files {
+		if err := checkTalosFile(f.Path(), f.Op()); err != nil {
+			return warnings, fmt.Errorf("%w: machine.files[%d]: %w", ErrConfigRejected, i, err)
+		}
+	}
 	return warnings, nil
 }
 
+// checkTalosFile is the check machined's writeUserFiles makes of a machine file before writing
+// it: the op is create, overwrite or append, and create is allowed only under /var (the root file
+// system is read-only), except in the two places machined handles itself (static pod manifests
+// and the CRI customization part).
+func checkTalosFile(path, op string) error {
+	switch op {
+	case "create", "overwrite", "append":
+	default:
+		return fmt.Errorf("%s has op %q; Talos knows create, overwrite and append", path, op)
+	}
+	special := filepath.Dir(path) == constants.ManifestsDirectory || path == filepath.Join("/etc", constants.CRICustomizationConfigPart)
+	first, _, _ := strings.Cut(strings.TrimLeft(path, "/"), "/")
+	if op == "create" && first != "var" && !special {
+		return fmt.Errorf("create %s: Talos creates machine files only under /var, and stops the boot otherwise", path)
+	}
+	return nil
+}
+
 // talosPatches loads the class's patches (in order) followed by the node's own.
-func (r *Renderer) talosPatches(d Device, c Class) ([]configpatcher.Patch, error) {
+func (r *Renderer) talosPatches(d Device, c Class, files []NodeFile) ([]configpatcher.Patch, error) {
 	patches := make([]configpatcher.Patch, 0, len(c.Talos.Patches)+1)
 	for i, raw := range c.Talos.Patches {
 		p, err := configpatcher.LoadPatch(raw)
@@ -153,7 +188,11 @@ func (r *Renderer) talosPatches(d Device, c Class) ([]configpatcher.Patch, error
 		}
 		patches = append(patches, p)
 	}
-	own, err := json.Marshal(r.talosNodePatch(d))
+	node, err := r.talosNodePatch(d, files)
+	if err != nil {
+		return nil, err
+	}
+	own, err := json.Marshal(node)
 	if err != nil {
 		return nil, fmt.Errorf("encode the node patch: %w", err)
 	}
@@ -165,8 +204,10 @@ func (r *Renderer) talosPatches(d Device, c Class) ([]configpatcher.Patch, error
 }
 
 // talosNodePatch is what only this node has: its hostname, the install disk selected by the
-// declared serial, and a static address on the interface with the device's primary MAC.
-func (r *Renderer) talosNodePatch(d Device) map[string]any {
+// declared serial, a static address on the interface with the device's primary MAC, and its node
+// files. Talos writes each machine file at every boot (op create replaces it) with its content
+// as a string, so a file must be UTF-8 text to survive the YAML (the agent's AK blob is JSON).
+func (r *Renderer) talosNodePatch(d Device, files []NodeFile) (map[string]any, error) {
 	network := map[string]any{
 		"hostname":    d.Name,
 		"nameservers": addrStrings(r.cfg.DNS),
@@ -184,7 +225,17 @@ func (r *Renderer) talosNodePatch(d Device) map[string]any {
 	if len(r.cfg.NTP) > 0 {
 		m["time"] = map[string]any{"servers": r.cfg.NTP}
 	}
-	return map[string]any{"machine": m}
+	if len(files) > 0 {
+		var mf []any
+		for _, f := range files {
+			if !utf8.Valid(f.Data) {
+				return nil, fmt.Errorf("%w: node file %s is not UTF-8 text, which a Talos machine file must be", ErrConfigRejected, f.Name)
+			}
+			mf = append(mf, map[string]any{"path": f.Path(), "permissions": uint32(f.Mode.Perm()), "op": "create", "content": string(f.Data)})
+		}
+		m["files"] = mf
+	}
+	return map[string]any{"machine": m}, nil
 }
 
 // checkDiskSerial refuses a serial Talos would read as a pattern: diskSelector fields are glob

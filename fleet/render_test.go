@@ -1,6 +1,7 @@
 package fleet_test
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"math/rand/v2"
@@ -85,7 +86,13 @@ var (
 	alpineClass  = fleet.Class{Name: "alpine-edge", Kind: fleet.KindAlpine, Installable: true, Profile: "edge"}
 	nocloudClass = fleet.Class{Name: "ubuntu", Kind: fleet.KindCloudInit, Installable: true,
 		CloudInit: &fleet.CloudInitClass{UserData: "#cloud-config\npackages: [htop]\n"}}
-	renderID = fleet.NodeIdentity{UUID: "4c4c4544-0042-3510-8052-b2c04f4e4b32", Serial: "SYS123"}
+	// renderFiles are node files as a provision passes them: the LAK chain as PEM and the AK blob,
+	// which go-attestation's AK.Marshal() writes as JSON.
+	renderFiles = []fleet.NodeFile{
+		{Name: fleet.NodeFileLAKCert, Mode: 0o644, Data: []byte("-----BEGIN CERTIFICATE-----\nMIIBkTCCATegAwIBAgIQ: #x\n-----END CERTIFICATE-----\n")},
+		{Name: fleet.NodeFileLAKBlob, Mode: 0o600, Data: []byte(`{"KeyEncoding":1,"TPMVersion":2,"Public":"AAEACwAFBHIAAAAQ","KeyBlob":"ACAg/w==","Name":""}`)},
+	}
+	renderID = fleet.NodeIdentity{UUID: "4c4c4544-0042-3510-8052-b2c04f4e4b32", Serial: "SYS123", Files: renderFiles}
 )
 
 func TestNewRendererRefusesBadConfig(t *testing.T) {
@@ -194,13 +201,17 @@ func TestRenderSeed(t *testing.T) {
 				t.Fatalf("seed is not JSON: %v", err)
 			}
 			want := map[string]any{
-				"version": 1.0, "hostname": "node-b", "class": c.Name, "kind": string(c.Kind), "profile": c.Profile,
+				"version": 2.0, "hostname": "node-b", "class": c.Name, "kind": string(c.Kind), "profile": c.Profile,
 				"address": "10.0.0.6/24", "gateway": "10.0.0.1",
 				"dns":       []any{"10.0.0.1", "9.9.9.9"},
 				"ntp":       []any{"spore.lan"},
 				"endpoints": map[string]any{"fleetd": "https://spore.lan:8443", "spire": "spore.lan:8081"},
 				"device": map[string]any{"name": "node-b", "netbox_id": 7.0, "mac": "00:11:22:33:44:55",
 					"uuid": renderID.UUID, "serial": "SYS123", "disk_serial": "NVME-9"},
+				"files": []any{
+					map[string]any{"path": "/var/lib/fleetd-node/lak.pem", "mode": "0644", "content_base64": base64.StdEncoding.EncodeToString(renderFiles[0].Data)},
+					map[string]any{"path": "/var/lib/fleetd-node/lak.blob", "mode": "0600", "content_base64": base64.StdEncoding.EncodeToString(renderFiles[1].Data)},
+				},
 			}
 			for k, v := range want {
 				if got, _ := json.Marshal(s[k]); string(got) != mustJSON(t, v) {
