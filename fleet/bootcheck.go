@@ -147,7 +147,7 @@ func bootCheckAllowed(d Device, c *bootCheck) error {
 			current = "none"
 		}
 		return Refuse(RefusedForbidden, "lak_not_current",
-			"LAK certificate %s is not %s's current LAK (lak_serial %s): the machine was reprovisioned, attested again or retired since it was issued",
+			"LAK certificate %s is not %s's current LAK (lak_serial %s): the machine was reprovisioned, wiped or retired since it was issued",
 			c.lak.SerialHex, d.Name, current)
 	}
 	if d.Owned.State != StateActive || d.Status == StatusDecommissioning {

@@ -55,10 +55,12 @@ type EvidenceInput struct {
 	SMBIOSUUID    string
 	SMBIOSSerial  string
 	Disks         []attest.Disk
+	LAKBlob       []byte // the AK as the agent's TPM wrapped it (api.EvidenceRequest.LAKBlob); opaque
 }
 
-// Enrolled is the second round trip's answer: the certificates (none for wipe and retirement,
-// which end the device's identity) and the by-id path of the disk the Workflow may wipe.
+// Enrolled is the second round trip's answer: the certificates (for a provision only: an attest
+// leaves the node its own, a wipe or a retirement ends the device's identity) and the by-id path
+// of the disk the Workflow may wipe.
 type Enrolled struct {
 	LDevIDChain [][]byte
 	LAKChain    [][]byte

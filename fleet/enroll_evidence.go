@@ -12,10 +12,13 @@ import (
 // EnrollEvidence answers the second round trip. In order: the token (sealed by fleetd, unexpired,
 // for this device, EK and AK, and for the request still pending); the activated secret; the
 // quotes, PCRs and event log under the nonce; Secure Boot as the class requires; the LDevID key's
-// certification; the declared disk found exactly once. Then, for a provision, the node's
-// configuration is rendered and validated (a configuration the OS would reject fails the request
-// here, before anything is issued or wiped); the certificates are issued (provision and attest);
-// NetBox records the attestation; and the answer authorizes the disk.
+// certification; the declared disk found exactly once. Then, for a provision only, the LDevID and
+// LAK certificates are issued in memory and the node's configuration is rendered with the LAK
+// files and validated (a configuration the OS would reject fails the request here: the
+// certificates are dropped, never recorded or handed out, and nothing is wiped); the
+// configuration is kept pending. NetBox records the attestation, and the answer authorizes the
+// disk. An attest issues nothing: the node keeps the LDevID and LAK its configuration delivered,
+// and the attest clears the boot baseline. A wipe or a retirement ends the device's identity.
 func (s *Service) EnrollEvidence(ctx context.Context, in EvidenceInput) (Enrolled, Outcome, error) {
 	d, out, err := s.lookupDevice(ctx, in.ClaimedDevice, "evidence")
 	if err != nil {
@@ -32,43 +35,62 @@ func (s *Service) EnrollEvidence(ctx context.Context, in EvidenceInput) (Enrolle
 	if err != nil {
 		return Enrolled{}, s.enrollRefused(ctx, d, out, err), AsEnrollRefusal(err)
 	}
-	// 2. The configuration, for a provision: rendered and validated before anything is issued.
-	var cfg NodeConfig
+	// 2. For a provision: the certificates, and the configuration that carries the LAK files.
+	var p provisioned
 	if action == ActionProvision {
-		if cfg, err = s.renderer.Render(d, class, NodeIdentity{UUID: in.SMBIOSUUID, Serial: in.SMBIOSSerial}); err != nil {
-			return Enrolled{}, out, s.renderFailed(ctx, d, action, &out, err)
+		if p, err = s.provision(ctx, d, class, v, in, &out); err != nil {
+			return Enrolled{}, out, err
 		}
-	}
-	// 3. The certificates: only for a device that keeps its identity.
-	var ldevid, lak *pki.Certificate
-	if action == ActionProvision || action == ActionAttest {
-		id := pki.Identity{DeviceName: d.Name, DeviceSerial: d.Serial, HWSerialNum: v.token.HWSerialNum}
-		if ldevid, err = s.attest.Issuer.IssueLDevID(id, v.ldevid.Public); err != nil {
-			return Enrolled{}, out, fmt.Errorf("enroll %s: %w", d.Name, err)
-		}
-		if lak, err = s.attest.Issuer.IssueLAK(id, v.ak.Public); err != nil {
+		// 3. The pending configuration, then NetBox. If NetBox cannot be written the agent gets
+		// a 5xx, its Workflow fails, and nothing is wiped; the certificates are unused.
+		if _, err := s.pending.Put(d.ID, PendingEntry{Device: d.Name, Config: p.cfg, AttestedUUID: in.SMBIOSUUID, Address: d.IP()}); err != nil {
 			return Enrolled{}, out, fmt.Errorf("enroll %s: %w", d.Name, err)
 		}
 	}
-	// 4. The pending configuration, then NetBox. If NetBox cannot be written the agent gets a 5xx,
-	// its Workflow fails, and nothing is wiped; the certificates it never received are unused.
-	if action == ActionProvision {
-		if _, err := s.pending.Put(d.ID, PendingEntry{Device: d.Name, Config: cfg, AttestedUUID: in.SMBIOSUUID, Address: d.IP()}); err != nil {
-			return Enrolled{}, out, fmt.Errorf("enroll %s: %w", d.Name, err)
-		}
-	}
-	msg, p := attestedRecord(d, action, v, cfg, ldevid, lak)
-	if out, err = s.applyWith(ctx, d, action, EventAttested, msg, p); err != nil {
+	msg, patch := attestedRecord(d, action, v, p)
+	if out, err = s.applyWith(ctx, d, action, EventAttested, msg, patch); err != nil {
 		s.pending.Drop(d.ID)
 		return Enrolled{}, out, err
 	}
 	out.Step, out.Result = "evidence", "attested"
 	s.metrics.enrollments.WithLabelValues(string(action), "evidence", "ok").Inc()
 	res := Enrolled{Disk: v.disk.Path}
-	if ldevid != nil {
-		res.LDevIDChain, res.LAKChain = ldevid.DER(), lak.DER()
+	if p.ldevid != nil {
+		res.LDevIDChain, res.LAKChain = p.ldevid.DER(), p.lak.DER()
 	}
 	return res, out, nil
+}
+
+// provisioned is what a provision makes after the evidence is verified: the certificates, not yet
+// recorded or handed out, and the node's configuration that delivers the LAK files.
+type provisioned struct {
+	ldevid, lak *pki.Certificate
+	cfg         NodeConfig
+}
+
+// provision issues a provision's LDevID and LAK in memory, then renders the node's configuration
+// with the LAK files (lak.pem: the new LAK and its chain; lak.blob: the AK blob the agent sent),
+// so the installed node can run its boot checks (SPEC §5). A rejected configuration ends the
+// request (renderFailed); the certificates are then dropped.
+func (s *Service) provision(ctx context.Context, d Device, class Class, v verified, in EvidenceInput, out *Outcome) (provisioned, error) {
+	if len(in.LAKBlob) == 0 {
+		return provisioned{}, Refuse(RefusedInvalid, "lak_blob_missing",
+			"the evidence has no lak_blob, which a provision delivers to the node for its boot checks: run an agent image as new as fleetd")
+	}
+	var p provisioned
+	var err error
+	id := pki.Identity{DeviceName: d.Name, DeviceSerial: d.Serial, HWSerialNum: v.token.HWSerialNum}
+	if p.ldevid, err = s.attest.Issuer.IssueLDevID(id, v.ldevid.Public); err != nil {
+		return provisioned{}, fmt.Errorf("enroll %s: %w", d.Name, err)
+	}
+	if p.lak, err = s.attest.Issuer.IssueLAK(id, v.ak.Public); err != nil {
+		return provisioned{}, fmt.Errorf("enroll %s: %w", d.Name, err)
+	}
+	node := NodeIdentity{UUID: in.SMBIOSUUID, Serial: in.SMBIOSSerial, Files: LAKFiles(p.lak, in.LAKBlob)}
+	if p.cfg, err = s.renderer.Render(d, class, node); err != nil {
+		return provisioned{}, s.renderFailed(ctx, d, ActionProvision, out, err)
+	}
+	return p, nil
 }
 
 // verified is everything the evidence proved.
@@ -108,13 +130,13 @@ func (s *Service) verifyEvidence(d Device, class Class, in EvidenceInput) (verif
 	return v, err
 }
 
-// renderFailed ends a provision whose configuration the OS would reject: nothing is issued,
-// served or wiped, and NetBox says why.
+// renderFailed ends a provision whose configuration the OS would reject: nothing is recorded,
+// served or wiped (the certificates issued for it are dropped unseen), and NetBox says why.
 func (s *Service) renderFailed(ctx context.Context, d Device, action Action, out *Outcome, err error) error {
 	if !errors.Is(err, ErrConfigRejected) {
 		return fmt.Errorf("render the configuration of %s: %w", d.Name, err)
 	}
-	msg := fmt.Sprintf("%s request %s failed: the configuration of %s would be rejected by its OS, so nothing was issued or wiped: %v.",
+	msg := fmt.Sprintf("%s request %s failed: the configuration of %s would be rejected by its OS, so no certificate was handed out and nothing was wiped: %v.",
 		action, d.Owned.Request, d.Name, err)
 	if _, aerr := s.apply(ctx, d, action, EventRefused, msg); aerr != nil {
 		s.log.Warn().Err(aerr).Str("device", d.Name).Msg("record the rejected configuration")
@@ -124,12 +146,12 @@ func (s *Service) renderFailed(ctx context.Context, d Device, action Action, out
 }
 
 // attestedRecord is the journal entry and the NetBox fields of a successful attestation.
-func attestedRecord(d Device, action Action, v verified, cfg NodeConfig, ldevid, lak *pki.Certificate) (string, Patch) {
+func attestedRecord(d Device, action Action, v verified, prov provisioned) (string, Patch) {
 	msg := fmt.Sprintf("Attested %s for %s request %s: EK %.16s… approved, AK activated, quote and event log verified (Secure Boot %s), disk %s found at %s",
 		d.Name, action, d.Owned.Request, v.token.EKSHA256, v.boot.SecureBootString(), v.disk.Serial, v.disk.Path)
 	var p Patch
-	if ldevid != nil {
-		ls, ks := ldevid.SerialHex(), lak.SerialHex()
+	if prov.ldevid != nil {
+		ls, ks := prov.ldevid.SerialHex(), prov.lak.SerialHex()
 		p.LDevIDSerial, p.LAKSerial = &ls, &ks
 		msg += fmt.Sprintf("; issued LDevID %s and LAK %s", ls, ks)
 	}
@@ -140,10 +162,10 @@ func attestedRecord(d Device, action Action, v verified, cfg NodeConfig, ldevid,
 		p.BootBaseline, p.BootCheck = &empty, &none
 	}
 	if action == ActionProvision {
-		msg += "; " + cfg.Summary + " waits for its one fetch"
+		msg += "; " + prov.cfg.Summary + " with the LAK files waits for its one fetch"
 	}
 	if action == ActionAttest {
-		msg += "; the next boot check takes a new boot baseline"
+		msg += "; the node keeps its LDevID and LAK, and its next boot check takes a new boot baseline"
 	}
 	return msg + ".", p
 }
