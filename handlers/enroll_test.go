@@ -75,7 +75,7 @@ func newFleetd(t testing.TB, cat fleet.Catalog, d fleet.Device) *fleetdUnderTest
 		t.Fatal(err)
 	}
 	renderer, err := fleet.NewRenderer(fleet.RenderConfig{TalosSecrets: secrets, ClusterName: "folly", ClusterEndpoint: "https://10.0.0.10:6443",
-		DNS: []netip.Addr{netip.MustParseAddr("10.0.0.1")}, Gateway: netip.MustParseAddr("10.0.0.1"), Clock: clock, Random: rand.Reader})
+		DNS: []netip.Addr{netip.MustParseAddr("10.0.0.1")}, Gateway: gatewayFor(d), Clock: clock, Random: rand.Reader})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,6 +97,16 @@ func newFleetd(t testing.TB, cat fleet.Catalog, d fleet.Device) *fleetdUnderTest
 	t.Cleanup(srv.Close)
 	f.url = srv.URL
 	return f
+}
+
+// gatewayFor is the nodes' gateway the renderer is configured with: 10.0.0.1, in the network of
+// fleettest.Declared, or 127.0.0.254 for a device on the loopback network (a device whose
+// configuration this test client, at 127.0.0.1, fetches).
+func gatewayFor(d fleet.Device) netip.Addr {
+	if d.Address.Addr().IsLoopback() {
+		return netip.MustParseAddr("127.0.0.254")
+	}
+	return netip.MustParseAddr("10.0.0.1")
 }
 
 func catalog(secureBoot fleet.SecureBoot, patches ...string) fleet.Catalog {
@@ -135,6 +145,9 @@ func TestEnrollment(t *testing.T) {
 		{name: "ok/provision: certificates, disk, installing, configuration pending", action: fleet.ActionProvision, log: sb,
 			cat: catalog(fleet.SecureBootRequired), wantState: fleet.StateInstalling, wantCerts: true, wantConfig: true,
 			wantJourn: "success: Attested node-a for provision request"},
+		{name: "ok/attest: disk only, no certificates (the node keeps its own), active again", action: fleet.ActionAttest, log: sb,
+			cat: catalog(fleet.SecureBootAny), wantState: fleet.StateActive,
+			wantJourn: "the node keeps its LDevID and LAK, and its next boot check takes a new boot baseline."},
 		{name: "ok/wipe: disk only, no certificates", action: fleet.ActionWipe, log: sb, cat: catalog(fleet.SecureBootAny),
 			wantState: fleet.StateWiping, wantJourn: "success: Attested node-a for wipe request"},
 		{name: "refuse/unknown EK", action: fleet.ActionProvision, log: sb, cat: catalog(fleet.SecureBootAny),
@@ -151,7 +164,8 @@ func TestEnrollment(t *testing.T) {
 			wantExit: agent.ExitRefused, wantState: fleet.StateActive},
 		{name: "refuse/a configuration Talos would reject fails the request, nothing issued", action: fleet.ActionProvision, log: sb,
 			cat:      catalog(fleet.SecureBootAny, `{"machine": {"features": {"kubernetesTalosAPIAccess": {"enabled": true, "allowedRoles": ["os:reader"]}}}}`),
-			wantExit: agent.ExitRefused, wantState: fleet.StateFailed, wantJourn: "danger: provision request provision-k3f9x2mq failed: the configuration of node-a would be rejected"},
+			wantExit: agent.ExitRefused, wantState: fleet.StateFailed,
+			wantJourn: "danger: provision request provision-k3f9x2mq failed: the configuration of node-a would be rejected by its OS, so no certificate was handed out and nothing was wiped"},
 	}
 	for _, r := range rows {
 		t.Run(r.name, func(t *testing.T) {
