@@ -37,7 +37,7 @@ func Table() []Route {
 		{"webhook-wipe", "POST", "/v1/netbox/webhook/wipe", "NetBox", "X-Hook-Signature", "desired_action=wipe was set: re-read the device and take the request", mib},
 		{"webhook-retire", "POST", "/v1/netbox/webhook/retire", "NetBox", "X-Hook-Signature", "status decommissioning was set: re-read the device and retire it", mib},
 		{"attest-challenge", "POST", "/v1/attest/challenge", "HookOS agent", "TPM (EK approval, credential activation)", "enrollment round trip 1: approve the EK, challenge the AK, hand out a nonce and a sealed token", api.MaxChallengeBody},
-		{"attest-evidence", "POST", "/v1/attest/evidence", "HookOS agent", "sealed token + TPM evidence", "enrollment round trip 2: verify the evidence, issue LDevID and LAK, authorize the declared disk", api.MaxEvidenceBody},
+		{"attest-evidence", "POST", "/v1/attest/evidence", "HookOS agent", "sealed token + TPM evidence", "enrollment round trip 2: verify the evidence, for a provision issue LDevID and LAK, authorize the declared disk", api.MaxEvidenceBody},
 		{"boot-check-nonce", "POST", "/v1/boot-check/nonce", "running node", "none", "boot check round trip 1: a fresh nonce and the sealed token that vouches for it", 0},
 		{"boot-check", "POST", "/v1/boot-check", "running node", "LAK certificate + quote signature", "boot check round trip 2: verify the quote and event log, compare with the baseline, record the outcome in NetBox", api.MaxBootCheckBody},
 		{"config-talos", "GET", "/v1/config/talos", "Talos node", "attested SMBIOS UUID + NetBox address", "the Talos machine config, once (?uuid=${uuid}&serial=${serial})", 0},

@@ -161,7 +161,7 @@ in
     dir = mkOption {
       type = types.str;
       default = "/var/lib/fleetd-node";
-      description = "The directory holding lak.pem and lak.blob written at enrollment (read only).";
+      description = "The directory holding lak.pem and lak.blob, delivered by the node's configuration (read only).";
     };
 
     onCalendar = mkOption {
