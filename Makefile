@@ -45,6 +45,15 @@ bench: deps ## Go benchmarks (numbers for the issue notes)
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./...
 	cd interop/spire && $(GO) test -run '^$$' -bench . -benchmem -count=1 ./...
 
+FUZZTIME ?= 30s
+FUZZ_TARGETS := ./webhook:FuzzWebhook ./handlers:FuzzNodeBodies ./attest:FuzzEventLog ./fleet:FuzzLoadCatalog ./config:FuzzParse
+
+.PHONY: fuzz
+fuzz: deps ## run every fuzz target for FUZZTIME each (default 30s); failures land in testdata/fuzz
+	@for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; \
+	  echo "== $$fn ($$pkg, $(FUZZTIME))"; \
+	  $(GO) test $$pkg -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) || exit 1; done
+
 .PHONY: vet
 vet: ## go vet
 	$(GO) vet ./...
