@@ -2,15 +2,16 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 
 	tinkv1 "github.com/tinkerbell/tink/api/v1alpha1"
 
 	"github.com/folly-infra/fleetd/dev/stack"
+	"github.com/folly-infra/fleetd/dev/swtpm/eventlogs"
 )
 
 // restart restarts fleetd the way a reboot of spore would: SIGTERM, then the supervisor of
@@ -116,22 +117,60 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-// errNeedsAgent is returned by the machine steps until the agent is wired into fleetd.
-var errNeedsAgent = errors.New("needs the fleetd agent (`fleetd enroll` / `fleetd boot-check`), which this build of fleetd does not have yet")
-
-// machine drives a simulated machine (SPEC §8). The steps run the real agent, which is not
-// wired into fleetd yet.
+// machine drives a simulated machine (SPEC §8): netboot (HookOS runs its Workflow, the agent
+// enrolls for real), boot (the installed OS fetches its configuration), boot-check.
 func machine(ctx context.Context, dir string, args []string, stdout, stderr io.Writer) int {
-	if len(args) != 2 {
-		fmt.Fprintln(stderr, "usage: fleetsim machine NAME netboot|boot|boot-check")
+	fs := flag.NewFlagSet("machine", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: fleetsim machine NAME netboot|boot|boot-check [--event-log rhel8|cos85|ubuntu-no-secure-boot|ubuntu-no-dbx|FILE]")
+		fs.PrintDefaults()
+	}
+	logName := fs.String("event-log", "", "the boot the firmware measures at this power-on (default: the machine's recorded boot, rhel8); another one models a changed boot")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
 		return 2
 	}
-	switch args[1] {
-	case "netboot", "boot", "boot-check":
-	default:
-		fmt.Fprintf(stderr, "fleetsim machine: unknown step %q: use netboot, boot or boot-check\n", args[1])
+	steps := map[string]func(context.Context, stack.Info, string, stack.StepOptions) error{
+		"netboot": stack.Netboot, "boot": stack.Boot, "boot-check": stack.BootCheck}
+	if len(pos) != 2 || steps[pos[1]] == nil {
+		fs.Usage()
 		return 2
 	}
-	fmt.Fprintf(stderr, "fleetsim machine %s %s: %v\n", args[0], args[1], errNeedsAgent)
-	return 2
+	o := stack.StepOptions{Out: stdout}
+	if *logName != "" {
+		if o.EventLog, err = eventLog(*logName); err != nil {
+			fmt.Fprintln(stderr, "fleetsim machine:", err)
+			return 2
+		}
+	}
+	info, err := stack.ReadInfo(dir)
+	if err != nil {
+		fmt.Fprintln(stderr, "fleetsim machine:", err)
+		return 1
+	}
+	if err := steps[pos[1]](ctx, info, pos[0], o); err != nil {
+		fmt.Fprintln(stderr, "fleetsim machine:", err)
+		return 1
+	}
+	return 0
+}
+
+// eventLog is a recorded event log by name, or the content of a file.
+func eventLog(name string) ([]byte, error) {
+	switch name {
+	case "rhel8":
+		return eventlogs.RHEL8SecureBoot, nil
+	case "cos85":
+		return eventlogs.COS85SecureBoot, nil
+	case "ubuntu-no-secure-boot":
+		return eventlogs.Ubuntu2104NoSecureBoot, nil
+	case "ubuntu-no-dbx":
+		return eventlogs.Ubuntu2104NoDBX, nil
+	}
+	b, err := os.ReadFile(name)
+	if err != nil {
+		return nil, fmt.Errorf("--event-log %s is no recorded log's name and no readable file: %w", name, err)
+	}
+	return b, nil
 }

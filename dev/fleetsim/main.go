@@ -4,6 +4,7 @@
 //	fleetsim restart fleetd                                 restart fleetd as a reboot of spore would
 //	fleetsim workflow NAME succeed|fail [--action A] ...    move a device's Workflow as Tinkerbell would
 //	fleetsim machine NAME netboot|boot|boot-check           drive a simulated machine
+//	fleetsim demo                                           make demo: the lifecycle of every class kind
 //
 // The state directory is $FLEETSIM_DIR (default .fleetsim in the working directory); the
 // commands other than up read its stack.json. It is development code, built apart from the
@@ -37,6 +38,7 @@ commands:
   restart fleetd                          restart fleetd the way a reboot of spore would
   workflow NAME succeed|fail [flags]      move device NAME's Workflow as Tinkerbell would
   machine NAME netboot|boot|boot-check    drive the simulated machine of device NAME
+  demo                                    start a fresh stack, walk every class kind through its lifecycle, stop
   version                                 print the version
 
 The state directory is $FLEETSIM_DIR (default .fleetsim in the working directory).
@@ -65,6 +67,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return workflow(ctx, dir, args[1:], stdout, stderr)
 	case "machine":
 		return machine(ctx, dir, args[1:], stdout, stderr)
+	case "demo":
+		return demo(ctx, dir, args[1:], stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, "fleetsim", version)
 		return 0

@@ -19,7 +19,37 @@ import (
 
 // up starts the stack, prints where everything listens, and runs until SIGINT or SIGTERM.
 func up(ctx context.Context, dir string, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("up", flag.ContinueOnError)
+	s, code := startStack(ctx, "up", dir, args, stdout, stderr)
+	if s == nil {
+		return code
+	}
+	stack.PrintInfo(stdout, s.Info())
+	fmt.Fprintf(stdout, "The Kubernetes API server logs to %s.\n", filepath.Join(dir, "kube.log"))
+	<-ctx.Done()
+	return stopStack(s, "up", stdout, stderr)
+}
+
+// demo starts a fresh stack, walks the example inventory through its lifecycle (stack.Demo)
+// and stops the stack; it exits 0 only if every step did what it should.
+func demo(ctx context.Context, dir string, args []string, stdout, stderr io.Writer) int {
+	s, code := startStack(ctx, "demo", dir, args, stdout, stderr)
+	if s == nil {
+		return code
+	}
+	err := stack.Demo(ctx, s.Info(), stdout)
+	if code := stopStack(s, "demo", stdout, stderr); err == nil && code != 0 {
+		return code
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "fleetsim demo:", err)
+		return 1
+	}
+	return 0
+}
+
+// startStack parses the stack's flags and starts it in dir; a nil stack comes with the exit code.
+func startStack(ctx context.Context, cmd, dir string, args []string, stdout, stderr io.Writer) (*stack.Stack, int) {
+	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	extra := fs.Int("extra-devices", 0, "add N generated, validly declared talos-worker devices with simulated machines")
 	fleetdBin := fs.String("fleetd", "", "the fleetd binary (default: fleetd next to this executable)")
@@ -27,16 +57,16 @@ func up(ctx context.Context, dir string, args []string, stdout, stderr io.Writer
 	interval := fs.Duration("reconcile-interval", 30*time.Second, "fleetd's periodic reconcile interval (at least 5s)")
 	level := fs.String("log-level", "info", "fleetd's log level (debug, info, warn, error)")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return nil, 2
 	}
 	if fs.NArg() > 0 || *extra < 0 {
-		fmt.Fprintln(stderr, "fleetsim up: takes only flags, and --extra-devices must not be negative")
-		return 2
+		fmt.Fprintf(stderr, "fleetsim %s: takes only flags, and --extra-devices must not be negative\n", cmd)
+		return nil, 2
 	}
 	bin, err := fleetdBinary(*fleetdBin)
 	if err != nil {
-		fmt.Fprintln(stderr, "fleetsim up:", err)
-		return 1
+		fmt.Fprintf(stderr, "fleetsim %s: %v\n", cmd, err)
+		return nil, 1
 	}
 	// The API server logs through klog (process-wide); its lines go to a file in the state
 	// directory, errors also to stderr.
@@ -49,15 +79,16 @@ func up(ctx context.Context, dir string, args []string, stdout, stderr io.Writer
 	s, err := stack.Start(ctx, stack.Options{Dir: dir, Root: *root, FleetdBinary: bin, ExtraDevices: *extra,
 		ReconcileInterval: *interval, LogLevel: *level, Logger: log})
 	if err != nil {
-		fmt.Fprintln(stderr, "fleetsim up:", err)
-		return 1
+		fmt.Fprintf(stderr, "fleetsim %s: %v\n", cmd, err)
+		return nil, 1
 	}
-	stack.PrintInfo(stdout, s.Info())
-	fmt.Fprintf(stdout, "The Kubernetes API server logs to %s.\n", filepath.Join(dir, "kube.log"))
-	<-ctx.Done()
+	return s, 0
+}
+
+func stopStack(s *stack.Stack, cmd string, stdout, stderr io.Writer) int {
 	fmt.Fprintln(stdout, "fleetsim: stopping fleetd, the Kubernetes API and the NetBox emulator...")
 	if err := s.Close(); err != nil {
-		fmt.Fprintln(stderr, "fleetsim up:", err)
+		fmt.Fprintf(stderr, "fleetsim %s: %v\n", cmd, err)
 		return 1
 	}
 	return 0

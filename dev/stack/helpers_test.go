@@ -208,3 +208,41 @@ func tail(path string, n int) string {
 type deviceView = stack.OwnerDevice
 
 func ftoa(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
+
+// waitStateIn waits until the device's fleet_state is one of want and returns the device.
+func waitStateIn(t testing.TB, name string, want ...string) deviceView {
+	t.Helper()
+	var d deviceView
+	eventually(t, name+" fleet_state in "+strings.Join(want, ", "), func() (bool, string) {
+		var err error
+		d, err = testStack.Owner().Device(tctx(t), name)
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, w := range want {
+			if d.Field("fleet_state") == w {
+				return true, ""
+			}
+		}
+		return false, "fleet_state=" + d.Field("fleet_state") + " message=" + d.Field("fleet_message")
+	})
+	return d
+}
+
+func readFile(t testing.TB, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// testWriter writes a step's progress lines into the test log.
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Helper()
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}

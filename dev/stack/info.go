@@ -62,15 +62,19 @@ type CAInfo struct {
 	EK     string `json:"ek"`
 }
 
-// Machine is one simulated machine: Dir holds tpm/, workflow/ and log (SPEC §8). The other keys
-// repeat what the machine's NetBox device declares, for the machine steps.
+// Machine is one simulated machine: Dir holds tpm/, workflow/ and log (SPEC §8), and its
+// hardware as files (sys/, dev/) and its install disk's content (disk/). The other keys say what
+// the machine is: its NetBox device, MAC, address (the source of its requests), the serial of
+// its install disk, its EK's hash, and its SMBIOS identity.
 type Machine struct {
-	Dir        string `json:"dir"`
-	DeviceID   int64  `json:"device_id"`
-	MAC        string `json:"mac"`
-	Address    string `json:"address"`
-	DiskSerial string `json:"disk_serial"`
-	EKSHA256   string `json:"ek_sha256"`
+	Dir          string `json:"dir"`
+	DeviceID     int64  `json:"device_id"`
+	MAC          string `json:"mac"`
+	Address      string `json:"address"`
+	DiskSerial   string `json:"disk_serial"`
+	EKSHA256     string `json:"ek_sha256"`
+	SMBIOSUUID   string `json:"smbios_uuid"`
+	SMBIOSSerial string `json:"smbios_serial"`
 }
 
 // DeviceInfo is one seeded NetBox device and what is wrong with its declaration, if anything.

@@ -31,6 +31,12 @@ type SeedDevice struct {
 	NoEK         bool // ek_sha256 stays empty (the machine's EK is not approved)
 	NoMAC        bool
 	TPM12        bool // declared tpm 1.2; such a machine has no swtpm (it is refused before anything runs)
+	// DuplicateDisk gives the machine a second disk with the declared serial: the declaration
+	// looks valid, and the enrollment must refuse to choose a disk.
+	DuplicateDisk bool
+	// ForeignEK declares the hash of another TPM's EK: the declaration looks valid, and the
+	// enrollment must refuse the machine's own EK.
+	ForeignEK bool
 }
 
 // Machine reports whether the device has a simulated machine: every TPM 2.0 device does.
@@ -53,13 +59,13 @@ var exampleInventory = []SeedDevice{
 }
 
 // Inventory is the example inventory followed by extra generated devices extra-001, extra-002, …
-// (talos-worker, validly declared, each with a machine).
-func Inventory(extra int) []SeedDevice {
+// (talos-worker, validly declared, each with a machine), then more (Options.MoreDevices).
+func Inventory(extra int, more ...SeedDevice) []SeedDevice {
 	out := append([]SeedDevice(nil), exampleInventory...)
 	for i := 1; i <= extra; i++ {
 		out = append(out, SeedDevice{Name: fmt.Sprintf("extra-%03d", i), Class: "talos-worker"})
 	}
-	return out
+	return append(out, more...)
 }
 
 // hostNumber is N of the device at index i: its address, MAC and serials derive from it.
@@ -96,7 +102,10 @@ func seed(emu *netboxemu.Emulator, devices []SeedDevice, tpms map[string]machine
 		if !d.NoDiskSerial {
 			cf["disk_serial"] = diskSerial(i)
 		}
-		if !d.NoEK {
+		switch {
+		case d.ForeignEK:
+			cf["ek_sha256"] = tpm.foreignEK
+		case !d.NoEK:
 			cf["ek_sha256"] = tpm.ekSHA256
 		}
 		if d.TPM12 {
@@ -117,8 +126,8 @@ func seed(emu *netboxemu.Emulator, devices []SeedDevice, tpms map[string]machine
 		}
 		infos = append(infos, info)
 		if hasTPM && d.Machine() {
-			m := Machine{Dir: tpm.machineDir, DeviceID: id, Address: address(i).String(),
-				DiskSerial: diskSerial(i), EKSHA256: tpm.ekSHA256}
+			m := Machine{Dir: tpm.machineDir, DeviceID: id, Address: address(i).String(), DiskSerial: diskSerial(i),
+				EKSHA256: tpm.ekSHA256, SMBIOSUUID: tpm.uuid, SMBIOSSerial: chassisSerial(i)}
 			if !d.NoMAC {
 				m.MAC = mac(i)
 			}

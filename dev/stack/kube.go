@@ -1,9 +1,12 @@
 package stack
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/url"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 
 	"k8s.io/client-go/tools/clientcmd"
@@ -18,7 +21,11 @@ import (
 // startKube starts the API server on port (0: a free one, remembered for restarts) with its
 // data under the state directory, writes the kubeconfig, and builds the stack's client once.
 func (s *Stack) startKube(ctx context.Context, port int) error {
-	srv, err := kubeharness.Start(ctx, kubeharness.Options{Dir: s.paths.kube, Port: port})
+	crds, err := crdDir(ctx, s.opts.Root)
+	if err != nil {
+		return err
+	}
+	srv, err := kubeharness.Start(ctx, kubeharness.Options{Dir: s.paths.kube, Port: port, CRDDir: crds})
 	if err != nil {
 		return fmt.Errorf("start the Kubernetes API server: %w", err)
 	}
@@ -44,6 +51,18 @@ func (s *Stack) startKube(ctx context.Context, port int) error {
 		}
 	}
 	return nil
+}
+
+// crdDir is tink's config/crd/bases as the checkout's module graph has it (kubeharness looks it
+// up the same way, but from the working directory, which need not be the checkout).
+func crdDir(ctx context.Context, root string) (string, error) {
+	cmd := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Dir}}", "github.com/tinkerbell/tink")
+	cmd.Dir = root
+	out, err := cmd.Output()
+	if err != nil || len(bytes.TrimSpace(out)) == 0 {
+		return "", fmt.Errorf("locate the Tinkerbell CRDs with `go list -m github.com/tinkerbell/tink` in %s: %w (the go command and the module cache are needed)", root, err)
+	}
+	return filepath.Join(string(bytes.TrimSpace(out)), "config", "crd", "bases"), nil
 }
 
 // installTemplates installs the example Templates (examples/tinkerbell) into the namespace.

@@ -29,6 +29,8 @@ const (
 type machineTPM struct {
 	machineDir string // "" without a machine
 	ekSHA256   string
+	uuid       string // SMBIOS UUID
+	foreignEK  string // the hash of a key that is not this machine's EK (SeedDevice.ForeignEK)
 }
 
 // manufactureParallel bounds concurrent swtpm_setup runs (each takes about a second, mostly
@@ -48,7 +50,7 @@ func manufacture(ctx context.Context, p paths, devices []SeedDevice, rnd io.Read
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(manufactureParallel)
-	for _, d := range devices {
+	for i, d := range devices {
 		if !d.Machine() {
 			h, err := standInEK(rnd)
 			if err != nil {
@@ -58,7 +60,10 @@ func manufacture(ctx context.Context, p paths, devices []SeedDevice, rnd io.Read
 			continue
 		}
 		g.Go(func() error {
-			m, err := newMachine(gctx, p, d.Name)
+			m, err := newMachine(gctx, p, d, i, rnd)
+			if err == nil && d.ForeignEK {
+				m.foreignEK, err = standInEK(rnd)
+			}
 			if err == nil {
 				put(d.Name, m)
 			}
@@ -74,20 +79,27 @@ func manufacture(ctx context.Context, p paths, devices []SeedDevice, rnd io.Read
 	return out, nil
 }
 
-// newMachine creates a machine's directory and manufactures its TPM.
-func newMachine(ctx context.Context, p paths, name string) (machineTPM, error) {
-	dir := p.machineDir(name)
+// newMachine creates the directory of device d (index i): its hardware files and its TPM.
+func newMachine(ctx context.Context, p paths, d SeedDevice, i int, rnd io.Reader) (machineTPM, error) {
+	dir := p.machineDir(d.Name)
 	if err := os.MkdirAll(filepath.Join(dir, MachineWorkflowDir), 0o700); err != nil {
-		return machineTPM{}, fmt.Errorf("create machine %s: %w", name, err)
+		return machineTPM{}, fmt.Errorf("create machine %s: %w", d.Name, err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, MachineLog), nil, 0o600); err != nil {
-		return machineTPM{}, fmt.Errorf("create machine %s: %w", name, err)
+		return machineTPM{}, fmt.Errorf("create machine %s: %w", d.Name, err)
+	}
+	uuid, err := newSMBIOSUUID(rnd)
+	if err != nil {
+		return machineTPM{}, err
+	}
+	if err := writeMachineFS(dir, uuid, chassisSerial(i), machineDisks(d, i)); err != nil {
+		return machineTPM{}, fmt.Errorf("create machine %s: %w", d.Name, err)
 	}
 	tpm, err := swtpm.Manufacture(ctx, filepath.Join(dir, MachineTPMDir), swtpm.Options{CADir: p.ekCA})
 	if err != nil {
-		return machineTPM{}, fmt.Errorf("create machine %s: %w", name, err)
+		return machineTPM{}, fmt.Errorf("create machine %s: %w", d.Name, err)
 	}
-	return machineTPM{machineDir: dir, ekSHA256: tpm.EKSHA256}, nil
+	return machineTPM{machineDir: dir, ekSHA256: tpm.EKSHA256, uuid: uuid}, nil
 }
 
 // writeEKBundle writes ca/ek.pem: the EK CA's issuing CA and root, as stack.json's ca.ek and

@@ -56,7 +56,7 @@ func runWithStack(m *testing.M) int {
 	defer cancel()
 	logw := zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: time.TimeOnly}
 	testStack, err = stack.Start(ctx, stack.Options{Dir: filepath.Join(tmp, "state"), FleetdBinary: bin,
-		ExtraDevices: extraDevices, ReconcileInterval: testReconcileInterval, LogLevel: "debug",
+		ExtraDevices: extraDevices, MoreDevices: lifecycleDevices, ReconcileInterval: testReconcileInterval, LogLevel: "debug",
 		Logger: zerolog.New(logw).Level(zerolog.WarnLevel).With().Timestamp().Logger()})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "stack tests: start the stack:", err)

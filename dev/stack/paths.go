@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"syscall"
 
 	"github.com/folly-infra/fleetd/netbox"
 )
@@ -44,32 +45,49 @@ func newPaths(dir string) paths {
 // machineDir is a simulated machine's directory: tpm/, workflow/ and log (SPEC §8).
 func (p paths) machineDir(name string) string { return filepath.Join(p.machines, name) }
 
-// prepare empties the state directory (every start is fresh) and creates its subdirectories.
-// A directory that is neither empty nor an earlier stack's is refused, so a mistyped
-// FLEETSIM_DIR never deletes someone's files.
-func (p paths) prepare() error {
+// prepare empties the state directory (every start is fresh), creates its subdirectories and
+// returns the marker file, locked for as long as the stack runs. A directory that is neither
+// empty nor an earlier stack's is refused, so a mistyped FLEETSIM_DIR never deletes someone's
+// files, and so is the directory of a stack that still runs.
+func (p paths) prepare() (*os.File, error) {
+	marker := filepath.Join(p.dir, markerFile)
 	entries, err := os.ReadDir(p.dir)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 	case err != nil:
-		return fmt.Errorf("prepare state dir: %w", err)
+		return nil, fmt.Errorf("prepare state dir: %w", err)
 	case len(entries) > 0:
-		if _, err := os.Stat(filepath.Join(p.dir, markerFile)); err != nil {
-			return fmt.Errorf("prepare state dir: %s is not empty and holds no %s marker, so it is not an earlier stack's state; choose another FLEETSIM_DIR or empty it yourself", p.dir, markerFile)
+		f, err := os.Open(marker)
+		if err != nil {
+			return nil, fmt.Errorf("prepare state dir: %s is not empty and holds no %s marker, so it is not an earlier stack's state; choose another FLEETSIM_DIR or empty it yourself", p.dir, markerFile)
+		}
+		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("prepare state dir: a stack still runs in %s (its marker is locked: %w); stop it or choose another FLEETSIM_DIR", p.dir, err)
 		}
 		if err := os.RemoveAll(p.dir); err != nil {
-			return fmt.Errorf("prepare state dir: remove the earlier state: %w", err)
+			return nil, fmt.Errorf("prepare state dir: remove the earlier state: %w", err)
 		}
 	}
 	for _, d := range []string{p.dir, p.secrets, p.ca, filepath.Dir(p.keaReservations), p.machines} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
-			return fmt.Errorf("prepare state dir: %w", err)
+			return nil, fmt.Errorf("prepare state dir: %w", err)
 		}
 	}
-	if err := os.WriteFile(filepath.Join(p.dir, markerFile), []byte("fleetsim state directory: `fleetsim up` empties it on start\n"), 0o600); err != nil {
-		return fmt.Errorf("prepare state dir: %w", err)
+	f, err := os.OpenFile(marker, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("prepare state dir: %w", err)
 	}
-	return nil
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("prepare state dir: lock %s: %w", marker, err)
+	}
+	if _, err := f.WriteString("fleetsim state directory: `fleetsim up` empties it on start and locks this file while it runs\n"); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("prepare state dir: %w", err)
+	}
+	return f, nil
 }
 
 // FindRoot walks up from dir to the fleetd module's root (the directory whose go.mod declares

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -42,6 +43,8 @@ type Options struct {
 	// ExtraDevices adds that many generated, validly declared talos-worker devices, each with a
 	// simulated machine (load and storm tests).
 	ExtraDevices int
+	// MoreDevices are added after those (tests that need devices of their own).
+	MoreDevices []SeedDevice
 	// Namespace is Tinkerbell's namespace; default tink-system.
 	Namespace string
 	// ReconcileInterval is fleetd's reconcile.interval; default 30 s (fleetd's minimum is 5 s).
@@ -111,6 +114,8 @@ type Stack struct {
 	kc    client.WithWatch
 	sup   *supervisor
 
+	lock *os.File // the state directory's marker, locked while the stack runs
+
 	kubeMu   sync.Mutex
 	kube     *kubeharness.Server // nil while stopped (StopKube)
 	kubePort int
@@ -130,7 +135,7 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 			s.Close()
 		}
 	}()
-	if err := s.paths.prepare(); err != nil {
+	if s.lock, err = s.paths.prepare(); err != nil {
 		return nil, err
 	}
 	gen, err := generateSecrets(s.paths, o.Rand, o.Clock)
@@ -144,7 +149,7 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 	if err := s.startNetBox(fleetdURL, gen); err != nil {
 		return nil, err
 	}
-	devices := Inventory(o.ExtraDevices)
+	devices := Inventory(o.ExtraDevices, o.MoreDevices...)
 	seeded, machines, err := s.startKubeAndMachines(ctx, devices)
 	if err != nil {
 		return nil, err
@@ -242,6 +247,9 @@ func (s *Stack) Close() error {
 	errs = append(errs, s.StopKube())
 	if s.emu != nil {
 		errs = append(errs, s.emu.Close())
+	}
+	if s.lock != nil {
+		errs = append(errs, s.lock.Close())
 	}
 	return errors.Join(errs...)
 }

@@ -1,0 +1,190 @@
+package stack
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	tinkv1 "github.com/tinkerbell/tink/api/v1alpha1"
+
+	"github.com/folly-infra/fleetd/dev/swtpm"
+	"github.com/folly-infra/fleetd/dev/tinkerbell"
+)
+
+// runAction does what the action's container would have done, by image (SPEC §8):
+//   - the fleetd agent (entrypoint `fleetd enroll`): the real `fleetd enroll` against the
+//     machine's swtpm, with the action's environment and the machine's sysfs, devfs and
+//     workflow directories;
+//   - the wipe-disk shell action: the Template's own script with DRY_RUN=1 against the
+//     machine's sysfs and devfs, so the disk is resolved by serial exactly as on hardware and
+//     zero or two matches fail; then the disk's simulated content and partitions are erased;
+//   - image2disk/qemuimg2disk: records the image on the disk wipe-disk selected and makes its
+//     partitions appear;
+//   - write-nocloud-seed: the Template's steps, with the fetch from the machine's address and the
+//     root file system as the machine's disk/ directory;
+//   - waitdaemon (reboot, power-off): records it.
+//
+// Anything else fails, naming the action: pretending it succeeded would hide a Template change.
+func (mc *machine) runAction(ctx context.Context, wf *tinkv1.Workflow, a tinkerbell.Action, tpm *swtpm.Instance, eventLog string) (string, error) {
+	switch {
+	case strings.Contains(a.Image, "fleetd-agent"):
+		return mc.enroll(ctx, a, tpm, eventLog)
+	case isShell(a) && a.Name == "wipe-disk":
+		return mc.wipeDisk(ctx, a)
+	case strings.Contains(a.Image, "image2disk") || strings.Contains(a.Image, "qemuimg2disk"):
+		return mc.writeImage(a)
+	case isShell(a) && a.Name == "write-nocloud-seed":
+		return mc.writeNoCloudSeed(ctx, a)
+	case strings.Contains(a.Image, "waitdaemon"):
+		what := strings.Join(a.Command, " ")
+		mc.say("%s: the machine would %s once the Workflow is done", a.Name, what)
+		return "the machine " + what + "s", nil
+	}
+	return "", fmt.Errorf("fleetsim cannot simulate action %s (image %s) of Workflow %s: teach dev/stack/actions.go what it does", a.Name, a.Image, wf.Name)
+}
+
+func isShell(a tinkerbell.Action) bool {
+	return len(a.Command) == 3 && a.Command[0] == "/bin/sh" && a.Command[1] == "-c"
+}
+
+// machineEnv is the environment that points a HookOS process at the machine's files.
+func (mc *machine) machineEnv(a tinkerbell.Action) map[string]string {
+	vars := map[string]string{}
+	for k, v := range a.Env {
+		vars[k] = v
+	}
+	vars["FLEETD_SYSFS"] = mc.path(MachineSysDir)
+	vars["FLEETD_DEVFS"] = mc.path(MachineDevDir)
+	vars["FLEETD_WORKFLOW_DIR"] = mc.path(MachineWorkflowDir)
+	return vars
+}
+
+// enroll runs the real agent, `fleetd enroll` (its flags from the environment, as the Template
+// passes them), against the machine's swtpm, reaching fleetd through the machine's relay (its
+// own address). Its output goes to the machine's log.
+func (mc *machine) enroll(ctx context.Context, a tinkerbell.Action, tpm *swtpm.Instance, eventLog string) (string, error) {
+	vars := mc.machineEnv(a)
+	vars["FLEETD_TPM"] = tpm.Spec()
+	vars["FLEETD_EVENT_LOG"] = eventLog
+	relayURL, stop, err := mc.relay()
+	if err != nil {
+		return "", err
+	}
+	defer stop()
+	vars["FLEETD_URL"] = relayURL
+	out, err := mc.run(ctx, exec.Command(mc.info.Fleetd.Binary, append([]string{"enroll"}, a.Command...)...), vars)
+	if err != nil {
+		return "", fmt.Errorf("fleetd enroll: %w: %s", err, lastLine(out))
+	}
+	disk, _ := os.ReadFile(mc.path(MachineWorkflowDir, "disk"))
+	return "enrolled; disk authorized: " + strings.TrimSpace(string(disk)), nil
+}
+
+// wipeDisk runs the Template's wipe-disk script in dry-run mode on the machine's files, then
+// erases what the simulation keeps of the disk it selected: its content and its partitions.
+func (mc *machine) wipeDisk(ctx context.Context, a tinkerbell.Action) (string, error) {
+	vars := mc.machineEnv(a)
+	vars["DRY_RUN"] = "1"
+	out, err := mc.run(ctx, exec.Command("/bin/sh", "-c", a.Command[2]), vars)
+	if err != nil {
+		return "", fmt.Errorf("%w: %s", err, lastLine(out))
+	}
+	target, err := filepath.EvalSymlinks(mc.devPath("/dev/fleetd-disk"))
+	if err != nil {
+		return "", fmt.Errorf("wipe-disk succeeded but linked no /dev/fleetd-disk: %w", err)
+	}
+	if err := mc.erase(filepath.Base(target)); err != nil {
+		return "", err
+	}
+	return strings.Replace(lastLine(out), "would erase", "erased (simulated)", 1), nil
+}
+
+// erase removes the install disk's simulated content and the partitions of block device dev.
+func (mc *machine) erase(dev string) error {
+	parts, _ := filepath.Glob(mc.path(MachineSysDir, "block", dev, dev+"*"))
+	nodes, _ := filepath.Glob(mc.path(MachineDevDir, dev+"[0-9]*"))
+	for _, p := range append(append(parts, nodes...), mc.path(MachineDiskDir)) {
+		if err := os.RemoveAll(p); err != nil {
+			return fmt.Errorf("erase %s: %w", dev, err)
+		}
+	}
+	return os.MkdirAll(mc.path(MachineDiskDir), 0o700)
+}
+
+// imagePartitions is how many partitions a written image has (enough for the Templates' ROOT_PARTITION).
+const imagePartitions = 3
+
+// writeImage records what image2disk would write, to the disk wipe-disk selected, and makes the
+// image's partitions appear in sysfs and devfs as the kernel would after re-reading the disk.
+func (mc *machine) writeImage(a tinkerbell.Action) (string, error) {
+	dest := a.Env["DEST_DISK"]
+	target, err := filepath.EvalSymlinks(mc.devPath(dest))
+	if err != nil {
+		return "", fmt.Errorf("DEST_DISK %s: %w (wipe-disk selected no disk)", dest, err)
+	}
+	dev := filepath.Base(target)
+	for n := 1; n <= imagePartitions; n++ {
+		part := fmt.Sprintf("%s%d", dev, n)
+		if err := os.MkdirAll(mc.path(MachineSysDir, "block", dev, part), 0o700); err != nil {
+			return "", err
+		}
+		if err := os.WriteFile(mc.path(MachineSysDir, "block", dev, part, "partition"), []byte(fmt.Sprintf("%d\n", n)), 0o600); err != nil {
+			return "", err
+		}
+		if err := os.WriteFile(mc.path(MachineDevDir, part), nil, 0o600); err != nil {
+			return "", err
+		}
+	}
+	line := fmt.Sprintf("wrote %s to %s (/dev/%s) with %s", a.Env["IMG_URL"], dest, dev, a.Image)
+	if err := os.WriteFile(mc.path(MachineDiskDir, "IMAGE"), []byte(line+"\n"), 0o600); err != nil {
+		return "", err
+	}
+	return line + " (simulated)", nil
+}
+
+// devPath maps a /dev path of HookOS into the machine's devfs.
+func (mc *machine) devPath(p string) string {
+	return mc.path(MachineDevDir, strings.TrimPrefix(filepath.Clean(p), "/dev/"))
+}
+
+// run runs a process with only the given environment, appending its output to the machine's
+// log, and returns the output.
+func (mc *machine) run(ctx context.Context, cmd *exec.Cmd, vars map[string]string) (string, error) {
+	var buf bytes.Buffer
+	cmd.Env = env(vars)
+	cmd.Stdout, cmd.Stderr = &buf, &buf
+	cmd.Dir = mc.m.Dir
+	err := startAndWait(ctx, cmd)
+	for _, l := range strings.Split(strings.TrimRight(buf.String(), "\n"), "\n") {
+		if l != "" {
+			fmt.Fprintf(mc.log, "    | %s\n", l)
+		}
+	}
+	return buf.String(), err
+}
+
+// startAndWait runs cmd until it exits or ctx ends (then it is killed).
+func startAndWait(ctx context.Context, cmd *exec.Cmd) error {
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		_ = cmd.Process.Kill()
+		<-done
+		return ctx.Err()
+	}
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
+}

@@ -1,0 +1,207 @@
+package stack
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"github.com/folly-infra/fleetd/fleet"
+)
+
+// nodeDir is fleet.NodeDir under the machine's install disk: where the node keeps the files its
+// configuration delivered (lak.pem, lak.blob) for `fleetd boot-check`.
+func (mc *machine) nodeDir() string { return mc.path(MachineDiskDir, fleet.NodeDir) }
+
+// Boot is `fleetsim machine NAME boot` (SPEC §8): the installed OS's first boot. It fetches the
+// configuration the way its class does, from the machine's own address — Talos its machine
+// config (talos.config=…?uuid=…&serial=…; one try, where Talos would retry a non-200 for 3 h),
+// a nixos-image or alpine-image node its seed, a cloud-init node nothing (its seed was written
+// onto the disk by the install Workflow) — and writes the node files the configuration carries
+// into /var/lib/fleetd-node on its disk, as the OS does.
+func Boot(ctx context.Context, info Info, name string, o StepOptions) error {
+	mc, err := openMachine(info, name, "boot", o.Out)
+	if err != nil {
+		return err
+	}
+	defer mc.close()
+	image, err := os.ReadFile(mc.path(MachineDiskDir, "IMAGE"))
+	if err != nil {
+		return fmt.Errorf("boot %s: nothing is installed on its disk: netboot a provision Workflow first", name)
+	}
+	mc.say("booting the installed OS (%s)", bytes.TrimSpace(image))
+	kind, err := mc.classKind(ctx)
+	if err != nil {
+		return fmt.Errorf("boot %s: %w", name, err)
+	}
+	body, err := mc.fetchConfig(ctx, kind)
+	if err != nil {
+		return fmt.Errorf("boot %s: %w", name, err)
+	}
+	files, err := fleet.DeliveredFiles(kind, body)
+	if err != nil {
+		return fmt.Errorf("boot %s: %w", name, err)
+	}
+	if err := os.MkdirAll(mc.nodeDir(), 0o700); err != nil {
+		return err
+	}
+	for _, f := range files {
+		if err := os.WriteFile(filepath.Join(mc.nodeDir(), f.Name), f.Data, f.Mode); err != nil {
+			return fmt.Errorf("boot %s: write node file %s: %w", name, f.Path(), err)
+		}
+		mc.say("wrote %s (%d bytes) from its configuration", f.Path(), len(f.Data))
+	}
+	mc.say("%s node up", kind)
+	return nil
+}
+
+// classKind is the kind of the device's class, from NetBox and the stack's classes.json.
+func (mc *machine) classKind(ctx context.Context) (fleet.Kind, error) {
+	d, err := NewOwner(mc.info.NetBox.URL, mc.info.NetBox.Token).Device(ctx, mc.name)
+	if err != nil {
+		return "", err
+	}
+	f, err := os.Open(filepath.Join(mc.info.Dir, "classes.json"))
+	if err != nil {
+		return "", fmt.Errorf("read the stack's classes.json: %w", err)
+	}
+	defer f.Close()
+	cat, err := fleet.LoadCatalog(f)
+	if err != nil {
+		return "", err
+	}
+	c, ok := cat.Class(d.Field("fleet_class"))
+	if !ok {
+		return "", fmt.Errorf("its class %q is not in classes.json", d.Field("fleet_class"))
+	}
+	return c.Kind, nil
+}
+
+// fetchConfig gets the node's configuration as its OS does at first boot.
+func (mc *machine) fetchConfig(ctx context.Context, kind fleet.Kind) ([]byte, error) {
+	base := mc.info.Fleetd.URL + "/v1/config/"
+	q := url.Values{"uuid": {mc.m.SMBIOSUUID}}
+	switch kind {
+	case fleet.KindTalos:
+		q.Set("serial", mc.m.SMBIOSSerial)
+		body, err := mc.fetch(ctx, base+"talos?"+q.Encode())
+		if err != nil {
+			return nil, fmt.Errorf("Talos fetched no machine config (it would retry every non-200 for up to 3 h): %w", err)
+		}
+		return body, mc.keep("talos-machine-config.yaml", body)
+	case fleet.KindNixOS, fleet.KindAlpine:
+		body, err := mc.fetch(ctx, base+"seed?"+q.Encode())
+		if err != nil {
+			return nil, fmt.Errorf("the seed fetch failed: %w", err)
+		}
+		return body, mc.keep("fleet-seed.json", body)
+	case fleet.KindCloudInit:
+		mc.say("cloud-init reads its NoCloud seed from /%s on the disk", nocloudDir)
+		return tarDir(mc.path(MachineDiskDir, nocloudDir))
+	}
+	return nil, fmt.Errorf("class kind %q has no first boot in fleetsim", kind)
+}
+
+// keep stores a fetched configuration on the machine's disk, for a person to read.
+func (mc *machine) keep(name string, body []byte) error {
+	mc.say("configuration fetched (%d bytes), kept as disk/%s", len(body), name)
+	return os.WriteFile(mc.path(MachineDiskDir, name), body, 0o600)
+}
+
+// tarDir packs the NoCloud seed files back into the tar fleetd served.
+func tarDir(dir string) ([]byte, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("the disk has no NoCloud seed (%w): the install Workflow did not write it", err)
+	}
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			return nil, err
+		}
+		if err := tw.WriteHeader(&tar.Header{Name: e.Name(), Mode: 0o600, Size: int64(len(b))}); err != nil {
+			return nil, err
+		}
+		if _, err := tw.Write(b); err != nil {
+			return nil, err
+		}
+	}
+	return buf.Bytes(), tw.Close()
+}
+
+// BootCheck is `fleetsim machine NAME boot-check` (SPEC §8): the running node's hourly check,
+// the real `fleetd boot-check` against the machine's swtpm with the node files its
+// configuration delivered. A check fleetd accepted as drift is an error (exit code 6 of
+// `fleetd boot-check`), as is every refusal.
+func BootCheck(ctx context.Context, info Info, name string, o StepOptions) error {
+	mc, err := openMachine(info, name, "boot-check", o.Out)
+	if err != nil {
+		return err
+	}
+	defer mc.close()
+	if _, err := os.Stat(filepath.Join(mc.nodeDir(), fleet.NodeFileLAKCert)); err != nil {
+		return fmt.Errorf("boot-check %s: the node has no %s: boot it first (fleetsim machine %s boot)", name, fleet.NodeFileLAKCert, name)
+	}
+	tpm, eventLog, err := mc.powerOn(ctx, o.EventLog)
+	if err != nil {
+		return err
+	}
+	defer tpm.Stop()
+	relayURL, stop, err := mc.relay()
+	if err != nil {
+		return err
+	}
+	defer stop()
+	cmd := exec.Command(info.Fleetd.Binary, "boot-check", "--fleetd-url", relayURL, "--tpm", tpm.Spec(),
+		"--event-log", eventLog, "--dir", mc.nodeDir(), "--retries", "2")
+	out, err := mc.run(ctx, cmd, nil)
+	var exit *exec.ExitError
+	switch {
+	case errors.As(err, &exit) && exit.ExitCode() == 6:
+		mc.say("accepted as drift: %s", summary(out))
+		return fmt.Errorf("boot-check %s: fleetd recorded drift: %s", name, summary(out))
+	case err != nil:
+		mc.say("failed: %s", lastLine(out))
+		return fmt.Errorf("boot-check %s: fleetd boot-check: %w: %s", name, err, lastLine(out))
+	}
+	mc.say("accepted: %s", summary(out))
+	return nil
+}
+
+// summary is the agent's last log line in words: its message and fleetd's outcome.
+func summary(out string) string {
+	var l struct {
+		Message       string   `json:"message"`
+		Outcome       string   `json:"outcome"`
+		BaselineTaken bool     `json:"baseline_taken"`
+		Changes       []string `json:"changes"`
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	i := len(lines) - 1
+	for i >= 0 && (json.Unmarshal([]byte(lines[i]), &l) != nil || l.Message == "") {
+		i--
+	}
+	if i < 0 {
+		return lastLine(out)
+	}
+	s := fmt.Sprintf("%s (outcome %s", l.Message, l.Outcome)
+	if l.BaselineTaken {
+		s += ", baseline taken"
+	}
+	if n := len(l.Changes); n > 0 {
+		s += fmt.Sprintf(", %d changes: %s", n, strings.Join(l.Changes[:min(n, 5)], "; "))
+		if n > 5 {
+			s += fmt.Sprintf("; and %d more in the machine's log", n-5)
+		}
+	}
+	return s + ")"
+}

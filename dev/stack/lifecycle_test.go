@@ -1,0 +1,310 @@
+package stack_test
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	tinkv1 "github.com/tinkerbell/tink/api/v1alpha1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/folly-infra/fleetd/dev/stack"
+	"github.com/folly-infra/fleetd/dev/swtpm/eventlogs"
+)
+
+// lifecycleDevices are the test stack's own devices for the machine steps (Options.MoreDevices):
+// one per class kind, two for wipe and retirement, and two whose declaration looks valid but
+// whose machine must be refused at enrollment.
+var lifecycleDevices = []stack.SeedDevice{
+	{Name: "life-talos", Class: "talos-cp"},
+	{Name: "life-nixos", Class: "nixos-builder"},
+	{Name: "life-alpine", Class: "alpine-edge"},
+	{Name: "life-ubuntu", Class: "ubuntu-lab"},
+	{Name: "life-drift", Class: "talos-worker"},
+	{Name: "life-fetch", Class: "talos-worker"},
+	{Name: "life-wipe", Class: "talos-worker"},
+	{Name: "life-retire", Class: "nixos-builder"},
+	{Name: "refuse-two-disks", Class: "talos-worker", DuplicateDisk: true},
+	{Name: "refuse-foreign-ek", Class: "talos-worker", ForeignEK: true},
+}
+
+// step runs a machine step with its output in the test log.
+func step(t testing.TB, f func(context.Context, stack.Info, string, stack.StepOptions) error, name string, o stack.StepOptions) error {
+	t.Helper()
+	o.Out = testWriter{t}
+	return f(tctx(t), testStack.Info(), name, o)
+}
+
+// installed takes a device through provision and netboot: the install Workflow succeeded and
+// the configuration waits (configuring), or was delivered during it (cloud-init: active).
+func installed(t *testing.T, name string) {
+	t.Helper()
+	ask(t, name, "provision")
+	waitState(t, name, "pending")
+	if err := step(t, stack.Netboot, name, stack.StepOptions{}); err != nil {
+		t.Fatalf("netboot: %v", err)
+	}
+	waitStateIn(t, name, "configuring", "active")
+}
+
+// provisioned takes a device through provision, netboot and first boot: fleet_state active.
+func provisioned(t *testing.T, name string) deviceView {
+	t.Helper()
+	installed(t, name)
+	if err := step(t, stack.Boot, name, stack.StepOptions{}); err != nil {
+		t.Fatalf("boot: %v", err)
+	}
+	return waitState(t, name, "active")
+}
+
+// configPath is the configuration route of a machine's class kind, with its SMBIOS identity.
+func configPath(name, kind string) string {
+	m := testStack.Info().Machines[name]
+	switch kind {
+	case "talos":
+		return "/v1/config/talos?uuid=" + m.SMBIOSUUID + "&serial=" + m.SMBIOSSerial
+	case "seed":
+		return "/v1/config/seed?uuid=" + m.SMBIOSUUID
+	}
+	return "/v1/config/nocloud.tar?uuid=" + m.SMBIOSUUID
+}
+
+// machineGet GETs a fleetd path from the machine's own address, or from another one.
+func machineGet(t testing.TB, name, from, path string) (int, string) {
+	t.Helper()
+	if from == "" {
+		from = strings.SplitN(testStack.Info().Machines[name].Address, "/", 2)[0]
+	}
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
+	c := &http.Client{Transport: &http.Transport{DialContext: d.DialContext}, Timeout: deadline}
+	req, err := http.NewRequestWithContext(tctx(t), http.MethodGet, testStack.Info().Fleetd.URL+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s from %s: %v", path, from, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestMachineLifecycle: a machine of every class kind is provisioned for real — the agent
+// enrolls with its swtpm, fleetd attests it, issues its certificates and authorizes its disk,
+// the install Workflow succeeds — then boots, fetches its configuration once from its own
+// address, and passes its first boot check, which takes the baseline (SPEC §1, §5, §8).
+func TestMachineLifecycle(t *testing.T) {
+	needStack(t)
+	for name, kind := range map[string]string{"life-talos": "talos", "life-nixos": "seed", "life-alpine": "seed", "life-ubuntu": "nocloud"} {
+		t.Run("ok/"+name, func(t *testing.T) {
+			t.Parallel()
+			d := provisioned(t, name)
+			if d.StatusValue() != "active" || d.Field("ldevid_serial") == "" || d.Field("lak_serial") == "" {
+				t.Errorf("after the first boot: status %s, ldevid_serial %q, lak_serial %q; want active with both serials",
+					d.StatusValue(), d.Field("ldevid_serial"), d.Field("lak_serial"))
+			}
+			dir := testStack.Info().Machines[name].Dir
+			for _, f := range []string{"workflow/ldevid.pem", "workflow/ldevid.pub", "workflow/ldevid.priv", "workflow/lak.pem",
+				"workflow/lak.blob", "workflow/disk", "disk/IMAGE", "disk/var/lib/fleetd-node/lak.pem", "disk/var/lib/fleetd-node/lak.blob"} {
+				if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+					t.Errorf("machine file %s: %v", f, err)
+				}
+			}
+			log := readFile(t, filepath.Join(dir, "log"))
+			if want := "erased (simulated) " + filepath.Join(dir, "dev", "sda"); !strings.Contains(log, want) {
+				t.Errorf("the machine's log does not say %q:\n%s", want, log)
+			}
+			if code, body := machineGet(t, name, "", configPath(name, kind)); code != http.StatusGone {
+				t.Errorf("refuse/second-config-fetch: %d %s, want 410 Gone", code, body)
+			}
+			if err := step(t, stack.BootCheck, name, stack.StepOptions{}); err != nil {
+				t.Fatalf("boot check: %v", err)
+			}
+			d = device(t, name)
+			if d.Field("boot_check") != "ok" || d.Field("boot_baseline") == "" || d.Field("last_boot_check") == "" {
+				t.Errorf("after the first boot check: boot_check %q, baseline set %v, last_boot_check %q",
+					d.Field("boot_check"), d.Field("boot_baseline") != "", d.Field("last_boot_check"))
+			}
+		})
+	}
+}
+
+// TestConfigFetchRefusals: the configuration pending for a machine is served only to the
+// request from its NetBox address with its attested SMBIOS UUID, on its kind's route; refused
+// requests do not consume it (SPEC §6).
+func TestConfigFetchRefusals(t *testing.T) {
+	needStack(t)
+	name := "life-fetch"
+	installed(t, name)
+	m := testStack.Info().Machines[name]
+	tests := []struct {
+		name, from, path string
+		code             int
+		error            string
+	}{
+		{"refuse/from-another-address", "127.0.0.1", configPath(name, "talos"), http.StatusForbidden, "wrong_address"},
+		{"refuse/another-uuid", "", "/v1/config/talos?uuid=00000000-0000-4000-8000-000000000000&serial=" + m.SMBIOSSerial, http.StatusForbidden, "wrong_uuid"},
+		{"refuse/another-kind", "", configPath(name, "seed"), http.StatusNotFound, "wrong_kind"},
+		{"refuse/no-uuid", "", "/v1/config/talos", http.StatusBadRequest, "missing_uuid"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			code, body := machineGet(t, name, tc.from, tc.path)
+			if code != tc.code || !strings.Contains(body, `"`+tc.error+`"`) {
+				t.Errorf("GET %s from %q = %d %s, want %d %s", tc.path, tc.from, code, body, tc.code, tc.error)
+			}
+		})
+	}
+	if err := step(t, stack.Boot, name, stack.StepOptions{}); err != nil {
+		t.Fatalf("ok/the-machine-itself after the refusals: %v", err)
+	}
+	waitState(t, name, "active")
+}
+
+// TestMachineDrift: a boot check after a changed boot (another firmware's event log) is accepted
+// as drift, naming what changed; the known boot passes again.
+func TestMachineDrift(t *testing.T) {
+	needStack(t)
+	name := "life-drift"
+	provisioned(t, name)
+	if err := step(t, stack.BootCheck, name, stack.StepOptions{}); err != nil {
+		t.Fatalf("baseline boot check: %v", err)
+	}
+	err := step(t, stack.BootCheck, name, stack.StepOptions{EventLog: eventlogs.COS85SecureBoot})
+	if err == nil || !strings.Contains(err.Error(), "fleetd recorded drift") {
+		t.Fatalf("drift/changed-boot: %v, want drift", err)
+	}
+	if d := device(t, name); d.Field("boot_check") != "drift" {
+		t.Errorf("boot_check = %q after a changed boot, want drift", d.Field("boot_check"))
+	}
+	if err := step(t, stack.BootCheck, name, stack.StepOptions{}); err != nil {
+		t.Fatalf("ok/known-boot-again: %v", err)
+	}
+	if d := device(t, name); d.Field("boot_check") != "ok" {
+		t.Errorf("boot_check = %q after the known boot, want ok", d.Field("boot_check"))
+	}
+}
+
+// TestMachineWipeAndRetire: a wipe and a retirement attest the machine again, erase the declared
+// disk (the node's files with it) and end with the certificates cleared; a boot check with a
+// copy of the old LAK files is refused afterwards.
+func TestMachineWipeAndRetire(t *testing.T) {
+	needStack(t)
+	tests := []struct {
+		name, device string
+		request      map[string]any
+		state        string
+		status       string
+	}{
+		{"ok/wipe", "life-wipe", desired("wipe"), "wiped", "offline"},
+		{"ok/retire", "life-retire", map[string]any{"status": "decommissioning"}, "retired", "decommissioning"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			provisioned(t, tc.device)
+			nodeDir := filepath.Join(testStack.Info().Machines[tc.device].Dir, "disk", "var", "lib", "fleetd-node")
+			saved := copyDir(t, nodeDir, t.TempDir())
+			patch(t, tc.device, tc.request)
+			waitState(t, tc.device, "pending")
+			if err := step(t, stack.Netboot, tc.device, stack.StepOptions{}); err != nil {
+				t.Fatalf("netboot: %v", err)
+			}
+			d := waitState(t, tc.device, tc.state)
+			if d.StatusValue() != tc.status || d.Field("ldevid_serial") != "" || d.Field("lak_serial") != "" {
+				t.Errorf("status %s, ldevid_serial %q, lak_serial %q; want %s with the serials cleared",
+					d.StatusValue(), d.Field("ldevid_serial"), d.Field("lak_serial"), tc.status)
+			}
+			if _, err := os.Stat(filepath.Join(nodeDir, "lak.pem")); !os.IsNotExist(err) {
+				t.Errorf("the %s disk still holds the node files: %v", tc.state, err)
+			}
+			// A copy of the old LAK files, taken before the erasure, proves nothing any more.
+			copyDir(t, saved, nodeDir)
+			if err := step(t, stack.BootCheck, tc.device, stack.StepOptions{}); err == nil || !strings.Contains(err.Error(), "lak_not_current") {
+				t.Errorf("refuse/old-lak: boot check after %s: %v, want lak_not_current", tc.state, err)
+			}
+		})
+	}
+}
+
+// copyDir copies the regular files of src into dst (created) and returns dst.
+func copyDir(t testing.TB, src, dst string) string {
+	t.Helper()
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(dst, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dst, e.Name()), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dst
+}
+
+// TestMachineRefusedAtEnrollment: declarations that look valid but do not match the machine
+// are refused by fleetd when the agent enrolls: the first action fails, nothing is authorized
+// (no disk file, no wipe) and the request fails with the reason (SPEC §1 step 4, §4).
+func TestMachineRefusedAtEnrollment(t *testing.T) {
+	needStack(t)
+	tests := []struct{ name, device, reason string }{
+		{"refuse/two-disks-with-the-serial", "refuse-two-disks", "2 disks have the declared serial"},
+		{"refuse/ek-not-approved", "refuse-foreign-ek", "is not among the device's approved ek_sha256"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ask(t, tc.device, "provision")
+			d := waitState(t, tc.device, "pending")
+			err := step(t, stack.Netboot, tc.device, stack.StepOptions{})
+			if err == nil || !strings.Contains(err.Error(), "fleetd-enroll FAILED") {
+				t.Fatalf("netboot = %v, want the enrollment to fail", err)
+			}
+			d = waitState(t, tc.device, "failed")
+			if msg := d.Field("fleet_message"); !strings.Contains(msg, tc.reason) {
+				t.Errorf("fleet_message %q does not say %q", msg, tc.reason)
+			}
+			dir := testStack.Info().Machines[tc.device].Dir
+			if _, err := os.Stat(filepath.Join(dir, "workflow", "disk")); !os.IsNotExist(err) {
+				t.Errorf("a refused machine has a disk authorization: %v", err)
+			}
+			if log := readFile(t, filepath.Join(dir, "log")); strings.Contains(log, "erased") {
+				t.Errorf("a refused machine's disk was erased:\n%s", log)
+			}
+			wf := &tinkv1.Workflow{}
+			if err := testStack.Kube().Get(tctx(t), client.ObjectKey{Namespace: testStack.Info().Namespace, Name: d.Field("fleet_workflow")}, wf); err != nil {
+				t.Fatal(err)
+			}
+			if !strings.HasSuffix(string(wf.Status.State), "FAILED") || wf.Status.CurrentAction != "fleetd-enroll" {
+				t.Errorf("Workflow %s is %s at %s, want FAILED at fleetd-enroll", wf.Name, wf.Status.State, wf.Status.CurrentAction)
+			}
+		})
+	}
+}
+
+// TestNetbootWithoutWorkflow: a machine no Workflow waits for does nothing and says why.
+func TestNetbootWithoutWorkflow(t *testing.T) {
+	needStack(t)
+	if err := step(t, stack.Netboot, "fault-no-ek", stack.StepOptions{}); err == nil || !strings.Contains(err.Error(), "no Workflow") {
+		t.Errorf("netboot without a Workflow = %v, want an error saying no Workflow waits", err)
+	}
+	if err := step(t, stack.Boot, "fault-no-ek", stack.StepOptions{}); err == nil || !strings.Contains(err.Error(), "nothing is installed") {
+		t.Errorf("boot of an uninstalled machine = %v, want an error saying nothing is installed", err)
+	}
+	if err := step(t, stack.Netboot, "g2-1", stack.StepOptions{}); err == nil || !strings.Contains(err.Error(), "no simulated machine") {
+		t.Errorf("netboot of a TPM 1.2 device = %v, want an error saying it has no machine", err)
+	}
+}

@@ -1,0 +1,187 @@
+package stack
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/folly-infra/fleetd/dev/swtpm"
+)
+
+// StepOptions tune a machine step (Netboot, Boot, BootCheck).
+type StepOptions struct {
+	// Out receives the step's progress lines; they also go to the machine's log.
+	Out io.Writer
+	// EventLog is what the firmware measured at this power-on; nil is the machine's recorded
+	// boot (sys/kernel/security/tpm0/binary_bios_measurements). Another log models a changed
+	// boot (a firmware or bootloader update).
+	EventLog []byte
+}
+
+// machine is one simulated machine during a step: it powers on (its swtpm runs only while a
+// step runs, SPEC §8), talks to fleetd from its own loopback address, and records what it did.
+type machine struct {
+	info Info
+	name string
+	m    Machine
+	out  io.Writer
+	log  *os.File
+	step string
+}
+
+// openMachine looks the machine up in stack.json and opens its log.
+func openMachine(info Info, name, step string, out io.Writer) (*machine, error) {
+	m, ok := info.Machines[name]
+	if !ok {
+		return nil, fmt.Errorf("%s has no simulated machine: it is not in stack.json's machines (a declared TPM 1.2 has none)", name)
+	}
+	if out == nil {
+		out = io.Discard
+	}
+	f, err := os.OpenFile(filepath.Join(m.Dir, MachineLog), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open the log of machine %s: %w", name, err)
+	}
+	// One step at a time: a machine has one TPM and one boot.
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("machine %s is busy with another step (%w); wait for it to end", name, err)
+	}
+	return &machine{info: info, name: name, m: m, out: out, log: f, step: step}, nil
+}
+
+// close ends the step (and releases the machine's lock).
+func (mc *machine) close() { mc.log.Close() }
+
+// say records one line of what the machine did: on Out, and with a time stamp in its log.
+func (mc *machine) say(format string, args ...any) {
+	line := fmt.Sprintf(format, args...)
+	fmt.Fprintf(mc.out, "%s %s: %s\n", mc.name, mc.step, line)
+	fmt.Fprintf(mc.log, "%s %s: %s\n", time.Now().UTC().Format(time.RFC3339), mc.step, line)
+}
+
+// path is a file under the machine's directory.
+func (mc *machine) path(elem ...string) string {
+	return filepath.Join(append([]string{mc.m.Dir}, elem...)...)
+}
+
+// powerOn starts the machine's swtpm and replays the boot's event log into its PCRs, as the
+// firmware measures the boot. It returns the running TPM and the event log file the agent reads.
+func (mc *machine) powerOn(ctx context.Context, eventLog []byte) (*swtpm.Instance, string, error) {
+	logPath := mc.path(MachineSysDir, eventLogPath)
+	if eventLog != nil {
+		logPath = mc.path("boot-event-log")
+		if err := os.WriteFile(logPath, eventLog, 0o600); err != nil {
+			return nil, "", fmt.Errorf("power on %s: %w", mc.name, err)
+		}
+	}
+	b, err := os.ReadFile(logPath)
+	if err != nil {
+		return nil, "", fmt.Errorf("power on %s: read its boot's event log: %w", mc.name, err)
+	}
+	tpm, err := swtpm.Start(ctx, mc.path(MachineTPMDir))
+	if err != nil {
+		return nil, "", fmt.Errorf("power on %s: %w", mc.name, err)
+	}
+	if err := tpm.ReplayEventLog(b); err != nil {
+		tpm.Stop()
+		return nil, "", fmt.Errorf("power on %s: measure the boot: %w", mc.name, err)
+	}
+	mc.say("powered on: swtpm at %s, PCRs hold the measured boot (%d bytes of event log)", tpm.Addr(), len(b))
+	return tpm, logPath, nil
+}
+
+// httpClient is an HTTP client whose connections come from the machine's NetBox address: fleetd
+// serves a configuration only to a request from the device's address (SPEC §6, issue 4).
+func (mc *machine) httpClient() (*http.Client, error) {
+	p, err := netip.ParsePrefix(mc.m.Address)
+	if err != nil {
+		return nil, fmt.Errorf("machine %s: its address %q: %w", mc.name, mc.m.Address, err)
+	}
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: p.Addr().AsSlice()}, Timeout: 10 * time.Second}
+	tr := &http.Transport{DialContext: d.DialContext, DisableKeepAlives: true}
+	return &http.Client{Transport: tr, Timeout: 60 * time.Second}, nil
+}
+
+// env is the environment of a process the machine runs: only what is given, and a PATH.
+func env(vars map[string]string) []string {
+	out := []string{"PATH=/usr/local/bin:/usr/bin:/bin"}
+	for k, v := range vars {
+		out = append(out, k+"="+v)
+	}
+	return out
+}
+
+// relay gives a process that cannot choose its source address (the agent, `fleetd boot-check`)
+// the machine's network: it listens on the machine's address and forwards each connection to
+// fleetd from that address, so fleetd sees the machine's NetBox address as the peer, as on the
+// machine's own network (fleetd limits and checks node requests per source address). It
+// returns the URL to use instead of fleetd's and a function that stops the relay.
+func (mc *machine) relay() (string, func(), error) {
+	p, err := netip.ParsePrefix(mc.m.Address)
+	if err != nil {
+		return "", nil, fmt.Errorf("machine %s: its address %q: %w", mc.name, mc.m.Address, err)
+	}
+	u, err := url.Parse(mc.info.Fleetd.URL)
+	if err != nil {
+		return "", nil, fmt.Errorf("fleetd URL %q: %w", mc.info.Fleetd.URL, err)
+	}
+	l, err := net.Listen("tcp", netip.AddrPortFrom(p.Addr(), 0).String())
+	if err != nil {
+		return "", nil, fmt.Errorf("machine %s: listen on its address: %w", mc.name, err)
+	}
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: p.Addr().AsSlice()}, Timeout: 10 * time.Second}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				forward(c, d, u.Host)
+			}()
+		}
+	}()
+	stop := func() {
+		l.Close()
+		wg.Wait()
+	}
+	return u.Scheme + "://" + l.Addr().String(), stop, nil
+}
+
+// forward copies one connection to target and back until both directions end.
+func forward(c net.Conn, d *net.Dialer, target string) {
+	defer c.Close()
+	up, err := d.Dial("tcp", target)
+	if err != nil {
+		return
+	}
+	defer up.Close()
+	done := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(up, c)
+		if tc, ok := up.(*net.TCPConn); ok {
+			_ = tc.CloseWrite()
+		}
+		close(done)
+	}()
+	_, _ = io.Copy(c, up)
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.CloseWrite()
+	}
+	<-done
+}

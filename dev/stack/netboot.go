@@ -1,0 +1,122 @@
+package stack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	tinkv1 "github.com/tinkerbell/tink/api/v1alpha1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/folly-infra/fleetd/dev/swtpm"
+	"github.com/folly-infra/fleetd/dev/tinkerbell"
+	"github.com/folly-infra/fleetd/workflows"
+)
+
+// Netboot is `fleetsim machine NAME netboot` (SPEC §8): the machine boots HookOS and its worker
+// runs its current Workflow (the one whose hardwareMap device_1 is its MAC, rendered first if
+// tink-controller's step has not happened) action after action, reporting each to the
+// Kubernetes API as tink-worker does. The first action is the real `fleetd enroll` against the
+// machine's swtpm; the others are simulated by image, each writing what it did into the
+// machine's log. It returns nil when every action succeeded, and the failing action's error
+// otherwise (the Workflow is then failed, as Tinkerbell would have it).
+func Netboot(ctx context.Context, info Info, name string, o StepOptions) error {
+	mc, err := openMachine(info, name, "netboot", o.Out)
+	if err != nil {
+		return err
+	}
+	defer mc.close()
+	kc, err := KubeClient(info.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	wf, err := machineWorkflow(ctx, kc, info.Namespace, mc.m.MAC)
+	if err != nil {
+		return fmt.Errorf("netboot %s: %w", name, err)
+	}
+	if err := tinkerbell.Render(ctx, kc, wf); err != nil {
+		return fmt.Errorf("netboot %s: render Workflow %s: %w", name, wf.Name, err)
+	}
+	if s := bareState(wf.Status.State); s != "PENDING" && s != "RUNNING" {
+		return fmt.Errorf("netboot %s: Workflow %s is %s after rendering; the worker gets only PENDING or RUNNING Workflows", name, wf.Name, wf.Status.State)
+	}
+	mc.say("HookOS booted; worker %s runs Workflow %s (Template %s)", mc.m.MAC, wf.Name, wf.Spec.TemplateRef)
+	tpm, eventLog, err := mc.powerOn(ctx, o.EventLog)
+	if err != nil {
+		return err
+	}
+	defer tpm.Stop()
+	for _, a := range tinkerbell.Actions(wf) {
+		if bareState(a.State) == "SUCCESS" {
+			continue
+		}
+		if err := mc.runReported(ctx, kc, wf, a, tpm, eventLog); err != nil {
+			return err
+		}
+	}
+	mc.say("Workflow %s is %s", wf.Name, wf.Status.State)
+	return nil
+}
+
+// runReported runs one action between its RUNNING report and its SUCCESS, FAILED or TIMEOUT
+// report, bounded by the action's timeout.
+func (mc *machine) runReported(ctx context.Context, kc client.Client, wf *tinkv1.Workflow, a tinkerbell.Action, tpm *swtpm.Instance, eventLog string) error {
+	if err := tinkerbell.ReportAction(ctx, kc, wf, a.Name, tinkv1.WorkflowStateRunning, ""); err != nil {
+		return err
+	}
+	mc.say("action %s (%s) RUNNING", a.Name, a.Image)
+	actx := ctx
+	if a.Timeout > 0 {
+		var cancel context.CancelFunc
+		actx, cancel = context.WithTimeout(ctx, a.Timeout)
+		defer cancel()
+	}
+	msg, err := mc.runAction(actx, wf, a, tpm, eventLog)
+	state := tinkv1.WorkflowStateSuccess
+	switch {
+	case errors.Is(actx.Err(), context.DeadlineExceeded):
+		state, msg = tinkv1.WorkflowStateTimeout, fmt.Sprintf("the action ran longer than its timeout of %s", a.Timeout)
+	case err != nil:
+		state, msg = tinkv1.WorkflowStateFailed, err.Error()
+	}
+	// The report must reach the API even when the step's context ended.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if rerr := tinkerbell.ReportAction(rctx, kc, wf, a.Name, state, msg); rerr != nil {
+		return errors.Join(err, rerr)
+	}
+	mc.say("action %s %s: %s", a.Name, bareState(state), msg)
+	if state != tinkv1.WorkflowStateSuccess {
+		return fmt.Errorf("netboot %s: action %s %s: %s", mc.name, a.Name, bareState(state), msg)
+	}
+	return nil
+}
+
+// machineWorkflow finds the Workflow a worker with this MAC is served: the oldest one whose
+// hardwareMap device_1 is the MAC and that has not ended.
+func machineWorkflow(ctx context.Context, c client.Client, namespace, mac string) (*tinkv1.Workflow, error) {
+	if mac == "" {
+		return nil, errors.New("the machine has no MAC in NetBox, so no worker id: Tinkerbell serves it nothing")
+	}
+	var list tinkv1.WorkflowList
+	if err := c.List(ctx, &list, client.InNamespace(namespace)); err != nil {
+		return nil, fmt.Errorf("list Workflows: %w", err)
+	}
+	var open []tinkv1.Workflow
+	for _, wf := range list.Items {
+		s := bareState(wf.Status.State)
+		if wf.Spec.HardwareMap[workflows.MapMAC] == mac && (s == "" || s == "PREPARING" || s == "PENDING" || s == "RUNNING") {
+			open = append(open, wf)
+		}
+	}
+	if len(open) == 0 {
+		return nil, fmt.Errorf("%w for worker %s: no Workflow waits for this machine; ask for an action in NetBox and let fleetd accept it first", ErrNoWorkflow, mac)
+	}
+	sort.Slice(open, func(i, j int) bool {
+		a, b := open[i].CreationTimestamp, open[j].CreationTimestamp
+		return a.Before(&b) || a.Equal(&b) && open[i].Name < open[j].Name
+	})
+	return &open[0], nil
+}
