@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"time"
 
 	tinkv1 "github.com/tinkerbell/tink/api/v1alpha1"
@@ -114,9 +113,6 @@ func machineWorkflow(ctx context.Context, c client.Client, namespace, mac string
 	if len(open) == 0 {
 		return nil, fmt.Errorf("%w for worker %s: no Workflow waits for this machine; ask for an action in NetBox and let fleetd accept it first", ErrNoWorkflow, mac)
 	}
-	sort.Slice(open, func(i, j int) bool {
-		a, b := open[i].CreationTimestamp, open[j].CreationTimestamp
-		return a.Before(&b) || a.Equal(&b) && open[i].Name < open[j].Name
-	})
+	sortByCreation(open)
 	return &open[0], nil
 }

@@ -52,14 +52,19 @@ func DeviceWorkflows(ctx context.Context, c client.Client, namespace string, dev
 	if err != nil {
 		return nil, fmt.Errorf("list Workflows of device %d: %w", deviceID, err)
 	}
-	sort.Slice(list.Items, func(i, j int) bool {
-		a, b := list.Items[i].CreationTimestamp, list.Items[j].CreationTimestamp
+	sortByCreation(list.Items)
+	return list.Items, nil
+}
+
+// sortByCreation orders Workflows oldest first (by name within one second).
+func sortByCreation(wfs []tinkv1.Workflow) {
+	sort.Slice(wfs, func(i, j int) bool {
+		a, b := wfs[i].CreationTimestamp, wfs[j].CreationTimestamp
 		if a.Equal(&b) {
-			return list.Items[i].Name < list.Items[j].Name
+			return wfs[i].Name < wfs[j].Name
 		}
 		return a.Before(&b)
 	})
-	return list.Items, nil
 }
 
 // Drive says how DriveWorkflow ends a Workflow.
