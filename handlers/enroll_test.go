@@ -2,14 +2,11 @@ package handlers_test
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
 	"io"
-	"net/http/httptest"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,15 +18,13 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/folly-infra/fleetd/agent"
-	"github.com/folly-infra/fleetd/attest"
 	"github.com/folly-infra/fleetd/dev/fakehw"
 	"github.com/folly-infra/fleetd/dev/swtpm"
 	"github.com/folly-infra/fleetd/dev/swtpm/eventlogs"
 	"github.com/folly-infra/fleetd/fleet"
 	"github.com/folly-infra/fleetd/fleet/fleettest"
-	"github.com/folly-infra/fleetd/handlers"
+	"github.com/folly-infra/fleetd/handlers/handlerstest"
 	"github.com/folly-infra/fleetd/pki"
-	"github.com/folly-infra/fleetd/webhook"
 )
 
 // channel is the simulator as the agent's TPM, with the event log the firmware would have.
@@ -54,59 +49,8 @@ type fleetdUnderTest struct {
 
 func newFleetd(t testing.TB, cat fleet.Catalog, d fleet.Device) *fleetdUnderTest {
 	t.Helper()
-	clock := fleet.SystemClock{}
-	f := &fleetdUnderTest{inv: fleettest.NewInventory(d)}
-	var err error
-	for i, name := range []string{"fleetd LDevID CA", "fleetd LAK CA"} {
-		if f.cas[i], _, err = pki.NewCA(pki.NewCAConfig{Name: name, Lifetime: 24 * time.Hour, Rand: rand.Reader, Now: time.Now}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	issuer, err := pki.NewIssuer(pki.IssuerConfig{LDevID: f.cas[0], LAK: f.cas[1], LDevIDLifetime: time.Hour, LAKLifetime: time.Hour, Rand: rand.Reader, Now: time.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ek, _ := attest.NewEKVerifier(attest.EKVerifierConfig{Policy: attest.EKPolicyHash, Now: time.Now})
-	tokens, _ := attest.NewTokenSealer(attest.TokenConfig{Key: make([]byte, 32), Lifetime: time.Minute, Rand: rand.Reader, Now: time.Now})
-	lak, _ := attest.NewLAKVerifier(attest.LAKVerifierConfig{Issuer: f.cas[1].Cert, Above: f.cas[1].Above, Now: time.Now})
-	nonces, _ := attest.NewBootNonceSealer(attest.BootNonceConfig{TokenKey: make([]byte, 32), Lifetime: time.Minute, Rand: rand.Reader, Now: time.Now})
-	secrets, err := fleet.GenerateTalosSecrets(clock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	renderer, err := fleet.NewRenderer(fleet.RenderConfig{TalosSecrets: secrets, ClusterName: "folly", ClusterEndpoint: "https://10.0.0.10:6443",
-		DNS: []netip.Addr{netip.MustParseAddr("10.0.0.1")}, Gateway: gatewayFor(d), Clock: clock, Random: rand.Reader})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.pending, _ = fleet.NewPending(fleet.PendingConfig{Clock: clock})
-	f.reg = prometheus.NewRegistry()
-	att := fleet.Attestation{EK: ek, Tokens: tokens, Issuer: issuer, LAK: lak, BootNonces: nonces}
-	svc, err := fleet.NewService(fleet.Config{FleetdURL: "http://spore"}, fleet.Deps{Inventory: f.inv, Installer: fleettest.NewInstaller(),
-		Catalog: cat, Pending: f.pending, Renderer: renderer, Attest: att,
-		Clock: clock, Random: rand.Reader, Logger: zerolog.Nop(), Registry: f.reg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	intake, _ := webhook.New(webhook.Config{Secret: []byte("s")}, webhook.Deps{Reconciler: svc})
-	h, err := handlers.New(handlers.Deps{Service: svc, Webhooks: intake, Gatherer: prometheus.NewRegistry(), OperatorToken: []byte("op"), Logger: zerolog.Nop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(h)
-	t.Cleanup(srv.Close)
-	f.url = srv.URL
-	return f
-}
-
-// gatewayFor is the nodes' gateway the renderer is configured with: 10.0.0.1, in the network of
-// fleettest.Declared, or 127.0.0.254 for a device on the loopback network (a device whose
-// configuration this test client, at 127.0.0.1, fetches).
-func gatewayFor(d fleet.Device) netip.Addr {
-	if d.Address.Addr().IsLoopback() {
-		return netip.MustParseAddr("127.0.0.254")
-	}
-	return netip.MustParseAddr("10.0.0.1")
+	f := handlerstest.New(t, handlerstest.Config{Catalog: cat, Devices: []fleet.Device{d}})
+	return &fleetdUnderTest{inv: f.Inv, pending: f.Pending, cas: [2]*pki.CA{f.LDevIDCA, f.LAKCA}, url: f.URL, reg: f.Registry}
 }
 
 func catalog(secureBoot fleet.SecureBoot, patches ...string) fleet.Catalog {

@@ -3,17 +3,14 @@ package spire_test
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/folly-infra/fleetd/agent"
@@ -24,29 +21,26 @@ import (
 	"github.com/folly-infra/fleetd/dev/swtpm/eventlogs"
 	"github.com/folly-infra/fleetd/fleet"
 	"github.com/folly-infra/fleetd/fleet/fleettest"
-	"github.com/folly-infra/fleetd/handlers"
+	"github.com/folly-infra/fleetd/handlers/handlerstest"
 	"github.com/folly-infra/fleetd/pki"
-	"github.com/folly-infra/fleetd/webhook"
 )
 
 const (
 	deviceID   = 12
 	deviceName = "node-a"
 	diskSerial = "S4EWNX0R123456" // fleettest.Declared's disk_serial
-	// request is the device's accepted owner request. An attest request issues the LDevID and
-	// the LAK exactly as a provision does (fleet/enroll_evidence.go step 3) without rendering a
-	// Talos configuration, which has no counterpart in SPIRE.
-	request = "attest-k3f9x2mq"
+	// request is the device's accepted owner request: a provision, the request that issues the
+	// LDevID and the LAK (fleet/enroll_evidence.go).
+	request = "provision-k3f9x2mq"
 )
 
 // bootLog is the firmware's event log the swtpm's PCRs are replayed from.
 var bootLog = eventlogs.RHEL8SecureBoot
 
-// fleetd is fleetd's enrollment in one process: the real handlers and fleet service on in-memory
-// NetBox and Tinkerbell (fleettest), with in-memory dev CAs, as handlers/enroll_test.go wires
-// them. The EK policy is hash+cert with the swtpm EK CA, as for a fleet whose TPMs carry EK
-// certificates. It records the last body of each enrollment route, so a benchmark can replay
-// the exchange without the TPM.
+// fleetd is fleetd's enrollment in one process (handlers/handlerstest: the real handlers and
+// fleet service on in-memory NetBox and Tinkerbell, with in-memory dev CAs). The EK policy is
+// hash+cert with the swtpm EK CA, as for a fleet whose TPMs carry EK certificates. It records
+// the last body of each enrollment route, so a benchmark can replay the exchange without the TPM.
 type fleetd struct {
 	inv           *fleettest.Inventory
 	device        fleet.Device // as declared before the enrollment
@@ -67,38 +61,16 @@ func newFleetd(tb testing.TB) *fleetd {
 	d := fleettest.Declared(deviceID, deviceName)
 	d.Declared.EKHashes = []string{tpm.EKSHA256}
 	d.Owned = fleet.Owned{State: fleet.StatePending, Request: request, Workflow: deviceName + "-" + request}
-	f := &fleetd{inv: fleettest.NewInventory(d), device: d, body: map[string][]byte{}}
-	cas := make([]*pki.CA, 2)
-	for i, name := range []string{"fleetd LDevID", "fleetd LAK"} {
-		ca, _, err := pki.NewCA(pki.NewCAConfig{Name: name, Lifetime: 24 * time.Hour, Rand: rand.Reader, Now: time.Now})
-		must(tb, err)
-		cas[i] = ca
-	}
-	f.ldevidCA = cas[0]
+	f := &fleetd{device: d, body: map[string][]byte{}}
+	// A token lives an hour, so a benchmark can replay the recorded exchange for as long as it runs.
+	ft := handlerstest.New(tb, handlerstest.Config{Devices: []fleet.Device{d}, EKPolicy: attest.EKPolicyHashCert,
+		EKBundle: ekCA.BundlePEM(), TokenLifetime: time.Hour,
+		Wrap: func(h http.Handler) http.Handler { f.handler = h; return http.HandlerFunc(f.record) }})
+	f.inv, f.ldevidCA, f.url = ft.Inv, ft.LDevIDCA, ft.URL
+	f.ek, f.tokens, f.issuer = ft.Attest.EK, ft.Attest.Tokens, ft.Attest.Issuer
 	var err error
 	f.ldevidCAFiles, err = f.ldevidCA.WriteFiles(tb.TempDir(), "ldevid-ca")
 	must(tb, err)
-	f.issuer, err = pki.NewIssuer(pki.IssuerConfig{LDevID: cas[0], LAK: cas[1], LDevIDLifetime: time.Hour, LAKLifetime: time.Hour, Rand: rand.Reader, Now: time.Now})
-	must(tb, err)
-	f.ek, err = attest.NewEKVerifier(attest.EKVerifierConfig{Policy: attest.EKPolicyHashCert, BundlePEM: ekCA.BundlePEM(), Now: time.Now})
-	must(tb, err)
-	// A token lives an hour, so a benchmark can replay the recorded exchange for as long as it runs.
-	f.tokens, err = attest.NewTokenSealer(attest.TokenConfig{Key: make([]byte, attest.TokenKeySize), Lifetime: time.Hour, Rand: rand.Reader, Now: time.Now})
-	must(tb, err)
-	pending, err := fleet.NewPending(fleet.PendingConfig{Clock: fleet.SystemClock{}})
-	must(tb, err)
-	svc, err := fleet.NewService(fleet.Config{FleetdURL: "http://spore"}, fleet.Deps{Inventory: f.inv, Installer: fleettest.NewInstaller(),
-		Catalog: fleettest.Catalog(), Pending: pending, Attest: fleet.Attestation{EK: f.ek, Tokens: f.tokens, Issuer: f.issuer},
-		Clock: fleet.SystemClock{}, Random: rand.Reader, Logger: zerolog.Nop()})
-	must(tb, err)
-	intake, err := webhook.New(webhook.Config{Secret: []byte("s")}, webhook.Deps{Reconciler: svc})
-	must(tb, err)
-	h, err := handlers.New(handlers.Deps{Service: svc, Webhooks: intake, Gatherer: prometheus.NewRegistry(), OperatorToken: []byte("op"), Logger: zerolog.Nop()})
-	must(tb, err)
-	f.handler = h
-	srv := httptest.NewServer(http.HandlerFunc(f.record))
-	tb.Cleanup(srv.Close)
-	f.url = srv.URL
 	return f
 }
 

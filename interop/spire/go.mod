@@ -5,11 +5,12 @@ go 1.26.0
 require (
 	github.com/folly-infra/fleetd v0.0.0
 	github.com/google/go-cmp v0.7.0
-	github.com/prometheus/client_golang v1.25.0
 	github.com/rs/zerolog v1.35.1
 	github.com/sirupsen/logrus v1.9.4-0.20230606125235-dd1b4c2e81af
 	github.com/spiffe/go-spiffe/v2 v2.6.0
 )
+
+require github.com/prometheus/client_golang v1.25.0 // indirect
 
 require (
 	cel.dev/expr v0.24.0 // indirect

@@ -1,0 +1,119 @@
+// Package handlerstest runs the real fleetd handlers and fleet service in a test, on in-memory
+// NetBox and Tinkerbell (fleet/fleettest) with in-memory CAs, so that the real agent (`fleetd
+// enroll`, `fleetd boot-check`) can be run against it: the enrollment and boot-check tests and the
+// SPIRE interoperability module use it.
+package handlerstest
+
+import (
+	"crypto/rand"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/folly-infra/fleetd/attest"
+	"github.com/folly-infra/fleetd/fleet"
+	"github.com/folly-infra/fleetd/fleet/fleettest"
+	"github.com/folly-infra/fleetd/handlers"
+	"github.com/folly-infra/fleetd/pki"
+	"github.com/folly-infra/fleetd/webhook"
+)
+
+// Config says what the fleetd under test knows.
+type Config struct {
+	Catalog       fleet.Catalog  // default fleettest.Catalog()
+	Devices       []fleet.Device // NetBox's devices
+	EKPolicy      attest.EKPolicy
+	EKBundle      []byte        // manufacturer CAs, for hash+cert
+	TokenLifetime time.Duration // enrollment tokens and boot-check nonces; default one minute
+	// Gateway is the nodes' gateway the renderer knows; default 10.0.0.1, or 127.0.0.254 when
+	// the first device is on the loopback network (a device this test client, at 127.0.0.1, is).
+	Gateway netip.Addr
+	// Wrap, when set, wraps the handler (a test that records requests).
+	Wrap func(http.Handler) http.Handler
+}
+
+// Fleetd is the running fleetd under test.
+type Fleetd struct {
+	Inv       *fleettest.Inventory
+	Installer *fleettest.Installer
+	Pending   *fleet.Pending
+	Service   *fleet.Service
+	Attest    fleet.Attestation
+	LDevIDCA  *pki.CA
+	LAKCA     *pki.CA
+	Registry  *prometheus.Registry // the service's metrics
+	Handler   http.Handler
+	URL       string
+}
+
+// New starts a fleetd under test; it stops with the test.
+func New(tb testing.TB, cfg Config) *Fleetd {
+	tb.Helper()
+	must := func(err error) {
+		tb.Helper()
+		if err != nil {
+			tb.Fatal(err)
+		}
+	}
+	if len(cfg.Catalog.Names()) == 0 {
+		cfg.Catalog = fleettest.Catalog()
+	}
+	if cfg.EKPolicy == "" {
+		cfg.EKPolicy = attest.EKPolicyHash
+	}
+	if cfg.TokenLifetime == 0 {
+		cfg.TokenLifetime = time.Minute
+	}
+	if !cfg.Gateway.IsValid() {
+		cfg.Gateway = netip.MustParseAddr("10.0.0.1")
+		if len(cfg.Devices) > 0 && cfg.Devices[0].Address.Addr().IsLoopback() {
+			cfg.Gateway = netip.MustParseAddr("127.0.0.254")
+		}
+	}
+	clock := fleet.SystemClock{}
+	f := &Fleetd{Inv: fleettest.NewInventory(cfg.Devices...), Installer: fleettest.NewInstaller(), Registry: prometheus.NewRegistry()}
+	var err error
+	f.LDevIDCA, _, err = pki.NewCA(pki.NewCAConfig{Name: "fleetd LDevID", Lifetime: 24 * time.Hour, Rand: rand.Reader, Now: time.Now})
+	must(err)
+	f.LAKCA, _, err = pki.NewCA(pki.NewCAConfig{Name: "fleetd LAK", Lifetime: 24 * time.Hour, Rand: rand.Reader, Now: time.Now})
+	must(err)
+	f.Attest.Issuer, err = pki.NewIssuer(pki.IssuerConfig{LDevID: f.LDevIDCA, LAK: f.LAKCA, LDevIDLifetime: time.Hour, LAKLifetime: time.Hour, Rand: rand.Reader, Now: time.Now})
+	must(err)
+	f.Attest.EK, err = attest.NewEKVerifier(attest.EKVerifierConfig{Policy: cfg.EKPolicy, BundlePEM: cfg.EKBundle, Now: time.Now})
+	must(err)
+	key := make([]byte, attest.TokenKeySize)
+	f.Attest.Tokens, err = attest.NewTokenSealer(attest.TokenConfig{Key: key, Lifetime: cfg.TokenLifetime, Rand: rand.Reader, Now: time.Now})
+	must(err)
+	f.Attest.LAK, err = attest.NewLAKVerifier(attest.LAKVerifierConfig{Issuer: f.LAKCA.Cert, Above: f.LAKCA.Above, Now: time.Now})
+	must(err)
+	f.Attest.BootNonces, err = attest.NewBootNonceSealer(attest.BootNonceConfig{TokenKey: key, Lifetime: cfg.TokenLifetime, Rand: rand.Reader, Now: time.Now})
+	must(err)
+	secrets, err := fleet.GenerateTalosSecrets(clock)
+	must(err)
+	renderer, err := fleet.NewRenderer(fleet.RenderConfig{TalosSecrets: secrets, ClusterName: "folly", ClusterEndpoint: "https://10.0.0.10:6443",
+		DNS: []netip.Addr{netip.MustParseAddr("10.0.0.1")}, Gateway: cfg.Gateway, Clock: clock, Random: rand.Reader})
+	must(err)
+	f.Pending, err = fleet.NewPending(fleet.PendingConfig{Clock: clock})
+	must(err)
+	f.Service, err = fleet.NewService(fleet.Config{FleetdURL: "http://spore"}, fleet.Deps{Inventory: f.Inv, Installer: f.Installer,
+		Catalog: cfg.Catalog, Pending: f.Pending, Renderer: renderer, Attest: f.Attest,
+		Clock: clock, Random: rand.Reader, Logger: zerolog.Nop(), Registry: f.Registry})
+	must(err)
+	intake, err := webhook.New(webhook.Config{Secret: []byte("s")}, webhook.Deps{Reconciler: f.Service})
+	must(err)
+	h, err := handlers.New(handlers.Deps{Service: f.Service, Webhooks: intake, Gatherer: prometheus.NewRegistry(), OperatorToken: []byte("op"), Logger: zerolog.Nop()})
+	must(err)
+	f.Handler = h
+	if cfg.Wrap != nil {
+		f.Handler = cfg.Wrap(h)
+	}
+	srv := httptest.NewServer(f.Handler)
+	tb.Cleanup(srv.Close)
+	f.URL = srv.URL
+	return f
+}
