@@ -124,7 +124,7 @@ func wire(ctx context.Context, cfg *config.Config, log zerolog.Logger) (*app, er
 	if err != nil {
 		return nil, err
 	}
-	a.service, err = fleet.NewService(fleet.Config{FleetdURL: cfg.PublicURL}, fleet.Deps{Inventory: a.netbox,
+	a.service, err = fleet.NewService(fleet.Config{FleetdURL: cfg.PublicURL, BootCheckMissingAfter: cfg.BootCheck.MissingAfter.D()}, fleet.Deps{Inventory: a.netbox,
 		Installer: a.install, Catalog: catalog, Pending: pending, Renderer: renderer, Attest: att, Clock: clock,
 		Random: rand.Reader, Logger: log, Registry: reg})
 	if err != nil {

@@ -241,8 +241,11 @@ func (c *Config) defaults() {
 		c.Attestation.EKPolicy = "hash+cert"
 	}
 	def(&c.Attestation.TokenLifetime, 10*time.Minute)
-	def(&c.PKI.LDevID.Lifetime, 90*24*time.Hour)
-	def(&c.PKI.LAK.Lifetime, 90*24*time.Hour)
+	// Certificates are renewed only by provisioning again. The LAK is cut off the moment the
+	// device's lak_serial changes (reprovision, wipe, retirement), so it may live long; an LDevID
+	// is accepted by SPIRE until it expires, so its lifetime bounds what a retired machine can do.
+	def(&c.PKI.LDevID.Lifetime, 365*24*time.Hour)
+	def(&c.PKI.LAK.Lifetime, 5*365*24*time.Hour)
 	def(&c.Delivery.PendingTTL, 4*time.Hour)
 	def(&c.Reconcile.Interval, 2*time.Minute)
 	def(&c.BootCheck.MissingAfter, 2*time.Hour)

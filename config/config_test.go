@@ -55,7 +55,7 @@ func TestParseDefaults(t *testing.T) {
 		{"ek_policy default", c.Attestation.EKPolicy, "hash+cert"},
 		{"namespace default", c.Kubernetes.Namespace, "tink-system"},
 		{"ldevid lifetime as written", c.PKI.LDevID.Lifetime.D(), 720 * time.Hour},
-		{"lak lifetime default", c.PKI.LAK.Lifetime.D(), 90 * 24 * time.Hour},
+		{"lak lifetime default", c.PKI.LAK.Lifetime.D(), 5 * 365 * 24 * time.Hour},
 		{"relative path resolved", c.Path(c.ClassesFile), filepath.Join(dir, "classes.json")},
 	}
 	for _, ch := range checks {

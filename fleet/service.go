@@ -16,6 +16,9 @@ import (
 type Config struct {
 	// FleetdURL is the base URL agents and nodes reach fleetd at; it goes into hardwareMap.
 	FleetdURL string
+	// BootCheckMissingAfter is how old an active device's last accepted boot check may be before
+	// fleetd reports it missing (SPEC §5: two hours).
+	BootCheckMissingAfter time.Duration
 }
 
 // Deps are the service's collaborators, wired by main.
@@ -65,6 +68,9 @@ func NewService(cfg Config, deps Deps) (*Service, error) {
 		return nil, errors.New("new service: no pending store")
 	case cfg.FleetdURL == "":
 		return nil, errors.New("new service: no fleetd URL for the agents")
+	}
+	if cfg.BootCheckMissingAfter <= 0 {
+		cfg.BootCheckMissingAfter = 2 * time.Hour
 	}
 	reg := deps.Registry
 	if reg == nil {

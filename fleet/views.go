@@ -12,6 +12,9 @@ type DeviceView struct {
 	Workflow      *WorkflowStatus // the current request's Workflow, when it could be read
 	WorkflowError string          // why it could not be read
 	PendingConfig bool            // a configuration waits in memory to be fetched once
+	// BootCheckMissing: the device is an active node whose last accepted boot check (or, before
+	// the first, whose activation) is older than the configured limit (SPEC §5).
+	BootCheckMissing bool
 }
 
 // View reads one device by name and the progress of its current Workflow.
@@ -41,7 +44,7 @@ func (s *Service) ViewAll(ctx context.Context) ([]DeviceView, error) {
 }
 
 func (s *Service) view(ctx context.Context, d Device, readWorkflow bool) DeviceView {
-	v := DeviceView{Device: d, PendingConfig: s.hasPending(d.ID)}
+	v := DeviceView{Device: d, PendingConfig: s.hasPending(d.ID), BootCheckMissing: s.bootCheckMissing(d)}
 	if !readWorkflow || d.Owned.Workflow == "" {
 		return v
 	}
@@ -65,4 +68,14 @@ func (s *Service) ReconcileByName(ctx context.Context, name string) (Outcome, er
 		return Outcome{Device: name, Step: "read", Result: "error"}, fmt.Errorf("read device %q: %w: %w", name, ErrInventory, err)
 	}
 	return s.Reconcile(ctx, d.ID)
+}
+
+// bootCheckMissing reports an active node whose boot checks stopped: the last accepted one is
+// older than the limit. A node that never sent one is reported by the alert on
+// fleetd_device_boot_check_status{outcome="none"} (fleetd keeps no activation time).
+func (s *Service) bootCheckMissing(d Device) bool {
+	if d.Owned.State != StateActive || d.Status == StatusDecommissioning || d.Owned.LastBootCheck.IsZero() {
+		return false
+	}
+	return s.clock.Now().Sub(d.Owned.LastBootCheck) > s.cfg.BootCheckMissingAfter
 }

@@ -37,6 +37,7 @@ type deviceJSON struct {
 		Outcome     string `json:"outcome,omitempty"`
 		Last        string `json:"last,omitempty"`
 		HasBaseline bool   `json:"has_baseline"`
+		Missing     bool   `json:"missing"`
 	} `json:"boot_check"`
 	PendingConfig bool `json:"pending_config"`
 }
@@ -74,6 +75,7 @@ func toJSON(v fleet.DeviceView) deviceJSON {
 		j.BootCheck.Last = v.Owned.LastBootCheck.UTC().Format(time.RFC3339)
 	}
 	j.BootCheck.HasBaseline = v.Owned.BootBaseline != ""
+	j.BootCheck.Missing = v.BootCheckMissing
 	j.PendingConfig = v.PendingConfig
 	return j
 }

@@ -1,0 +1,46 @@
+package fleet_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	. "github.com/folly-infra/fleetd/fleet"
+	"github.com/folly-infra/fleetd/fleet/fleettest"
+)
+
+// TestViewReportsMissingBootChecks: an active node whose last accepted check is older than two
+// hours is reported missing (SPEC §5); a fresh one, an inactive one, or one never checked is not.
+func TestViewReportsMissingBootChecks(t *testing.T) {
+	now := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	rows := []struct {
+		name    string
+		state   State
+		status  Status
+		last    time.Duration // how long ago the last check was; 0 = never
+		missing bool
+	}{
+		{"ok/checked an hour ago", StateActive, StatusActive, time.Hour, false},
+		{"refuse/checked three hours ago: missing", StateActive, StatusActive, 3 * time.Hour, true},
+		{"ok/decommissioning nodes are not expected to check", StateActive, StatusDecommissioning, 3 * time.Hour, false},
+		{"ok/not active", StateWiped, StatusOffline, 3 * time.Hour, false},
+		{"ok/never checked (the none-status alert covers it)", StateActive, StatusActive, 0, false},
+	}
+	for _, r := range rows {
+		t.Run(r.name, func(t *testing.T) {
+			d := fleettest.Declared(12, "node-a")
+			d.Status, d.Owned.State = r.status, r.state
+			if r.last > 0 {
+				d.Owned.LastBootCheck = now.Add(-r.last)
+			}
+			s := newTestService(fleettest.NewInventory(d), fleettest.NewInstaller())
+			v, err := s.View(context.Background(), "node-a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v.BootCheckMissing != r.missing {
+				t.Fatalf("missing = %v, want %v", v.BootCheckMissing, r.missing)
+			}
+		})
+	}
+}
