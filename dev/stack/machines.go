@@ -48,7 +48,9 @@ func manufacture(ctx context.Context, p paths, devices []SeedDevice, rnd io.Read
 		defer mu.Unlock()
 		out[name] = m
 	}
-	g, gctx := errgroup.WithContext(ctx)
+	// A plain group: one failure must not cancel the others' swtpm_setup, which would leave
+	// their swtpm children running.
+	var g errgroup.Group
 	g.SetLimit(manufactureParallel)
 	for i, d := range devices {
 		if !d.Machine() {
@@ -60,7 +62,7 @@ func manufacture(ctx context.Context, p paths, devices []SeedDevice, rnd io.Read
 			continue
 		}
 		g.Go(func() error {
-			m, err := newMachine(gctx, p, d, i, rnd)
+			m, err := newMachine(ctx, p, d, i, rnd)
 			if err == nil && d.ForeignEK {
 				m.foreignEK, err = standInEK(rnd)
 			}
