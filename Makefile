@@ -55,15 +55,13 @@ fuzz: deps ## run every fuzz target for FUZZTIME each (default 30s); failures la
 	  $(GO) test $$pkg -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) || exit 1; done
 
 .PHONY: vet
-vet: ## go vet
+vet: ## go vet (both modules)
 	$(GO) vet ./...
+	cd interop/spire && $(GO) vet ./...
 
 .PHONY: check-drift
-check-drift: ## fail when gofmt, go mod tidy or generated files would change something
-	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
-	@cp go.mod /tmp/fleetd-go.mod.$$$$ && cp go.sum /tmp/fleetd-go.sum.$$$$ && $(GO) mod tidy && \
-	  if ! git diff --quiet -- go.mod go.sum; then echo "go mod tidy changes go.mod/go.sum: run it and commit"; \
-	  cp /tmp/fleetd-go.mod.$$$$ go.mod; cp /tmp/fleetd-go.sum.$$$$ go.sum; exit 1; fi
+check-drift: ## fail when gofmt or go mod tidy (main module and interop/spire) would change something
+	GO='$(GO)' ./scripts/check-drift.sh
 
 .PHONY: ci
 ci: check-drift vet test ## drift checks, vet and the test suite
