@@ -48,9 +48,8 @@ func manufacture(ctx context.Context, p paths, devices []SeedDevice, rnd io.Read
 		defer mu.Unlock()
 		out[name] = m
 	}
-	// A plain group: one failure must not cancel the others' swtpm_setup, which would leave
-	// their swtpm children running.
-	var g errgroup.Group
+	// One failure cancels the others (Manufacture ends a cancelled swtpm_setup's children too).
+	g, ctx := errgroup.WithContext(ctx)
 	g.SetLimit(manufactureParallel)
 	for i, d := range devices {
 		if !d.Machine() {

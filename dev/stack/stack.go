@@ -183,9 +183,9 @@ func (s *Stack) startKubeAndMachines(ctx context.Context, devices []SeedDevice) 
 	var tpms map[string]machineTPM
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return s.startKube(gctx, 0) })
-	// Not gctx: cancelling swtpm_setup mid-run (SIGKILL) leaves its swtpm child running, so a
-	// failing API server start lets the TPMs finish (about a second each).
-	g.Go(func() (err error) { tpms, err = manufacture(ctx, s.paths, devices, s.opts.Rand); return err })
+	// A failing API server start cancels the TPMs still being made (swtpm.Manufacture ends
+	// swtpm_setup with every process it started).
+	g.Go(func() (err error) { tpms, err = manufacture(gctx, s.paths, devices, s.opts.Rand); return err })
 	if err := g.Wait(); err != nil {
 		return nil, nil, err
 	}

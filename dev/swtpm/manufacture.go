@@ -24,6 +24,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"github.com/google/go-attestation/attest"
 )
@@ -129,7 +130,15 @@ func runSetup(ctx context.Context, dir string, banks []string, overwrite bool) e
 	cmd := exec.CommandContext(ctx, "swtpm_setup", args...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
+	// swtpm_setup runs swtpm, swtpm_localca and certtool as children. Cancelling ctx must end
+	// all of them, not only swtpm_setup (a killed swtpm_setup leaves its swtpm running): they
+	// run in a process group of their own, and the cancel kills the group.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	if err := cmd.Run(); err != nil {
+		if cmd.Process != nil {
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // children a failed run left, if any
+		}
 		return fmt.Errorf("run swtpm_setup in %s: %w: %s", dir, err, lastLines(out.String(), 5))
 	}
 	return nil

@@ -8,9 +8,12 @@ import (
 	"crypto/x509"
 	"encoding/asn1"
 	"encoding/hex"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/folly-infra/fleetd/agent/tpmconn"
 	"github.com/folly-infra/fleetd/dev/swtpm"
@@ -222,4 +225,50 @@ func TestRestartsKeepDA(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// TestManufactureCancelled: cancelling a Manufacture at any point ends swtpm_setup and every
+// process it started (swtpm, swtpm_localca, certtool): none is left running with the TPM's
+// directory on its command line.
+func TestManufactureCancelled(t *testing.T) {
+	for _, after := range []time.Duration{50 * time.Millisecond, 200 * time.Millisecond, 500 * time.Millisecond} {
+		t.Run("refuse/cancelled-after-"+after.String(), func(t *testing.T) {
+			dir := t.TempDir()
+			ctx, cancel := context.WithTimeout(context.Background(), after)
+			defer cancel()
+			if _, err := swtpm.Manufacture(ctx, dir, swtpm.Options{}); err == nil {
+				t.Skipf("Manufacture finished within %s; nothing was cancelled", after)
+			}
+			// SIGKILL is delivered asynchronously: give the killed processes a moment to die.
+			left := processesNaming(t, dir)
+			for end := time.Now().Add(5 * time.Second); len(left) > 0 && time.Now().Before(end); left = processesNaming(t, dir) {
+				time.Sleep(50 * time.Millisecond)
+			}
+			if len(left) > 0 {
+				t.Errorf("5 s after the cancel, processes still run in %s:\n%s", dir, strings.Join(left, "\n"))
+			}
+		})
+	}
+}
+
+// processesNaming lists the live (not zombie) processes whose command line contains s.
+func processesNaming(t *testing.T, s string) []string {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range entries {
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil || !strings.Contains(string(cmdline), s) {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil || strings.Contains(string(stat), ") Z ") {
+			continue
+		}
+		out = append(out, e.Name()+": "+strings.ReplaceAll(string(cmdline), "\x00", " "))
+	}
+	return out
 }
