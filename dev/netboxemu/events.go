@@ -34,6 +34,7 @@ var webhookEvents = map[string]string{"object_created": "created", "object_updat
 // enqueue records an event of the current request, coalescing with an earlier one for the same
 // object. For a delete, data must be the object's REST data rendered before it was removed.
 func (c *reqCtx) enqueue(objectType string, id int, eventType string, pre, post any, data obj) {
+	c.logChange(objectType, id, eventType, pre, post) // the change log is not coalesced
 	for _, ev := range c.events {
 		if ev.objectType == objectType && ev.objectID == id {
 			ev.postchange = post

@@ -58,9 +58,12 @@ type Emulator struct {
 	faults *Faults
 	mux    *http.ServeMux
 
-	mu sync.Mutex // guards db and ix
+	mu sync.Mutex // guards db, ix and the change log
 	db *db
 	ix *index // set while a list is rendered
+
+	changes   []*objectChange // every save through the API (changelog.go)
+	changeSeq int64
 
 	deliveries *deliverer
 
