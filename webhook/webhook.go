@@ -121,15 +121,18 @@ func (in *Intake) serve(w http.ResponseWriter, r *http.Request, route string) {
 	ev := log.With().Str("route", route).Str("event", p.Event).Str("object_type", p.objectType()).
 		Str("netbox_request", p.requestID()).Str("netbox_user", p.user()).Int64("device_id", id).Logger()
 	// 3. What it means.
-	if p.objectType() != "dcim.device" && in.deps.Inventory != nil {
+	echo := in.cfg.ServiceUser != "" && p.user() == in.cfg.ServiceUser && p.objectType() == "dcim.device" &&
+		p.onlyOwnedChanged(in.owned)
+	// Anything but fleetd's own echo may change a reservation (a name, a MAC, an address, a device
+	// appearing or going): hint the Kea refresh, which coalesces hints.
+	if in.deps.Inventory != nil && !echo {
 		in.deps.Inventory(context.WithoutCancel(r.Context()))
 	}
 	switch {
 	case id == 0 || p.Event == "deleted" && p.objectType() == "dcim.device":
 		in.accept(w, &ev, route, "ignored", "the event concerns no device fleetd can act on")
 		return
-	case in.cfg.ServiceUser != "" && p.user() == in.cfg.ServiceUser && p.objectType() == "dcim.device" &&
-		p.onlyOwnedChanged(in.owned):
+	case echo:
 		in.accept(w, &ev, route, "echo", "fleetd's own update; nothing left to do")
 		return
 	}
