@@ -57,6 +57,7 @@ func (mc *machine) machineEnv(a tinkerbell.Action) map[string]string {
 	for k, v := range a.Env {
 		vars[k] = v
 	}
+	vars["FLEETD_CA_FILE"] = mc.info.CA.Fleetd // baked into the HookOS image with fleetd's CA
 	vars["FLEETD_SYSFS"] = mc.path(MachineSysDir)
 	vars["FLEETD_DEVFS"] = mc.path(MachineDevDir)
 	vars["FLEETD_WORKFLOW_DIR"] = mc.path(MachineWorkflowDir)

@@ -15,7 +15,8 @@ import (
 // fleetdConfig is what the stack's fleetd.yaml is made from.
 type fleetdConfig struct {
 	opts          Options
-	fleetdURL     string
+	fleetdURL     string // https: public_url, the node routes
+	httpURL       string // plain http: NetBox's webhooks, operators, metrics
 	netboxURL     string
 	gatewayAddr   netip.Addr
 	talosEndpoint string
@@ -32,15 +33,20 @@ func writeFleetdConfig(p paths, c fleetdConfig) error {
 	if err := os.WriteFile(p.classes, classes, 0o644); err != nil {
 		return fmt.Errorf("write classes.json: %w", err)
 	}
-	u, err := url.Parse(c.fleetdURL)
+	public, err := url.Parse(c.fleetdURL)
 	if err != nil {
 		return fmt.Errorf("write fleetd.yaml: fleetd URL %q: %w", c.fleetdURL, err)
 	}
+	plain, err := url.Parse(c.httpURL)
+	if err != nil {
+		return fmt.Errorf("write fleetd.yaml: fleetd URL %q: %w", c.httpURL, err)
+	}
 	doc := map[string]any{
-		"listen":     map[string]any{"http": u.Host},
+		"listen":     map[string]any{"http": plain.Host, "https": public.Host},
+		"tls":        map[string]any{"cert": p.fleetdTLSCert, "key": p.fleetdTLSKey},
 		"public_url": c.fleetdURL,
 		"netbox": map[string]any{"url": c.netboxURL, "token_file": p.netboxToken,
-			"webhook_secret_file": p.webhookSecret, "service_user": ServiceUser, "timeout": "5s",
+			"webhook_secret_file": p.webhookSecret, "service_user": ServiceUser, "timeout": c.opts.NetBoxTimeout.String(),
 			"retries": c.opts.NetBoxRetries},
 		"kubernetes":    map[string]any{"kubeconfig": p.kubeconfig, "namespace": c.opts.Namespace},
 		"classes_file":  p.classes,

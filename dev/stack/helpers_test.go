@@ -129,9 +129,14 @@ func postWebhook(t testing.TB, path string, body []byte, signature string) (int,
 	return do(t, req)
 }
 
+// do sends a request to fleetd (its https URL, trusting the stack's CA, or its plain one).
 func do(t testing.TB, req *http.Request) (int, string) {
 	t.Helper()
-	resp, err := (&http.Client{Timeout: deadline}).Do(req)
+	c, err := stack.FleetdClient(testStack.Info(), deadline)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := c.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", req.Method, req.URL.Path, err)
 	}
@@ -144,14 +149,14 @@ func do(t testing.TB, req *http.Request) (int, string) {
 // ("k", "v", ...); 0 when there is none.
 func metric(t testing.TB, name string, labels ...string) float64 {
 	t.Helper()
-	v, err := scrape(testStack.Info().Fleetd.URL, name, labels...)
+	v, err := scrape(testStack.Info().Fleetd.HTTPURL, name, labels...)
 	if err != nil {
 		t.Fatalf("read metric %s: %v", name, err)
 	}
 	return v
 }
 
-// scrape sums the samples of one metric on fleetd's /metrics (see metric).
+// scrape sums the samples of one metric on fleetd's /metrics (see metric), at a plain http URL.
 func scrape(baseURL, name string, labels ...string) (float64, error) {
 	resp, err := (&http.Client{Timeout: 10 * time.Second}).Get(baseURL + "/metrics")
 	if err != nil {

@@ -38,9 +38,13 @@ type NetBoxInfo struct {
 	ServiceTokenFile string `json:"service_token_file"`
 }
 
-// FleetdInfo is the supervised fleetd process.
+// FleetdInfo is the supervised fleetd process. URL is its https listener (public_url: every
+// route, and the only one serving node routes; its certificate is issued by stack.json's
+// ca.fleetd); HTTPURL its plain listener, where NetBox's webhooks arrive and node routes answer
+// 403 tls_required.
 type FleetdInfo struct {
 	URL           string `json:"url"`
+	HTTPURL       string `json:"http_url"`
 	OperatorToken string `json:"operator_token"`
 	Config        string `json:"config"`
 	PIDFile       string `json:"pid_file"`
@@ -55,11 +59,13 @@ type KubernetesInfo struct {
 }
 
 // CAInfo names the PEM bundles a verifier needs: ldevid and lak hold the issuing CA then its
-// root; ek holds the EK manufacturer root and the CA that issued the swtpm EK certificates.
+// root; ek holds the EK manufacturer root and the CA that issued the swtpm EK certificates;
+// fleetd the CA of fleetd's TLS certificate (what agents get as FLEETD_CA_FILE).
 type CAInfo struct {
 	LDevID string `json:"ldevid"`
 	LAK    string `json:"lak"`
 	EK     string `json:"ek"`
+	Fleetd string `json:"fleetd"`
 }
 
 // Machine is one simulated machine: Dir holds tpm/, workflow/ and log (SPEC §8), and its
@@ -118,7 +124,8 @@ func PrintInfo(w io.Writer, info Info) {
 	p("fleetsim is ready (state in %s; %s describes it).", info.Dir, filepath.Join(info.Dir, InfoFile))
 	p("")
 	p("  NetBox emulator   %s   owner token: %s", info.NetBox.URL, info.NetBox.Token)
-	p("  fleetd            %s   pid file %s, log %s", info.Fleetd.URL, info.Fleetd.PIDFile, info.Fleetd.Log)
+	p("  fleetd            %s   (TLS, CA %s; plain HTTP for NetBox's webhooks at %s)", info.Fleetd.URL, info.CA.Fleetd, info.Fleetd.HTTPURL)
+	p("                    pid file %s, log %s", info.Fleetd.PIDFile, info.Fleetd.Log)
 	p("  Kubernetes API    %s   kubeconfig %s, namespace %s", info.Kubernetes.URL, info.Kubeconfig, info.Namespace)
 	p("  CA bundles        LDevID %s, LAK %s, EK %s", info.CA.LDevID, info.CA.LAK, info.CA.EK)
 	p("")
@@ -142,8 +149,8 @@ func PrintInfo(w io.Writer, info Info) {
 	p("  curl -sS -X PATCH -H 'Authorization: Token %s' -H 'Content-Type: application/json' \\", info.NetBox.Token)
 	p("       -d '{\"status\": \"decommissioning\"}' %s/api/dcim/devices/%d/", info.NetBox.URL, id)
 	p("What fleetd knows:")
-	p("  curl -sS -H 'Authorization: Bearer %s' %s/v1/devices", info.Fleetd.OperatorToken, info.Fleetd.URL)
-	p("  curl -sS -H 'Authorization: Bearer %s' %s/v1/devices/%s", info.Fleetd.OperatorToken, info.Fleetd.URL, name)
+	p("  curl -sS --cacert %s -H 'Authorization: Bearer %s' %s/v1/devices", info.CA.Fleetd, info.Fleetd.OperatorToken, info.Fleetd.URL)
+	p("  curl -sS --cacert %s -H 'Authorization: Bearer %s' %s/v1/devices/%s", info.CA.Fleetd, info.Fleetd.OperatorToken, info.Fleetd.URL, name)
 	p("Journal of the device:")
 	p("  curl -sS -H 'Authorization: Token %s' '%s/api/extras/journal-entries/?assigned_object_type=dcim.device&assigned_object_id=%d'", info.NetBox.Token, info.NetBox.URL, id)
 	p("Workflows:")

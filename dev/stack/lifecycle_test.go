@@ -74,15 +74,26 @@ func configPath(name, kind string) string {
 	return "/v1/config/nocloud.tar?uuid=" + m.SMBIOSUUID
 }
 
-// machineGet GETs a fleetd path from the machine's own address, or from another one.
+// machineGet GETs a fleetd path from the machine's own address, or from another one, over
+// fleetd's https URL.
 func machineGet(t testing.TB, name, from, path string) (int, string) {
+	t.Helper()
+	return machineGetAt(t, name, from, testStack.Info().Fleetd.URL, path)
+}
+
+// machineGetAt is machineGet at a base URL of fleetd (https with the stack's CA, or http).
+func machineGetAt(t testing.TB, name, from, base, path string) (int, string) {
 	t.Helper()
 	if from == "" {
 		from = strings.SplitN(testStack.Info().Machines[name].Address, "/", 2)[0]
 	}
+	tlsCfg, err := stack.FleetdTLS(testStack.Info())
+	if err != nil {
+		t.Fatal(err)
+	}
 	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
-	c := &http.Client{Transport: &http.Transport{DialContext: d.DialContext}, Timeout: deadline}
-	req, err := http.NewRequestWithContext(tctx(t), http.MethodGet, testStack.Info().Fleetd.URL+path, nil)
+	c := &http.Client{Transport: &http.Transport{DialContext: d.DialContext, TLSClientConfig: tlsCfg}, Timeout: deadline}
+	req, err := http.NewRequestWithContext(tctx(t), http.MethodGet, base+path, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,8 +147,9 @@ func TestMachineLifecycle(t *testing.T) {
 }
 
 // TestConfigFetchRefusals: the configuration pending for a machine is served only to the
-// request from its NetBox address with its attested SMBIOS UUID, on its kind's route; refused
-// requests do not consume it (SPEC §6).
+// request from its NetBox address with its attested SMBIOS UUID, on its kind's route, and only
+// over TLS (fleetd's plain listener answers 403 tls_required); refused requests do not consume
+// it (SPEC §6).
 func TestConfigFetchRefusals(t *testing.T) {
 	needStack(t)
 	name := "life-fetch"
@@ -152,10 +164,15 @@ func TestConfigFetchRefusals(t *testing.T) {
 		{"refuse/another-uuid", "", "/v1/config/talos?uuid=00000000-0000-4000-8000-000000000000&serial=" + m.SMBIOSSerial, http.StatusForbidden, "wrong_uuid"},
 		{"refuse/another-kind", "", configPath(name, "seed"), http.StatusNotFound, "wrong_kind"},
 		{"refuse/no-uuid", "", "/v1/config/talos", http.StatusBadRequest, "missing_uuid"},
+		{"refuse/plain-http", "", configPath(name, "talos"), http.StatusForbidden, "tls_required"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			code, body := machineGet(t, name, tc.from, tc.path)
+			base := testStack.Info().Fleetd.URL
+			if tc.error == "tls_required" {
+				base = testStack.Info().Fleetd.HTTPURL
+			}
+			code, body := machineGetAt(t, name, tc.from, base, tc.path)
 			if code != tc.code || !strings.Contains(body, `"`+tc.error+`"`) {
 				t.Errorf("GET %s from %q = %d %s, want %d %s", tc.path, tc.from, code, body, tc.code, tc.error)
 			}

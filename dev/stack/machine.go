@@ -101,14 +101,19 @@ func (mc *machine) powerOn(ctx context.Context, eventLog []byte) (*swtpm.Instanc
 }
 
 // httpClient is an HTTP client whose connections come from the machine's NetBox address: fleetd
-// serves a configuration only to a request from the device's address (SPEC §6, issue 4).
+// serves a configuration only to a request from the device's address (SPEC §6, issue 4). It
+// trusts the stack's fleetd CA, as the machine's OS image does.
 func (mc *machine) httpClient() (*http.Client, error) {
 	p, err := netip.ParsePrefix(mc.m.Address)
 	if err != nil {
 		return nil, fmt.Errorf("machine %s: its address %q: %w", mc.name, mc.m.Address, err)
 	}
+	cfg, err := FleetdTLS(mc.info)
+	if err != nil {
+		return nil, err
+	}
 	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: p.Addr().AsSlice()}, Timeout: 10 * time.Second}
-	tr := &http.Transport{DialContext: d.DialContext, DisableKeepAlives: true}
+	tr := &http.Transport{DialContext: d.DialContext, DisableKeepAlives: true, TLSClientConfig: cfg}
 	return &http.Client{Transport: tr, Timeout: 60 * time.Second}, nil
 }
 
@@ -122,10 +127,8 @@ func env(vars map[string]string) []string {
 }
 
 // relay gives a process that cannot choose its source address (the agent, `fleetd boot-check`)
-// the machine's network: it listens on the machine's address and forwards each connection to
-// fleetd from that address, so fleetd sees the machine's NetBox address as the peer, as on the
-// machine's own network (fleetd limits and checks node requests per source address). It
-// returns the URL to use instead of fleetd's and a function that stops the relay.
+// the machine's network (see Relay). It returns the URL to use instead of fleetd's and a
+// function that stops the relay.
 func (mc *machine) relay() (string, func(), error) {
 	p, err := netip.ParsePrefix(mc.m.Address)
 	if err != nil {
@@ -135,11 +138,25 @@ func (mc *machine) relay() (string, func(), error) {
 	if err != nil {
 		return "", nil, fmt.Errorf("fleetd URL %q: %w", mc.info.Fleetd.URL, err)
 	}
-	l, err := net.Listen("tcp", netip.AddrPortFrom(p.Addr(), 0).String())
+	addr, stop, err := Relay(p.Addr(), u.Host)
 	if err != nil {
-		return "", nil, fmt.Errorf("machine %s: listen on its address: %w", mc.name, err)
+		return "", nil, fmt.Errorf("machine %s: %w", mc.name, err)
 	}
-	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: p.Addr().AsSlice()}, Timeout: 10 * time.Second}
+	return u.Scheme + "://" + addr, stop, nil
+}
+
+// Relay forwards TCP connections to target from the source address from: it listens on a free
+// port of 127.0.0.1 and dials target from `from` for each connection, so fleetd sees `from` as
+// the peer, as on the machine's own network (fleetd limits and checks node requests per source
+// address). It listens on 127.0.0.1, not on `from`, so that a TLS client of the relay verifies
+// fleetd's certificate (issued for 127.0.0.1) unchanged. It returns the relay's host:port and a
+// function that stops it and waits for its connections to end.
+func Relay(from netip.Addr, target string) (string, func(), error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, fmt.Errorf("listen for a relay from %s: %w", from, err)
+	}
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: from.AsSlice()}, Timeout: 10 * time.Second}
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -152,7 +169,7 @@ func (mc *machine) relay() (string, func(), error) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				forward(c, d, u.Host)
+				forward(c, d, target)
 			}()
 		}
 	}()
@@ -160,7 +177,7 @@ func (mc *machine) relay() (string, func(), error) {
 		l.Close()
 		wg.Wait()
 	}
-	return u.Scheme + "://" + l.Addr().String(), stop, nil
+	return l.Addr().String(), stop, nil
 }
 
 // forward copies one connection to target and back until both directions end.

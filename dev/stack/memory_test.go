@@ -22,7 +22,7 @@ var idleRSS int
 func measureIdleRSS(s *stack.Stack) (int, error) {
 	end := time.Now().Add(2 * time.Minute)
 	for {
-		runs, err := scrape(s.Info().Fleetd.URL, "fleetd_reconcile_runs_total")
+		runs, err := scrape(s.Info().Fleetd.HTTPURL, "fleetd_reconcile_runs_total")
 		if err == nil && runs >= 2 {
 			break
 		}

@@ -23,6 +23,8 @@ type paths struct {
 
 	ca, ldevidCert, ldevidKey, lakCert, lakKey, ekBundle, ekCA string
 
+	fleetdCA, fleetdTLSCert, fleetdTLSKey string
+
 	fleetdConfig, classes, webhooks, fleetdPID, fleetdLog, keaReservations string
 
 	kube, kubeconfig, machines string
@@ -36,6 +38,7 @@ func newPaths(dir string) paths {
 		tokenKey: j("secrets", "attestation-token-key"), talosSecrets: j("secrets", "talos-secrets.yaml"),
 		ca: j("ca"), ldevidCert: j("ca", "ldevid.pem"), ldevidKey: j("ca", "ldevid.key"),
 		lakCert: j("ca", "lak.pem"), lakKey: j("ca", "lak.key"), ekBundle: j("ca", "ek.pem"), ekCA: j("ekca"),
+		fleetdCA: j("ca", "fleetd.pem"), fleetdTLSCert: j("secrets", "fleetd-tls.pem"), fleetdTLSKey: j("secrets", "fleetd-tls.key"),
 		fleetdConfig: j("fleetd.yaml"), classes: j("classes.json"), webhooks: j("netbox-webhooks.yaml"),
 		fleetdPID: j("fleetd.pid"), fleetdLog: j("fleetd.log"), keaReservations: j("kea", "reservations.json"),
 		kube: j("kube"), kubeconfig: j("kubeconfig"), machines: j("machines"),
@@ -127,14 +130,15 @@ func loadSchema(root string, p paths) (netbox.Schema, error) {
 	return s, nil
 }
 
-// freeLoopbackURL picks a free port on 127.0.0.1 for fleetd, which binds it itself (there is a
-// small window in which another process could take it). The port stays the same across fleetd
-// restarts, because NetBox's webhooks point at it.
-func freeLoopbackURL() (string, error) {
+// freeLoopbackURL picks a free port on 127.0.0.1 for one of fleetd's listeners, which binds it
+// itself (there is a small window in which another process could take it), and returns its URL
+// with scheme. The port stays the same across fleetd restarts, because NetBox's webhooks and the
+// Workflows' fleetd_url point at it.
+func freeLoopbackURL(scheme string) (string, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", fmt.Errorf("pick a port for fleetd: %w", err)
 	}
 	defer l.Close()
-	return "http://" + l.Addr().String(), nil
+	return scheme + "://" + l.Addr().String(), nil
 }

@@ -47,7 +47,7 @@ func waitNewFleetd(ctx context.Context, info Info, oldPID int) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	return pid, waitFleetdReady(ctx, info.Fleetd.URL, info.Fleetd.Log)
+	return pid, waitFleetdReady(ctx, info)
 }
 
 // waitNewPID waits until the pid file names a live process other than oldPID.
@@ -68,14 +68,28 @@ func waitNewPID(ctx context.Context, info Info, oldPID int) (int, error) {
 	}
 }
 
-// waitFleetdReady polls GET /readyz until it answers 200.
-func waitFleetdReady(ctx context.Context, baseURL, logPath string) error {
+// waitFleetdReady polls GET /readyz on fleetd's https URL (trusting the stack's CA) until it
+// answers 200, and then its plain listener's /healthz, where NetBox's webhooks arrive.
+func waitFleetdReady(ctx context.Context, info Info) error {
 	ctx, cancel := withDefaultTimeout(ctx, readyTimeout)
 	defer cancel()
-	c := &http.Client{Timeout: 5 * time.Second}
+	c, err := FleetdClient(info, 5*time.Second)
+	if err != nil {
+		return fmt.Errorf("wait for fleetd: %w", err)
+	}
+	for _, u := range []string{info.Fleetd.URL + "/readyz", info.Fleetd.HTTPURL + "/healthz"} {
+		if err := pollOK(ctx, c, u, info.Fleetd.Log); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// pollOK GETs u until it answers 200 or ctx ends.
+func pollOK(ctx context.Context, c *http.Client, u, logPath string) error {
 	last := "no answer yet"
 	for {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, baseURL+"/readyz", nil)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 		if err != nil {
 			return fmt.Errorf("wait for fleetd: %w", err)
 		}
@@ -93,8 +107,8 @@ func waitFleetdReady(ctx context.Context, baseURL, logPath string) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("wait for fleetd at %s to be ready: %w (last answer: %s); last lines of %s:\n%s",
-				baseURL, ctx.Err(), last, logPath, logTail(logPath, 10))
+			return fmt.Errorf("wait for fleetd at %s to answer 200: %w (last answer: %s); last lines of %s:\n%s",
+				u, ctx.Err(), last, logPath, logTail(logPath, 10))
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
@@ -155,5 +169,5 @@ func (s *Stack) WaitNewFleetd(ctx context.Context, oldPID int) (int, error) {
 
 // WaitFleetdReady waits until fleetd answers /readyz with 200.
 func (s *Stack) WaitFleetdReady(ctx context.Context) error {
-	return waitFleetdReady(ctx, s.info.Fleetd.URL, s.info.Fleetd.Log)
+	return waitFleetdReady(ctx, s.info)
 }

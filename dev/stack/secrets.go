@@ -25,8 +25,9 @@ type generated struct {
 
 // generateSecrets writes every secret fleetd reads into the state directory, mode 0600: the
 // webhook secret, the operator token, the attestation token key (32 random bytes, hex), a Talos
-// secrets bundle, and the LDevID and LAK CAs (pki.NewCA: an ECDSA P-256 root and issuing CA;
-// ca/<name>.pem holds the issuing CA then the root, ca/<name>.key its key). The NetBox tokens
+// secrets bundle, fleetd's TLS CA and server certificate (tls.go), and the LDevID and LAK CAs
+// (pki.NewCA: an ECDSA P-256 root and issuing CA; ca/<name>.pem holds the issuing CA then the
+// root, ca/<name>.key its key). The NetBox tokens
 // follow in addTokens, once the emulator runs.
 func generateSecrets(p paths, rnd io.Reader, clock fleet.Clock) (*generated, error) {
 	g := &generated{}
@@ -50,6 +51,9 @@ func generateSecrets(p paths, rnd io.Reader, clock fleet.Clock) (*generated, err
 		if err := writeSecret(path, v); err != nil {
 			return nil, err
 		}
+	}
+	if err := writeFleetdTLS(rnd, clock, p.fleetdCA, p.fleetdTLSCert, p.fleetdTLSKey); err != nil {
+		return nil, err
 	}
 	for _, ca := range []struct{ name, base string }{{"fleetsim LDevID", "ldevid"}, {"fleetsim LAK", "lak"}} {
 		c, _, err := pki.NewCA(pki.NewCAConfig{Name: ca.name, Rand: rnd, Now: clock.Now})

@@ -54,6 +54,8 @@ type Options struct {
 	// NetBoxRetries is fleetd's netbox.retries; default 2, so that a webhook that finds NetBox
 	// failing is answered 503 within the emulator's delivery timeout.
 	NetBoxRetries int
+	// NetBoxTimeout is fleetd's netbox.timeout, the bound of one NetBox request; default 5 s.
+	NetBoxTimeout time.Duration
 	// LogLevel is fleetd's log.level; default info.
 	LogLevel string
 	// Logger is the stack's own log (deliveries, fleetd restarts).
@@ -92,6 +94,9 @@ func (o *Options) defaults() error {
 	}
 	if o.NetBoxRetries == 0 {
 		o.NetBoxRetries = 2
+	}
+	if o.NetBoxTimeout == 0 {
+		o.NetBoxTimeout = 5 * time.Second
 	}
 	if o.LogLevel == "" {
 		o.LogLevel = "info"
@@ -142,11 +147,15 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
-	fleetdURL, err := freeLoopbackURL()
+	fleetdURL, err := freeLoopbackURL("https")
 	if err != nil {
 		return nil, err
 	}
-	if err := s.startNetBox(fleetdURL, gen); err != nil {
+	httpURL, err := freeLoopbackURL("http")
+	if err != nil {
+		return nil, err
+	}
+	if err := s.startNetBox(httpURL, gen); err != nil {
 		return nil, err
 	}
 	devices := Inventory(o.ExtraDevices, o.MoreDevices...)
@@ -154,20 +163,20 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := writeFleetdConfig(s.paths, fleetdConfig{opts: o, fleetdURL: fleetdURL, netboxURL: s.emu.URL(),
+	if err := writeFleetdConfig(s.paths, fleetdConfig{opts: o, fleetdURL: fleetdURL, httpURL: httpURL, netboxURL: s.emu.URL(),
 		gatewayAddr: Gateway, talosEndpoint: talosEndpoint(devices)}); err != nil {
 		return nil, err
 	}
 	s.info = Info{Dir: o.Dir,
 		NetBox: NetBoxInfo{URL: s.emu.URL(), Token: gen.adminToken, ServiceTokenFile: s.paths.netboxToken},
-		Fleetd: FleetdInfo{URL: fleetdURL, OperatorToken: gen.operatorToken, Config: s.paths.fleetdConfig,
+		Fleetd: FleetdInfo{URL: fleetdURL, HTTPURL: httpURL, OperatorToken: gen.operatorToken, Config: s.paths.fleetdConfig,
 			PIDFile: s.paths.fleetdPID, Log: s.paths.fleetdLog, Binary: o.FleetdBinary},
 		WebhookSecret: gen.webhookSecret, Kubeconfig: s.paths.kubeconfig, Namespace: o.Namespace,
 		Kubernetes: KubernetesInfo{URL: s.kubeURL(), Dir: s.paths.kube},
-		CA:         CAInfo{LDevID: s.paths.ldevidCert, LAK: s.paths.lakCert, EK: s.paths.ekBundle},
+		CA:         CAInfo{LDevID: s.paths.ldevidCert, LAK: s.paths.lakCert, EK: s.paths.ekBundle, Fleetd: s.paths.fleetdCA},
 		Machines:   machines, Devices: seeded}
 	s.sup = startSupervisor(supervisorConfig{binary: o.FleetdBinary, config: s.paths.fleetdConfig,
-		logPath: s.paths.fleetdLog, pidPath: s.paths.fleetdPID, url: fleetdURL, log: o.Logger})
+		logPath: s.paths.fleetdLog, pidPath: s.paths.fleetdPID, info: s.info, log: o.Logger})
 	if err := s.sup.waitReady(ctx); err != nil {
 		return nil, err
 	}
@@ -196,7 +205,8 @@ func (s *Stack) startKubeAndMachines(ctx context.Context, devices []SeedDevice) 
 }
 
 // startNetBox starts the emulator on a free loopback port, loads netbox-webhooks.yaml with
-// payload URLs under fleetdURL and the webhook secret, and creates the two users' tokens.
+// payload URLs under fleetdURL (fleetd's plain HTTP listener) and the webhook secret, and creates
+// the two users' tokens.
 func (s *Stack) startNetBox(fleetdURL string, gen *generated) error {
 	schema, err := loadSchema(s.opts.Root, s.paths)
 	if err != nil {

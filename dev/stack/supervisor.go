@@ -21,8 +21,9 @@ const restartDelay = time.Second
 
 // supervisorConfig says how to run fleetd.
 type supervisorConfig struct {
-	binary, config, logPath, pidPath, url string
-	log                                   zerolog.Logger
+	binary, config, logPath, pidPath string
+	info                             Info // where fleetd answers and the CA it is trusted with
+	log                              zerolog.Logger
 }
 
 // supervisor runs `fleetd serve` as a child process the way systemd's Restart=always does:
@@ -134,5 +135,5 @@ func (s *supervisor) stop() error {
 
 // waitReady waits until fleetd answers /readyz with 200 (NetBox and Kubernetes reachable).
 func (s *supervisor) waitReady(ctx context.Context) error {
-	return waitFleetdReady(ctx, s.cfg.url, s.cfg.logPath)
+	return waitFleetdReady(ctx, s.cfg.info)
 }
