@@ -32,7 +32,9 @@ func TestChangeLog(t *testing.T) {
 	if len(got) != 3 {
 		t.Fatalf("recorded %d changes, want 3 (the refused PATCH records nothing): %+v", len(got), got)
 	}
-	cf := func(snap map[string]any, k string) string { return fmt.Sprint(snap["custom_fields"].(map[string]any)[k]) }
+	cf := func(snap map[string]any, k string) string {
+		return fmt.Sprint(snap["custom_fields"].(map[string]any)[k])
+	}
 	want := []struct{ user, preAction, postAction, postState, postStatus string }{
 		{"admin", "<nil>", "provision", "<nil>", "planned"},
 		{"fleetd", "provision", "<nil>", "pending", "staged"},
