@@ -39,7 +39,8 @@ type Config struct {
 	Limits      Limits      `yaml:"limits"`
 	Log         Log         `yaml:"log"`
 
-	dir string // the config file's directory; relative paths in the file are relative to it
+	dir       string // the config file's directory; relative paths in the file are relative to it
+	skipFiles bool   // validate the shape only: the files the config names are not looked at
 }
 
 // Listen is where fleetd serves.
@@ -174,6 +175,9 @@ func (d Duration) D() time.Duration { return time.Duration(d) }
 // listen addresses as flags). Empty fields leave the file's values.
 type Override struct {
 	ListenHTTP, ListenHTTPS string
+	// SkipFiles validates everything but the existence of the files the config names (secrets,
+	// CAs): `fleetd check --skip-files` in the infrastructure repo's CI, where they do not exist.
+	SkipFiles bool
 }
 
 // Load reads and validates the config file at path, with the overrides applied before validation.
@@ -213,6 +217,7 @@ func Parse(r io.Reader, dir string, o ...Override) (*Config, error) {
 		if ov.ListenHTTPS != "" {
 			c.Listen.HTTPS = ov.ListenHTTPS
 		}
+		c.skipFiles = c.skipFiles || ov.SkipFiles
 	}
 	c.defaults()
 	if err := c.validate(); err != nil {

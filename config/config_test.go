@@ -144,3 +144,20 @@ func TestExampleConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestSkipFiles: --skip-files validates the shape of a config whose files do not exist here, and
+// still refuses what is wrong in it.
+func TestSkipFiles(t *testing.T) {
+	f, err := os.Open("../examples/fleetd.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := Parse(f, "../examples", Override{SkipFiles: true}); err != nil {
+		t.Fatalf("examples/fleetd.yaml with SkipFiles: %v", err)
+	}
+	_, err = Parse(strings.NewReader("public_url: nope\n"), t.TempDir(), Override{SkipFiles: true})
+	if err == nil || !strings.Contains(err.Error(), "public_url") || strings.Contains(err.Error(), "cannot read") {
+		t.Fatalf("SkipFiles: %v, want the public_url problem and no file problem", err)
+	}
+}

@@ -23,7 +23,7 @@ func (c *Config) validate() error {
 		return true
 	}
 	file := func(key, p string) {
-		if need(key, p) {
+		if need(key, p) && !c.skipFiles {
 			if _, err := os.Stat(c.Path(p)); err != nil {
 				bad(key, "cannot read %s: %v", c.Path(p), errors.Unwrap(err))
 			}

@@ -1,0 +1,46 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestCheck runs `fleetd check` as the infrastructure repo's CI would.
+func TestCheck(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "classes.json")
+	if err := os.WriteFile(bad, []byte(`{"classes": {"a": {"kind": "windows"}, "b": {"kind": "talos"}}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rows := []struct {
+		name     string
+		args     []string
+		wantCode int
+		want     []string
+	}{
+		{"ok/the examples, without spore's files", []string{"--skip-files", "--config", "examples/fleetd.yaml",
+			"--classes", "examples/classes.json", "--webhooks", "netbox-webhooks.yaml"}, 0, []string{"fleetd check: ok"}},
+		{"refuse/the examples need spore's secret files", []string{"--config", "examples/fleetd.yaml",
+			"--classes", "examples/classes.json", "--webhooks", "netbox-webhooks.yaml"}, 1, []string{"netbox.token_file: cannot read"}},
+		{"refuse/every problem of a bad classes.json", []string{"--skip-files", "--config", "examples/fleetd.yaml",
+			"--classes", bad, "--webhooks", "netbox-webhooks.yaml"}, 1, []string{`class "a": "kind" "windows" is unknown`, `class "b": kind talos needs a "talos" block`}},
+		{"refuse/no such config", []string{"--config", "nope.yaml"}, 1, []string{"nope.yaml"}},
+	}
+	for _, r := range rows {
+		t.Run(r.name, func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			code := run(append([]string{"check"}, r.args...), &out, &errOut)
+			if code != r.wantCode {
+				t.Fatalf("exit %d, want %d\nstdout: %s\nstderr: %s", code, r.wantCode, out.String(), errOut.String())
+			}
+			all := out.String() + errOut.String()
+			for _, w := range r.want {
+				if !strings.Contains(all, w) {
+					t.Errorf("output does not contain %q:\n%s", w, all)
+				}
+			}
+		})
+	}
+}
