@@ -96,3 +96,20 @@ func TestNodeRoutesRateLimited(t *testing.T) {
 		t.Fatalf("health check limited too: %v %v", resp.StatusCode, err)
 	}
 }
+
+// TestEveryResponseHasARequestID: unknown routes and wrong methods too (SPEC §6).
+func TestEveryResponseHasARequestID(t *testing.T) {
+	srv := httptest.NewServer(guardedServer(t, false, Limits{}))
+	defer srv.Close()
+	for _, r := range []struct{ method, path string }{{"GET", "/nope"}, {"GET", "/v1/attest/challenge"}, {"GET", "/healthz"}, {"POST", "/v1/devices"}} {
+		req, _ := http.NewRequest(r.method, srv.URL+r.path, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.Header.Get("X-Request-Id") == "" {
+			t.Errorf("%s %s (%d): no X-Request-Id", r.method, r.path, resp.StatusCode)
+		}
+	}
+}

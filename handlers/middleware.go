@@ -35,8 +35,11 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 func wrap(log zerolog.Logger, rt Route, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		id := newRequestID()
-		w.Header().Set("X-Request-Id", id)
+		id := w.Header().Get("X-Request-Id") // set by Server.ServeHTTP for every request
+		if id == "" {
+			id = newRequestID()
+			w.Header().Set("X-Request-Id", id)
+		}
 		sw := &statusWriter{ResponseWriter: w}
 		limit := rt.MaxBody
 		if limit == 0 {

@@ -82,7 +82,12 @@ func New(deps Deps) (*Server, error) {
 	return s, nil
 }
 
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
+// ServeHTTP gives every response an X-Request-Id (SPEC §6), unknown routes included, and routes
+// the request.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("X-Request-Id", newRequestID())
+	s.handler.ServeHTTP(w, r)
+}
 
 // log is the server's logger with the request id of the response being written.
 func (s *Server) log(w http.ResponseWriter) zerolog.Logger {
