@@ -10,8 +10,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/netip"
-	"os"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -19,13 +17,11 @@ import (
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/folly-infra/fleetd/attest"
 	"github.com/folly-infra/fleetd/config"
 	"github.com/folly-infra/fleetd/fleet"
 	"github.com/folly-infra/fleetd/handlers"
 	"github.com/folly-infra/fleetd/kea"
 	"github.com/folly-infra/fleetd/netbox"
-	"github.com/folly-infra/fleetd/pki"
 	"github.com/folly-infra/fleetd/webhook"
 	"github.com/folly-infra/fleetd/workflows"
 )
@@ -174,110 +170,6 @@ func newHTTPServer(ctx context.Context, addr string, h http.Handler) *http.Serve
 		BaseContext: func(net.Listener) context.Context { return ctx }}
 }
 
-// secrets are the contents of the secret files the config names.
-type secrets struct {
-	netboxToken, webhook, operator, talos, tokenKey []byte
-}
-
-// readSecrets reads every secret file and reports every one that is missing or empty.
-func readSecrets(cfg *config.Config) (secrets, error) {
-	var s secrets
-	var errs []error
-	read := func(dst *[]byte, key, path string) {
-		b, err := cfg.ReadSecret(key, path)
-		if err != nil {
-			errs = append(errs, err)
-		}
-		*dst = b
-	}
-	read(&s.netboxToken, "netbox.token_file", cfg.NetBox.TokenFile)
-	read(&s.webhook, "netbox.webhook_secret_file", cfg.NetBox.WebhookSecretFile)
-	read(&s.operator, "operator.token_file", cfg.Operator.TokenFile)
-	read(&s.talos, "talos.secrets_file", cfg.Talos.SecretsFile)
-	read(&s.tokenKey, "attestation.token_key_file", cfg.Attestation.TokenKeyFile)
-	return s, errors.Join(errs...)
-}
-
-// newAttestation builds the EK policy, the token sealer, the certificate issuer, and the boot
-// check's LAK verifier and nonce sealer.
-func newAttestation(cfg *config.Config, tokenKey []byte, clock fleet.Clock) (fleet.Attestation, error) {
-	var bundle []byte
-	if cfg.Attestation.EKPolicy == string(attest.EKPolicyHashCert) {
-		b, err := os.ReadFile(cfg.Path(cfg.Attestation.EKCABundle))
-		if err != nil {
-			return fleet.Attestation{}, fmt.Errorf("attestation.ek_ca_bundle: %w", err)
-		}
-		bundle = b
-	}
-	ek, err := attest.NewEKVerifier(attest.EKVerifierConfig{Policy: attest.EKPolicy(cfg.Attestation.EKPolicy), BundlePEM: bundle, Now: clock.Now})
-	if err != nil {
-		return fleet.Attestation{}, fmt.Errorf("attestation: %w", err)
-	}
-	key, err := attest.ParseTokenKey(tokenKey)
-	if err != nil {
-		return fleet.Attestation{}, fmt.Errorf("attestation.token_key_file: %w", err)
-	}
-	tokens, err := attest.NewTokenSealer(attest.TokenConfig{Key: key, Lifetime: cfg.Attestation.TokenLifetime.D(), Rand: rand.Reader, Now: clock.Now})
-	if err != nil {
-		return fleet.Attestation{}, fmt.Errorf("attestation: %w", err)
-	}
-	ldevid, err := pki.LoadCA(cfg.Path(cfg.PKI.LDevID.Cert), cfg.Path(cfg.PKI.LDevID.Key))
-	if err != nil {
-		return fleet.Attestation{}, fmt.Errorf("pki.ldevid: %w", err)
-	}
-	lak, err := pki.LoadCA(cfg.Path(cfg.PKI.LAK.Cert), cfg.Path(cfg.PKI.LAK.Key))
-	if err != nil {
-		return fleet.Attestation{}, fmt.Errorf("pki.lak: %w", err)
-	}
-	issuer, err := pki.NewIssuer(pki.IssuerConfig{LDevID: ldevid, LAK: lak, LDevIDLifetime: cfg.PKI.LDevID.Lifetime.D(),
-		LAKLifetime: cfg.PKI.LAK.Lifetime.D(), Rand: rand.Reader, Now: clock.Now})
-	if err != nil {
-		return fleet.Attestation{}, fmt.Errorf("pki: %w", err)
-	}
-	// The boot check trusts LAK certificates of the LAK CA (pki.lak.cert) and seals its nonces
-	// under a key derived from the attestation token key (docs/boot-checks.md).
-	lakVerifier, err := attest.NewLAKVerifier(attest.LAKVerifierConfig{Issuer: lak.Cert, Above: lak.Above, Now: clock.Now})
-	if err != nil {
-		return fleet.Attestation{}, fmt.Errorf("pki.lak: %w", err)
-	}
-	nonces, err := attest.NewBootNonceSealer(attest.BootNonceConfig{TokenKey: key, Lifetime: cfg.BootCheck.NonceLifetime.D(),
-		Rand: rand.Reader, Now: clock.Now})
-	if err != nil {
-		return fleet.Attestation{}, fmt.Errorf("boot_check: %w", err)
-	}
-	return fleet.Attestation{EK: ek, Tokens: tokens, Issuer: issuer, LAK: lakVerifier, BootNonces: nonces}, nil
-}
-
-func newRenderer(cfg *config.Config, talosSecrets []byte, clock fleet.Clock) (*fleet.Renderer, error) {
-	rc := fleet.RenderConfig{TalosSecrets: talosSecrets, TalosVersion: cfg.Talos.TalosVersion,
-		ClusterName: cfg.Talos.ClusterName, ClusterEndpoint: cfg.Talos.Endpoint,
-		KubernetesVersion: cfg.Talos.KubernetesVersion, Endpoints: cfg.Seed.Endpoints, NTP: cfg.Seed.NTP,
-		Clock: clock, Random: rand.Reader}
-	for _, s := range cfg.Seed.DNS {
-		rc.DNS = append(rc.DNS, netip.MustParseAddr(s)) // validated by config
-	}
-	if cfg.Seed.Gateway != "" {
-		rc.Gateway = netip.MustParseAddr(cfg.Seed.Gateway)
-	}
-	r, err := fleet.NewRenderer(rc)
-	if err != nil {
-		return nil, fmt.Errorf("talos/seed: %w", err)
-	}
-	return r, nil
-}
-
-func newKeaWriter(cfg *config.Config, log zerolog.Logger, reg prometheus.Registerer) (*kea.Writer, error) {
-	kc := kea.Config{Path: cfg.Kea.ReservationsFile, ControlSocket: cfg.Kea.ControlSocket, Logger: log, Registry: reg}
-	if cfg.Kea.Subnet != "" {
-		kc.Subnet = netip.MustParsePrefix(cfg.Kea.Subnet).Masked()
-	}
-	w, err := kea.NewWriter(kc)
-	if err != nil {
-		return nil, fmt.Errorf("kea: %w", err)
-	}
-	return w, nil
-}
-
 // run serves until ctx ends, then shuts the HTTP server down gracefully.
 func (a *app) run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
@@ -319,76 +211,4 @@ func (a *app) run(ctx context.Context) error {
 		})
 	})
 	return g.Wait()
-}
-
-// pokeKea asks for a reservations refresh (an interface, MAC or address changed in NetBox); it
-// never blocks: pokes coalesce.
-func (a *app) pokeKea(context.Context) {
-	select {
-	case a.keaPoke <- struct{}{}:
-	default:
-	}
-}
-
-// keaLoop refreshes the reservations when poked, at most every few seconds.
-func (a *app) keaLoop(ctx context.Context) error {
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-a.keaPoke:
-		}
-		devices, err := a.netbox.Devices(ctx)
-		if err != nil {
-			a.log.Warn().Err(err).Msg("kea: cannot list devices; the periodic reconcile retries")
-		} else {
-			a.syncKea(ctx, devices)
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(2 * time.Second):
-		}
-	}
-}
-
-func (a *app) syncKea(ctx context.Context, devices []fleet.Device) {
-	if _, err := a.kea.Sync(ctx, devices); err != nil {
-		a.log.Warn().Err(err).Msg("kea: reservations not synced")
-	}
-}
-
-// newDependencyGauge is fleetd_dependency_up, which the alert rules watch.
-func newDependencyGauge(reg prometheus.Registerer) *prometheus.GaugeVec {
-	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "fleetd_dependency_up",
-		Help: "1 when the dependency (netbox, kubernetes) answered fleetd's last probe, 0 when it did not.",
-	}, []string{"dependency"})
-	reg.MustRegister(g)
-	return g
-}
-
-// probeLoop asks NetBox and the Kubernetes API every interval and records whether they answered.
-func (a *app) probeLoop(ctx context.Context, every time.Duration) error {
-	probes := map[string]func(context.Context) error{"netbox": a.netbox.Ping, "kubernetes": a.install.Ping}
-	for {
-		for name, ping := range probes {
-			pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			err := ping(pctx)
-			cancel()
-			up := 1.0
-			if err != nil {
-				up = 0
-				if ctx.Err() == nil {
-					a.log.Warn().Err(err).Str("dependency", name).Msg("dependency unreachable")
-				}
-			}
-			a.up.WithLabelValues(name).Set(up)
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(every):
-		}
-	}
 }
