@@ -32,13 +32,13 @@ import (
 func (mc *machine) runAction(ctx context.Context, wf *tinkv1.Workflow, a tinkerbell.Action, tpm *swtpm.Instance, eventLog string) (string, error) {
 	switch {
 	case strings.Contains(a.Image, "fleetd-agent"):
-		return mc.enroll(ctx, a, tpm, eventLog)
+		return mc.enroll(ctx, wf, a, tpm, eventLog)
 	case isShell(a) && a.Name == "wipe-disk":
-		return mc.wipeDisk(ctx, a)
+		return mc.wipeDisk(ctx, wf, a)
 	case strings.Contains(a.Image, "image2disk") || strings.Contains(a.Image, "qemuimg2disk"):
-		return mc.writeImage(a)
+		return mc.writeImage(wf, a)
 	case isShell(a) && a.Name == "write-nocloud-seed":
-		return mc.writeNoCloudSeed(ctx, a)
+		return mc.writeNoCloudSeed(ctx, wf, a)
 	case strings.Contains(a.Image, "waitdaemon"):
 		what := strings.Join(a.Command, " ")
 		mc.say("%s: the machine would %s once the Workflow is done", a.Name, what)
@@ -66,8 +66,9 @@ func (mc *machine) machineEnv(a tinkerbell.Action) map[string]string {
 
 // enroll runs the real agent, `fleetd enroll` (its flags from the environment, as the Template
 // passes them), against the machine's swtpm, reaching fleetd through the machine's relay (its
-// own address). Its output goes to the machine's log.
-func (mc *machine) enroll(ctx context.Context, a tinkerbell.Action, tpm *swtpm.Instance, eventLog string) (string, error) {
+// own address). Its output goes to the machine's log; its success is recorded (records.go) with
+// the disk it authorized and the certificates it wrote.
+func (mc *machine) enroll(ctx context.Context, wf *tinkv1.Workflow, a tinkerbell.Action, tpm *swtpm.Instance, eventLog string) (string, error) {
 	vars := mc.machineEnv(a)
 	vars["FLEETD_TPM"] = tpm.Spec()
 	vars["FLEETD_EVENT_LOG"] = eventLog
@@ -81,13 +82,15 @@ func (mc *machine) enroll(ctx context.Context, a tinkerbell.Action, tpm *swtpm.I
 	if err != nil {
 		return "", fmt.Errorf("fleetd enroll: %w: %s", err, lastLine(out))
 	}
-	disk, _ := os.ReadFile(mc.path(MachineWorkflowDir, "disk"))
-	return "enrolled; disk authorized: " + strings.TrimSpace(string(disk)), nil
+	disk := mc.workflowDisk()
+	mc.record(RecordEnrolled, wf, a, "disk", disk, "ldevid_serial", mc.certSerial("ldevid.pem"), "lak_serial", mc.certSerial("lak.pem"))
+	return "enrolled; disk authorized: " + disk, nil
 }
 
 // wipeDisk runs the Template's wipe-disk script in dry-run mode on the machine's files, then
-// erases what the simulation keeps of the disk it selected: its content and its partitions.
-func (mc *machine) wipeDisk(ctx context.Context, a tinkerbell.Action) (string, error) {
+// erases what the simulation keeps of the disk it selected: its content and its partitions. The
+// erasure is recorded with the authorization it acted on (/workflow/disk).
+func (mc *machine) wipeDisk(ctx context.Context, wf *tinkv1.Workflow, a tinkerbell.Action) (string, error) {
 	vars := mc.machineEnv(a)
 	vars["DRY_RUN"] = "1"
 	out, err := mc.run(ctx, exec.Command("/bin/sh", "-c", a.Command[2]), vars)
@@ -98,7 +101,9 @@ func (mc *machine) wipeDisk(ctx context.Context, a tinkerbell.Action) (string, e
 	if err != nil {
 		return "", fmt.Errorf("wipe-disk succeeded but linked no /dev/fleetd-disk: %w", err)
 	}
-	if err := mc.erase(filepath.Base(target)); err != nil {
+	dev := filepath.Base(target)
+	mc.record(RecordWipe, wf, a, "disk", mc.workflowDisk(), "target", "/dev/"+dev, "serial", mc.blockSerial(dev))
+	if err := mc.erase(dev); err != nil {
 		return "", err
 	}
 	return strings.Replace(lastLine(out), "would erase", "erased (simulated)", 1), nil
@@ -120,14 +125,16 @@ func (mc *machine) erase(dev string) error {
 const imagePartitions = 3
 
 // writeImage records what image2disk would write, to the disk wipe-disk selected, and makes the
-// image's partitions appear in sysfs and devfs as the kernel would after re-reading the disk.
-func (mc *machine) writeImage(a tinkerbell.Action) (string, error) {
+// image's partitions appear in sysfs and devfs as the kernel would after re-reading the disk. The
+// write is recorded with the authorization in /workflow/disk.
+func (mc *machine) writeImage(wf *tinkv1.Workflow, a tinkerbell.Action) (string, error) {
 	dest := a.Env["DEST_DISK"]
 	target, err := filepath.EvalSymlinks(mc.devPath(dest))
 	if err != nil {
 		return "", fmt.Errorf("DEST_DISK %s: %w (wipe-disk selected no disk)", dest, err)
 	}
 	dev := filepath.Base(target)
+	mc.record(RecordImage, wf, a, "disk", mc.workflowDisk(), "target", "/dev/"+dev, "serial", mc.blockSerial(dev))
 	for n := 1; n <= imagePartitions; n++ {
 		part := fmt.Sprintf("%s%d", dev, n)
 		if err := os.MkdirAll(mc.path(MachineSysDir, "block", dev, part), 0o700); err != nil {

@@ -131,6 +131,7 @@ func TestMachineLifecycle(t *testing.T) {
 			if want := "erased (simulated) " + filepath.Join(dir, "dev", "sda"); !strings.Contains(log, want) {
 				t.Errorf("the machine's log does not say %q:\n%s", want, log)
 			}
+			checkDiskRecords(t, name, d.Field("fleet_request"))
 			if code, body := machineGet(t, name, "", configPath(name, kind)); code != http.StatusGone {
 				t.Errorf("refuse/second-config-fetch: %d %s, want 410 Gone", code, body)
 			}
@@ -301,6 +302,9 @@ func TestMachineRefusedAtEnrollment(t *testing.T) {
 			if log := readFile(t, filepath.Join(dir, "log")); strings.Contains(log, "erased") {
 				t.Errorf("a refused machine's disk was erased:\n%s", log)
 			}
+			if recs, err := stack.ReadRecords(dir); err != nil || len(recs) != 0 {
+				t.Errorf("a refused machine's log has records %+v (%v), want none: nothing authorized, nothing written", recs, err)
+			}
 			wf := &tinkv1.Workflow{}
 			if err := testStack.Kube().Get(tctx(t), client.ObjectKey{Namespace: testStack.Info().Namespace, Name: d.Field("fleet_workflow")}, wf); err != nil {
 				t.Fatal(err)
@@ -323,5 +327,38 @@ func TestNetbootWithoutWorkflow(t *testing.T) {
 	}
 	if err := step(t, stack.Netboot, "g2-1", stack.StepOptions{}); err == nil || !strings.Contains(err.Error(), "no simulated machine") {
 		t.Errorf("netboot of a TPM 1.2 device = %v, want an error saying it has no machine", err)
+	}
+}
+
+// checkDiskRecords checks the machine's records of a provision request: one enrollment, then a
+// wipe and an image write of the disk it authorized, whose serial is the declared one.
+func checkDiskRecords(t *testing.T, name, request string) {
+	t.Helper()
+	m := testStack.Info().Machines[name]
+	recs, err := stack.ReadRecords(m.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	var authorized string
+	for _, r := range recs {
+		if r.Field("request") != request {
+			continue
+		}
+		kinds = append(kinds, r.Kind)
+		switch r.Kind {
+		case stack.RecordEnrolled:
+			authorized = r.Field("disk")
+			if r.Field("ldevid_serial") == "" || r.Field("lak_serial") == "" {
+				t.Errorf("the enrollment record names no certificates: %+v", r)
+			}
+		case stack.RecordWipe, stack.RecordImage, stack.RecordNoCloud:
+			if authorized == "" || r.Field("disk") != authorized || r.Field("serial") != m.DiskSerial {
+				t.Errorf("%s record %+v: want it after an enrollment, acting on its disk %q with serial %s", r.Kind, r.Fields, authorized, m.DiskSerial)
+			}
+		}
+	}
+	if len(kinds) < 3 || kinds[0] != stack.RecordEnrolled || kinds[1] != stack.RecordWipe || kinds[2] != stack.RecordImage {
+		t.Errorf("records of request %s: %v, want enrolled, wipe, image first", request, kinds)
 	}
 }

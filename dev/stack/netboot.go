@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	tinkv1 "github.com/tinkerbell/tink/api/v1alpha1"
@@ -40,6 +43,9 @@ func Netboot(ctx context.Context, info Info, name string, o StepOptions) error {
 	}
 	if s := bareState(wf.Status.State); s != "PENDING" && s != "RUNNING" {
 		return fmt.Errorf("netboot %s: Workflow %s is %s after rendering; the worker gets only PENDING or RUNNING Workflows", name, wf.Name, wf.Status.State)
+	}
+	if err := mc.useWorkflowDir(wf.Name); err != nil {
+		return fmt.Errorf("netboot %s: %w", name, err)
 	}
 	mc.say("HookOS booted; worker %s runs Workflow %s (Template %s)", mc.m.MAC, wf.Name, wf.Spec.TemplateRef)
 	tpm, eventLog, err := mc.powerOn(ctx, o.EventLog)
@@ -115,4 +121,24 @@ func machineWorkflow(ctx context.Context, c client.Client, namespace, mac string
 	}
 	sortByCreation(open)
 	return &open[0], nil
+}
+
+// workflowMarker, in a machine's workflow directory, names the Workflow the directory belongs to.
+const workflowMarker = ".workflow"
+
+// useWorkflowDir gives a Workflow its own shared directory, as tink-worker mounts a directory of
+// its own at /workflow for each Workflow: the directory of another Workflow is emptied first, and
+// a resumed Workflow keeps what its earlier actions wrote.
+func (mc *machine) useWorkflowDir(name string) error {
+	dir := mc.path(MachineWorkflowDir)
+	if b, err := os.ReadFile(filepath.Join(dir, workflowMarker)); err == nil && strings.TrimSpace(string(b)) == name {
+		return nil
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("empty the workflow directory for Workflow %s: %w", name, err)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("make the workflow directory for Workflow %s: %w", name, err)
+	}
+	return os.WriteFile(filepath.Join(dir, workflowMarker), []byte(name+"\n"), 0o600)
 }

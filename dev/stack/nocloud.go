@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	tinkv1 "github.com/tinkerbell/tink/api/v1alpha1"
+
 	"github.com/folly-infra/fleetd/dev/tinkerbell"
 )
 
@@ -24,7 +26,7 @@ const nocloudDir = "var/lib/cloud/seed/nocloud"
 // of the disk wipe-disk selected, reads the SMBIOS UUID from sysfs (lowercased, as the agent
 // reports it), fetches the NoCloud tar once from fleetd from the machine's own address, checks
 // its members, and extracts it into /var/lib/cloud/seed/nocloud.
-func (mc *machine) writeNoCloudSeed(ctx context.Context, a tinkerbell.Action) (string, error) {
+func (mc *machine) writeNoCloudSeed(ctx context.Context, wf *tinkv1.Workflow, a tinkerbell.Action) (string, error) {
 	disk, err := filepath.EvalSymlinks(mc.devPath("/dev/fleetd-disk"))
 	if err != nil {
 		return "", errors.New("/dev/fleetd-disk is missing: wipe-disk did not select the disk")
@@ -45,6 +47,7 @@ func (mc *machine) writeNoCloudSeed(ctx context.Context, a tinkerbell.Action) (s
 		return "", err
 	}
 	dir := mc.path(MachineDiskDir, nocloudDir)
+	mc.record(RecordNoCloud, wf, a, "disk", mc.workflowDisk(), "target", "/dev/"+part, "serial", mc.blockSerial(dev))
 	names, err := extractSeed(body, dir)
 	if err != nil {
 		return "", fmt.Errorf("the seed tar from %s: %w", u, err)

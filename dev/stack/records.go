@@ -1,0 +1,141 @@
+package stack
+
+import (
+	"bufio"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/pem"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	tinkv1 "github.com/tinkerbell/tink/api/v1alpha1"
+
+	"github.com/folly-infra/fleetd/dev/tinkerbell"
+	"github.com/folly-infra/fleetd/workflows"
+)
+
+// Records: besides its words, a simulated machine's log holds one machine-readable line for each
+// act that authorizes or touches its disks, saying what authorized it (issue 7), so that a
+// checker can tell, from the machine alone, whether every wipe and install followed a successful
+// enrollment for the same request with the declared disk:
+//
+//	<RFC 3339 time> netboot: record <kind> key=value key=value …
+//
+// Kinds (Record*): enrolled (the agent exited 0; disk is what it wrote to /workflow/disk, and the
+// serials of the certificates it wrote), and wipe, image and nocloud-seed (a simulated action
+// wrote to a disk: disk is /workflow/disk as the action read it, target the block device it
+// acted on, serial that device's serial in sysfs). Every record names the Workflow and the
+// request (from its hardwareMap). Values never hold spaces; an absent value is "-".
+const (
+	RecordEnrolled = "enrolled"
+	RecordWipe     = "wipe"
+	RecordImage    = "image"
+	RecordNoCloud  = "nocloud-seed"
+)
+
+// Record is one record line of a machine's log.
+type Record struct {
+	Time   time.Time
+	Kind   string
+	Fields map[string]string // workflow, request, action, disk, target, serial, ldevid_serial, lak_serial
+}
+
+// Field returns a field's value, "" when absent.
+func (r Record) Field(k string) string {
+	if v := r.Fields[k]; v != "-" {
+		return v
+	}
+	return ""
+}
+
+// record writes one record line for action a of Workflow wf, with the given key/value pairs.
+func (mc *machine) record(kind string, wf *tinkv1.Workflow, a tinkerbell.Action, kv ...string) {
+	fields := map[string]string{"workflow": wf.Name, "request": wf.Spec.HardwareMap[workflows.MapRequest], "action": a.Name}
+	for i := 0; i+1 < len(kv); i += 2 {
+		fields[kv[i]] = kv[i+1]
+	}
+	keys := make([]string, 0, len(fields))
+	for k := range fields {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		v := strings.Join(strings.Fields(fields[k]), "_")
+		if v == "" {
+			v = "-"
+		}
+		fmt.Fprintf(&b, " %s=%s", k, v)
+	}
+	fmt.Fprintf(mc.log, "%s %s: record %s%s\n", time.Now().UTC().Format(time.RFC3339Nano), mc.step, kind, b.String())
+}
+
+// workflowDisk is /workflow/disk as an action reads it now ("" when absent).
+func (mc *machine) workflowDisk() string {
+	b, _ := os.ReadFile(mc.path(MachineWorkflowDir, "disk"))
+	return strings.TrimSpace(string(b))
+}
+
+// blockSerial is the serial sysfs gives block device dev ("sda").
+func (mc *machine) blockSerial(dev string) string {
+	b, _ := os.ReadFile(mc.path(MachineSysDir, "block", dev, "device", "serial"))
+	return strings.TrimSpace(string(b))
+}
+
+// certSerial is the hex serial of the first certificate of a PEM file in the workflow
+// directory, as fleetd writes ldevid_serial and lak_serial ("" when absent).
+func (mc *machine) certSerial(name string) string {
+	b, err := os.ReadFile(mc.path(MachineWorkflowDir, name))
+	if err != nil {
+		return ""
+	}
+	blk, _ := pem.Decode(b)
+	if blk == nil {
+		return "unparsable"
+	}
+	c, err := x509.ParseCertificate(blk.Bytes)
+	if err != nil {
+		return "unparsable"
+	}
+	return hex.EncodeToString(c.SerialNumber.Bytes())
+}
+
+// ReadRecords reads the record lines of the machine whose directory is dir, oldest first.
+func ReadRecords(dir string) ([]Record, error) {
+	f, err := os.Open(filepath.Join(dir, MachineLog))
+	if err != nil {
+		return nil, fmt.Errorf("read the records of machine %s: %w", dir, err)
+	}
+	defer f.Close()
+	var out []Record
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64*1024), 4<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		stamp, rest, ok := strings.Cut(line, " ")
+		_, rest, ok2 := strings.Cut(rest, ": record ")
+		if !ok || !ok2 || strings.HasPrefix(line, " ") {
+			continue
+		}
+		t, err := time.Parse(time.RFC3339Nano, stamp)
+		if err != nil {
+			return nil, fmt.Errorf("read the records of machine %s: line %q: %w", dir, line, err)
+		}
+		parts := strings.Fields(rest)
+		r := Record{Time: t, Kind: parts[0], Fields: map[string]string{}}
+		for _, kv := range parts[1:] {
+			if k, v, ok := strings.Cut(kv, "="); ok {
+				r.Fields[k] = v
+			}
+		}
+		out = append(out, r)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("read the records of machine %s: %w", dir, err)
+	}
+	return out, nil
+}
