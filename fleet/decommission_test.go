@@ -1,0 +1,56 @@
+package fleet_test
+
+import (
+	"context"
+	"testing"
+
+	. "github.com/folly-infra/fleetd/fleet"
+	"github.com/folly-infra/fleetd/fleet/fleettest"
+)
+
+// TestDecommissionDuringRequest: the owner sets status decommissioning while a request runs. The
+// request ends as the lifecycle says, but fleetd never writes over the owner's decommissioning
+// (SPEC §2: set by the owner and stays), so the retirement is taken once the request ended.
+// (Found by the chaos tests, dev/stack/chaos: a provision whose configuration was lost in a
+// restart wrote status failed over decommissioning, and the retirement was never taken.)
+func TestDecommissionDuringRequest(t *testing.T) {
+	ctx := context.Background()
+	rows := []struct {
+		name      string
+		state     State
+		request   string
+		workflow  WorkflowStatus
+		wantState State
+	}{
+		{"ok/provision fails", StateInstalling, "provision-aaaaaaaa", WorkflowStatus{Phase: WorkflowFailed, FailedAction: "write-image"}, StateFailed},
+		{"ok/provision's configuration lost", StateConfiguring, "provision-aaaaaaaa", WorkflowStatus{Phase: WorkflowSucceeded}, StateFailed},
+		{"ok/wipe succeeds", StateWiping, "wipe-aaaaaaaa", WorkflowStatus{Phase: WorkflowSucceeded}, StateWiped},
+		{"ok/wipe fails", StateWiping, "wipe-aaaaaaaa", WorkflowStatus{Phase: WorkflowFailed}, StateFailed},
+	}
+	for _, r := range rows {
+		t.Run(r.name, func(t *testing.T) {
+			d := fleettest.Declared(12, "node-a")
+			d.Status, d.Owned.State, d.Owned.Request = StatusDecommissioning, r.state, r.request
+			d.Owned.Workflow = WorkflowName("node-a", r.request)
+			inv, inst := fleettest.NewInventory(d), fleettest.NewInstaller()
+			r.workflow.Name = d.Owned.Workflow
+			inst.Set(d.Owned.Workflow, r.workflow)
+			s := newTestService(inv, inst)
+			if _, err := s.Reconcile(ctx, 12); err != nil {
+				t.Fatal(err)
+			}
+			got := inv.Get(12)
+			if got.Owned.State != r.wantState || got.Status != StatusDecommissioning {
+				t.Fatalf("after the request ended: fleet_state %q status %q, want %q with decommissioning kept (%s)",
+					got.Owned.State, got.Status, r.wantState, got.Owned.Message)
+			}
+			if _, err := s.Reconcile(ctx, 12); err != nil {
+				t.Fatal(err)
+			}
+			got = inv.Get(12)
+			if got.Owned.State != StatePending || RequestAction(got.Owned.Request) != ActionRetire || got.Status != StatusDecommissioning {
+				t.Errorf("the next reconcile: fleet_state %q request %q status %q, want the retirement taken", got.Owned.State, got.Owned.Request, got.Status)
+			}
+		})
+	}
+}
