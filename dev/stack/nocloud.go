@@ -47,7 +47,7 @@ func (mc *machine) writeNoCloudSeed(ctx context.Context, wf *tinkv1.Workflow, a 
 		return "", err
 	}
 	dir := mc.path(MachineDiskDir, nocloudDir)
-	mc.record(RecordNoCloud, wf, a, "disk", mc.workflowDisk(), "target", "/dev/"+part, "serial", mc.blockSerial(dev))
+	mc.record(RecordNoCloud, wf, a, "disk", mc.workflowDisk(), "target", "/dev/"+dev, "partition", part, "serial", mc.blockSerial(dev))
 	names, err := extractSeed(body, dir)
 	if err != nil {
 		return "", fmt.Errorf("the seed tar from %s: %w", u, err)

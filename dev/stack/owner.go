@@ -77,6 +77,22 @@ func (o *Owner) Device(ctx context.Context, name string) (OwnerDevice, error) {
 	return page.Results[0], nil
 }
 
+// Devices lists every device (up to NetBox's page limit of 1,000), ordered by id.
+func (o *Owner) Devices(ctx context.Context) ([]OwnerDevice, error) {
+	var page struct {
+		Count   int           `json:"count"`
+		Results []OwnerDevice `json:"results"`
+	}
+	if err := o.do(ctx, http.MethodGet, "/api/dcim/devices/?limit=1000&exclude=config_context", nil, &page); err != nil {
+		return nil, err
+	}
+	if page.Count > len(page.Results) {
+		return nil, fmt.Errorf("list devices: NetBox has %d, more than one page of %d", page.Count, len(page.Results))
+	}
+	sort.Slice(page.Results, func(i, j int) bool { return page.Results[i].ID < page.Results[j].ID })
+	return page.Results, nil
+}
+
 // DeviceByID reads a device by its id.
 func (o *Owner) DeviceByID(ctx context.Context, id int64) (OwnerDevice, error) {
 	var d OwnerDevice

@@ -28,7 +28,8 @@ import (
 // Kinds (Record*): enrolled (the agent exited 0; disk is what it wrote to /workflow/disk, and the
 // serials of the certificates it wrote), and wipe, image and nocloud-seed (a simulated action
 // wrote to a disk: disk is /workflow/disk as the action read it, target the block device it
-// acted on, serial that device's serial in sysfs). Every record names the Workflow and the
+// acted on (nocloud-seed: the disk of the partition it wrote, also named), serial that device's
+// serial in sysfs). Every record names the Workflow and the
 // request (from its hardwareMap). Values never hold spaces; an absent value is "-".
 const (
 	RecordEnrolled = "enrolled"
@@ -41,7 +42,7 @@ const (
 type Record struct {
 	Time   time.Time
 	Kind   string
-	Fields map[string]string // workflow, request, action, disk, target, serial, ldevid_serial, lak_serial
+	Fields map[string]string // workflow, request, action, disk, target, partition, serial, ldevid_serial, lak_serial
 }
 
 // Field returns a field's value, "" when absent.
