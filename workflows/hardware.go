@@ -19,7 +19,7 @@ func (in *Installer) readHardware(ctx context.Context, name string) (*tinkv1.Har
 	hw := &tinkv1.Hardware{}
 	err := in.observe("get_hardware", in.c.Get(ctx, client.ObjectKey{Namespace: in.ns, Name: name}, hw))
 	switch {
-	case apierrors.IsNotFound(err):
+	case objectNotFound(err):
 		return nil, nil
 	case err != nil:
 		return nil, fmt.Errorf("read Hardware %s: %w", name, err)

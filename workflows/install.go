@@ -34,7 +34,7 @@ func (in *Installer) Install(ctx context.Context, w fleet.WorkflowSpec) error {
 	case err == nil:
 		log.Info().Str("outcome", "exists").Msg("Workflow already exists")
 		return nil
-	case !apierrors.IsNotFound(err):
+	case !objectNotFound(err):
 		return fmt.Errorf("read Workflow %s: %w", w.Name, err)
 	}
 	// 2. Build what will be written and check it without side effects.
@@ -121,7 +121,7 @@ func (in *Installer) checkTemplate(ctx context.Context, name string, hm map[stri
 	tpl := &tinkv1.Template{}
 	err := in.observe("get_template", in.c.Get(ctx, client.ObjectKey{Namespace: in.ns, Name: name}, tpl))
 	switch {
-	case apierrors.IsNotFound(err):
+	case objectNotFound(err):
 		return refuse(name, "it does not exist in namespace %s: apply it from the infrastructure repo", in.ns)
 	case err != nil:
 		return fmt.Errorf("read Template %s: %w", name, err)

@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	tinkv1 "github.com/tinkerbell/tink/api/v1alpha1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -25,7 +24,7 @@ func (in *Installer) Workflow(ctx context.Context, name string) (fleet.WorkflowS
 	u := newUnstructuredWorkflow()
 	err := in.observe("get_workflow", in.c.Get(ctx, client.ObjectKey{Namespace: in.ns, Name: name}, u))
 	switch {
-	case apierrors.IsNotFound(err):
+	case objectNotFound(err):
 		return fleet.WorkflowStatus{}, fmt.Errorf("read Workflow %s in namespace %s: %w", name, in.ns, fleet.ErrNotFound)
 	case err != nil:
 		return fleet.WorkflowStatus{}, fmt.Errorf("read Workflow %s in namespace %s: %w", name, in.ns, err)
