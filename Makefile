@@ -32,9 +32,29 @@ demo: deps build ## walk one machine of each class kind through its lifecycle ag
 	bin/fleetsim demo
 
 .PHONY: test
-test: deps build ## the whole test suite (what CI runs)
-	$(GO) test $(TEST_FLAGS) ./...
+test: deps build ## the whole test suite (what CI runs), with a short chaos run
+	$(GO) test $(TEST_FLAGS) $$($(GO) list ./... | grep -v '/dev/stack/chaos$$')
 	cd interop/spire && $(GO) test $(TEST_FLAGS) ./...
+	@$(MAKE) --no-print-directory chaos
+
+# The randomized fault schedules of dev/stack/chaos (issue 7): each run prints
+# "schedules=N violations=M" and, for each violation, its seed and schedule. A seed is replayed
+# with: go test ./dev/stack/chaos -run TestChaos -seed N
+CHAOS_SCHEDULES ?= 5
+SOAK_SCHEDULES  ?= 200
+CHAOS_LOG       ?= $(CURDIR)/.chaos.log
+
+.PHONY: chaos
+chaos: ## the checker's tests and a short chaos run (CHAOS_SCHEDULES schedules, default 5)
+	@$(GO) test -count=1 -timeout 30m -v ./dev/stack/chaos -schedules $(CHAOS_SCHEDULES) > $(CHAOS_LOG) 2>&1; rc=$$?; \
+	  grep -E '^(schedules=|--- (PASS|FAIL)|[[:space:]]+chaos_test.go:[0-9]+: (VIOLATION|chaos:)|[[:space:]]+replay:)' $(CHAOS_LOG); \
+	  if [ $$rc -ne 0 ]; then echo "chaos: failed (exit $$rc); the whole output is in $(CHAOS_LOG)"; fi; exit $$rc
+
+.PHONY: soak
+soak: deps ## many chaos schedules (SOAK_SCHEDULES, default 200), no time limit
+	@$(GO) test -count=1 -timeout 0 -v ./dev/stack/chaos -run '^TestChaos$$' -schedules $(SOAK_SCHEDULES) > $(CHAOS_LOG) 2>&1; rc=$$?; \
+	  grep -E '^(schedules=|--- (PASS|FAIL)|[[:space:]]+chaos_test.go:[0-9]+: (VIOLATION|chaos:)|[[:space:]]+replay:)' $(CHAOS_LOG); \
+	  if [ $$rc -ne 0 ]; then echo "soak: failed (exit $$rc); the whole output is in $(CHAOS_LOG)"; fi; exit $$rc
 
 .PHONY: test-short
 test-short: ## the fast inner loop: unit tests, no API server, no TPMs
@@ -76,4 +96,4 @@ release-check: ## build the release twice and fail unless the two builds are byt
 
 .PHONY: clean
 clean: ## remove build output and the dev stack's state
-	rm -rf bin dist $(FLEETSIM_DIR)
+	rm -rf bin dist $(FLEETSIM_DIR) $(CHAOS_LOG)

@@ -1,0 +1,171 @@
+package chaos
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/folly-infra/fleetd/dev/stack"
+)
+
+// The history of a device is its change log in NetBox (every save, by whom, before and after).
+// The checker walks it with the lifecycle of SPEC §1–§2 restated here: fleetd's own code is not
+// the judge of itself.
+
+// claim is a request fleetd took: the save that wrote a new fleet_request.
+type claim struct {
+	request, workflow string
+	at                time.Time
+}
+
+// history is what a device's change log says.
+type history struct {
+	claims     []claim
+	attested   map[string]time.Time // request → when fleetd recorded its attestation
+	issued     map[string]bool      // every ldevid_serial and lak_serial fleetd recorded
+	certified  bool                 // fleetd ever recorded a certificate serial
+	progressed bool                 // a request ever got past pending (an attestation was recorded)
+
+	decomPending bool // the owner set decommissioning and no retirement was taken since
+	decomSince   time.Time
+	violations   []Violation
+}
+
+// snap is the part of a snapshot the checker reads.
+type snap struct {
+	status, state, request, workflow, desired, ldevid, lak string
+}
+
+func snapOf(m map[string]any) snap {
+	cf, _ := m["custom_fields"].(map[string]any)
+	str := func(v any) string { s, _ := v.(string); return s }
+	return snap{status: str(m["status"]), state: str(cf["fleet_state"]), request: str(cf["fleet_request"]),
+		workflow: str(cf["fleet_workflow"]), desired: str(cf["desired_action"]), ldevid: str(cf["ldevid_serial"]),
+		lak: str(cf["lak_serial"])}
+}
+
+// history walks the device's change log once (and keeps the result).
+func (e *evidence) history(d stack.OwnerDevice) *history {
+	if h, ok := e.histories[d.ID]; ok {
+		return h
+	}
+	h := &history{attested: map[string]time.Time{}, issued: map[string]bool{}}
+	for _, ch := range e.src.NetBox.Changes("dcim.device", d.ID) {
+		if ch.Action != "update" {
+			continue
+		}
+		pre, post := snapOf(ch.PreChange), snapOf(ch.PostChange)
+		if ch.User != e.src.ServiceUser {
+			if pre.status != "decommissioning" && post.status == "decommissioning" {
+				h.decomPending, h.decomSince = true, ch.Time
+			}
+			continue
+		}
+		h.fleetdSave(d, ch.Time, pre, post)
+	}
+	e.histories[d.ID] = h
+	return h
+}
+
+func (h *history) bad(part string, d stack.OwnerDevice, at time.Time, format string, args ...any) {
+	h.violations = append(h.violations, Violation{Part: part, Device: d.Name,
+		What: fmt.Sprintf("%s (NetBox change at %s)", fmt.Sprintf(format, args...), at.Format(time.RFC3339Nano))})
+}
+
+// fleetdSave checks one save of fleetd's.
+func (h *history) fleetdSave(d stack.OwnerDevice, at time.Time, pre, post snap) {
+	action := requestAction(post.request)
+	switch {
+	case post.request != pre.request:
+		h.claimed(d, at, pre, post)
+	case post.state != pre.state:
+		if !allowedMove(pre.state, post.state, action) {
+			h.bad(PartConsistent, d, at, "fleetd moved request %s from %q to %q, which the lifecycle does not allow for a %s", post.request, pre.state, post.state, action)
+		}
+		if pre.state == "pending" && post.state != "failed" && post.state != "rejected" {
+			h.attested[post.request], h.progressed = at, true
+		}
+	}
+	h.checkStatus(d, at, pre, post, action)
+	if post.ldevid != "" || post.lak != "" {
+		h.certified = true
+		h.issued[post.ldevid], h.issued[post.lak] = true, true
+	}
+	if (post.state == "wiped" || post.state == "retired") && (post.ldevid != "" || post.lak != "") {
+		h.bad(PartConsistent, d, at, "fleetd wrote fleet_state %s with ldevid_serial %q and lak_serial %q: both must be cleared", post.state, post.ldevid, post.lak)
+	}
+}
+
+// claimed checks a save that took a new request.
+func (h *history) claimed(d stack.OwnerDevice, at time.Time, pre, post snap) {
+	if !terminal[pre.state] {
+		h.bad(PartTerminal, d, at, "request %s (fleet_state %s) was replaced by request %s before it ended", pre.request, pre.state, post.request)
+	}
+	if post.state != "pending" {
+		h.bad(PartConsistent, d, at, "fleetd took request %s with fleet_state %q, not pending", post.request, post.state)
+	}
+	if post.desired != "" {
+		h.bad(PartConsistent, d, at, "fleetd took request %s and left desired_action %s set", post.request, post.desired)
+	}
+	if want := d.Name + "-" + post.request; post.workflow != want {
+		h.bad(PartConsistent, d, at, "request %s names Workflow %q, not its deterministic name %s", post.request, post.workflow, want)
+	}
+	retire := requestAction(post.request) == "retire"
+	switch {
+	case pre.desired != "":
+	case retire && h.decomPending:
+	default:
+		h.bad(PartWorkflow, d, at, "fleetd took request %s with no owner request waiting (desired_action empty, no decommissioning since the last retirement): a second request for one owner request", post.request)
+	}
+	if retire {
+		h.decomPending = false
+	}
+	h.claims = append(h.claims, claim{request: post.request, workflow: post.workflow, at: at})
+}
+
+// allowedMove is the lifecycle (SPEC §1, §2) for a request of action: the fleet_state moves
+// fleetd may make without taking a new request.
+func allowedMove(from, to, action string) bool {
+	switch from {
+	case "pending":
+		return to == "failed" || (to == "installing" && action == "provision") || (to == "active" && action == "attest") ||
+			(to == "wiping" && (action == "wipe" || action == "retire"))
+	case "installing":
+		return action == "provision" && (to == "configuring" || to == "active" || to == "failed")
+	case "configuring":
+		return action == "provision" && (to == "active" || to == "failed")
+	case "wiping":
+		return to == "failed" || (to == "wiped" && action == "wipe") || (to == "retired" && action == "retire")
+	case "active":
+		return to == "failed" && action == "provision" // a NoCloud install whose later action failed
+	}
+	return terminal[from] && to == "rejected" // a refused request keeps the last request's id
+}
+
+// checkStatus checks the device status fleetd wrote with a save (SPEC §2): planned → staged
+// while installing → active when delivered; offline once wiped; failed when a request fails;
+// decommissioning is the owner's and stays. Any other save leaves the status alone.
+func (h *history) checkStatus(d stack.OwnerDevice, at time.Time, pre, post snap, action string) {
+	if pre.status == "decommissioning" {
+		if post.status != "decommissioning" {
+			h.bad(PartConsistent, d, at, "fleetd changed the owner's status decommissioning to %s (fleet_state %s, request %s): decommissioning is set by the owner and stays",
+				post.status, post.state, post.request)
+		}
+		return
+	}
+	want := pre.status
+	if post.state != pre.state || post.request != pre.request {
+		switch {
+		case post.state == "pending" && action == "provision":
+			want = "staged"
+		case post.state == "active" && action == "provision":
+			want = "active"
+		case post.state == "wiped":
+			want = "offline"
+		case post.state == "failed" && action != "retire":
+			want = "failed"
+		}
+	}
+	if post.status != want {
+		h.bad(PartConsistent, d, at, "fleetd wrote status %s with fleet_state %s for request %s, want %s", post.status, post.state, post.request, want)
+	}
+}

@@ -1,0 +1,109 @@
+package chaos_test
+
+import (
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/folly-infra/fleetd/dev/stack/chaos"
+)
+
+// TestGenerateReproducible: a schedule is a function of its seed and the pool, so a printed seed
+// replays the same steps.
+func TestGenerateReproducible(t *testing.T) {
+	for seed := int64(1); seed <= 50; seed++ {
+		a, b := chaos.Generate(seed, poolConfig()), chaos.Generate(seed, poolConfig())
+		if !reflect.DeepEqual(a, b) {
+			t.Fatalf("seed %d gave two schedules:\n%s\n%s", seed, a, b)
+		}
+	}
+	if reflect.DeepEqual(chaos.Generate(1, poolConfig()).Steps, chaos.Generate(2, poolConfig()).Steps) {
+		t.Error("seeds 1 and 2 gave the same steps")
+	}
+}
+
+// TestGenerateShape: over many seeds, every schedule acts only on the pool, always with a node
+// among its machines, every fault episode ends (a NetBox fault is healed, a stopped API server
+// started), and every kind of step and kill point of issue 7 is drawn.
+func TestGenerateShape(t *testing.T) {
+	cfg := poolConfig()
+	roles := map[string]chaos.Role{}
+	for _, m := range cfg.Pool {
+		roles[m.Name] = m.Role
+	}
+	seen := map[string]bool{}
+	for seed := int64(1); seed <= 500; seed++ {
+		sc := chaos.Generate(seed, cfg)
+		nodes := 0
+		for _, m := range sc.Machines() {
+			r, ok := roles[m]
+			if !ok {
+				t.Fatalf("seed %d acts on %s, which is not in the pool", seed, m)
+			}
+			if r == chaos.RoleNode {
+				nodes++
+			}
+		}
+		if nodes == 0 || len(sc.Machines()) > cfg.Machines {
+			t.Errorf("seed %d acts on %v: want at most %d machines, at least one node", seed, sc.Machines(), cfg.Machines)
+		}
+		checkEpisodes(t, sc)
+		for _, s := range sc.Steps {
+			seen[string(s.Kind)+" "+s.Arg] = true
+			if s.Kill != "" {
+				seen["kill "+s.Kill] = true
+			}
+		}
+	}
+	for _, want := range []string{"ask provision", "ask attest", "ask wipe", "decommission ", "redeclare ", "netboot ", "boot ",
+		"boot-check ", "workflow fail", "workflow succeed", "netbox-fault 5xx", "netbox-fault slow", "netbox-fault timeout",
+		"netbox-fault drop-webhooks", "netbox-fault late-webhooks", "kube-stop ", "kube-start ", "kill-fleetd ",
+		"kill " + chaos.KillAfterClaim, "kill " + chaos.KillDuringEnroll} {
+		if !seen[want] {
+			t.Errorf("500 schedules never drew %q", want)
+		}
+	}
+}
+
+// checkEpisodes checks that every NetBox fault is followed by a heal and every kube-stop by a
+// kube-start.
+func checkEpisodes(t *testing.T, sc chaos.Schedule) {
+	t.Helper()
+	faults, stops := 0, 0
+	for _, s := range sc.Steps {
+		switch s.Kind {
+		case chaos.NetBoxFault:
+			faults++
+		case chaos.NetBoxHeal:
+			faults = 0
+		case chaos.KubeStop:
+			stops++
+		case chaos.KubeStart:
+			stops = max(stops-1, 0)
+		}
+	}
+	if faults != 0 || stops != 0 {
+		t.Errorf("seed %d leaves a fault on at its end (%d NetBox faults, %d stops unhealed):\n%s", sc.Seed, faults, stops, sc)
+	}
+}
+
+// TestScheduleString: the printed schedule names every step with what it does, so a violation's
+// report says what was played.
+func TestScheduleString(t *testing.T) {
+	sc := chaos.Schedule{Seed: 7, Steps: []chaos.Step{
+		{Kind: chaos.Ask, Machine: "m1", Arg: "provision", Kill: chaos.KillAfterClaim},
+		{Kind: chaos.NetBoxFault, Arg: "5xx", Status: 503, Method: "PATCH", N: 4},
+		{Kind: chaos.KubeStop},
+	}}
+	got := sc.String()
+	for _, want := range []string{"schedule seed=7 (3 steps)", "1. ask m1 provision +kill-fleetd-after-claim",
+		"2. netbox-fault 5xx status=503 method=PATCH n=4", "3. kube-stop"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("schedule prints\n%s\nwithout %q", got, want)
+		}
+	}
+	if m := sc.Machines(); !slices.Equal(m, []string{"m1"}) {
+		t.Errorf("Machines() = %v, want [m1]", m)
+	}
+}
