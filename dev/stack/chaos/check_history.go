@@ -125,6 +125,9 @@ func (h *history) claimed(d stack.OwnerDevice, at time.Time, pre, post snap) {
 // allowedMove is the lifecycle (SPEC §1, §2) for a request of action: the fleet_state moves
 // fleetd may make without taking a new request.
 func allowedMove(from, to, action string) bool {
+	if terminal[from] && to == "rejected" {
+		return true // a refused request keeps the last request's id
+	}
 	switch from {
 	case "pending":
 		return to == "failed" || (to == "installing" && action == "provision") || (to == "active" && action == "attest") ||
@@ -138,7 +141,7 @@ func allowedMove(from, to, action string) bool {
 	case "active":
 		return to == "failed" && action == "provision" // a NoCloud install whose later action failed
 	}
-	return terminal[from] && to == "rejected" // a refused request keeps the last request's id
+	return false
 }
 
 // checkStatus checks the device status fleetd wrote with a save (SPEC §2): planned → staged
