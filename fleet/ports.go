@@ -83,6 +83,16 @@ type Installer interface {
 	Workflow(ctx context.Context, name string) (WorkflowStatus, error)
 }
 
+// WorkflowLister is an Installer that can read all of fleetd's Workflows at once. When the
+// Installer has it, the periodic reconcile (ReconcileAll) reads every Workflow in one listing
+// instead of one read per running request; a Workflow missing from the listing (created since)
+// is read on its own.
+//
+// Errors: anything means the Workflows could not be listed; the reconcile then reads each one.
+type WorkflowLister interface {
+	Workflows(ctx context.Context) (map[string]WorkflowStatus, error) // by Workflow name
+}
+
 // WorkflowSpec is everything the installer needs to create the Workflow of one request.
 type WorkflowSpec struct {
 	Name      string // deterministic, from the request id (WorkflowName)

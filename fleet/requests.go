@@ -89,7 +89,7 @@ func (s *Service) install(ctx context.Context, d Device, action Action, class Cl
 
 // follow looks after a running request: creates its Workflow if the claim outlived a crash,
 // and turns a terminal Workflow into the lifecycle event it means.
-func (s *Service) follow(ctx context.Context, d Device) (Outcome, error) {
+func (s *Service) follow(ctx context.Context, d Device, listed workflowListing) (Outcome, error) {
 	action := RequestAction(d.Owned.Request)
 	out := outcomeFor(d, action, "workflow", "waiting")
 	if action == ActionNone || d.Owned.Workflow == "" {
@@ -97,7 +97,7 @@ func (s *Service) follow(ctx context.Context, d Device) (Outcome, error) {
 			d.Owned.State, d.Owned.Request)
 		return s.apply(ctx, d, action, EventWorkflowFailed, msg)
 	}
-	ws, err := s.inst.Workflow(ctx, d.Owned.Workflow)
+	ws, err := s.workflow(ctx, d.Owned.Workflow, listed)
 	switch {
 	case errors.Is(err, ErrNotFound) && d.Owned.State == StatePending:
 		class, ok := s.catalog.Class(d.Declared.Class)

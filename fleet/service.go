@@ -133,6 +133,11 @@ const maxConflicts = 5
 // periodic reconcile, a Workflow event and an operator all end here, so every trigger runs the
 // same code path and a duplicate trigger finds nothing left to do.
 func (s *Service) Reconcile(ctx context.Context, id int64) (Outcome, error) {
+	return s.reconcile(ctx, id, nil)
+}
+
+// reconcile is Reconcile with the Workflows as a listing made before (nil: read each one).
+func (s *Service) reconcile(ctx context.Context, id int64, listed workflowListing) (Outcome, error) {
 	unlock := s.locks.lock(id)
 	defer unlock()
 	start := s.clock.Now()
@@ -146,7 +151,7 @@ func (s *Service) Reconcile(ctx context.Context, id int64) (Outcome, error) {
 		if err != nil {
 			return Outcome{DeviceID: id, Step: "read", Result: "error"}, fmt.Errorf("read device %d: %w: %w", id, ErrInventory, err)
 		}
-		out, err := s.advance(ctx, d)
+		out, err := s.advance(ctx, d, listed)
 		if errors.Is(err, ErrConflict) && attempt < maxConflicts {
 			s.metrics.conflicts.Inc()
 			continue
@@ -156,9 +161,9 @@ func (s *Service) Reconcile(ctx context.Context, id int64) (Outcome, error) {
 }
 
 // advance takes the next step for a device as NetBox has it now.
-func (s *Service) advance(ctx context.Context, d Device) (Outcome, error) {
+func (s *Service) advance(ctx context.Context, d Device, listed workflowListing) (Outcome, error) {
 	if !d.Owned.State.Terminal() {
-		return s.follow(ctx, d)
+		return s.follow(ctx, d, listed)
 	}
 	action := requested(d)
 	if action == ActionNone {
@@ -216,11 +221,12 @@ func (s *Service) ReconcileAll(ctx context.Context) ([]Device, error) {
 	s.pending.Sweep() // expired configurations end their requests below (followPending)
 	s.metrics.pendingConfigs.Set(float64(s.pending.Len()))
 	var errs []error
+	listed := s.listWorkflows(ctx, devices)
 	for _, d := range devices {
 		if !NeedsAttention(d) {
 			continue
 		}
-		out, err := s.Reconcile(ctx, d.ID)
+		out, err := s.reconcile(ctx, d.ID, listed)
 		s.logOutcome(out, err, "reconcile")
 		if err != nil {
 			errs = append(errs, err)

@@ -1,0 +1,105 @@
+package fleet_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	. "github.com/folly-infra/fleetd/fleet"
+	"github.com/folly-infra/fleetd/fleet/fleettest"
+)
+
+// listingInstaller is an installer that can list its Workflows (WorkflowLister), as the
+// Kubernetes adapter can; it counts single reads and listings. Listed holds what a listing
+// returns (it may lag the installer, as a listing does); ListFail fails the listing.
+type listingInstaller struct {
+	*fleettest.Installer
+	mu       sync.Mutex
+	Listed   map[string]WorkflowStatus
+	ListFail error
+	reads    int
+	lists    int
+}
+
+func (l *listingInstaller) Workflow(ctx context.Context, name string) (WorkflowStatus, error) {
+	l.mu.Lock()
+	l.reads++
+	l.mu.Unlock()
+	return l.Installer.Workflow(ctx, name)
+}
+
+func (l *listingInstaller) Workflows(context.Context) (map[string]WorkflowStatus, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lists++
+	return l.Listed, l.ListFail
+}
+
+// TestReconcileAllListsWorkflows: the periodic reconcile reads the Workflows of every running
+// request in one listing when the installer can list (one Kubernetes request instead of one per
+// running request); a Workflow the listing does not have — created after it — is read on its
+// own and never taken for a missing one; when the listing fails, each Workflow is read.
+func TestReconcileAllListsWorkflows(t *testing.T) {
+	rows := []struct {
+		name                 string
+		listed               func(all map[string]WorkflowStatus) map[string]WorkflowStatus
+		listFail             error
+		wantLists, wantReads int
+	}{
+		{"ok/one listing, no single read", func(all map[string]WorkflowStatus) map[string]WorkflowStatus { return all }, nil, 1, 0},
+		{"ok/a Workflow created after the listing is read on its own", func(all map[string]WorkflowStatus) map[string]WorkflowStatus {
+			out := map[string]WorkflowStatus{}
+			for k, v := range all {
+				if k != "node-2-provision-aaaaaaaa" {
+					out[k] = v
+				}
+			}
+			return out
+		}, nil, 1, 1},
+		{"ok/the listing fails: each Workflow is read", nil, errors.New("API server unreachable"), 1, 3},
+	}
+	for _, r := range rows {
+		t.Run(r.name, func(t *testing.T) {
+			var devs []Device
+			inst := &listingInstaller{Installer: fleettest.NewInstaller(), ListFail: r.listFail}
+			all := map[string]WorkflowStatus{}
+			for i, st := range []State{StateInstalling, StatePending, StateWiping} {
+				d := fleettest.Declared(int64(i+1), fmt.Sprintf("node-%d", i+1))
+				d.Owned.State, d.Owned.Request = st, map[State]string{StateWiping: "wipe-aaaaaaaa"}[st]
+				if d.Owned.Request == "" {
+					d.Owned.Request = "provision-aaaaaaaa"
+				}
+				d.Owned.Workflow = WorkflowName(d.Name, d.Owned.Request)
+				ws := WorkflowStatus{Name: d.Owned.Workflow, Phase: WorkflowRunning}
+				if st == StateWiping {
+					ws.Phase = WorkflowSucceeded
+				}
+				inst.Set(ws.Name, ws)
+				all[ws.Name] = ws
+				devs = append(devs, d)
+			}
+			if r.listed != nil {
+				inst.Listed = r.listed(all)
+			}
+			inv := fleettest.NewInventory(devs...)
+			s := newTestService(inv, inst)
+			putPending(t, s, devs[0]) // the installing provision's configuration waits
+			if _, err := s.ReconcileAll(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if inst.lists != r.wantLists || inst.reads != r.wantReads {
+				t.Errorf("%d listings and %d single reads, want %d and %d", inst.lists, inst.reads, r.wantLists, r.wantReads)
+			}
+			if got := inv.Get(3); got.Owned.State != StateWiped {
+				t.Errorf("the wipe whose Workflow succeeded is %q, want wiped", got.Owned.State)
+			}
+			for _, id := range []int64{1, 2} {
+				if got := inv.Get(id); got.Owned.State.Terminal() {
+					t.Errorf("device %d with a running Workflow is %q (%s), want it still running", id, got.Owned.State, got.Owned.Message)
+				}
+			}
+		})
+	}
+}

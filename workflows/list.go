@@ -1,0 +1,48 @@
+package workflows
+
+import (
+	"context"
+	"fmt"
+
+	tinkv1 "github.com/tinkerbell/tink/api/v1alpha1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/folly-infra/fleetd/fleet"
+)
+
+// listPage is how many Workflows one List request returns.
+const listPage = 500
+
+// Workflows reads every Workflow fleetd created (label LabelDeviceID) in a few List requests —
+// one per listPage Workflows — instead of one request per Workflow: the periodic reconcile over
+// many running requests uses it (fleet.WorkflowLister). The map is keyed by Workflow name. An
+// error means the API server could not be read; a Workflow whose status cannot be read is left
+// out, so the caller reads it on its own.
+func (in *Installer) Workflows(ctx context.Context) (map[string]fleet.WorkflowStatus, error) {
+	sel, err := fleetdSelector()
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]fleet.WorkflowStatus{}
+	cont := ""
+	for {
+		list := &unstructured.UnstructuredList{}
+		list.SetGroupVersionKind(tinkv1.GroupVersion.WithKind("WorkflowList"))
+		err := in.c.List(ctx, list, client.InNamespace(in.ns), client.MatchingLabelsSelector{Selector: sel},
+			client.Limit(listPage), client.Continue(cont))
+		if err := in.observe("list_workflows", err); err != nil {
+			return nil, fmt.Errorf("list Workflows in namespace %s: %w", in.ns, err)
+		}
+		for i := range list.Items {
+			if ws, err := statusOf(&list.Items[i]); err == nil {
+				out[list.Items[i].GetName()] = ws
+			}
+		}
+		if cont = list.GetContinue(); cont == "" {
+			return out, nil
+		}
+	}
+}
+
+var _ fleet.WorkflowLister = (*Installer)(nil)
