@@ -2,6 +2,7 @@ package stack
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -52,11 +53,30 @@ func openMachine(info Info, name, step string, out io.Writer) (*machine, error) 
 		return nil, fmt.Errorf("open the log of machine %s: %w", name, err)
 	}
 	// One step at a time: a machine has one TPM and one boot.
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+	if err := lockBriefly(f); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("machine %s is busy with another step (%w); wait for it to end", name, err)
 	}
 	return &machine{info: info, name: name, m: m, out: out, log: f, step: step}, nil
+}
+
+// lockWait is how long openMachine waits for a machine's lock. A step holds it for its whole
+// run (seconds), so a longer wait means another step runs. A short wait is needed all the same:
+// while this process starts a program for one machine's step, the forked child holds a copy of
+// every open file — another machine's locked log among them — until it execs, so a lock just
+// released by a step of this process may still be held for a moment.
+const lockWait = 2 * time.Second
+
+// lockBriefly takes the exclusive lock on f, waiting up to lockWait.
+func lockBriefly(f *os.File) error {
+	end := time.Now().Add(lockWait)
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil || !errors.Is(err, syscall.EWOULDBLOCK) || time.Now().After(end) {
+			return err
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // close ends the step (and releases the machine's lock).

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -34,7 +35,7 @@ func Netboot(ctx context.Context, info Info, name string, o StepOptions) error {
 	if err != nil {
 		return err
 	}
-	wf, err := machineWorkflow(ctx, kc, info.Namespace, mc.m.MAC)
+	wf, err := machineWorkflow(ctx, kc, info.Namespace, mc.m)
 	if err != nil {
 		return fmt.Errorf("netboot %s: %w", name, err)
 	}
@@ -100,27 +101,40 @@ func (mc *machine) runReported(ctx context.Context, kc client.Client, wf *tinkv1
 }
 
 // machineWorkflow finds the Workflow a worker with this MAC is served: the oldest one whose
-// hardwareMap device_1 is the MAC and that has not ended.
-func machineWorkflow(ctx context.Context, c client.Client, namespace, mac string) (*tinkv1.Workflow, error) {
-	if mac == "" {
+// hardwareMap device_1 is the MAC and that has not ended. Tinkerbell finds it through an index;
+// the stack looks first among the Workflows fleetd labelled with the machine's device id (one
+// small List), and reads every Workflow of the namespace only when none of those is open, so
+// that a netboot does not cost a List of the whole fleet's Workflows.
+func machineWorkflow(ctx context.Context, c client.Client, namespace string, m Machine) (*tinkv1.Workflow, error) {
+	if m.MAC == "" {
 		return nil, errors.New("the machine has no MAC in NetBox, so no worker id: Tinkerbell serves it nothing")
 	}
-	var list tinkv1.WorkflowList
-	if err := c.List(ctx, &list, client.InNamespace(namespace)); err != nil {
-		return nil, fmt.Errorf("list Workflows: %w", err)
+	for _, opts := range [][]client.ListOption{
+		{client.InNamespace(namespace), client.MatchingLabels{workflows.LabelDeviceID: strconv.FormatInt(m.DeviceID, 10)}},
+		{client.InNamespace(namespace)},
+	} {
+		var list tinkv1.WorkflowList
+		if err := c.List(ctx, &list, opts...); err != nil {
+			return nil, fmt.Errorf("list Workflows: %w", err)
+		}
+		if open := openFor(list.Items, m.MAC); len(open) > 0 {
+			return &open[0], nil
+		}
 	}
+	return nil, fmt.Errorf("%w for worker %s: no Workflow waits for this machine; ask for an action in NetBox and let fleetd accept it first", ErrNoWorkflow, m.MAC)
+}
+
+// openFor is the Workflows for a worker's MAC that have not ended, oldest first.
+func openFor(wfs []tinkv1.Workflow, mac string) []tinkv1.Workflow {
 	var open []tinkv1.Workflow
-	for _, wf := range list.Items {
+	for _, wf := range wfs {
 		s := bareState(wf.Status.State)
 		if wf.Spec.HardwareMap[workflows.MapMAC] == mac && (s == "" || s == "PREPARING" || s == "PENDING" || s == "RUNNING") {
 			open = append(open, wf)
 		}
 	}
-	if len(open) == 0 {
-		return nil, fmt.Errorf("%w for worker %s: no Workflow waits for this machine; ask for an action in NetBox and let fleetd accept it first", ErrNoWorkflow, mac)
-	}
 	sortByCreation(open)
-	return &open[0], nil
+	return open
 }
 
 // workflowMarker, in a machine's workflow directory, names the Workflow the directory belongs to.

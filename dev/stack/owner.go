@@ -77,20 +77,26 @@ func (o *Owner) Device(ctx context.Context, name string) (OwnerDevice, error) {
 	return page.Results[0], nil
 }
 
-// Devices lists every device (up to NetBox's page limit of 1,000), ordered by id.
+// Devices lists every device, ordered by id, a page of 1,000 (NetBox's MAX_PAGE_SIZE) at a time.
 func (o *Owner) Devices(ctx context.Context) ([]OwnerDevice, error) {
-	var page struct {
-		Count   int           `json:"count"`
-		Results []OwnerDevice `json:"results"`
+	var out []OwnerDevice
+	for offset := 0; ; {
+		var page struct {
+			Count   int           `json:"count"`
+			Results []OwnerDevice `json:"results"`
+		}
+		path := fmt.Sprintf("/api/dcim/devices/?limit=1000&offset=%d&exclude=config_context", offset)
+		if err := o.do(ctx, http.MethodGet, path, nil, &page); err != nil {
+			return nil, err
+		}
+		out = append(out, page.Results...)
+		offset += len(page.Results)
+		if len(page.Results) == 0 || offset >= page.Count {
+			break
+		}
 	}
-	if err := o.do(ctx, http.MethodGet, "/api/dcim/devices/?limit=1000&exclude=config_context", nil, &page); err != nil {
-		return nil, err
-	}
-	if page.Count > len(page.Results) {
-		return nil, fmt.Errorf("list devices: NetBox has %d, more than one page of %d", page.Count, len(page.Results))
-	}
-	sort.Slice(page.Results, func(i, j int) bool { return page.Results[i].ID < page.Results[j].ID })
-	return page.Results, nil
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
 }
 
 // DeviceByID reads a device by its id.
