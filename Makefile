@@ -74,6 +74,12 @@ fuzz: deps ## run every fuzz target for FUZZTIME each (default 30s); failures la
 	  echo "== $$fn ($$pkg, $(FUZZTIME))"; \
 	  $(GO) test $$pkg -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) || exit 1; done
 
+LOAD_DEVICES ?= 1000
+
+.PHONY: load
+load: deps ## the load test: LOAD_DEVICES (default 1,000) machines, 500-request webhook storms, every boot check (tens of minutes)
+	FLEETD_LOAD=1 LOAD_DEVICES=$(LOAD_DEVICES) $(GO) test -count=1 -timeout 0 -v -run '^TestLoad$$' ./dev/stack/load
+
 .PHONY: vet
 vet: ## go vet (both modules)
 	$(GO) vet ./...

@@ -1,0 +1,87 @@
+// Package load_test is fleetd's load test on the development stack (issue 7): 1,000 declared
+// devices with simulated machines, webhook storms of 500 provision requests, the enrollment of
+// every machine, and boot checks from 1,000 nodes, with latencies, fleetd's memory and a check
+// that nothing was dropped. It is heavy (tens of minutes on two cores), so it runs only when
+// FLEETD_LOAD is set: `make load` (LOAD_DEVICES scales it).
+package load_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"k8s.io/klog/v2"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/folly-infra/fleetd/dev/stack"
+)
+
+var (
+	testStack *stack.Stack
+	devices   int           // LOAD_DEVICES, default 1000
+	startTook time.Duration // how long the stack took to start
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv("FLEETD_LOAD") == "" {
+		fmt.Println("load tests skipped: set FLEETD_LOAD=1 (make load)")
+		os.Exit(m.Run())
+	}
+	ctrllog.SetLogger(klog.Background())
+	devices = 1000
+	if v, err := strconv.Atoi(os.Getenv("LOAD_DEVICES")); err == nil && v > 0 {
+		devices = v
+	}
+	os.Exit(runWithStack(m))
+}
+
+func runWithStack(m *testing.M) int {
+	tmp, err := os.MkdirTemp("", "load-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "load test:", err)
+		return 1
+	}
+	defer os.RemoveAll(tmp)
+	root, err := stack.FindRoot(".")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "load test:", err)
+		return 1
+	}
+	bin := filepath.Join(tmp, "fleetd")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	build.Dir, build.Env = root, append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "load test: build fleetd: %v\n%s", err, out)
+		return 1
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	start := time.Now()
+	logw := zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: time.TimeOnly}
+	testStack, err = stack.Start(ctx, stack.Options{Dir: filepath.Join(tmp, "state"), FleetdBinary: bin,
+		ExtraDevices: devices, Logger: zerolog.New(logw).Level(zerolog.ErrorLevel).With().Timestamp().Logger()})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "load test: start the stack:", err)
+		return 1
+	}
+	startTook = time.Since(start)
+	code := m.Run()
+	if err := testStack.Close(); err != nil {
+		fmt.Fprintln(os.Stderr, "load test: stop the stack:", err)
+	}
+	return code
+}
+
+func needStack(t *testing.T) *stack.Stack {
+	t.Helper()
+	if testStack == nil {
+		t.Skip("set FLEETD_LOAD=1 to run the load test (make load)")
+	}
+	return testStack
+}
