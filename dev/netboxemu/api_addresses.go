@@ -25,11 +25,11 @@ func (e *Emulator) listMACs(c *reqCtx) {
 		}
 	}
 	var match []*macAddr
-	for _, id := range sortedIDs(e.db.macs, macLess) {
-		m := e.db.macs[id]
-		if pass(ids, m.id) && pass(ifs, m.iface) && pass(devs, e.deviceOf(m.iface)) && pass(macs, m.mac) {
-			match = append(match, m)
-		}
+	keep := func(m *macAddr) bool {
+		return pass(ids, m.id) && pass(ifs, m.iface) && pass(devs, e.deviceOf(m.iface)) && pass(macs, m.mac)
+	}
+	for _, id := range matchingIDs(e.db.macs, keep, macLess) {
+		match = append(match, e.db.macs[id])
 	}
 	c.page(len(match), func(i int) obj { return e.renderMAC(c.rc, match[i]) })
 }
@@ -176,11 +176,11 @@ func (e *Emulator) listIPs(c *reqCtx) {
 	}
 	addrs := c.strFilter("address")
 	var match []*ipAddr
-	for _, id := range sortedIDs(e.db.ips, func(a, b *ipAddr) bool { return a.address.String() < b.address.String() }) {
-		ip := e.db.ips[id]
-		if pass(ids, ip.id) && pass(ifs, ip.iface) && pass(devs, e.deviceOf(ip.iface)) && pass(addrs, ip.address.String()) {
-			match = append(match, ip)
-		}
+	keep := func(ip *ipAddr) bool {
+		return pass(ids, ip.id) && pass(ifs, ip.iface) && pass(devs, e.deviceOf(ip.iface)) && pass(addrs, ip.address.String())
+	}
+	for _, id := range matchingIDs(e.db.ips, keep, func(a, b *ipAddr) bool { return a.address.String() < b.address.String() }) {
+		match = append(match, e.db.ips[id])
 	}
 	c.page(len(match), func(i int) obj { return e.renderIP(c.rc, match[i]) })
 }

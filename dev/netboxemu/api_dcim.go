@@ -51,11 +51,11 @@ func (e *Emulator) listInterfaces(c *reqCtx) {
 	}
 	names, mgmt := c.strFilter("name"), c.strFilter("mgmt_only")
 	var match []*iface
-	for _, id := range sortedIDs(e.db.ifaces, e.ifaceOrder) {
-		i := e.db.ifaces[id]
-		if pass(ids, i.id) && pass(devs, i.device) && pass(names, i.name) && pass(mgmt, strconv.FormatBool(i.mgmtOnly)) {
-			match = append(match, i)
-		}
+	keep := func(i *iface) bool {
+		return pass(ids, i.id) && pass(devs, i.device) && pass(names, i.name) && pass(mgmt, strconv.FormatBool(i.mgmtOnly))
+	}
+	for _, id := range matchingIDs(e.db.ifaces, keep, e.ifaceOrder) {
+		match = append(match, e.db.ifaces[id])
 	}
 	c.page(len(match), func(n int) obj { return e.renderInterface(c.rc, match[n]) })
 }

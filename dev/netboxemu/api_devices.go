@@ -16,11 +16,9 @@ func (e *Emulator) listDevices(c *reqCtx) {
 	names, statuses := c.strFilter("name"), c.strFilter("status")
 	withContext := !strings.Contains(c.r.URL.Query().Get("exclude"), "config_context")
 	var match []*device
-	for _, id := range sortedIDs(e.db.devices, func(a, b *device) bool { return a.name < b.name }) {
-		d := e.db.devices[id]
-		if pass(ids, d.id) && pass(names, d.name) && pass(statuses, d.status) {
-			match = append(match, d)
-		}
+	keep := func(d *device) bool { return pass(ids, d.id) && pass(names, d.name) && pass(statuses, d.status) }
+	for _, id := range matchingIDs(e.db.devices, keep, func(a, b *device) bool { return a.name < b.name }) {
+		match = append(match, e.db.devices[id])
 	}
 	c.page(len(match), func(i int) obj { return e.renderDevice(c.rc, match[i], withContext) })
 }

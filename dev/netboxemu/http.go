@@ -215,11 +215,16 @@ func (c *reqCtx) page(n int, item func(i int) obj) {
 		offset = o
 	}
 	results := []any{}
-	c.e.withIndex(func() {
+	render := func() {
 		for i := offset; i < n && i < offset+limit; i++ {
 			results = append(results, item(i))
 		}
-	})
+	}
+	if min(n, offset+limit)-offset >= indexFrom {
+		c.e.withIndex(render)
+	} else {
+		render()
+	}
 	var next, prev any
 	link := func(off int) string {
 		u := *c.r.URL

@@ -29,6 +29,10 @@ func (e *Emulator) buildIndex() *index {
 	return ix
 }
 
+// indexFrom is how many objects a list page must render for the index to pay for itself: a
+// page of one or two objects (fleetd reads one device's interfaces) counts per object instead.
+const indexFrom = 8
+
 // withIndex runs fn with the index in place.
 func (e *Emulator) withIndex(fn func()) {
 	e.ix = e.buildIndex()
@@ -67,10 +71,8 @@ func (e *Emulator) macsOf(iface int) []*macAddr {
 		return e.ix.macsByIface[iface]
 	}
 	var out []*macAddr
-	for _, id := range sortedIDs(e.db.macs, macLess) {
-		if m := e.db.macs[id]; m.iface == iface {
-			out = append(out, m)
-		}
+	for _, id := range matchingIDs(e.db.macs, func(m *macAddr) bool { return m.iface == iface }, macLess) {
+		out = append(out, e.db.macs[id])
 	}
 	return out
 }

@@ -190,6 +190,19 @@ func (d *db) next(table string) int {
 	return d.seq[table]
 }
 
+// matchingIDs returns the keys of the rows of a table that keep accepts, ordered as sortedIDs
+// orders them: filtering before sorting keeps a filtered list of a large table (one device's
+// interfaces among thousands) linear in the table's size.
+func matchingIDs[T any](m map[int]T, keep func(T) bool, less func(a, b T) bool) []int {
+	sub := map[int]T{}
+	for id, row := range m {
+		if keep(row) {
+			sub[id] = row
+		}
+	}
+	return sortedIDs(sub, less)
+}
+
 // sortedIDs returns the keys of a table ordered by less (the model's Meta.ordering).
 func sortedIDs[T any](m map[int]T, less func(a, b T) bool) []int {
 	ids := make([]int, 0, len(m))
