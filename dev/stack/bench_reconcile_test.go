@@ -25,7 +25,7 @@ import (
 // Installer from the kubeconfig), against a new NetBox emulator holding n devices and the stack's Kubernetes API
 // in namespace ns. With pending, every device carries a claimed provision request whose
 // Workflow exists and has not started.
-func reconcileService(b *testing.B, s *stack.Stack, ns string, n int, pending bool) (*fleet.Service, *netboxemu.Emulator) {
+func reconcileService(b *testing.B, s *stack.Stack, ns string, n int, pending bool, wrap ...func(fleet.Installer) fleet.Installer) (*fleet.Service, *netboxemu.Emulator) {
 	b.Helper()
 	emu, err := netboxemu.Start(netboxemu.Config{})
 	if err != nil {
@@ -71,6 +71,10 @@ func reconcileService(b *testing.B, s *stack.Stack, ns string, n int, pending bo
 	if err != nil {
 		b.Fatal(err)
 	}
+	var installer fleet.Installer = inst
+	for _, w := range wrap {
+		installer = w(installer)
+	}
 	catalog, err := fleet.LoadCatalog(classesFile(b))
 	if err != nil {
 		b.Fatal(err)
@@ -79,7 +83,7 @@ func reconcileService(b *testing.B, s *stack.Stack, ns string, n int, pending bo
 	if err != nil {
 		b.Fatal(err)
 	}
-	svc, err := fleet.NewService(fleet.Config{FleetdURL: "http://127.0.0.1:9"}, fleet.Deps{Inventory: nb, Installer: inst,
+	svc, err := fleet.NewService(fleet.Config{FleetdURL: "http://127.0.0.1:9"}, fleet.Deps{Inventory: nb, Installer: installer,
 		Catalog: catalog, Pending: pend, Clock: fleet.SystemClock{}, Random: rand.Reader, Logger: zerolog.Nop()})
 	if err != nil {
 		b.Fatal(err)
@@ -116,3 +120,6 @@ func createAll(b *testing.B, s *stack.Stack, wfs []*tinkv1.Workflow) {
 		b.Fatalf("create the benchmark's Workflows: %v", err)
 	}
 }
+
+// withoutListing hides the installer's WorkflowLister: the reconcile then reads each Workflow.
+func withoutListing(in fleet.Installer) fleet.Installer { return struct{ fleet.Installer }{in} }

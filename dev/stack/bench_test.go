@@ -121,7 +121,10 @@ func waitCreated(b *testing.B, ch <-chan created, id int64) time.Time {
 // exactly; fleetd's metrics count runs (fleetd_reconcile_runs_total) but do not time them.
 //   - idle: no device has a request (the common case): one paginated listing, nothing else.
 //   - 1000-pending: every device has a claimed request whose Workflow has not started, so each
-//     is re-read from NetBox and its Workflow read from Kubernetes (the worst steady state).
+//     is re-read from NetBox, and every Workflow is read from Kubernetes in one listing (the
+//     worst steady state).
+//   - 1000-pending-one-read-each: the same with an installer that cannot list (fleetd before
+//     fleet.WorkflowLister): one Kubernetes read per running request, at the client's 50/s.
 func BenchmarkReconcile1000(b *testing.B) {
 	s := needStack(b)
 	b.Run("idle", func(b *testing.B) {
@@ -134,6 +137,14 @@ func BenchmarkReconcile1000(b *testing.B) {
 	})
 	b.Run("1000-pending", func(b *testing.B) {
 		svc, _ := reconcileService(b, s, "bench-pending", 1000, true)
+		for b.Loop() {
+			if _, err := svc.ReconcileAll(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("1000-pending-one-read-each", func(b *testing.B) {
+		svc, _ := reconcileService(b, s, "bench-pending-each", 1000, true, withoutListing)
 		for b.Loop() {
 			if _, err := svc.ReconcileAll(context.Background()); err != nil {
 				b.Fatal(err)
