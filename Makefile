@@ -39,20 +39,22 @@ test: deps build ## the whole test suite (what CI runs), with a short chaos run
 
 # The randomized fault schedules of dev/stack/chaos (issue 7): each run prints
 # "schedules=N violations=M" and, for each violation, its seed and schedule. A seed is replayed
-# with: go test ./dev/stack/chaos -run TestChaos -seed N
+# with: go test ./dev/stack/chaos -run TestChaos -seed N (CHAOS_SEED=N starts a run there; 0 draws it
+# from the clock).
 CHAOS_SCHEDULES ?= 5
 SOAK_SCHEDULES  ?= 200
+CHAOS_SEED      ?= 0
 CHAOS_LOG       ?= $(CURDIR)/.chaos.log
 
 .PHONY: chaos
 chaos: ## the checker's tests and a short chaos run (CHAOS_SCHEDULES schedules, default 5)
-	@$(GO) test -count=1 -timeout 30m -v ./dev/stack/chaos -schedules $(CHAOS_SCHEDULES) > $(CHAOS_LOG) 2>&1; rc=$$?; \
+	@$(GO) test -count=1 -timeout 30m -v ./dev/stack/chaos -schedules $(CHAOS_SCHEDULES) -seed $(CHAOS_SEED) > $(CHAOS_LOG) 2>&1; rc=$$?; \
 	  grep -E '^(schedules=|--- (PASS|FAIL)|[[:space:]]+chaos_test.go:[0-9]+: (VIOLATION|chaos:)|[[:space:]]+replay:)' $(CHAOS_LOG); \
 	  if [ $$rc -ne 0 ]; then echo "chaos: failed (exit $$rc); the whole output is in $(CHAOS_LOG)"; fi; exit $$rc
 
 .PHONY: soak
 soak: deps ## many chaos schedules (SOAK_SCHEDULES, default 200), no time limit
-	@$(GO) test -count=1 -timeout 0 -v ./dev/stack/chaos -run '^TestChaos$$' -schedules $(SOAK_SCHEDULES) > $(CHAOS_LOG) 2>&1; rc=$$?; \
+	@$(GO) test -count=1 -timeout 0 -v ./dev/stack/chaos -run '^TestChaos$$' -schedules $(SOAK_SCHEDULES) -seed $(CHAOS_SEED) > $(CHAOS_LOG) 2>&1; rc=$$?; \
 	  grep -E '^(schedules=|--- (PASS|FAIL)|[[:space:]]+chaos_test.go:[0-9]+: (VIOLATION|chaos:)|[[:space:]]+replay:)' $(CHAOS_LOG); \
 	  if [ $$rc -ne 0 ]; then echo "soak: failed (exit $$rc); the whole output is in $(CHAOS_LOG)"; fi; exit $$rc
 
