@@ -31,6 +31,7 @@ var lifecycleDevices = []stack.SeedDevice{
 	{Name: "life-retire", Class: "nixos-builder"},
 	{Name: "refuse-two-disks", Class: "talos-worker", DuplicateDisk: true},
 	{Name: "refuse-foreign-ek", Class: "talos-worker", ForeignEK: true},
+	{Name: "bench-netboot", Class: "talos-worker"}, // BenchmarkNetboot's own machine
 }
 
 // step runs a machine step with its output in the test log.
