@@ -45,6 +45,7 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	testTime = time.Now().UTC().Truncate(time.Second).Add(time.Minute)
 	return m.Run()
 }
 
@@ -110,7 +111,10 @@ func sha256Hex(b []byte) string {
 	return hex.EncodeToString(s[:])
 }
 
-var testTime = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+// testTime is the tests' fixed clock. It is set in TestMain after the package's swtpm is
+// manufactured, a minute after the real time: swtpm_localca issues the EK certificate valid from
+// the moment it runs, so a clock fixed at any earlier date would find it not yet valid.
+var testTime time.Time
 
 func seeded(seed byte) *mrand.ChaCha8 { return mrand.NewChaCha8([32]byte{seed}) }
 
