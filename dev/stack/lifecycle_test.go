@@ -41,12 +41,23 @@ func step(t testing.TB, f func(context.Context, stack.Info, string, stack.StepOp
 	return f(tctx(t), testStack.Info(), name, o)
 }
 
+// accepted waits until fleetd accepted the device's request: fleet_state pending and the
+// Workflow it names in the API. fleetd writes the claim first and creates the Workflow after it
+// (so that a crash between the two never leaves a Workflow NetBox does not name), so pending
+// alone does not yet mean that a machine netbooting now would find its Workflow.
+func accepted(t testing.TB, name string) stack.OwnerDevice {
+	t.Helper()
+	d := waitState(t, name, "pending")
+	waitWorkflow(t, name, d.Field("fleet_workflow"))
+	return d
+}
+
 // installed takes a device through provision and netboot: the install Workflow succeeded and
 // the configuration waits (configuring), or was delivered during it (cloud-init: active).
 func installed(t *testing.T, name string) {
 	t.Helper()
 	ask(t, name, "provision")
-	waitState(t, name, "pending")
+	accepted(t, name)
 	if err := step(t, stack.Netboot, name, stack.StepOptions{}); err != nil {
 		t.Fatalf("netboot: %v", err)
 	}
@@ -231,7 +242,7 @@ func TestMachineWipeAndRetire(t *testing.T) {
 			nodeDir := filepath.Join(testStack.Info().Machines[tc.device].Dir, "disk", "var", "lib", "fleetd-node")
 			saved := copyDir(t, nodeDir, t.TempDir())
 			patch(t, tc.device, tc.request)
-			waitState(t, tc.device, "pending")
+			accepted(t, tc.device)
 			if err := step(t, stack.Netboot, tc.device, stack.StepOptions{}); err != nil {
 				t.Fatalf("netboot: %v", err)
 			}
@@ -287,7 +298,7 @@ func TestMachineRefusedAtEnrollment(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			ask(t, tc.device, "provision")
-			d := waitState(t, tc.device, "pending")
+			d := accepted(t, tc.device)
 			err := step(t, stack.Netboot, tc.device, stack.StepOptions{})
 			if err == nil || !strings.Contains(err.Error(), "fleetd-enroll FAILED") {
 				t.Fatalf("netboot = %v, want the enrollment to fail", err)
