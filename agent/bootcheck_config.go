@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"strings"
 	"time"
 
@@ -47,31 +46,10 @@ func (c BootCheckConfig) withDefaults() (BootCheckConfig, error) {
 	if c.EventLog == "" {
 		c.EventLog = tpmconn.DefaultEventLog
 	}
-	if c.Timeout == 0 {
-		c.Timeout = 30 * time.Second
-	}
-	if c.Retries == 0 {
-		c.Retries = 5
-	} else if c.Retries < 0 {
-		c.Retries = 0
-	}
-	if c.RetryWait == 0 {
-		c.RetryWait = time.Second
-	}
-	var problems []string
-	u, err := url.Parse(c.FleetdURL)
-	if c.FleetdURL == "" || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		problems = append(problems, fmt.Sprintf("the fleetd URL %q is not an http(s) URL (set --fleetd-url or FLEETD_URL)", c.FleetdURL))
-	}
-	if c.HTTPClient == nil {
-		if c.HTTPClient, err = newHTTPClient(c.CAFile, c.Timeout); err != nil {
-			problems = append(problems, err.Error())
-		}
-	}
+	problems := connDefaults(&c.FleetdURL, c.CAFile, &c.Timeout, &c.Retries, &c.RetryWait, &c.HTTPClient)
 	if len(problems) > 0 {
 		return c, &UsageError{Msg: strings.Join(problems, "; ")}
 	}
-	c.FleetdURL = strings.TrimRight(c.FleetdURL, "/")
 	return c, nil
 }
 

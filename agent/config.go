@@ -55,35 +55,43 @@ func (c EnrollConfig) withDefaults() (EnrollConfig, error) {
 	def(&c.DevRoot, "/dev")
 	def(&c.WorkflowDir, "/workflow")
 	def(&c.EventLog, filepath.Join(c.SysRoot, "kernel/security/tpm0/binary_bios_measurements"))
-	if c.Timeout == 0 {
-		c.Timeout = 30 * time.Second
-	}
-	if c.Retries == 0 {
-		c.Retries = 5
-	} else if c.Retries < 0 {
-		c.Retries = 0
-	}
-	if c.RetryWait == 0 {
-		c.RetryWait = time.Second
-	}
-	var problems []string
-	u, err := url.Parse(c.FleetdURL)
-	if c.FleetdURL == "" || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		problems = append(problems, fmt.Sprintf("the fleetd URL %q is not an http(s) URL (set --fleetd-url or FLEETD_URL)", c.FleetdURL))
-	}
+	problems := connDefaults(&c.FleetdURL, c.CAFile, &c.Timeout, &c.Retries, &c.RetryWait, &c.HTTPClient)
 	if strings.TrimSpace(c.Device) == "" {
 		problems = append(problems, "no device name (set --device or FLEETD_DEVICE from the Workflow's hardwareMap)")
-	}
-	if c.HTTPClient == nil {
-		if c.HTTPClient, err = newHTTPClient(c.CAFile, c.Timeout); err != nil {
-			problems = append(problems, err.Error())
-		}
 	}
 	if len(problems) > 0 {
 		return c, &UsageError{Msg: strings.Join(problems, "; ")}
 	}
-	c.FleetdURL = strings.TrimRight(c.FleetdURL, "/")
 	return c, nil
+}
+
+// connDefaults fills in the connection settings enroll and boot-check share (timeout 30s, 5
+// retries, first wait 1s, the HTTP client from the CA file) and lists what is wrong with them.
+// The URL loses its trailing slashes.
+func connDefaults(fleetdURL *string, caFile string, timeout *time.Duration, retries *int, retryWait *time.Duration, client **http.Client) []string {
+	if *timeout == 0 {
+		*timeout = 30 * time.Second
+	}
+	if *retries == 0 {
+		*retries = 5
+	} else if *retries < 0 {
+		*retries = 0
+	}
+	if *retryWait == 0 {
+		*retryWait = time.Second
+	}
+	var problems []string
+	u, err := url.Parse(*fleetdURL)
+	if *fleetdURL == "" || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		problems = append(problems, fmt.Sprintf("the fleetd URL %q is not an http(s) URL (set --fleetd-url or FLEETD_URL)", *fleetdURL))
+	}
+	if *client == nil {
+		if *client, err = newHTTPClient(caFile, *timeout); err != nil {
+			problems = append(problems, err.Error())
+		}
+	}
+	*fleetdURL = strings.TrimRight(*fleetdURL, "/")
+	return problems
 }
 
 func newHTTPClient(caFile string, timeout time.Duration) (*http.Client, error) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"syscall"
 
@@ -111,6 +112,23 @@ func FindRoot(dir string) (string, error) {
 		}
 		d = parent
 	}
+}
+
+// BuildFleetd builds the production binary from the checkout that holds dir, the way `make build`
+// does (static, no cgo), into outDir/fleetd, for the tests that run a stack on it.
+func BuildFleetd(dir, outDir string) (string, error) {
+	root, err := FindRoot(dir)
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(outDir, "fleetd")
+	cmd := exec.Command("go", "build", "-o", bin, ".")
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build fleetd: %w\n%s", err, out)
+	}
+	return bin, nil
 }
 
 // loadSchema reads netbox-webhooks.yaml from the checkout (strictly, as `fleetd check` does)

@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -66,7 +65,7 @@ func runWithStack(m *testing.M) int {
 			os.RemoveAll(tmp)
 		}
 	}()
-	bin, err := buildFleetd(tmp)
+	bin, err := stack.BuildFleetd(".", tmp)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "chaos tests:", err)
 		return 1
@@ -90,22 +89,6 @@ func runWithStack(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "chaos tests: stop the stack:", err)
 	}
 	return code
-}
-
-// buildFleetd builds the production binary the way `make build` does (static, no cgo).
-func buildFleetd(dir string) (string, error) {
-	root, err := stack.FindRoot(".")
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(dir, "fleetd")
-	cmd := exec.Command("go", "build", "-o", bin, ".")
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build fleetd: %w\n%s", err, out)
-	}
-	return bin, nil
 }
 
 func needStack(t testing.TB) *stack.Stack {

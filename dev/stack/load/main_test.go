@@ -9,7 +9,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"testing"
@@ -48,16 +47,9 @@ func runWithStack(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(tmp)
-	root, err := stack.FindRoot(".")
+	bin, err := stack.BuildFleetd(".", tmp)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "load test:", err)
-		return 1
-	}
-	bin := filepath.Join(tmp, "fleetd")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	build.Dir, build.Env = root, append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "load test: build fleetd: %v\n%s", err, out)
 		return 1
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
