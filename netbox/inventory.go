@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"time"
 
+	nb "github.com/netbox-community/go-netbox/v4"
+
 	"github.com/folly-infra/fleetd/fleet"
 )
 
@@ -22,16 +24,23 @@ func (c *Client) Device(ctx context.Context, id int64) (fleet.Device, error) {
 	start := time.Now()
 	d, resp, err := c.api.DcimAPI.DcimDevicesRetrieve(ctx, int32(id)).Execute()
 	c.metrics.observe("device", start, resp, err)
+	return c.deviceAnswer(ctx, fmt.Sprintf("read device %d", id), d, resp, err)
+}
+
+// deviceAnswer turns NetBox's answer with one device (a read or an update) into the device with
+// its MACs and its ETag as Version, decoding it leniently where go-netbox's strict decoding
+// refused a newer NetBox's JSON.
+func (c *Client) deviceAnswer(ctx context.Context, what string, d *nb.DeviceWithConfigContext, resp *http.Response, err error) (fleet.Device, error) {
 	var dj deviceJSON
 	switch body, lenient := decodeOnly(resp, err); {
 	case err == nil:
 		dj = fromGoNetbox(d)
 	case lenient:
 		if err := decodeLenient(body, &dj); err != nil {
-			return fleet.Device{}, fmt.Errorf("read device %d: %w", id, err)
+			return fleet.Device{}, fmt.Errorf("%s: %w", what, err)
 		}
 	default:
-		return fleet.Device{}, classify(fmt.Sprintf("read device %d", id), resp, err)
+		return fleet.Device{}, classify(what, resp, err)
 	}
 	return c.withMACs(ctx, dj, resp.Header.Get("ETag"))
 }

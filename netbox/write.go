@@ -32,18 +32,7 @@ func (c *Client) Update(ctx context.Context, id int64, p fleet.Patch) (fleet.Dev
 	start := time.Now()
 	d, resp, err := c.api.DcimAPI.DcimDevicesPartialUpdate(ctx, int32(id)).PatchedWritableDeviceWithConfigContextRequest(*req).Execute()
 	c.metrics.observe("update", start, resp, err)
-	var dj deviceJSON
-	switch body, lenient := decodeOnly(resp, err); {
-	case err == nil:
-		dj = fromGoNetbox(d)
-	case lenient:
-		if err := decodeLenient(body, &dj); err != nil {
-			return fleet.Device{}, fmt.Errorf("update device %d: %w", id, err)
-		}
-	default:
-		return fleet.Device{}, classify(fmt.Sprintf("update device %d", id), resp, err)
-	}
-	return c.withMACs(ctx, dj, resp.Header.Get("ETag"))
+	return c.deviceAnswer(ctx, fmt.Sprintf("update device %d", id), d, resp, err)
 }
 
 // Journal adds a journal entry to the device (SPEC §2: one per decision). The entry is
