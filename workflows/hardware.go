@@ -83,16 +83,21 @@ func desiredHardware(existing *tinkv1.Hardware, w fleet.WorkflowSpec, ns string,
 	return hw
 }
 
-// applyHardware creates or updates the device's Hardware, re-reading and recomputing it on a
-// write conflict (tink-controller or a concurrent Install changed it). It writes nothing when
-// the Hardware is already as desired.
-func (in *Installer) applyHardware(ctx context.Context, w fleet.WorkflowSpec, boot tinkv1.BootOptions) error {
+// applyHardware creates or updates the device's Hardware from existing (what Install read) and
+// want (desiredHardware of it), re-reading and recomputing both on a write conflict
+// (tink-controller or a concurrent Install changed it). It writes nothing when the Hardware is
+// already as desired.
+func (in *Installer) applyHardware(ctx context.Context, w fleet.WorkflowSpec, boot tinkv1.BootOptions, existing, want *tinkv1.Hardware) error {
+	first := true
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		existing, err := in.readHardware(ctx, w.Device.Name)
-		if err != nil {
-			return err
+		if !first {
+			var err error
+			if existing, err = in.readHardware(ctx, w.Device.Name); err != nil {
+				return err
+			}
+			want = desiredHardware(existing, w, in.ns, boot)
 		}
-		want := desiredHardware(existing, w, in.ns, boot)
+		first = false
 		if existing == nil {
 			err := in.observe("create_hardware", in.c.Create(ctx, want))
 			if apierrors.IsAlreadyExists(err) {

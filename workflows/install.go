@@ -58,7 +58,7 @@ func (in *Installer) Install(ctx context.Context, w fleet.WorkflowSpec) error {
 		return err
 	}
 	// 3. Write the Hardware, then create the Workflow.
-	if err := in.applyHardware(ctx, w, boot); err != nil {
+	if err := in.applyHardware(ctx, w, boot, existing, hw); err != nil {
 		return err
 	}
 	created, err := in.createWorkflow(ctx, w, hm, boot)

@@ -14,22 +14,21 @@ import (
 // listPage is how many Workflows one List request returns.
 const listPage = 500
 
+// fleetdCreated selects the Workflows fleetd created: those with the LabelDeviceID label.
+var fleetdCreated = client.HasLabels{LabelDeviceID}
+
 // Workflows reads every Workflow fleetd created (label LabelDeviceID) in a few List requests —
 // one per listPage Workflows — instead of one request per Workflow: the periodic reconcile over
 // many running requests uses it (fleet.WorkflowLister). The map is keyed by Workflow name. An
 // error means the API server could not be read; a Workflow whose status cannot be read is left
 // out, so the caller reads it on its own.
 func (in *Installer) Workflows(ctx context.Context) (map[string]fleet.WorkflowStatus, error) {
-	sel, err := fleetdSelector()
-	if err != nil {
-		return nil, err
-	}
 	out := map[string]fleet.WorkflowStatus{}
 	cont := ""
 	for {
 		list := &unstructured.UnstructuredList{}
 		list.SetGroupVersionKind(tinkv1.GroupVersion.WithKind("WorkflowList"))
-		err := in.c.List(ctx, list, client.InNamespace(in.ns), client.MatchingLabelsSelector{Selector: sel},
+		err := in.c.List(ctx, list, client.InNamespace(in.ns), fleetdCreated,
 			client.Limit(listPage), client.Continue(cont))
 		if err := in.observe("list_workflows", err); err != nil {
 			return nil, fmt.Errorf("list Workflows in namespace %s: %w", in.ns, err)

@@ -157,9 +157,7 @@ func (st observedStatus) failedAction(ws *fleet.WorkflowStatus) {
 			}
 		}
 	}
-	if ws.FailedAction == "" {
-		ws.FailedAction = ws.CurrentAction
-	}
+	ws.FailedAction = ws.CurrentAction
 	if ws.Message == "" && ws.Phase == fleet.WorkflowTimedOut {
 		ws.Message = "the Workflow's global_timeout passed"
 	}

@@ -2,7 +2,6 @@ package workflows
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -10,8 +9,6 @@ import (
 	tinkv1 "github.com/tinkerbell/tink/api/v1alpha1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -65,13 +62,9 @@ func (in *Installer) Watch(ctx context.Context, fn func(deviceID int64, wf fleet
 // watchOnce lists and then watches until the watch ends. It returns nil when the server ended
 // the watch normally.
 func (in *Installer) watchOnce(ctx context.Context, seen map[string]fleet.WorkflowStatus, fn func(int64, fleet.WorkflowStatus)) error {
-	sel, err := fleetdSelector()
-	if err != nil {
-		return err
-	}
 	list := &unstructured.UnstructuredList{}
 	list.SetGroupVersionKind(tinkv1.GroupVersion.WithKind("WorkflowList"))
-	if err := in.observe("list_workflows", in.c.List(ctx, list, client.InNamespace(in.ns), client.MatchingLabelsSelector{Selector: sel})); err != nil {
+	if err := in.observe("list_workflows", in.c.List(ctx, list, client.InNamespace(in.ns), fleetdCreated)); err != nil {
 		return fmt.Errorf("list Workflows: %w", err)
 	}
 	present := map[string]bool{}
@@ -85,8 +78,8 @@ func (in *Installer) watchOnce(ctx context.Context, seen map[string]fleet.Workfl
 		}
 	}
 	timeout := int64(watchTimeout / time.Second)
-	w, err := in.c.Watch(ctx, list, client.InNamespace(in.ns), &client.ListOptions{LabelSelector: sel,
-		Raw: &metav1.ListOptions{ResourceVersion: list.GetResourceVersion(), TimeoutSeconds: &timeout}})
+	w, err := in.c.Watch(ctx, list, client.InNamespace(in.ns), fleetdCreated,
+		&client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: list.GetResourceVersion(), TimeoutSeconds: &timeout}})
 	if err = in.observe("watch_workflows", err); err != nil {
 		return fmt.Errorf("watch Workflows: %w", err)
 	}
@@ -142,12 +135,4 @@ func (in *Installer) deliver(u *unstructured.Unstructured, seen map[string]fleet
 	}
 	seen[u.GetName()] = ws
 	fn(id, ws)
-}
-
-func fleetdSelector() (labels.Selector, error) {
-	req, err := labels.NewRequirement(LabelDeviceID, selection.Exists, nil)
-	if err != nil {
-		return nil, errors.New("build label selector: " + err.Error())
-	}
-	return labels.NewSelector().Add(*req), nil
 }
