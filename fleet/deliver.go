@@ -53,7 +53,11 @@ func (s *Service) FetchConfig(ctx context.Context, f ConfigFetch) (NodeConfig, O
 		return NodeConfig{}, out, s.fetchRefused(f, Refuse(RefusedGone, "config_expired",
 			"the configuration expired before it was fetched; provision the device again"))
 	case err != nil: // delivered meanwhile, or gone: answer as if nothing were pending
-		return s.fetchNothingPending(ctx, f)
+		d, err := s.inv.Device(ctx, id)
+		if err != nil {
+			return NodeConfig{}, out, fmt.Errorf("read device %d: %w: %w", id, ErrInventory, err)
+		}
+		return s.answerNothingPending(ctx, f, d) // under the lock taken above
 	}
 	d, err := s.inv.Device(ctx, id)
 	if err != nil {
@@ -93,12 +97,24 @@ func (s *Service) fetchNothingPending(ctx context.Context, f ConfigFetch) (NodeC
 		return NodeConfig{}, out, s.fetchRefused(f, Refuse(RefusedNotFound, "unknown_address",
 			"no NetBox device has the address %s, so no configuration is served to it", f.RemoteAddr))
 	}
-	out = outcomeFor(d, RequestAction(d.Owned.Request), "deliver", "refused")
 	unlock := s.locks.lock(d.ID)
 	defer unlock()
-	d, err = s.inv.Device(ctx, d.ID)
-	if err != nil {
-		return NodeConfig{}, out, fmt.Errorf("read device %s: %w: %w", d.Name, ErrInventory, err)
+	name := d.Name
+	if d, err = s.inv.Device(ctx, d.ID); err != nil {
+		return NodeConfig{}, out, fmt.Errorf("read device %s: %w: %w", name, ErrInventory, err)
+	}
+	return s.answerNothingPending(ctx, f, d)
+}
+
+// answerNothingPending is fetchNothingPending's answer for the device d at the fetch's address,
+// read under its lock, which the caller holds.
+func (s *Service) answerNothingPending(ctx context.Context, f ConfigFetch, d Device) (NodeConfig, Outcome, error) {
+	out := outcomeFor(d, RequestAction(d.Owned.Request), "deliver", "refused")
+	out.Detail = "from " + f.RemoteAddr.String()
+	lost := func() (NodeConfig, Outcome, error) {
+		out.Result = "lost"
+		return NodeConfig{}, out, s.fetchRefused(f, Refuse(RefusedGone, "config_lost",
+			"the pending configuration of %s was lost when fleetd restarted; set desired_action=provision in NetBox to provision again", d.Name))
 	}
 	state := s.pending.state(d.ID)
 	provisioning := RequestAction(d.Owned.Request) == ActionProvision &&
@@ -108,17 +124,12 @@ func (s *Service) fetchNothingPending(ctx context.Context, f ConfigFetch) (NodeC
 		return NodeConfig{}, out, s.fetchRefused(f, Refuse(RefusedGone, "config_delivered",
 			"the configuration of %s was already delivered and is served only once; provision the device again for a new one", d.Name))
 	case provisioning && state == pendingNone:
-		s.metrics.pendingLost.WithLabelValues("restart").Inc()
-		if _, err := s.apply(ctx, d, ActionProvision, EventConfigLost, lostMessage(d)); err != nil {
+		if _, err := s.followPending(ctx, d, ActionProvision, out); err != nil { // records the loss
 			s.log.Warn().Err(err).Str("device", d.Name).Msg("recording the lost configuration failed; the reconcile retries")
 		}
-		out.Result = "lost"
-		return NodeConfig{}, out, s.fetchRefused(f, Refuse(RefusedGone, "config_lost",
-			"the pending configuration of %s was lost when fleetd restarted; set desired_action=provision in NetBox to provision again", d.Name))
+		return lost()
 	case RequestAction(d.Owned.Request) == ActionProvision && d.Owned.State == StateFailed && strings.Contains(d.Owned.Message, lostMarker):
-		out.Result = "lost"
-		return NodeConfig{}, out, s.fetchRefused(f, Refuse(RefusedGone, "config_lost",
-			"the pending configuration of %s was lost when fleetd restarted; set desired_action=provision in NetBox to provision again", d.Name))
+		return lost()
 	case state == pendingExpired:
 		return NodeConfig{}, out, s.fetchRefused(f, Refuse(RefusedGone, "config_expired",
 			"the configuration of %s expired before it was fetched; provision the device again", d.Name))

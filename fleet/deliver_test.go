@@ -3,7 +3,9 @@ package fleet_test
 import (
 	"context"
 	"net/netip"
+	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -123,4 +125,99 @@ func TestFetchConfigOnce(t *testing.T) {
 	if ref, ok := AsRefusal(err); !ok || ref.Code != "config_delivered" || ref.Class != RefusedGone {
 		t.Fatalf("second fetch: %v, want 410 config_delivered", err)
 	}
+}
+
+// gatedInventory holds the first Device read after arm() until release, telling entered when it
+// got there, so that a test can keep a device's lock taken at a known point.
+type gatedInventory struct {
+	*fleettest.Inventory
+	armed             atomic.Bool
+	entered, released chan struct{}
+}
+
+func (g *gatedInventory) arm() {
+	g.entered, g.released = make(chan struct{}), make(chan struct{})
+	g.armed.Store(true)
+}
+
+func (g *gatedInventory) Device(ctx context.Context, id int64) (Device, error) {
+	if g.armed.CompareAndSwap(true, false) {
+		close(g.entered)
+		<-g.released
+	}
+	return g.Inventory.Device(ctx, id)
+}
+
+// TestFetchConfigWhileTheRequestEnds: a fetch that found its configuration by address and then
+// waited for the device while the Workflow's failure ended the request (and dropped the
+// configuration) is answered "nothing pending" — it does not wait for the device lock it holds
+// itself — and the device stays usable.
+func TestFetchConfigWhileTheRequestEnds(t *testing.T) {
+	d := fleettest.Declared(12, "node-a")
+	d.Status = StatusStaged
+	d.Owned = Owned{State: StateInstalling, Request: "provision-aaaaaaaa", Workflow: "node-a-provision-aaaaaaaa"}
+	inv := &gatedInventory{Inventory: fleettest.NewInventory(d)}
+	s := newTestService(inv, fleettest.NewInstaller())
+	putPending(t, s, d)
+
+	// The Workflow watch reports the failure and holds the device's lock in its read.
+	inv.arm()
+	ended := make(chan error, 1)
+	go func() {
+		_, err := s.WorkflowChanged(context.Background(), 12, WorkflowStatus{Name: d.Owned.Workflow, Phase: WorkflowFailed,
+			FailedAction: "write-image", Message: "simulated"})
+		ended <- err
+	}()
+	<-inv.entered
+	// The node fetches meanwhile: its configuration is still pending, so it waits for the lock.
+	fetched := make(chan error, 1)
+	go func() {
+		_, _, err := s.FetchConfig(context.Background(), ConfigFetch{Kind: KindTalos, ClaimedUUID: attestedUUID,
+			RemoteAddr: netip.MustParseAddr("10.0.0.5")})
+		fetched <- err
+	}()
+	waitForGoroutine(t, "fleet.(*Service).FetchConfig", "fleet.(*deviceLocks).lock")
+	close(inv.released)
+	if err := <-ended; err != nil {
+		t.Fatalf("the Workflow's failure: %v", err)
+	}
+	select {
+	case err := <-fetched:
+		if ref, ok := AsRefusal(err); !ok || ref.Code != "no_pending_config" {
+			t.Errorf("the fetch after the request ended: %v, want no_pending_config", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the fetch never returned: it waits for the device lock it holds (deadlock)")
+	}
+	if got := inv.Get(12); got.Owned.State != StateFailed {
+		t.Errorf("fleet_state %s, want failed (the Workflow's failure)", got.Owned.State)
+	}
+	if _, err := s.Reconcile(context.Background(), 12); err != nil { // the device's lock is free again
+		t.Errorf("reconcile after the fetch: %v", err)
+	}
+}
+
+// waitForGoroutine waits until a goroutine's stack holds every one of the frames (by substring).
+func waitForGoroutine(t *testing.T, frames ...string) {
+	t.Helper()
+	buf := make([]byte, 1<<20)
+	for range 2000 {
+		stacks := strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n")
+		for _, g := range stacks {
+			if all(g, frames) {
+				return
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("no goroutine reached %v", frames)
+}
+
+func all(s string, subs []string) bool {
+	for _, sub := range subs {
+		if !strings.Contains(s, sub) {
+			return false
+		}
+	}
+	return true
 }
