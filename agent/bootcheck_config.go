@@ -27,7 +27,7 @@ type BootCheckConfig struct {
 	CAFile    string // PEM roots for fleetd's TLS certificate; "" uses the system roots (FLEETD_CA_FILE)
 
 	Timeout   time.Duration // per HTTP request; 30s when zero
-	Retries   int           // retries on connection errors and 5xx; 5 when zero, none when negative
+	Retries   int           // retries on connection errors, 5xx and 429; 5 when zero, none when negative
 	RetryWait time.Duration // the first retry's wait, doubling up to 30s; 1s when zero
 
 	// Channel, when set, is the TPM to use instead of opening TPM (tests use the simulator). It
@@ -67,7 +67,7 @@ func ParseBootCheckArgs(args []string, getenv func(string) string, stderr io.Wri
 	fs.StringVar(&c.Dir, "dir", getenv("FLEETD_NODE_DIR"), "the directory holding lak.pem and lak.blob from the enrollment; "+DefaultNodeDir+" when empty (FLEETD_NODE_DIR)")
 	fs.StringVar(&c.CAFile, "ca-file", getenv("FLEETD_CA_FILE"), "PEM roots for fleetd's TLS certificate (FLEETD_CA_FILE)")
 	fs.DurationVar(&c.Timeout, "timeout", 30*time.Second, "timeout of each request to fleetd")
-	fs.IntVar(&c.Retries, "retries", 5, "retries on connection errors and 5xx")
+	fs.IntVar(&c.Retries, "retries", 5, "retries on connection errors, 5xx and 429 (rate limited)")
 	if err := fs.Parse(args); err != nil {
 		return c, &UsageError{Msg: err.Error()}
 	}

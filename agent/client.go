@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -10,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hashicorp/go-retryablehttp"
 	"github.com/rs/zerolog"
 
 	"github.com/folly-infra/fleetd/api"
@@ -21,9 +21,9 @@ const maxResponse = 4 << 20
 // maxRetryWait caps the doubling wait between retries.
 const maxRetryWait = 30 * time.Second
 
-// client posts JSON to fleetd, retrying what may succeed on a later attempt (a connection error,
-// a timeout, a 5xx) a bounded number of times, and never a 4xx: a refusal does not change by
-// asking again.
+// client posts JSON to fleetd through go-retryablehttp, retrying what may succeed on a later
+// attempt (a connection error, a timeout, a 5xx, a 429 after its Retry-After) a bounded number of
+// times, and never another 4xx: a refusal does not change by asking again.
 type client struct {
 	base    string
 	http    *http.Client
@@ -32,62 +32,68 @@ type client struct {
 	log     zerolog.Logger
 }
 
-// post sends in to path and decodes a 2xx answer into out. A 4xx is a *RefusedError, anything
-// else that survives the retries a *FleetdError.
+// post sends in to path and decodes a 2xx answer into out. Another 4xx than 429 is a
+// *RefusedError; anything else that survives the retries is a *FleetdError.
 func (c *client) post(ctx context.Context, path string, in, out any) error {
 	body, err := json.Marshal(in)
 	if err != nil {
 		return fmt.Errorf("encode request for %s: %w", path, err)
 	}
-	wait := c.wait
-	for attempt := 0; ; attempt++ {
-		status, resp, err := c.once(ctx, path, body)
-		switch {
-		case err == nil && status >= 200 && status < 300:
-			if err := json.Unmarshal(resp, out); err != nil {
-				return &FleetdError{Op: "POST " + path, Err: fmt.Errorf("decode fleetd's answer: %w", err)}
-			}
-			return nil
-		case err == nil && status >= 400 && status < 500:
-			return refusal(status, resp)
-		case err == nil && status < 500:
-			return &FleetdError{Op: "POST " + path, Err: fmt.Errorf("unexpected status %d", status)}
-		case err == nil:
-			err = fmt.Errorf("fleetd answered %d: %s", status, errorMessage(resp))
-		}
-		if attempt >= c.retries || ctx.Err() != nil {
-			return &FleetdError{Op: "POST " + path, Err: fmt.Errorf("after %d attempts: %w", attempt+1, err)}
-		}
-		c.log.Warn().Err(err).Str("step", path).Int("attempt", attempt+1).Dur("wait", wait).Msg("retrying")
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return &FleetdError{Op: "POST " + path, Err: ctx.Err()}
-		case <-t.C:
-		}
-		wait = min(2*wait, maxRetryWait)
-	}
-}
-
-// once makes one attempt and returns the status and body.
-func (c *client) once(ctx context.Context, path string, body []byte) (int, []byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+path, bytes.NewReader(body))
+	req, err := retryablehttp.NewRequestWithContext(ctx, http.MethodPost, c.base+path, body)
 	if err != nil {
-		return 0, nil, err
+		return &FleetdError{Op: "POST " + path, Err: err}
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json")
-	resp, err := c.http.Do(req)
+	attempts := 0
+	rc := &retryablehttp.Client{HTTPClient: c.http, RetryMax: max(c.retries, 0), RetryWaitMin: c.wait, RetryWaitMax: maxRetryWait,
+		CheckRetry: retryable, ErrorHandler: retryablehttp.PassthroughErrorHandler,
+		Backoff: func(lo, hi time.Duration, n int, resp *http.Response) time.Duration {
+			return min(retryablehttp.DefaultBackoff(lo, hi, n, resp), maxRetryWait) // Retry-After, capped
+		},
+		RequestLogHook: func(_ retryablehttp.Logger, _ *http.Request, n int) {
+			attempts = n + 1
+			if n > 0 {
+				c.log.Warn().Str("step", path).Int("attempt", attempts).Msg("retrying")
+			}
+		}}
+	resp, err := rc.Do(req)
 	if err != nil {
-		return 0, nil, err
+		if ctx.Err() != nil {
+			return &FleetdError{Op: "POST " + path, Err: ctx.Err()}
+		}
+		return &FleetdError{Op: "POST " + path, Err: fmt.Errorf("after %d attempts: %w", attempts, err)}
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, maxResponse))
 	if err != nil {
-		return 0, nil, fmt.Errorf("read fleetd's answer: %w", err)
+		return &FleetdError{Op: "POST " + path, Err: fmt.Errorf("read fleetd's answer: %w", err)}
 	}
-	return resp.StatusCode, b, nil
+	switch status := resp.StatusCode; {
+	case status >= 200 && status < 300:
+		if err := json.Unmarshal(b, out); err != nil {
+			return &FleetdError{Op: "POST " + path, Err: fmt.Errorf("decode fleetd's answer: %w", err)}
+		}
+		return nil
+	case status == http.StatusTooManyRequests || status >= 500:
+		return &FleetdError{Op: "POST " + path, Err: fmt.Errorf("after %d attempts: fleetd answered %d: %s", attempts, status, errorMessage(b))}
+	case status >= 400:
+		return refusal(status, b)
+	default:
+		return &FleetdError{Op: "POST " + path, Err: fmt.Errorf("unexpected status %d", status)}
+	}
+}
+
+// retryable retries connection errors, 5xx answers and 429 (fleetd's rate limit), and stops
+// when the caller's context is done.
+func retryable(ctx context.Context, resp *http.Response, err error) (bool, error) {
+	if ctx.Err() != nil {
+		return false, ctx.Err()
+	}
+	if err != nil {
+		return true, nil
+	}
+	return resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500, nil
 }
 
 // refusal reads fleetd's error body; a body that is not one still yields a refusal.

@@ -185,6 +185,19 @@ func TestEnrollFailures(t *testing.T) {
 				cfg.Retries = 2
 			},
 			wantAttempts: map[string]int{api.PathAttestChallenge: 3, api.PathAttestEvidence: 0}},
+		{name: "ok/rate-limited-then-served", wantExit: agent.ExitOK,
+			setup: func(t *testing.T, s *fleetdStub, cfg *agent.EnrollConfig) {
+				s.approve("node-b", swtpmTPM.EKSHA256, false)
+				s.limitNext[api.PathAttestChallenge] = 2
+			},
+			wantAttempts: map[string]int{api.PathAttestChallenge: 3, api.PathAttestEvidence: 1}},
+		{name: "fail/rate-limited-throughout", wantExit: agent.ExitFleetd, wantErr: "after 3 attempts: fleetd answered 429",
+			setup: func(t *testing.T, s *fleetdStub, cfg *agent.EnrollConfig) {
+				s.approve("node-b", swtpmTPM.EKSHA256, false)
+				s.limitNext[api.PathAttestChallenge] = 100
+				cfg.Retries = 2
+			},
+			wantAttempts: map[string]int{api.PathAttestChallenge: 3, api.PathAttestEvidence: 0}},
 		{name: "fail/fleetd-unreachable", wantExit: agent.ExitFleetd, wantErr: "connection refused",
 			setup: func(t *testing.T, s *fleetdStub, cfg *agent.EnrollConfig) {
 				cfg.FleetdURL, cfg.Retries = "http://127.0.0.1:1", 1

@@ -27,11 +27,12 @@ type fleetdStub struct {
 	lak     *pki.CA
 	devices map[string]stubDevice
 
-	mu       sync.Mutex
-	calls    map[string]int              // attempts per path
-	failNext map[string]int              // answer this many attempts of a path with 503 first
-	mangle   func(*api.EvidenceResponse) // changes a successful evidence answer (a misbehaving fleetd)
-	lakBlob  []byte                      // the lak_blob of the last evidence request
+	mu        sync.Mutex
+	calls     map[string]int              // attempts per path
+	failNext  map[string]int              // answer this many attempts of a path with 503 first
+	limitNext map[string]int              // then this many with 429 and Retry-After: 0 (fleetd's rate limit)
+	mangle    func(*api.EvidenceResponse) // changes a successful evidence answer (a misbehaving fleetd)
+	lakBlob   []byte                      // the lak_blob of the last evidence request
 }
 
 // sentLAKBlob is the lak_blob the last evidence request carried.
@@ -60,7 +61,7 @@ func newFleetdStub(t testing.TB, policy attest.EKPolicy, bundle []byte) (*fleetd
 		t.Fatal(err)
 	}
 	s := &fleetdStub{t: t, ek: ekv, sealer: sealer, devices: map[string]stubDevice{},
-		calls: map[string]int{}, failNext: map[string]int{}}
+		calls: map[string]int{}, failNext: map[string]int{}, limitNext: map[string]int{}}
 	if s.devid, _, err = pki.NewCA(pki.NewCAConfig{Name: "fleetd DevID", Rand: rand.Reader, Now: now}); err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +95,16 @@ func (s *fleetdStub) wrap(path string, h func(r *http.Request) (any, error)) htt
 		if fail {
 			s.failNext[path]--
 		}
+		limit := !fail && s.limitNext[path] > 0
+		if limit {
+			s.limitNext[path]--
+		}
 		s.mu.Unlock()
+		if limit {
+			w.Header().Set("Retry-After", "0")
+			writeJSON(w, http.StatusTooManyRequests, api.Error{Code: "rate_limited", Message: "too many requests; retry after the Retry-After seconds"})
+			return
+		}
 		if fail {
 			writeJSON(w, http.StatusServiceUnavailable, api.Error{Code: "netbox_unavailable", Message: "fleetd could not reach NetBox; retry shortly"})
 			return
