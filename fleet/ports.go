@@ -36,7 +36,8 @@ type Inventory interface {
 	// Devices lists every device (the reconcile and the Kea reservations read it).
 	Devices(ctx context.Context) ([]Device, error)
 	// Update writes only the keys the patch sets. It returns the device as NetBox has it after
-	// the write (with its new Version).
+	// the write (with its new Version), but without its MACs (nil): a patch never changes them,
+	// so they are not read again; the caller keeps the ones it read.
 	Update(ctx context.Context, id int64, p Patch) (Device, error)
 	// Journal adds a journal entry to the device.
 	Journal(ctx context.Context, id int64, kind JournalKind, text string) error

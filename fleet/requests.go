@@ -56,6 +56,7 @@ func (s *Service) accept(ctx context.Context, d Device, action Action) (Outcome,
 	if err != nil {
 		return out, fmt.Errorf("claim %s request on %s: %w", action, d.Name, inventoryErr(err))
 	}
+	claimed.MACs = d.MACs // Update does not read them again
 	s.metrics.requests.WithLabelValues(string(action), "accepted").Inc()
 	s.onAccepted(d.ID)
 	s.journal(ctx, claimed, t.Journal, msg)

@@ -152,6 +152,9 @@ func TestReconcileClaims(t *testing.T) {
 				if spec.Request != got.Owned.Request || spec.Name != WorkflowName("node-a", got.Owned.Request) {
 					t.Errorf("Workflow %+v does not carry the claimed request %q", spec, got.Owned.Request)
 				}
+				if spec.Device.PrimaryMAC() == "" || spec.Device.PrimaryMAC() != got.PrimaryMAC() {
+					t.Errorf("Workflow for MAC %q, want the device's %q (Tinkerbell finds the machine by it)", spec.Device.PrimaryMAC(), got.PrimaryMAC())
+				}
 			}
 			// A second reconcile finds nothing left to do.
 			if _, err := s.Reconcile(ctx, 12); err != nil {

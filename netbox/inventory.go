@@ -24,25 +24,28 @@ func (c *Client) Device(ctx context.Context, id int64) (fleet.Device, error) {
 	start := time.Now()
 	d, resp, err := c.api.DcimAPI.DcimDevicesRetrieve(ctx, int32(id)).Execute()
 	c.metrics.observe("device", start, resp, err)
-	return c.deviceAnswer(ctx, fmt.Sprintf("read device %d", id), d, resp, err)
-}
-
-// deviceAnswer turns NetBox's answer with one device (a read or an update) into the device with
-// its MACs and its ETag as Version, decoding it leniently where go-netbox's strict decoding
-// refused a newer NetBox's JSON.
-func (c *Client) deviceAnswer(ctx context.Context, what string, d *nb.DeviceWithConfigContext, resp *http.Response, err error) (fleet.Device, error) {
-	var dj deviceJSON
-	switch body, lenient := decodeOnly(resp, err); {
-	case err == nil:
-		dj = fromGoNetbox(d)
-	case lenient:
-		if err := decodeLenient(body, &dj); err != nil {
-			return fleet.Device{}, fmt.Errorf("%s: %w", what, err)
-		}
-	default:
-		return fleet.Device{}, classify(what, resp, err)
+	dj, err := deviceAnswer(fmt.Sprintf("read device %d", id), d, resp, err)
+	if err != nil {
+		return fleet.Device{}, err
 	}
 	return c.withMACs(ctx, dj, resp.Header.Get("ETag"))
+}
+
+// deviceAnswer is NetBox's answer with one device (a read or an update), decoded leniently where
+// go-netbox's strict decoding refused a newer NetBox's JSON.
+func deviceAnswer(what string, d *nb.DeviceWithConfigContext, resp *http.Response, err error) (deviceJSON, error) {
+	switch body, lenient := decodeOnly(resp, err); {
+	case err == nil:
+		return fromGoNetbox(d), nil
+	case lenient:
+		var dj deviceJSON
+		if err := decodeLenient(body, &dj); err != nil {
+			return dj, fmt.Errorf("%s: %w", what, err)
+		}
+		return dj, nil
+	default:
+		return deviceJSON{}, classify(what, resp, err)
+	}
 }
 
 // DeviceByName reads one device by its exact name. The list answer carries no ETag, so the

@@ -32,7 +32,11 @@ func (c *Client) Update(ctx context.Context, id int64, p fleet.Patch) (fleet.Dev
 	start := time.Now()
 	d, resp, err := c.api.DcimAPI.DcimDevicesPartialUpdate(ctx, int32(id)).PatchedWritableDeviceWithConfigContextRequest(*req).Execute()
 	c.metrics.observe("update", start, resp, err)
-	return c.deviceAnswer(ctx, fmt.Sprintf("update device %d", id), d, resp, err)
+	dj, err := deviceAnswer(fmt.Sprintf("update device %d", id), d, resp, err)
+	if err != nil {
+		return fleet.Device{}, err
+	}
+	return toDevice(dj, nil, resp.Header.Get("ETag")) // a PATCH of fleetd's keys never changes the MACs
 }
 
 // Journal adds a journal entry to the device (SPEC §2: one per decision). The entry is

@@ -105,7 +105,9 @@ func (m *Inventory) Update(_ context.Context, id int64, p fleet.Patch) (fleet.De
 	Apply(&d, p)
 	m.devices[id] = d
 	m.versions[id]++
-	return m.get(id)
+	d, err = m.get(id)
+	d.MACs = nil // as the NetBox adapter: Update does not read the MACs again
+	return d, err
 }
 
 // Apply applies a patch to a device the way NetBox merges it.
