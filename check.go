@@ -10,6 +10,7 @@ import (
 
 	"github.com/folly-infra/fleetd/config"
 	"github.com/folly-infra/fleetd/fleet"
+	"github.com/folly-infra/fleetd/handlers"
 	"github.com/folly-infra/fleetd/netbox"
 )
 
@@ -78,6 +79,12 @@ func checkWebhooks(path string) error {
 		return err
 	}
 	defer f.Close()
-	_, err = netbox.LoadSchema(f)
-	return err
+	schema, err := netbox.LoadSchema(f)
+	if err != nil {
+		return err
+	}
+	if problems := handlers.WebhookPathProblems(schema.WebhookPaths()); len(problems) > 0 {
+		return errors.New(strings.Join(problems, "\n"))
+	}
+	return nil
 }

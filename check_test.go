@@ -14,6 +14,14 @@ func TestCheck(t *testing.T) {
 	if err := os.WriteFile(bad, []byte(`{"classes": {"a": {"kind": "windows"}, "b": {"kind": "talos"}}}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	hooks, err := os.ReadFile("netbox-webhooks.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	misspelt := filepath.Join(t.TempDir(), "netbox-webhooks.yaml")
+	if err := os.WriteFile(misspelt, bytes.ReplaceAll(hooks, []byte("path: /v1/netbox/webhook/provision\n"), []byte("path: /v1/netbox/webhook/provison\n")), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	rows := []struct {
 		name     string
 		args     []string
@@ -26,6 +34,9 @@ func TestCheck(t *testing.T) {
 			"--classes", "examples/classes.json", "--webhooks", "netbox-webhooks.yaml"}, 1, []string{"netbox.token_file: cannot read"}},
 		{"refuse/every problem of a bad classes.json", []string{"--skip-files", "--config", "examples/fleetd.yaml",
 			"--classes", bad, "--webhooks", "netbox-webhooks.yaml"}, 1, []string{`class "a": "kind" "windows" is unknown`, `class "b": kind talos needs a "talos" block`}},
+		{"refuse/a webhook path fleetd does not serve", []string{"--skip-files", "--config", "examples/fleetd.yaml",
+			"--classes", "examples/classes.json", "--webhooks", misspelt}, 1,
+			[]string{"calls /v1/netbox/webhook/provison, which fleetd does not serve", "no webhook calls /v1/netbox/webhook/provision"}},
 		{"refuse/no such config", []string{"--config", "nope.yaml"}, 1, []string{"nope.yaml"}},
 	}
 	for _, r := range rows {

@@ -2,6 +2,7 @@ package handlers
 
 import (
 	"crypto/subtle"
+	"errors"
 	"net/http"
 	"strings"
 	"time"
@@ -125,7 +126,7 @@ func (s *Server) reconcileDevice(w http.ResponseWriter, r *http.Request) {
 		ev = log.Warn().Err(err)
 	}
 	ev.Str("trigger", "operator").EmbedObject(out).Msg("decision")
-	if _, refused := fleet.AsRefusal(err); refused || (err != nil && out.Step == "read") {
+	if _, refused := fleet.AsRefusal(err); refused || errors.Is(err, fleet.ErrInventory) { // NetBox unreadable or unwritable: 503
 		writeError(w, log, err)
 		return
 	}

@@ -5,11 +5,15 @@ package handlers
 
 import (
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
+	"strings"
 
 	"github.com/gorilla/mux"
 
 	"github.com/folly-infra/fleetd/api"
+	"github.com/folly-infra/fleetd/netbox"
 )
 
 // Route is one line of the HTTP contract.
@@ -28,6 +32,33 @@ const (
 	mib = 1 << 20
 )
 
+// WebhookPathProblems compares the webhook paths of a netbox-webhooks.yaml with the webhook
+// routes fleetd serves: every path NetBox is told to call must be a POST route fleetd serves
+// (else every delivery gets a 404), and every webhook route fleetd serves must be called by
+// some webhook (else that request never arrives). It returns one sentence per disagreement.
+func WebhookPathProblems(paths []string) []string {
+	served := map[string]bool{}
+	for _, r := range Table() {
+		if r.Method == "POST" && strings.HasPrefix(r.Path, netbox.WebhookPathPrefix) {
+			served[r.Path] = true
+		}
+	}
+	var problems []string
+	called := map[string]bool{}
+	for _, p := range paths {
+		called[p] = true
+		if !served[p] {
+			problems = append(problems, fmt.Sprintf("a webhook calls %s, which fleetd does not serve as POST: NetBox's deliveries would get 404", p))
+		}
+	}
+	for _, p := range slices.Sorted(maps.Keys(served)) {
+		if !called[p] {
+			problems = append(problems, fmt.Sprintf("no webhook calls %s: add the webhook for it from fleetd's netbox-webhooks.yaml", p))
+		}
+	}
+	return problems
+}
+
 // Table is the HTTP contract: every route fleetd serves, in the order docs/http.md lists them.
 func Table() []Route {
 	return []Route{
@@ -36,10 +67,10 @@ func Table() []Route {
 		{"webhook-attest", "POST", "/v1/netbox/webhook/attest", "NetBox", "X-Hook-Signature", "desired_action=attest was set: re-read the device and take the request", mib},
 		{"webhook-wipe", "POST", "/v1/netbox/webhook/wipe", "NetBox", "X-Hook-Signature", "desired_action=wipe was set: re-read the device and take the request", mib},
 		{"webhook-retire", "POST", "/v1/netbox/webhook/retire", "NetBox", "X-Hook-Signature", "status decommissioning was set: re-read the device and retire it", mib},
-		{"attest-challenge", "POST", "/v1/attest/challenge", "HookOS agent", "TPM (EK approval, credential activation)", "enrollment round trip 1: approve the EK, challenge the AK, hand out a nonce and a sealed token", api.MaxChallengeBody},
-		{"attest-evidence", "POST", "/v1/attest/evidence", "HookOS agent", "sealed token + TPM evidence", "enrollment round trip 2: verify the evidence, for a provision issue LDevID and LAK, authorize the declared disk", api.MaxEvidenceBody},
-		{"boot-check-nonce", "POST", "/v1/boot-check/nonce", "running node", "none", "boot check round trip 1: a fresh nonce and the sealed token that vouches for it", 0},
-		{"boot-check", "POST", "/v1/boot-check", "running node", "LAK certificate + quote signature", "boot check round trip 2: verify the quote and event log, compare with the baseline, record the outcome in NetBox", api.MaxBootCheckBody},
+		{"attest-challenge", "POST", api.PathAttestChallenge, "HookOS agent", "TPM (EK approval, credential activation)", "enrollment round trip 1: approve the EK, challenge the AK, hand out a nonce and a sealed token", api.MaxChallengeBody},
+		{"attest-evidence", "POST", api.PathAttestEvidence, "HookOS agent", "sealed token + TPM evidence", "enrollment round trip 2: verify the evidence, for a provision issue LDevID and LAK, authorize the declared disk", api.MaxEvidenceBody},
+		{"boot-check-nonce", "POST", api.PathBootCheckNonce, "running node", "none", "boot check round trip 1: a fresh nonce and the sealed token that vouches for it", 0},
+		{"boot-check", "POST", api.PathBootCheck, "running node", "LAK certificate + quote signature", "boot check round trip 2: verify the quote and event log, compare with the baseline, record the outcome in NetBox", api.MaxBootCheckBody},
 		{"config-talos", "GET", "/v1/config/talos", "Talos node", "attested SMBIOS UUID + NetBox address", "the Talos machine config, once (?uuid=${uuid}&serial=${serial})", 0},
 		{"config-seed", "GET", "/v1/config/seed", "NixOS / Alpine node", "attested SMBIOS UUID + NetBox address", "the seed JSON, once (?uuid=)", 0},
 		{"config-nocloud", "GET", "/v1/config/nocloud.tar", "Workflow action in HookOS", "attested SMBIOS UUID + NetBox address", "the NoCloud seed tar, once (?uuid=)", 0},

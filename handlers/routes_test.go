@@ -53,22 +53,15 @@ func TestWebhookPathsServed(t *testing.T) {
 	if err != nil {
 		t.Fatalf("netbox-webhooks.yaml: %v", err)
 	}
-	served := map[string]bool{}
-	for _, r := range Table() {
-		if r.Method == "POST" && strings.HasPrefix(r.Path, "/v1/netbox/webhook") {
-			served[r.Path] = true
-		}
+	for _, p := range WebhookPathProblems(schema.WebhookPaths()) {
+		t.Errorf("netbox-webhooks.yaml: %s", p)
 	}
-	called := map[string]bool{}
-	for _, p := range schema.WebhookPaths() {
-		called[p] = true
-		if !served[p] {
-			t.Errorf("netbox-webhooks.yaml calls %s, which fleetd does not serve as POST", p)
-		}
-	}
-	for p := range served {
-		if !called[p] {
-			t.Errorf("fleetd serves %s but no webhook in netbox-webhooks.yaml calls it", p)
+	// Each way of disagreeing is found.
+	paths := append(schema.WebhookPaths()[1:], netbox.WebhookPathPrefix+"/provison")
+	got := strings.Join(WebhookPathProblems(paths), "\n")
+	for _, want := range []string{"calls " + netbox.WebhookPathPrefix + "/provison, which fleetd does not serve", "no webhook calls " + schema.WebhookPaths()[0]} {
+		if !strings.Contains(got, want) {
+			t.Errorf("refuse/disagreeing paths: %q does not say %q", got, want)
 		}
 	}
 }

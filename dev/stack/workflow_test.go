@@ -47,11 +47,7 @@ func TestWorkflowOutcomes(t *testing.T) {
 			if err := stack.DriveWorkflow(tctx(t), testStack.Kube(), wf, tc.drive); err != nil {
 				t.Fatalf("drive Workflow %s: %v", wf.Name, err)
 			}
-			wantSpelling := "STATE_"
-			if tc.drive.NewSpelling {
-				wantSpelling = ""
-			}
-			if !strings.HasPrefix(string(wf.Status.State), wantSpelling) {
+			if strings.HasPrefix(string(wf.Status.State), "STATE_") == tc.drive.NewSpelling {
 				t.Fatalf("Workflow %s state %q is not in the spelling under test", wf.Name, wf.Status.State)
 			}
 			d = waitState(t, tc.device, "failed")
