@@ -13,7 +13,7 @@ import (
 
 // enroll is the HookOS agent, the first action of every Workflow (agent/README.md has its flags,
 // environment and exit codes).
-func enroll(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+func enroll(ctx context.Context, args []string, stderr io.Writer) int {
 	cfg, err := agent.ParseEnrollArgs(args, os.Getenv, stderr)
 	if err == nil {
 		cfg.Log = zerolog.New(stderr).With().Timestamp().Str("cmd", "enroll").Logger()
@@ -26,7 +26,7 @@ func enroll(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 // bootCheck is the node's hourly boot check (docs/boot-checks.md has its flags and exit codes).
-func bootCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+func bootCheck(ctx context.Context, args []string, stderr io.Writer) int {
 	cfg, err := agent.ParseBootCheckArgs(args, os.Getenv, stderr)
 	if err == nil {
 		cfg.Log = zerolog.New(stderr).With().Timestamp().Str("cmd", "boot-check").Logger()

@@ -58,11 +58,11 @@ func newDependencyGauge(reg prometheus.Registerer) *prometheus.GaugeVec {
 
 // probeLoop asks NetBox and the Kubernetes API every interval and records whether they answered.
 func (a *app) probeLoop(ctx context.Context, every time.Duration) error {
-	probes := map[string]func(context.Context) error{"netbox": a.netbox.Ping, "kubernetes": a.install.Ping}
 	for {
-		for name, ping := range probes {
+		for _, dep := range a.deps {
+			name := dep.Name
 			pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			err := ping(pctx)
+			err := dep.Check(pctx)
 			cancel()
 			up := 1.0
 			if err != nil {

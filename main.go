@@ -49,9 +49,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "check":
 		return check(args[1:], stdout, stderr)
 	case "enroll":
-		return enroll(ctx, args[1:], stdout, stderr)
+		return enroll(ctx, args[1:], stderr)
 	case "boot-check":
-		return bootCheck(ctx, args[1:], stdout, stderr)
+		return bootCheck(ctx, args[1:], stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, "fleetd", version)
 		return 0

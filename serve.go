@@ -77,6 +77,7 @@ type app struct {
 	servers []listener
 	keaPoke chan struct{}
 	up      *prometheus.GaugeVec
+	deps    []handlers.ReadyCheck // what /readyz asks and probeLoop records
 }
 
 // wire builds every part from the config, reading the secrets from their files. Every failure
@@ -135,10 +136,11 @@ func wire(ctx context.Context, cfg *config.Config, log zerolog.Logger) (*app, er
 	if err != nil {
 		return nil, err
 	}
+	a.deps = []handlers.ReadyCheck{{Name: "netbox", Check: a.netbox.Ping}, {Name: "kubernetes", Check: a.install.Ping}}
 	h, err := handlers.New(handlers.Deps{Service: a.service, Webhooks: intake, Gatherer: reg, Logger: log,
 		OperatorToken: sec.operator, NodesNeedTLS: cfg.TLS.Cert != "",
 		NodeLimits: handlers.Limits{PerMinute: cfg.Limits.NodeRequestsPerMinute, Burst: cfg.Limits.NodeBurst},
-		Ready:      []handlers.ReadyCheck{{Name: "netbox", Check: a.netbox.Ping}, {Name: "kubernetes", Check: a.install.Ping}}})
+		Ready:      a.deps})
 	if err != nil {
 		return nil, err
 	}

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/folly-infra/fleetd/kea"
 	"gopkg.in/yaml.v3"
 )
 
@@ -256,7 +257,7 @@ func (c *Config) defaults() {
 	def(&c.BootCheck.MissingAfter, 2*time.Hour)
 	def(&c.BootCheck.NonceLifetime, 5*time.Minute)
 	if c.Kea.ReservationsFile == "" {
-		c.Kea.ReservationsFile = "/var/lib/kea/fleet/reservations.json"
+		c.Kea.ReservationsFile = kea.DefaultPath
 	}
 	if c.Limits.NodeRequestsPerMinute == 0 {
 		c.Limits.NodeRequestsPerMinute = 60

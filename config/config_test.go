@@ -98,6 +98,9 @@ func TestParseRefusals(t *testing.T) {
 			`attestation.ek_policy: "trust-me" is unknown`,
 			`log.level: "loud" is unknown`,
 		}},
+		{"refuse/relative Kea paths", func(s string) string {
+			return strings.Replace(s, "kea: {subnet: 10.0.0.0/24}", "kea: {subnet: 10.0.0.0/24, reservations_file: fleet.json, control_socket: kea.sock}", 1)
+		}, []string{`kea.reservations_file: "fleet.json" is not an absolute path`, `kea.control_socket: "kea.sock" is not an absolute path`}},
 		{"refuse/hash+cert needs a CA bundle", func(s string) string {
 			return strings.Replace(s, "ek_ca_bundle: ek.pem, ", "", 1)
 		}, []string{"attestation.ek_ca_bundle: is required"}},

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 )
@@ -112,6 +113,12 @@ func (c *Config) validate() error {
 		if p, err := netip.ParsePrefix(c.Kea.Subnet); err != nil || !p.Addr().Is4() {
 			bad("kea.subnet", "%q is not an IPv4 prefix such as 10.0.0.0/24", c.Kea.Subnet)
 		}
+	}
+	if !filepath.IsAbs(c.Kea.ReservationsFile) {
+		bad("kea.reservations_file", "%q is not an absolute path: Kea's include names the same file, so give its absolute path", c.Kea.ReservationsFile)
+	}
+	if c.Kea.ControlSocket != "" && !filepath.IsAbs(c.Kea.ControlSocket) {
+		bad("kea.control_socket", "%q is not an absolute path: give the socket-name of Kea's control-socket", c.Kea.ControlSocket)
 	}
 	file("operator.token_file", c.Operator.TokenFile)
 	positive("reconcile.interval", c.Reconcile.Interval, 5*time.Second)

@@ -66,22 +66,11 @@ func command(ctx context.Context, socket, name string, timeout time.Duration) (j
 	return a.Arguments, nil
 }
 
-// decodeAnswer reads an answer object; a list of answers (what kea-ctrl-agent forwards) gives
-// its first element.
+// decodeAnswer reads kea-dhcp4's answer object from its control socket.
 func decodeAnswer(raw []byte) (answer, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 {
 		return answer{}, errors.New("empty answer")
-	}
-	if raw[0] == '[' {
-		var list []answer
-		if err := json.Unmarshal(raw, &list); err != nil {
-			return answer{}, err
-		}
-		if len(list) == 0 {
-			return answer{}, errors.New("empty list of answers")
-		}
-		return list[0], nil
 	}
 	var a answer
 	err := json.Unmarshal(raw, &a)

@@ -114,7 +114,7 @@ func consider(d fleet.Device, subnet netip.Prefix) (candidate, *Skipped) {
 	if d.PrimaryMAC() == "" {
 		return candidate{}, skip(d, SkipNoMAC, "%s has no MAC address", d.Name)
 	}
-	mac, err := canonicalMAC(d.PrimaryMAC())
+	mac, err := fleet.ParseMAC(string(d.PrimaryMAC())) // Kea's form: lowercase, colon-separated
 	if err != nil {
 		return candidate{}, skip(d, SkipBadMAC, "%s: %v", d.Name, err)
 	}
@@ -134,33 +134,6 @@ func consider(d fleet.Device, subnet netip.Prefix) (candidate, *Skipped) {
 
 func skip(d fleet.Device, r SkipReason, format string, args ...any) *Skipped {
 	return &Skipped{DeviceID: d.ID, Device: d.Name, Reason: r, Detail: fmt.Sprintf(format, args...)}
-}
-
-// canonicalMAC returns m in Kea's form (lowercase, colon-separated). Adapters already store MACs
-// that way; anything else goes through fleet.ParseMAC.
-func canonicalMAC(m fleet.MAC) (fleet.MAC, error) {
-	if len(m) == 17 {
-		ok := true
-		for i := 0; i < len(m) && ok; i++ {
-			c := m[i]
-			if i%3 == 2 {
-				ok = c == ':'
-			} else {
-				ok = ('0' <= c && c <= '9') || ('a' <= c && c <= 'f')
-			}
-		}
-		if ok {
-			return m, nil
-		}
-	}
-	return fleet.ParseMAC(string(m))
-}
-
-// Render is the reservations file for devices, with no subnet filter: a JSON array, one
-// reservation per line, ordered by address. The same devices give the same bytes.
-func Render(devices []fleet.Device) ([]byte, error) {
-	res, _ := Plan(devices, netip.Prefix{})
-	return Marshal(res)
 }
 
 // Marshal encodes reservations as the file's content.
