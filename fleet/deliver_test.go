@@ -2,12 +2,17 @@ package fleet_test
 
 import (
 	"context"
+	"fmt"
+	"math/rand"
 	"net/netip"
 	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	. "github.com/folly-infra/fleetd/fleet"
 	"github.com/folly-infra/fleetd/fleet/fleettest"
@@ -220,4 +225,38 @@ func all(s string, subs []string) bool {
 		}
 	}
 	return true
+}
+
+// TestPendingConfigsGauge: fleetd_pending_configs counts the configurations waiting in memory
+// at every scrape: one after the attestation rendered it, none once it was fetched.
+func TestPendingConfigsGauge(t *testing.T) {
+	d := fleettest.Declared(12, "node-a")
+	d.Owned = Owned{State: StateConfiguring, Request: "provision-aaaaaaaa", Workflow: "node-a-provision-aaaaaaaa"}
+	clock := fleettest.NewClock(time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC))
+	pending, err := NewPending(PendingConfig{Clock: clock, TTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	svc, err := NewService(Config{FleetdURL: "http://spore:8080"}, Deps{Inventory: fleettest.NewInventory(d), Installer: fleettest.NewInstaller(),
+		Catalog: fleettest.Catalog(), Clock: clock, Pending: pending, Random: rand.New(rand.NewSource(1)), Registry: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := testService{Service: svc, clock: clock, pending: pending}
+	gauge := func(want int) {
+		t.Helper()
+		exp := fmt.Sprintf("# HELP fleetd_pending_configs Configurations rendered and waiting in memory for their one fetch.\n"+
+			"# TYPE fleetd_pending_configs gauge\nfleetd_pending_configs %d\n", want)
+		if err := testutil.GatherAndCompare(reg, strings.NewReader(exp), "fleetd_pending_configs"); err != nil {
+			t.Error(err)
+		}
+	}
+	gauge(0)
+	putPending(t, s, d)
+	gauge(1)
+	if _, _, err := s.FetchConfig(context.Background(), ConfigFetch{Kind: KindTalos, ClaimedUUID: attestedUUID, RemoteAddr: netip.MustParseAddr("10.0.0.5")}); err != nil {
+		t.Fatal(err)
+	}
+	gauge(0)
 }

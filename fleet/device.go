@@ -85,32 +85,10 @@ func (d Device) IP() netip.Addr {
 	return d.Address.Addr()
 }
 
-// ApprovesEK reports whether the lowercase hex SHA-256 of an EK's SubjectPublicKeyInfo is one of
-// the device's approved EK hashes.
-func (d Device) ApprovesEK(spkiSHA256 string) bool {
-	for _, h := range d.Declared.EKHashes {
-		if h == strings.ToLower(spkiSHA256) {
-			return true
-		}
-	}
-	return false
-}
-
-// ParseEKHashes splits the comma-separated ek_sha256 custom field. Each entry must be 64
-// lowercase or uppercase hex digits; entries are returned lowercase.
-func ParseEKHashes(field string) ([]string, error) {
-	var out []string
-	for _, h := range strings.Split(field, ",") {
-		h = strings.ToLower(strings.TrimSpace(h))
-		if h == "" {
-			continue
-		}
-		if len(h) != 64 || strings.Trim(h, "0123456789abcdef") != "" {
-			return nil, fmt.Errorf("ek_sha256 entry %q is not a hex SHA-256 (64 hex digits)", h)
-		}
-		out = append(out, h)
-	}
-	return out, nil
+// IsEKHash reports whether h is an ek_sha256 entry: 64 lowercase hex digits (the NetBox adapter
+// lowercases what the owner typed).
+func IsEKHash(h string) bool {
+	return len(h) == 64 && strings.Trim(h, "0123456789abcdef") == ""
 }
 
 // Status is the NetBox device status (dcim DeviceStatusChoices).
@@ -151,11 +129,6 @@ var Actions = []Action{ActionProvision, ActionAttest, ActionWipe, ActionRetire}
 
 // DesiredActions are the values of the desired_action choice set.
 var DesiredActions = []Action{ActionProvision, ActionAttest, ActionWipe}
-
-// ErasesData reports whether carrying out the action wipes the declared disk.
-func (a Action) ErasesData() bool {
-	return a == ActionProvision || a == ActionWipe || a == ActionRetire
-}
 
 // BootCheck is the outcome of the last boot check (SPEC §5).
 type BootCheck string

@@ -67,7 +67,6 @@ type Transition struct {
 	Status     Status      // the NetBox status to set, "" to leave it
 	Journal    JournalKind // the kind of the journal entry that records it
 	ClearCerts bool        // the device's LDevID and LAK serials stop being valid
-	Ends       bool        // the request is over (To is terminal)
 }
 
 // Next is the lifecycle: the transition an event causes for a device in state from that carries
@@ -88,7 +87,7 @@ func Next(from State, action Action, ev Event) (t Transition, ok bool) {
 		if !from.Terminal() {
 			return Transition{}, false
 		}
-		return Transition{To: StateRejected, Journal: JournalWarning, Ends: true}, true
+		return Transition{To: StateRejected, Journal: JournalWarning}, true
 	}
 
 	switch from {
@@ -99,7 +98,7 @@ func Next(from State, action Action, ev Event) (t Transition, ok bool) {
 			case ActionProvision:
 				return Transition{To: StateInstalling, Journal: JournalSuccess}, true
 			case ActionAttest:
-				return Transition{To: StateActive, Journal: JournalSuccess, Ends: true}, true
+				return Transition{To: StateActive, Journal: JournalSuccess}, true
 			case ActionWipe, ActionRetire:
 				return Transition{To: StateWiping, Journal: JournalSuccess}, true
 			}
@@ -115,14 +114,14 @@ func Next(from State, action Action, ev Event) (t Transition, ok bool) {
 		case EventWorkflowSucceeded:
 			return Transition{To: StateConfiguring, Journal: JournalInfo}, true
 		case EventDelivered: // cloud-init-nocloud: delivered by the install Workflow itself
-			return Transition{To: StateActive, Status: StatusActive, Journal: JournalSuccess, Ends: true}, true
+			return Transition{To: StateActive, Status: StatusActive, Journal: JournalSuccess}, true
 		case EventWorkflowFailed, EventConfigLost:
 			return failed(action), true
 		}
 	case StateConfiguring:
 		switch ev {
 		case EventDelivered:
-			return Transition{To: StateActive, Status: StatusActive, Journal: JournalSuccess, Ends: true}, true
+			return Transition{To: StateActive, Status: StatusActive, Journal: JournalSuccess}, true
 		case EventConfigLost:
 			return failed(action), true
 		}
@@ -130,9 +129,9 @@ func Next(from State, action Action, ev Event) (t Transition, ok bool) {
 		switch ev {
 		case EventWorkflowSucceeded:
 			if action == ActionRetire {
-				return Transition{To: StateRetired, Journal: JournalSuccess, ClearCerts: true, Ends: true}, true
+				return Transition{To: StateRetired, Journal: JournalSuccess, ClearCerts: true}, true
 			}
-			return Transition{To: StateWiped, Status: StatusOffline, Journal: JournalSuccess, ClearCerts: true, Ends: true}, true
+			return Transition{To: StateWiped, Status: StatusOffline, Journal: JournalSuccess, ClearCerts: true}, true
 		case EventWorkflowFailed:
 			return failed(action), true
 		}
@@ -148,7 +147,7 @@ func Next(from State, action Action, ev Event) (t Transition, ok bool) {
 
 // failed ends a request in failure. A retirement keeps the owner's decommissioning status.
 func failed(action Action) Transition {
-	t := Transition{To: StateFailed, Journal: JournalDanger, Ends: true}
+	t := Transition{To: StateFailed, Journal: JournalDanger}
 	if action != ActionRetire {
 		t.Status = StatusFailed
 	}

@@ -34,56 +34,56 @@ func TestLifecycle(t *testing.T) {
 		{"ignore/no new request while configuring", StateConfiguring, ActionProvision, EventAccepted, Transition{}, false},
 		{"ignore/no new request while wiping", StateWiping, ActionRetire, EventAccepted, Transition{}, false},
 		{"refuse/rejected declaration ends the request", StateActive, ActionProvision, EventRejected,
-			Transition{To: StateRejected, Journal: JournalWarning, Ends: true}, true},
+			Transition{To: StateRejected, Journal: JournalWarning}, true},
 		{"ignore/rejection cannot interrupt a running request", StateWiping, ActionRetire, EventRejected, Transition{}, false},
 
 		// Attestation.
 		{"ok/provision attested: installing", StatePending, ActionProvision, EventAttested,
 			Transition{To: StateInstalling, Journal: JournalSuccess}, true},
 		{"ok/attest attested: done, active", StatePending, ActionAttest, EventAttested,
-			Transition{To: StateActive, Journal: JournalSuccess, Ends: true}, true},
+			Transition{To: StateActive, Journal: JournalSuccess}, true},
 		{"ok/wipe attested: wiping", StatePending, ActionWipe, EventAttested,
 			Transition{To: StateWiping, Journal: JournalSuccess}, true},
 		{"ok/retire attested: wiping", StatePending, ActionRetire, EventAttested,
 			Transition{To: StateWiping, Journal: JournalSuccess}, true},
 		{"refuse/provision refused at attestation: failed, status failed", StatePending, ActionProvision, EventRefused,
-			Transition{To: StateFailed, Status: StatusFailed, Journal: JournalDanger, Ends: true}, true},
+			Transition{To: StateFailed, Status: StatusFailed, Journal: JournalDanger}, true},
 		{"refuse/retire refused keeps decommissioning", StatePending, ActionRetire, EventRefused,
-			Transition{To: StateFailed, Journal: JournalDanger, Ends: true}, true},
+			Transition{To: StateFailed, Journal: JournalDanger}, true},
 		{"ignore/second attestation after installing", StateInstalling, ActionProvision, EventAttested, Transition{}, false},
 		{"refuse/Workflow succeeded without attestation fails the request", StatePending, ActionProvision, EventWorkflowSucceeded,
-			Transition{To: StateFailed, Status: StatusFailed, Journal: JournalDanger, Ends: true}, true},
+			Transition{To: StateFailed, Status: StatusFailed, Journal: JournalDanger}, true},
 		{"refuse/agent failed: Workflow failed while pending", StatePending, ActionWipe, EventWorkflowFailed,
-			Transition{To: StateFailed, Status: StatusFailed, Journal: JournalDanger, Ends: true}, true},
+			Transition{To: StateFailed, Status: StatusFailed, Journal: JournalDanger}, true},
 
 		// Installation and configuration.
 		{"ok/install Workflow succeeded: configuring", StateInstalling, ActionProvision, EventWorkflowSucceeded,
 			Transition{To: StateConfiguring, Journal: JournalInfo}, true},
 		{"ok/configuration delivered: active, status active", StateConfiguring, ActionProvision, EventDelivered,
-			Transition{To: StateActive, Status: StatusActive, Journal: JournalSuccess, Ends: true}, true},
+			Transition{To: StateActive, Status: StatusActive, Journal: JournalSuccess}, true},
 		{"ok/NoCloud delivered during the Workflow: active", StateInstalling, ActionProvision, EventDelivered,
-			Transition{To: StateActive, Status: StatusActive, Journal: JournalSuccess, Ends: true}, true},
+			Transition{To: StateActive, Status: StatusActive, Journal: JournalSuccess}, true},
 		{"ignore/NoCloud Workflow success after delivery", StateActive, ActionProvision, EventWorkflowSucceeded, Transition{}, false},
 		{"refuse/NoCloud Workflow failed after delivery", StateActive, ActionProvision, EventWorkflowFailed,
-			Transition{To: StateFailed, Status: StatusFailed, Journal: JournalDanger, Ends: true}, true},
+			Transition{To: StateFailed, Status: StatusFailed, Journal: JournalDanger}, true},
 		{"refuse/install Workflow failed", StateInstalling, ActionProvision, EventWorkflowFailed,
-			Transition{To: StateFailed, Status: StatusFailed, Journal: JournalDanger, Ends: true}, true},
+			Transition{To: StateFailed, Status: StatusFailed, Journal: JournalDanger}, true},
 		{"refuse/pending configuration lost while installing", StateInstalling, ActionProvision, EventConfigLost,
-			Transition{To: StateFailed, Status: StatusFailed, Journal: JournalDanger, Ends: true}, true},
+			Transition{To: StateFailed, Status: StatusFailed, Journal: JournalDanger}, true},
 		{"refuse/pending configuration lost while configuring", StateConfiguring, ActionProvision, EventConfigLost,
-			Transition{To: StateFailed, Status: StatusFailed, Journal: JournalDanger, Ends: true}, true},
+			Transition{To: StateFailed, Status: StatusFailed, Journal: JournalDanger}, true},
 		{"ignore/second delivery", StateActive, ActionProvision, EventDelivered, Transition{}, false},
 		{"ignore/Workflow success twice", StateConfiguring, ActionProvision, EventWorkflowSucceeded, Transition{}, false},
 
 		// Wipe and retirement.
 		{"ok/wipe done: wiped, offline, certificates forgotten", StateWiping, ActionWipe, EventWorkflowSucceeded,
-			Transition{To: StateWiped, Status: StatusOffline, Journal: JournalSuccess, ClearCerts: true, Ends: true}, true},
+			Transition{To: StateWiped, Status: StatusOffline, Journal: JournalSuccess, ClearCerts: true}, true},
 		{"ok/retirement done: retired, status stays, certificates forgotten", StateWiping, ActionRetire, EventWorkflowSucceeded,
-			Transition{To: StateRetired, Journal: JournalSuccess, ClearCerts: true, Ends: true}, true},
+			Transition{To: StateRetired, Journal: JournalSuccess, ClearCerts: true}, true},
 		{"refuse/wipe Workflow failed", StateWiping, ActionWipe, EventWorkflowFailed,
-			Transition{To: StateFailed, Status: StatusFailed, Journal: JournalDanger, Ends: true}, true},
+			Transition{To: StateFailed, Status: StatusFailed, Journal: JournalDanger}, true},
 		{"refuse/retire Workflow failed keeps decommissioning", StateWiping, ActionRetire, EventWorkflowFailed,
-			Transition{To: StateFailed, Journal: JournalDanger, Ends: true}, true},
+			Transition{To: StateFailed, Journal: JournalDanger}, true},
 
 		// Late and stray reports change nothing.
 		{"ignore/Workflow failure after the request ended", StateWiped, ActionWipe, EventWorkflowFailed, Transition{}, false},
@@ -98,9 +98,6 @@ func TestLifecycle(t *testing.T) {
 			}
 			if diff := cmp.Diff(r.want, got); diff != "" {
 				t.Errorf("Next(%q, %s, %s) (-want +got):\n%s", r.from, r.action, r.ev, diff)
-			}
-			if ok && got.Ends != got.To.Terminal() {
-				t.Errorf("transition to %q: Ends = %v but Terminal() = %v", got.To, got.Ends, got.To.Terminal())
 			}
 		})
 	}
@@ -131,7 +128,7 @@ func canEnd(s State, a Action, events []Event, depth int) bool {
 		if !ok {
 			continue
 		}
-		if tr.Ends || canEnd(tr.To, a, events, depth+1) {
+		if tr.To.Terminal() || canEnd(tr.To, a, events, depth+1) {
 			return true
 		}
 	}

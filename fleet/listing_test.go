@@ -47,8 +47,9 @@ func TestReconcileAllListsWorkflows(t *testing.T) {
 		listed               func(all map[string]WorkflowStatus) map[string]WorkflowStatus
 		listFail             error
 		wantLists, wantReads int
+		wantViewReads        int // ViewAll after the reconcile: the wipe has ended, two Workflows run
 	}{
-		{"ok/one listing, no single read", func(all map[string]WorkflowStatus) map[string]WorkflowStatus { return all }, nil, 1, 0},
+		{"ok/one listing, no single read", func(all map[string]WorkflowStatus) map[string]WorkflowStatus { return all }, nil, 1, 0, 0},
 		{"ok/a Workflow created after the listing is read on its own", func(all map[string]WorkflowStatus) map[string]WorkflowStatus {
 			out := map[string]WorkflowStatus{}
 			for k, v := range all {
@@ -57,8 +58,8 @@ func TestReconcileAllListsWorkflows(t *testing.T) {
 				}
 			}
 			return out
-		}, nil, 1, 1},
-		{"ok/the listing fails: each Workflow is read", nil, errors.New("API server unreachable"), 1, 3},
+		}, nil, 1, 1, 1},
+		{"ok/the listing fails: each Workflow is read", nil, errors.New("API server unreachable"), 1, 3, 2},
 	}
 	for _, r := range rows {
 		t.Run(r.name, func(t *testing.T) {
@@ -98,6 +99,20 @@ func TestReconcileAllListsWorkflows(t *testing.T) {
 			for _, id := range []int64{1, 2} {
 				if got := inv.Get(id); got.Owned.State.Terminal() {
 					t.Errorf("device %d with a running Workflow is %q (%s), want it still running", id, got.Owned.State, got.Owned.Message)
+				}
+			}
+			// The operator's list of every device reads the Workflows the same way.
+			inst.lists, inst.reads = 0, 0
+			views, err := s.ViewAll(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if inst.lists != r.wantLists || inst.reads != r.wantViewReads {
+				t.Errorf("ViewAll: %d listings and %d single reads, want %d and %d", inst.lists, inst.reads, r.wantLists, r.wantViewReads)
+			}
+			for _, v := range views[:2] {
+				if v.Workflow == nil || v.Workflow.Phase != WorkflowRunning {
+					t.Errorf("ViewAll: %s's Workflow %+v, want it running", v.Device.Name, v.Workflow)
 				}
 			}
 		})

@@ -14,7 +14,7 @@ type metrics struct {
 	conflicts        prometheus.Counter
 	installErrors    prometheus.Counter
 	journalErrors    prometheus.Counter
-	pendingConfigs   prometheus.Gauge
+	pendingConfigs   prometheus.GaugeFunc
 	pendingLost      *prometheus.CounterVec
 	deliveries       *prometheus.CounterVec
 	bootChecks       *bootCheckCollector
@@ -22,7 +22,7 @@ type metrics struct {
 	bootCheckRuns    *prometheus.CounterVec
 }
 
-func newMetrics(reg prometheus.Registerer, clock Clock) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, clock Clock, pending *Pending) (*metrics, error) {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fleetd_requests_total",
@@ -49,10 +49,10 @@ func newMetrics(reg prometheus.Registerer, clock Clock) (*metrics, error) {
 			Name: "fleetd_journal_errors_total",
 			Help: "NetBox journal entries that could not be written.",
 		}),
-		pendingConfigs: prometheus.NewGauge(prometheus.GaugeOpts{
+		pendingConfigs: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "fleetd_pending_configs",
 			Help: "Configurations rendered and waiting in memory for their one fetch.",
-		}),
+		}, func() float64 { return float64(pending.Len()) }),
 		pendingLost: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fleetd_pending_configs_lost_total",
 			Help: "Provision requests whose pending configuration was lost (restart) or expired unfetched.",

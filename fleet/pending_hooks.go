@@ -16,7 +16,6 @@ func (s *Service) onEnded(id int64, to State) {
 	if to == StateFailed {
 		s.pending.Drop(id)
 	}
-	s.metrics.pendingConfigs.Set(float64(s.pending.Len()))
 }
 
 func (s *Service) hasPending(id int64) bool {

@@ -210,7 +210,7 @@ func (s *Service) applyWith(ctx context.Context, d Device, action Action, ev Eve
 	if _, err := s.inv.Update(ctx, d.ID, p); err != nil {
 		return out, fmt.Errorf("record %s of %s: %w", ev, d.Name, inventoryErr(err))
 	}
-	if t.Ends {
+	if t.To.Terminal() {
 		result := "succeeded"
 		if t.To == StateFailed {
 			result = "failed"

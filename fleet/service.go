@@ -76,7 +76,7 @@ func NewService(cfg Config, deps Deps) (*Service, error) {
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
-	m, err := newMetrics(reg, deps.Clock)
+	m, err := newMetrics(reg, deps.Clock, deps.Pending)
 	if err != nil {
 		return nil, fmt.Errorf("new service: %w", err)
 	}
@@ -219,7 +219,6 @@ func (s *Service) ReconcileAll(ctx context.Context) ([]Device, error) {
 	}
 	s.metrics.bootChecks.observe(devices)
 	s.pending.Sweep() // expired configurations end their requests below (followPending)
-	s.metrics.pendingConfigs.Set(float64(s.pending.Len()))
 	var errs []error
 	listed := s.listWorkflows(ctx, devices)
 	for _, d := range devices {

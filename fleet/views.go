@@ -26,29 +26,31 @@ func (s *Service) View(ctx context.Context, name string) (DeviceView, error) {
 	if err != nil {
 		return DeviceView{}, fmt.Errorf("read device %q: %w: %w", name, ErrInventory, err)
 	}
-	return s.view(ctx, d, true), nil
+	return s.view(ctx, d, true, nil), nil
 }
 
-// ViewAll lists every device. Workflows are read only for devices with a running request, so a
-// large fleet costs one NetBox listing plus one Kubernetes read per running request.
+// ViewAll lists every device. Workflows are read only for devices with a running request, and
+// through one listing of fleetd's Workflows (as the reconcile does), so a large fleet costs one
+// NetBox listing and a few Kubernetes Lists; a Workflow the listing misses is read on its own.
 func (s *Service) ViewAll(ctx context.Context) ([]DeviceView, error) {
 	devices, err := s.inv.Devices(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("list devices: %w: %w", ErrInventory, err)
 	}
+	listed := s.listWorkflows(ctx, devices)
 	views := make([]DeviceView, len(devices))
 	for i, d := range devices {
-		views[i] = s.view(ctx, d, !d.Owned.State.Terminal())
+		views[i] = s.view(ctx, d, !d.Owned.State.Terminal(), listed)
 	}
 	return views, nil
 }
 
-func (s *Service) view(ctx context.Context, d Device, readWorkflow bool) DeviceView {
+func (s *Service) view(ctx context.Context, d Device, readWorkflow bool, listed workflowListing) DeviceView {
 	v := DeviceView{Device: d, PendingConfig: s.hasPending(d.ID), BootCheckMissing: s.bootCheckMissing(d)}
 	if !readWorkflow || d.Owned.Workflow == "" {
 		return v
 	}
-	ws, err := s.inst.Workflow(ctx, d.Owned.Workflow)
+	ws, err := s.workflow(ctx, d.Owned.Workflow, listed)
 	if err != nil {
 		v.WorkflowError = err.Error()
 		return v

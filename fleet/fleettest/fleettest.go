@@ -25,8 +25,6 @@ type Inventory struct {
 	// ConflictOnce makes the next conditional update of a device fail with ErrConflict after
 	// applying someone else's change to it (a concurrent writer).
 	ConflictOnce map[int64]func(*fleet.Device)
-	// FailUpdates, when set, is returned by every Update (NetBox down).
-	FailUpdates error
 }
 
 // NewInventory holds the given devices.
@@ -85,9 +83,6 @@ func (m *Inventory) Devices(context.Context) ([]fleet.Device, error) {
 func (m *Inventory) Update(_ context.Context, id int64, p fleet.Patch) (fleet.Device, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.FailUpdates != nil {
-		return fleet.Device{}, m.FailUpdates
-	}
 	d, err := m.get(id)
 	if err != nil {
 		return fleet.Device{}, err
