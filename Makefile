@@ -32,7 +32,7 @@ demo: deps build ## walk one machine of each class kind through its lifecycle ag
 	bin/fleetsim demo
 
 .PHONY: test
-test: deps build ## the whole test suite (what CI runs), with a short chaos run
+test: deps ## the whole test suite (what CI runs), with a short chaos run
 	$(GO) test $(TEST_FLAGS) $$($(GO) list ./... | grep -v '/dev/stack/chaos$$')
 	cd interop/spire && $(GO) test $(TEST_FLAGS) ./...
 	@$(MAKE) --no-print-directory chaos CHAOS_SEED=$(CHAOS_TEST_SEED)
@@ -48,20 +48,18 @@ CHAOS_SEED      ?= 0
 CHAOS_TEST_SEED ?= 1
 CHAOS_LOG       ?= $(CURDIR)/.chaos.log
 
-.PHONY: chaos
-chaos: ## the checker's tests and a short chaos run (CHAOS_SCHEDULES schedules, default 5)
-	@$(GO) test -count=1 -timeout 30m -v ./dev/stack/chaos -schedules $(CHAOS_SCHEDULES) -seed $(CHAOS_SEED) > $(CHAOS_LOG) 2>&1; rc=$$?; \
-	  grep -E '^(schedules=|--- (PASS|FAIL)|[[:space:]]+chaos_test.go:[0-9]+: (VIOLATION|chaos:)|[[:space:]]+replay:)' $(CHAOS_LOG); \
-	  if [ $$rc -ne 0 ]; then echo "chaos: failed (exit $$rc); the whole output is in $(CHAOS_LOG)"; fi; exit $$rc
-
-.PHONY: soak
+.PHONY: chaos soak
+chaos: CHAOS_ARGS = -timeout 30m -schedules $(CHAOS_SCHEDULES)
+chaos: deps ## the checker's tests and a short chaos run (CHAOS_SCHEDULES schedules, default 5)
+soak: CHAOS_ARGS = -timeout 0 -run '^TestChaos$$' -schedules $(SOAK_SCHEDULES)
 soak: deps ## many chaos schedules (SOAK_SCHEDULES, default 200), no time limit
-	@$(GO) test -count=1 -timeout 0 -v ./dev/stack/chaos -run '^TestChaos$$' -schedules $(SOAK_SCHEDULES) -seed $(CHAOS_SEED) > $(CHAOS_LOG) 2>&1; rc=$$?; \
+chaos soak:
+	@$(GO) test -count=1 -v ./dev/stack/chaos $(CHAOS_ARGS) -seed $(CHAOS_SEED) > $(CHAOS_LOG) 2>&1; rc=$$?; \
 	  grep -E '^(schedules=|--- (PASS|FAIL)|[[:space:]]+chaos_test.go:[0-9]+: (VIOLATION|chaos:)|[[:space:]]+replay:)' $(CHAOS_LOG); \
-	  if [ $$rc -ne 0 ]; then echo "soak: failed (exit $$rc); the whole output is in $(CHAOS_LOG)"; fi; exit $$rc
+	  if [ $$rc -ne 0 ]; then echo "$@: failed (exit $$rc); the whole output is in $(CHAOS_LOG)"; fi; exit $$rc
 
 .PHONY: test-short
-test-short: ## the fast inner loop: unit tests, no API server, no TPMs
+test-short: deps ## the fast inner loop: unit tests, no API server, no TPMs
 	$(GO) test -short -count=1 ./...
 
 .PHONY: bench
@@ -85,7 +83,7 @@ load: deps ## the load test: LOAD_DEVICES (default 1,000) machines, 500-request 
 	FLEETD_LOAD=1 LOAD_DEVICES=$(LOAD_DEVICES) $(GO) test -count=1 -timeout 0 -v -run '^TestLoad$$' ./dev/stack/load
 
 .PHONY: vet
-vet: ## go vet (both modules)
+vet: deps ## go vet (both modules)
 	$(GO) vet ./...
 	cd interop/spire && $(GO) vet ./...
 

@@ -8,12 +8,10 @@ import (
 	"maps"
 	"net/http"
 	"slices"
-	"strings"
 
 	"github.com/gorilla/mux"
 
 	"github.com/folly-infra/fleetd/api"
-	"github.com/folly-infra/fleetd/netbox"
 )
 
 // Route is one line of the HTTP contract.
@@ -39,7 +37,7 @@ const (
 func WebhookPathProblems(paths []string) []string {
 	served := map[string]bool{}
 	for _, r := range Table() {
-		if r.Method == "POST" && strings.HasPrefix(r.Path, netbox.WebhookPathPrefix) {
+		if r.Method == "POST" && r.Caller == "NetBox" {
 			served[r.Path] = true
 		}
 	}

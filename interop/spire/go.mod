@@ -10,7 +10,11 @@ require (
 	github.com/spiffe/go-spiffe/v2 v2.6.0
 )
 
-require github.com/prometheus/client_golang v1.25.0 // indirect
+require (
+	github.com/hashicorp/go-cleanhttp v0.5.2 // indirect
+	github.com/hashicorp/go-retryablehttp v0.7.8 // indirect
+	github.com/prometheus/client_golang v1.25.0 // indirect
+)
 
 require (
 	cel.dev/expr v0.24.0 // indirect
