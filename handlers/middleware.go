@@ -36,10 +36,6 @@ func wrap(log zerolog.Logger, rt Route, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		id := w.Header().Get("X-Request-Id") // set by Server.ServeHTTP for every request
-		if id == "" {
-			id = newRequestID()
-			w.Header().Set("X-Request-Id", id)
-		}
 		sw := &statusWriter{ResponseWriter: w}
 		limit := rt.MaxBody
 		if limit == 0 {

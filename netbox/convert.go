@@ -155,10 +155,9 @@ type ifaceJSON struct {
 }
 
 type macJSON struct {
-	ID     int64
-	Iface  int64
-	MAC    string
-	Device int64
+	ID    int64
+	Iface int64
+	MAC   string
 }
 
 // orderMACs returns a device's MACs, primary interface first: interfaces that are not

@@ -39,6 +39,19 @@ type fleetdField struct {
 	choices []string // the values the adapter converts, for select fields
 }
 
+// OwnedFields are the custom fields fleetd writes (SPEC §2, "Written by fleetd") plus
+// desired_action, which it clears when it takes a request: a change to these alone is fleetd's
+// own echo.
+func OwnedFields() []string {
+	out := []string{CFDesiredAction}
+	for _, f := range fleetdFields() {
+		if f.written {
+			out = append(out, f.name)
+		}
+	}
+	return out
+}
+
 func fleetdFields() []fleetdField {
 	return []fleetdField{
 		{name: CFClass, typ: "text"},

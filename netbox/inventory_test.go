@@ -117,9 +117,6 @@ func TestReadDevice(t *testing.T) {
 	if _, err := e.client.Device(ctx, 999); !errors.Is(err, fleet.ErrNotFound) || !strings.Contains(err.Error(), "404") {
 		t.Errorf("unknown id: err = %v, want ErrNotFound naming the 404", err)
 	}
-	if u, err := e.client.ServiceUser(ctx); err != nil || u != "fleetd" {
-		t.Errorf("ServiceUser = %q, %v", u, err)
-	}
 	if err := e.client.Ping(ctx); err != nil {
 		t.Error(err)
 	}

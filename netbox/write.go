@@ -63,15 +63,3 @@ func (c *Client) Ping(ctx context.Context) error {
 	}
 	return nil
 }
-
-// ServiceUser returns the name of the token's user (GET /api/authentication-check/): fleetd
-// recognises its own changes coming back as webhooks by request.user.
-func (c *Client) ServiceUser(ctx context.Context) (string, error) {
-	var u struct {
-		Username string `json:"username"`
-	}
-	if err := c.getJSON(ctx, "auth_check", "/api/authentication-check/", nil, &u); err != nil {
-		return "", fmt.Errorf("learn the NetBox token's user: %w", err)
-	}
-	return u.Username, nil
-}

@@ -4,7 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
-	"strings"
+
+	"github.com/folly-infra/fleetd/netbox"
 )
 
 // payload is NetBox's default webhook body, in every shape from NetBox 4.3 to 4.7
@@ -13,7 +14,6 @@ import (
 // the device, never a source of truth (SPEC §2).
 type payload struct {
 	Event      string          `json:"event"`
-	Timestamp  string          `json:"timestamp"`
 	Model      string          `json:"model"`
 	ObjectType string          `json:"object_type"`
 	Username   string          `json:"username"`
@@ -152,12 +152,10 @@ func union(a, b map[string]any) map[string]bool {
 	return u
 }
 
-// ownedFields are the custom fields fleetd writes (SPEC §2, "Written by fleetd"), plus
-// desired_action, which fleetd clears when it takes a request.
+// ownedFields are the custom fields fleetd writes or clears (netbox.OwnedFields).
 func ownedFields() map[string]bool {
 	m := map[string]bool{}
-	for _, f := range strings.Fields(`fleet_state fleet_message fleet_request fleet_workflow
-		ldevid_serial lak_serial boot_baseline last_boot_check boot_check desired_action`) {
+	for _, f := range netbox.OwnedFields() {
 		m[f] = true
 	}
 	return m

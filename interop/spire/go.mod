@@ -13,7 +13,11 @@ require (
 require (
 	github.com/hashicorp/go-cleanhttp v0.5.2 // indirect
 	github.com/hashicorp/go-retryablehttp v0.7.8 // indirect
+	github.com/netbox-community/go-netbox/v4 v4.3.0 // indirect
 	github.com/prometheus/client_golang v1.25.0 // indirect
+	go.yaml.in/yaml/v2 v2.4.4 // indirect
+	gopkg.in/validator.v2 v2.0.1 // indirect
+	sigs.k8s.io/yaml v1.6.0 // indirect
 )
 
 require (
