@@ -39,7 +39,7 @@ type AKChallenge struct {
 // with a TPM-signed creation attestation (go-attestation's CheckAKParameters); the attributes
 // are checked here first so that a refusal says which one is missing.
 func NewAKChallenge(ek *VerifiedEK, claimed attest.AttestationParameters, rnd io.Reader) (*AKChallenge, error) {
-	if err := checkKeyAttributes(claimed.Public, akAttributes, CheckAK, "AK"); err != nil {
+	if _, err := checkKeyAttributes(claimed.Public, akAttributes, CheckAK, "AK"); err != nil {
 		return nil, err
 	}
 	p := attest.ActivationParameters{EK: ek.Public, AK: claimed, Rand: rnd}
@@ -57,9 +57,8 @@ func NewAKChallenge(ek *VerifiedEK, claimed attest.AttestationParameters, rnd io
 
 // VerifiedAK is an attestation key proven to live in the TPM of the approved EK.
 type VerifiedAK struct {
-	Public     crypto.PublicKey
-	Hash       crypto.Hash // the hash its quotes are signed with
-	TPMTPublic []byte
+	Public crypto.PublicKey
+	Hash   crypto.Hash // the hash its quotes are signed with
 }
 
 // VerifyActivation compares the secret the machine recovered with ActivateCredential to the one
@@ -78,7 +77,7 @@ func VerifyActivation(tok *Token, claimedSecret, claimedAKPublic []byte) (*Verif
 	if err != nil {
 		return nil, refuseErr(CheckAK, err, "the AK public area does not parse")
 	}
-	return &VerifiedAK{Public: pub.Public, Hash: pub.Hash, TPMTPublic: claimedAKPublic}, nil
+	return &VerifiedAK{Public: pub.Public, Hash: pub.Hash}, nil
 }
 
 // keyAttributes is a required profile of TPMA_OBJECT bits.
@@ -115,10 +114,10 @@ var (
 
 // checkKeyAttributes decodes a TPMT_PUBLIC and refuses it when an attribute of the profile is
 // missing or one that must be clear is set, naming them.
-func checkKeyAttributes(public []byte, want keyAttributes, c Check, what string) error {
+func checkKeyAttributes(public []byte, want keyAttributes, c Check, what string) (tpm2.Public, error) {
 	pub, err := tpm2.DecodePublic(public)
 	if err != nil {
-		return refuseErr(c, err, "the %s public area is not a TPMT_PUBLIC", what)
+		return pub, refuseErr(c, err, "the %s public area is not a TPMT_PUBLIC", what)
 	}
 	var missing, extra []string
 	for _, a := range want.set {
@@ -133,11 +132,11 @@ func checkKeyAttributes(public []byte, want keyAttributes, c Check, what string)
 	}
 	switch {
 	case len(missing) > 0 && len(extra) > 0:
-		return refuse(c, "the %s is not %s and is %s (attributes 0x%08x)", what, strings.Join(missing, ", "), strings.Join(extra, ", "), uint32(pub.Attributes))
+		return pub, refuse(c, "the %s is not %s and is %s (attributes 0x%08x)", what, strings.Join(missing, ", "), strings.Join(extra, ", "), uint32(pub.Attributes))
 	case len(missing) > 0:
-		return refuse(c, "the %s is not %s (attributes 0x%08x)", what, strings.Join(missing, ", "), uint32(pub.Attributes))
+		return pub, refuse(c, "the %s is not %s (attributes 0x%08x)", what, strings.Join(missing, ", "), uint32(pub.Attributes))
 	case len(extra) > 0:
-		return refuse(c, "the %s must not be %s (attributes 0x%08x)", what, strings.Join(extra, ", "), uint32(pub.Attributes))
+		return pub, refuse(c, "the %s must not be %s (attributes 0x%08x)", what, strings.Join(extra, ", "), uint32(pub.Attributes))
 	}
-	return nil
+	return pub, nil
 }

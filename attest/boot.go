@@ -23,9 +23,6 @@ type VerifiedBoot struct {
 	SecureBootErr error
 	// Baseline is the compact form of Events a later boot check compares against (SPEC §5).
 	Baseline Baseline
-	// Clock is the TPM clock in the SHA-256 quote: a later boot check with the same ResetCount
-	// and an older Clock is a replay, a higher ResetCount a reboot.
-	Clock tpm2.ClockInfo
 }
 
 // VerifyPlatform verifies a machine's platform attestation under a verified AK and the server
@@ -40,8 +37,7 @@ func VerifyPlatform(ak *VerifiedAK, nonce []byte, claimed attest.PlatformParamet
 	if len(claimed.Quotes) == 0 {
 		return nil, refuse(CheckQuote, "the platform attestation has no quote")
 	}
-	clock, err := checkQuoteNonces(claimed.Quotes, nonce)
-	if err != nil {
+	if err := checkQuoteNonces(claimed.Quotes, nonce); err != nil {
 		return nil, err
 	}
 	if err := checkPCRSet(claimed.PCRs); err != nil {
@@ -65,7 +61,7 @@ func VerifyPlatform(ak *VerifiedAK, nonce []byte, claimed attest.PlatformParamet
 	if err != nil {
 		return nil, err
 	}
-	vb := &VerifiedBoot{Events: events, Baseline: NewBaseline(events), Clock: *clock}
+	vb := &VerifiedBoot{Events: events, Baseline: NewBaseline(events)}
 	vb.SecureBoot, vb.SecureBootErr = attest.ParseSecurebootState(events)
 	if vb.SecureBootErr != nil {
 		vb.SecureBoot = nil
@@ -74,28 +70,26 @@ func VerifyPlatform(ak *VerifiedAK, nonce []byte, claimed attest.PlatformParamet
 }
 
 // checkQuoteNonces refuses a quote made for another nonce (go-attestation checks it too, with a
-// message that prints Go byte slices) and returns the clock of the SHA-256 quote.
-func checkQuoteNonces(quotes []attest.Quote, nonce []byte) (*tpm2.ClockInfo, error) {
-	var clock *tpm2.ClockInfo
+// message that prints Go byte slices) and a set of quotes without one over the SHA-256 bank.
+func checkQuoteNonces(quotes []attest.Quote, nonce []byte) error {
+	sha256Quoted := false
 	for i, q := range quotes {
 		att, err := tpm2.DecodeAttestationData(q.Quote)
 		if err != nil {
-			return nil, refuseErr(CheckQuote, err, "quote %d is not a TPMS_ATTEST made by a TPM", i)
+			return refuseErr(CheckQuote, err, "quote %d is not a TPMS_ATTEST made by a TPM", i)
 		}
 		if att.Type != tpm2.TagAttestQuote || att.AttestedQuoteInfo == nil {
-			return nil, refuse(CheckQuote, "attestation %d is not a quote (tag 0x%x)", i, att.Type)
+			return refuse(CheckQuote, "attestation %d is not a quote (tag 0x%x)", i, att.Type)
 		}
 		if !bytes.Equal(att.ExtraData, nonce) {
-			return nil, refuse(CheckQuote, "quote %d was made for nonce %x, not for this enrollment's nonce %x", i, []byte(att.ExtraData), nonce)
+			return refuse(CheckQuote, "quote %d was made for nonce %x, not for this enrollment's nonce %x", i, []byte(att.ExtraData), nonce)
 		}
-		if att.AttestedQuoteInfo.PCRSelection.Hash == tpm2.AlgSHA256 {
-			clock = &att.ClockInfo
-		}
+		sha256Quoted = sha256Quoted || att.AttestedQuoteInfo.PCRSelection.Hash == tpm2.AlgSHA256
 	}
-	if clock == nil {
-		return nil, refuse(CheckQuote, "no quote covers the SHA-256 PCR bank")
+	if !sha256Quoted {
+		return refuse(CheckQuote, "no quote covers the SHA-256 PCR bank")
 	}
-	return clock, nil
+	return nil
 }
 
 // checkPCRSet refuses a PCR given twice in one bank: go-attestation marks every entry of a

@@ -1,12 +1,8 @@
 package attest
 
 import (
-	"crypto/aes"
-	"crypto/cipher"
 	"crypto/hkdf"
 	"crypto/sha256"
-	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -45,9 +41,9 @@ type BootNonceConfig struct {
 
 // BootNonceSealer issues and opens boot-check nonces.
 type BootNonceSealer struct {
-	aead     cipher.AEAD
+	box      sealBox
 	lifetime time.Duration
-	rand     io.Reader
+	rand     io.Reader // draws the nonces
 	now      func() time.Time
 }
 
@@ -79,15 +75,11 @@ func NewBootNonceSealer(cfg BootNonceConfig) (*BootNonceSealer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("new boot-check nonce sealer: derive key: %w", err)
 	}
-	block, err := aes.NewCipher(key)
+	box, err := newSealBox(key, bootNonceVersion, bootNonceAAD, cfg.Rand)
 	if err != nil {
 		return nil, fmt.Errorf("new boot-check nonce sealer: %w", err)
 	}
-	aead, err := cipher.NewGCM(block)
-	if err != nil {
-		return nil, fmt.Errorf("new boot-check nonce sealer: %w", err)
-	}
-	return &BootNonceSealer{aead: aead, lifetime: cfg.Lifetime, rand: cfg.Rand, now: cfg.Now}, nil
+	return &BootNonceSealer{box: box, lifetime: cfg.Lifetime, rand: cfg.Rand, now: cfg.Now}, nil
 }
 
 // Issue draws a nonce and seals it with the current time.
@@ -98,35 +90,24 @@ func (s *BootNonceSealer) Issue() (BootNonce, error) {
 	}
 	c := bootNonceClaims{Nonce: nonce, IssuedAt: s.now().UTC()}
 	c.ExpiresAt = c.IssuedAt.Add(s.lifetime)
-	plain, err := json.Marshal(c)
+	tok, err := s.box.seal(c)
 	if err != nil {
 		return BootNonce{}, fmt.Errorf("issue boot-check nonce: %w", err)
 	}
-	n := s.aead.NonceSize()
-	out := make([]byte, 1+n, 1+n+len(plain)+s.aead.Overhead())
-	out[0] = bootNonceVersion
-	if _, err := io.ReadFull(s.rand, out[1:]); err != nil {
-		return BootNonce{}, fmt.Errorf("issue boot-check nonce: draw AEAD nonce: %w", err)
-	}
-	out = s.aead.Seal(out, out[1:], plain, []byte(bootNonceAAD))
-	return BootNonce{Nonce: nonce, Token: base64.RawURLEncoding.EncodeToString(out), IssuedAt: c.IssuedAt, ExpiresAt: c.ExpiresAt}, nil
+	return BootNonce{Nonce: nonce, Token: tok, IssuedAt: c.IssuedAt, ExpiresAt: c.ExpiresAt}, nil
 }
 
 // Open authenticates a token a node presents and checks its expiry; it returns the nonce the
 // quote must carry and the time fleetd issued it.
 func (s *BootNonceSealer) Open(claimedToken string) (BootNonce, error) {
-	raw, err := base64.RawURLEncoding.DecodeString(claimedToken)
-	n := s.aead.NonceSize()
-	if err != nil || len(raw) < 1+n+s.aead.Overhead() || raw[0] != bootNonceVersion {
-		return BootNonce{}, refuse(CheckNonceInvalid, "the token is not a fleetd boot-check nonce token: ask %s for a new one", "POST /v1/boot-check/nonce")
-	}
-	plain, err := s.aead.Open(nil, raw[1:1+n], raw[1+n:], []byte(bootNonceAAD))
-	if err != nil {
-		return BootNonce{}, refuse(CheckNonceInvalid, "the nonce token was not issued by this fleetd or was altered")
-	}
 	var c bootNonceClaims
-	if err := json.Unmarshal(plain, &c); err != nil {
-		return BootNonce{}, fmt.Errorf("open boot-check nonce token: decode sealed claims: %w", err) // fleetd sealed it: our bug
+	switch err := s.box.open(claimedToken, &c); {
+	case errors.Is(err, errNotAToken):
+		return BootNonce{}, refuse(CheckNonceInvalid, "the token is not a fleetd boot-check nonce token: ask %s for a new one", "POST /v1/boot-check/nonce")
+	case errors.Is(err, errNotSealed):
+		return BootNonce{}, refuse(CheckNonceInvalid, "the nonce token was not issued by this fleetd or was altered")
+	case err != nil:
+		return BootNonce{}, fmt.Errorf("open boot-check nonce token: %w", err) // fleetd sealed it: our bug
 	}
 	if now := s.now(); !now.Before(c.ExpiresAt) {
 		return BootNonce{}, refuse(CheckNonceExpired, "the nonce expired at %s (issued %s): ask for a new nonce and quote at once",

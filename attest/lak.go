@@ -74,7 +74,6 @@ func NewLAKVerifier(cfg LAKVerifierConfig) (*LAKVerifier, error) {
 type VerifiedLAK struct {
 	Device    string // the subject CN: the NetBox device name the LAK was issued to
 	SerialHex string // the serial, lowercase hex as NetBox's lak_serial holds it
-	NotAfter  time.Time
 	Public    crypto.PublicKey
 }
 
@@ -111,7 +110,7 @@ func (v *LAKVerifier) Verify(claimedChain [][]byte) (*VerifiedLAK, error) {
 	if leaf.Subject.CommonName == "" {
 		return nil, refuse(CheckLAKUntrusted, "the LAK certificate (serial %s) names no device (empty subject CN)", serial)
 	}
-	return &VerifiedLAK{Device: leaf.Subject.CommonName, SerialHex: serial, NotAfter: leaf.NotAfter, Public: leaf.PublicKey}, nil
+	return &VerifiedLAK{Device: leaf.Subject.CommonName, SerialHex: serial, Public: leaf.PublicKey}, nil
 }
 
 // AK returns the attestation key the LAK certifies, for VerifyPlatform, after checking that the
@@ -120,7 +119,7 @@ func (v *LAKVerifier) Verify(claimedChain [][]byte) (*VerifiedLAK, error) {
 // credential activation proved the AK lives in the device's TPM (SPEC §4), so the certified key
 // is a VerifiedAK.
 func (l *VerifiedLAK) AK(claimedAKPublic []byte) (*VerifiedAK, error) {
-	if err := checkKeyAttributes(claimedAKPublic, akAttributes, CheckLAKMismatch, "AK"); err != nil {
+	if _, err := checkKeyAttributes(claimedAKPublic, akAttributes, CheckLAKMismatch, "AK"); err != nil {
 		return nil, err
 	}
 	pub, err := attest.ParseAKPublic(claimedAKPublic)
@@ -131,5 +130,5 @@ func (l *VerifiedLAK) AK(claimedAKPublic []byte) (*VerifiedAK, error) {
 	if !ok || !k.Equal(l.Public) {
 		return nil, refuse(CheckLAKMismatch, "the AK that quoted is not the key of LAK certificate %s", l.SerialHex)
 	}
-	return &VerifiedAK{Public: l.Public, Hash: pub.Hash, TPMTPublic: claimedAKPublic}, nil
+	return &VerifiedAK{Public: l.Public, Hash: pub.Hash}, nil
 }

@@ -10,8 +10,7 @@ import (
 
 // VerifiedLDevIDKey is a TPM-resident signing key the verified AK certified for this enrollment.
 type VerifiedLDevIDKey struct {
-	Public     crypto.PublicKey
-	TPMTPublic []byte // what the agent writes to ldevid.pub
+	Public crypto.PublicKey
 }
 
 // VerifyLDevIDKey verifies the certification of the LDevID key (SPEC §4): the key profile SPIRE's
@@ -21,12 +20,9 @@ type VerifiedLDevIDKey struct {
 // certification's qualifying data equal to the enrollment nonce, which go-attestation leaves to
 // its caller and which makes the certification fresh.
 func VerifyLDevIDKey(ak *VerifiedAK, nonce []byte, claimed attest.CertificationParameters) (*VerifiedLDevIDKey, error) {
-	if err := checkKeyAttributes(claimed.Public, ldevidAttributes, CheckLDevID, "LDevID key"); err != nil {
-		return nil, err
-	}
-	pub, err := tpm2.DecodePublic(claimed.Public)
+	pub, err := checkKeyAttributes(claimed.Public, ldevidAttributes, CheckLDevID, "LDevID key")
 	if err != nil {
-		return nil, refuseErr(CheckLDevID, err, "the LDevID public area does not parse")
+		return nil, err
 	}
 	if pub.Type != tpm2.AlgECC || pub.ECCParameters == nil || pub.ECCParameters.CurveID != tpm2.CurveNISTP256 ||
 		pub.ECCParameters.Sign == nil || pub.ECCParameters.Sign.Alg != tpm2.AlgECDSA || pub.ECCParameters.Sign.Hash != tpm2.AlgSHA256 ||
@@ -47,5 +43,5 @@ func VerifyLDevIDKey(ak *VerifiedAK, nonce []byte, claimed attest.CertificationP
 	if err != nil {
 		return nil, refuseErr(CheckLDevID, err, "the LDevID public key is not usable")
 	}
-	return &VerifiedLDevIDKey{Public: key, TPMTPublic: claimed.Public}, nil
+	return &VerifiedLDevIDKey{Public: key}, nil
 }

@@ -1,13 +1,9 @@
 package attest
 
 import (
-	"crypto/aes"
-	"crypto/cipher"
 	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -72,9 +68,8 @@ type TokenConfig struct {
 
 // TokenSealer seals and opens tokens.
 type TokenSealer struct {
-	aead     cipher.AEAD
+	box      sealBox
 	lifetime time.Duration
-	rand     io.Reader
 	now      func() time.Time
 }
 
@@ -86,32 +81,22 @@ func NewTokenSealer(cfg TokenConfig) (*TokenSealer, error) {
 	if cfg.Lifetime <= 0 || cfg.Rand == nil || cfg.Now == nil {
 		return nil, errors.New("new token sealer: a positive Lifetime, Rand and Now are needed")
 	}
-	block, err := aes.NewCipher(cfg.Key)
+	box, err := newSealBox(cfg.Key, tokenVersion, tokenAAD, cfg.Rand)
 	if err != nil {
 		return nil, fmt.Errorf("new token sealer: %w", err)
 	}
-	aead, err := cipher.NewGCM(block)
-	if err != nil {
-		return nil, fmt.Errorf("new token sealer: %w", err)
-	}
-	return &TokenSealer{aead: aead, lifetime: cfg.Lifetime, rand: cfg.Rand, now: cfg.Now}, nil
+	return &TokenSealer{box: box, lifetime: cfg.Lifetime, now: cfg.Now}, nil
 }
 
 // Seal stamps the claims with the issue time and expiry and seals them.
 func (s *TokenSealer) Seal(c TokenClaims) (string, error) {
 	c.IssuedAt = s.now().UTC()
 	c.ExpiresAt = c.IssuedAt.Add(s.lifetime)
-	plain, err := json.Marshal(c)
+	tok, err := s.box.seal(c)
 	if err != nil {
 		return "", fmt.Errorf("seal token: %w", err)
 	}
-	out := make([]byte, 1+s.aead.NonceSize(), 1+s.aead.NonceSize()+len(plain)+s.aead.Overhead())
-	out[0] = tokenVersion
-	if _, err := io.ReadFull(s.rand, out[1:]); err != nil {
-		return "", fmt.Errorf("seal token: draw nonce: %w", err)
-	}
-	out = s.aead.Seal(out, out[1:], plain, []byte(tokenAAD))
-	return base64.RawURLEncoding.EncodeToString(out), nil
+	return tok, nil
 }
 
 // Binding is what fleetd knows when the second round trip arrives, which a token must match:
@@ -136,18 +121,14 @@ func (t *Token) Claims() TokenClaims { return t.c }
 // clock and its binding; a token altered, expired, or made for another device, EK or AK is
 // refused.
 func (s *TokenSealer) Open(claimedToken string, b Binding) (*Token, error) {
-	raw, err := base64.RawURLEncoding.DecodeString(claimedToken)
-	n := s.aead.NonceSize()
-	if err != nil || len(raw) < 1+n+s.aead.Overhead() || raw[0] != tokenVersion {
-		return nil, refuse(CheckToken, "the token is not a fleetd attestation token")
-	}
-	plain, err := s.aead.Open(nil, raw[1:1+n], raw[1+n:], []byte(tokenAAD))
-	if err != nil {
-		return nil, refuse(CheckToken, "the token was not sealed by this fleetd or was altered")
-	}
 	var c TokenClaims
-	if err := json.Unmarshal(plain, &c); err != nil {
-		return nil, fmt.Errorf("open token: decode sealed claims: %w", err) // fleetd sealed it: our bug
+	switch err := s.box.open(claimedToken, &c); {
+	case errors.Is(err, errNotAToken):
+		return nil, refuse(CheckToken, "the token is not a fleetd attestation token")
+	case errors.Is(err, errNotSealed):
+		return nil, refuse(CheckToken, "the token was not sealed by this fleetd or was altered")
+	case err != nil:
+		return nil, fmt.Errorf("open token: %w", err) // fleetd sealed it: our bug
 	}
 	if now := s.now(); !now.Before(c.ExpiresAt) {
 		return nil, refuse(CheckTokenExpired, "the token expired at %s (issued %s); start the enrollment again",

@@ -28,20 +28,15 @@ func hardwareModuleNameSAN(hwSerialNum []byte) (pkix.Extension, error) {
 	if err != nil {
 		return pkix.Extension{}, fmt.Errorf("encode hardwareModuleName: %w", err)
 	}
-	on, err := asn1.Marshal(otherName{
+	// GeneralName otherName is [0] IMPLICIT OtherName: the SEQUENCE tag becomes [0].
+	gn, err := asn1.MarshalWithParams(otherName{
 		TypeID: OIDHardwareModuleName,
 		Value:  asn1.RawValue{Class: asn1.ClassContextSpecific, Tag: 0, IsCompound: true, Bytes: hmn},
-	})
+	}, "tag:0")
 	if err != nil {
 		return pkix.Extension{}, fmt.Errorf("encode otherName: %w", err)
 	}
-	var seq asn1.RawValue
-	if _, err := asn1.Unmarshal(on, &seq); err != nil {
-		return pkix.Extension{}, fmt.Errorf("re-read otherName: %w", err)
-	}
-	// GeneralName otherName is [0] IMPLICIT OtherName: the SEQUENCE tag becomes [0].
-	gn := asn1.RawValue{Class: asn1.ClassContextSpecific, Tag: 0, IsCompound: true, Bytes: seq.Bytes}
-	names, err := asn1.Marshal([]asn1.RawValue{gn})
+	names, err := asn1.Marshal([]asn1.RawValue{{FullBytes: gn}})
 	if err != nil {
 		return pkix.Extension{}, fmt.Errorf("encode GeneralNames: %w", err)
 	}
@@ -64,8 +59,7 @@ func HardwareModuleName(cert *x509.Certificate) (hwType asn1.ObjectIdentifier, h
 				continue
 			}
 			var on otherName
-			full := append([]byte{0x30}, gn.FullBytes[1:]...) // read [0] IMPLICIT as SEQUENCE
-			if _, err := asn1.Unmarshal(full, &on); err != nil {
+			if _, err := asn1.UnmarshalWithParams(gn.FullBytes, &on, "tag:0"); err != nil { // [0] IMPLICIT OtherName
 				return nil, nil, false, fmt.Errorf("parse otherName: %w", err)
 			}
 			if !on.TypeID.Equal(OIDHardwareModuleName) {
