@@ -76,6 +76,7 @@ func (e *Emulator) createMAC(c *reqCtx) {
 	m.lastUpdated = m.created
 	e.db.macs[m.id] = m
 	c.enqueue("dcim.macaddress", m.id, "object_created", nil, e.snapMAC(m), nil)
+	c.w.Header().Set("ETag", etag(m.lastUpdated)) // single-object creates carry one (ETagMixin)
 	c.write(http.StatusCreated, e.renderMAC(c.rc, m))
 }
 
@@ -219,6 +220,7 @@ func (e *Emulator) createIP(c *reqCtx) {
 	ip.lastUpdated = ip.created
 	e.db.ips[ip.id] = ip
 	c.enqueue("ipam.ipaddress", ip.id, "object_created", nil, e.snapIP(ip), nil)
+	c.w.Header().Set("ETag", etag(ip.lastUpdated)) // single-object creates carry one (ETagMixin)
 	c.write(http.StatusCreated, e.renderIP(c.rc, ip))
 }
 

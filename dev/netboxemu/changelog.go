@@ -1,6 +1,7 @@
 package netboxemu
 
 import (
+	"bytes"
 	"encoding/json"
 	"time"
 )
@@ -38,8 +39,17 @@ type objectChange struct {
 var changeActions = map[string]string{"object_created": "create", "object_updated": "update",
 	"object_deleted": "delete"}
 
-// logChange records one save of the current request.
+// logChange records one save of the current request. As NetBox's handle_changed_object (core/
+// signals.py, ObjectChange.has_changes), a save whose snapshots before and after are equal is
+// not recorded; its event is still sent.
 func (c *reqCtx) logChange(objectType string, id int, eventType string, pre, post any) {
+	if pre != nil && post != nil {
+		a, errA := json.Marshal(pre)
+		b, errB := json.Marshal(post)
+		if errA == nil && errB == nil && bytes.Equal(a, b) {
+			return
+		}
+	}
 	user := ""
 	if c.user != nil {
 		user = c.user.username

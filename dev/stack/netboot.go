@@ -35,7 +35,7 @@ func Netboot(ctx context.Context, info Info, name string, o StepOptions) error {
 	if err != nil {
 		return err
 	}
-	wf, err := machineWorkflow(ctx, kc, info.Namespace, mc.m)
+	wf, err := MachineWorkflow(ctx, kc, info.Namespace, mc.m)
 	if err != nil {
 		return fmt.Errorf("netboot %s: %w", name, err)
 	}
@@ -100,12 +100,12 @@ func (mc *machine) runReported(ctx context.Context, kc client.Client, wf *tinkv1
 	return nil
 }
 
-// machineWorkflow finds the Workflow a worker with this MAC is served: the oldest one whose
+// MachineWorkflow finds the Workflow a worker with this MAC is served: the oldest one whose
 // hardwareMap device_1 is the MAC and that has not ended. Tinkerbell finds it through an index;
 // the stack looks first among the Workflows fleetd labelled with the machine's device id (one
 // small List), and reads every Workflow of the namespace only when none of those is open, so
 // that a netboot does not cost a List of the whole fleet's Workflows.
-func machineWorkflow(ctx context.Context, c client.Client, namespace string, m Machine) (*tinkv1.Workflow, error) {
+func MachineWorkflow(ctx context.Context, c client.Client, namespace string, m Machine) (*tinkv1.Workflow, error) {
 	if m.MAC == "" {
 		return nil, errors.New("the machine has no MAC in NetBox, so no worker id: Tinkerbell serves it nothing")
 	}

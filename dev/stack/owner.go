@@ -99,13 +99,6 @@ func (o *Owner) Devices(ctx context.Context) ([]OwnerDevice, error) {
 	return out, nil
 }
 
-// DeviceByID reads a device by its id.
-func (o *Owner) DeviceByID(ctx context.Context, id int64) (OwnerDevice, error) {
-	var d OwnerDevice
-	err := o.do(ctx, http.MethodGet, "/api/dcim/devices/"+strconv.FormatInt(id, 10)+"/", nil, &d)
-	return d, err
-}
-
 // Patch changes a device as the owner: body is the JSON object sent, e.g.
 // {"custom_fields": {"desired_action": "provision"}} or {"status": "decommissioning"}.
 func (o *Owner) Patch(ctx context.Context, id int64, body map[string]any) (OwnerDevice, error) {

@@ -95,13 +95,3 @@ func (i *Instance) ReplayEventLog(eventLog []byte) error {
 	defer rw.Close()
 	return ReplayEventLog(rw, eventLog)
 }
-
-// ExtendPCR extends one PCR of the running instance (see the package function).
-func (i *Instance) ExtendPCR(pcr int, alg attest.HashAlg, digest []byte) error {
-	rw, err := i.Open()
-	if err != nil {
-		return err
-	}
-	defer rw.Close()
-	return ExtendPCR(rw, pcr, alg, digest)
-}

@@ -20,27 +20,22 @@ import (
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/folly-infra/fleetd/fleet"
 	"github.com/folly-infra/fleetd/workflows"
 )
 
-// Option changes how states are written and which clock stamps them.
+// Option changes how states are written.
 type Option func(*options)
 
 type options struct {
 	newSpelling bool
-	clock       fleet.Clock
 }
 
 // NewSpelling writes the states of the newer tinkerbell/tinkerbell (SUCCESS, RUNNING, ...)
 // instead of tink v0.12.2's (STATE_SUCCESS, ...), so that fleetd's reading of both is exercised.
 func NewSpelling() Option { return func(o *options) { o.newSpelling = true } }
 
-// WithClock stamps startedAt, durations and condition times from c instead of the wall clock.
-func WithClock(c fleet.Clock) Option { return func(o *options) { o.clock = c } }
-
 func newOptions(opts []Option) options {
-	o := options{clock: fleet.SystemClock{}}
+	var o options
 	for _, f := range opts {
 		f(&o)
 	}
@@ -80,7 +75,7 @@ func Render(ctx context.Context, c client.Client, wf *tinkv1.Workflow, opts ...O
 		return nil
 	}
 	hw, rendered, renderErr := renderFor(ctx, c, wf)
-	now := metav1.NewTime(o.clock.Now().UTC())
+	now := metav1.NewTime(time.Now().UTC())
 	if renderErr != nil {
 		wf.Status.TemplateRendering = tinkv1.TemplateRenderingFailed
 		wf.Status.SetCondition(tinkv1.WorkflowCondition{Type: tinkv1.TemplateRenderedSuccess, Status: metav1.ConditionFalse,

@@ -87,7 +87,7 @@ func applyReport(wf *tinkv1.Workflow, action string, state tinkv1.WorkflowState,
 		return false, fmt.Errorf("action %q comes before %q and has not succeeded", prev, action)
 	}
 	a := &wf.Status.Tasks[ti].Actions[ai]
-	now := o.clock.Now().UTC()
+	now := time.Now().UTC()
 	switch bare(state) {
 	case "RUNNING":
 		t := metav1.NewTime(now)
@@ -118,22 +118,12 @@ func finishPost(ctx context.Context, c client.Client, wf *tinkv1.Workflow, o opt
 			return err
 		}
 	}
-	return SetState(ctx, c, wf, tinkv1.WorkflowStateSuccess, opts(o)...)
+	return setState(ctx, c, wf, tinkv1.WorkflowStateSuccess, o)
 }
 
-func opts(o options) []Option {
-	out := []Option{WithClock(o.clock)}
-	if o.newSpelling {
-		out = append(out, NewSpelling())
-	}
-	return out
-}
-
-// SetState writes the Workflow's state directly (either spelling accepted, written in the chosen
-// one), for tests that need a state without walking the actions. After POST→SUCCESS the
-// toggled-false bookkeeping is recorded as tink-controller does.
-func SetState(ctx context.Context, c client.Client, wf *tinkv1.Workflow, state tinkv1.WorkflowState, opt ...Option) error {
-	o := newOptions(opt)
+// setState writes the Workflow's state directly (either spelling accepted, written in the chosen
+// one). After POST→SUCCESS the toggled-false bookkeeping is recorded as tink-controller does.
+func setState(ctx context.Context, c client.Client, wf *tinkv1.Workflow, state tinkv1.WorkflowState, o options) error {
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		if err := c.Get(ctx, client.ObjectKeyFromObject(wf), wf); err != nil {
 			return err

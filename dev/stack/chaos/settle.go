@@ -66,9 +66,9 @@ func (w *world) play(ctx context.Context, name string, d devState, booted map[st
 	if _, ok := info.Machines[name]; !ok {
 		return false
 	}
-	if open, err := w.openWorkflows(ctx, name); err == nil && len(open) > 0 {
+	if wf, err := w.openWorkflow(ctx, name); err == nil {
 		err := stack.Netboot(ctx, info, name, stack.StepOptions{Out: out})
-		fmt.Fprintf(out, "chaos settle: %s netboots Workflow %s: %v\n", name, open[0].Name, err)
+		fmt.Fprintf(out, "chaos settle: %s netboots Workflow %s: %v\n", name, wf.Name, err)
 		return true
 	}
 	if d.state == "configuring" && !booted[d.request] {

@@ -4,18 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"time"
 
 	tinkv1 "github.com/tinkerbell/tink/api/v1alpha1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/folly-infra/fleetd/dev/stack"
-	"github.com/folly-infra/fleetd/workflows"
 )
 
 // world is what surrounds fleetd in a schedule: the machines and Tinkerbell, reading the
@@ -67,41 +63,10 @@ func (d devState) quiet() bool {
 	return true
 }
 
-// openWorkflows lists the Workflows a worker with the machine's MAC would be served, oldest
-// first (those that have not ended).
-func (w *world) openWorkflows(ctx context.Context, name string) ([]tinkv1.Workflow, error) {
-	mac := w.s.Info().Machines[name].MAC
-	var list tinkv1.WorkflowList
-	if err := w.s.Kube().List(ctx, &list, client.InNamespace(w.s.Info().Namespace)); err != nil {
-		return nil, fmt.Errorf("list Workflows: %w", err)
-	}
-	var open []tinkv1.Workflow
-	for _, wf := range list.Items {
-		st := strings.TrimPrefix(string(wf.Status.State), "STATE_")
-		if wf.Spec.HardwareMap[workflows.MapMAC] == mac && (st == "" || st == "PREPARING" || st == "PENDING" || st == "RUNNING") {
-			open = append(open, wf)
-		}
-	}
-	sort.Slice(open, func(i, j int) bool {
-		a, b := open[i].CreationTimestamp, open[j].CreationTimestamp
-		if a.Equal(&b) {
-			return open[i].Name < open[j].Name
-		}
-		return a.Before(&b)
-	})
-	return open, nil
-}
-
-// openWorkflow is the Workflow the machine's worker runs next.
+// openWorkflow is the Workflow the machine's worker runs next (stack.MachineWorkflow); an error
+// wrapping stack.ErrNoWorkflow when none waits.
 func (w *world) openWorkflow(ctx context.Context, name string) (*tinkv1.Workflow, error) {
-	open, err := w.openWorkflows(ctx, name)
-	if err != nil {
-		return nil, err
-	}
-	if len(open) == 0 {
-		return nil, fmt.Errorf("no Workflow waits for machine %s", name)
-	}
-	return &open[0], nil
+	return stack.MachineWorkflow(ctx, w.s.Kube(), w.s.Info().Namespace, w.s.Info().Machines[name])
 }
 
 // waitWorkflow waits up to d until a Workflow waits for the machine, or nothing is on its way
@@ -110,9 +75,8 @@ func (w *world) waitWorkflow(ctx context.Context, name string, d time.Duration) 
 	waitFor(ctx, d, func() bool {
 		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
-		open, err := w.openWorkflows(lctx, name)
-		if err != nil || len(open) > 0 {
-			return true
+		if _, err := w.openWorkflow(lctx, name); !errors.Is(err, stack.ErrNoWorkflow) {
+			return true // a Workflow waits, or the API server cannot be asked
 		}
 		dev, err := w.device(name)
 		return err != nil || dev.quiet()
