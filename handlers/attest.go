@@ -12,7 +12,7 @@ import (
 func (s *Server) challenge(w http.ResponseWriter, r *http.Request) {
 	var req api.ChallengeRequest
 	if err := decodeJSON(r, &req); err != nil {
-		s.nodeError(w, fleet.Outcome{Step: "challenge", Result: "refused", Check: "malformed"}, err)
+		s.nodeError(w, fleet.Outcome{Step: "challenge", Result: "refused", Check: api.CodeMalformed}, err)
 		return
 	}
 	in := fleet.ChallengeInput{ClaimedDevice: req.Device, ClaimedTPMVersion: req.TPMVersion}
@@ -23,8 +23,8 @@ func (s *Server) challenge(w http.ResponseWriter, r *http.Request) {
 		in.AK = req.AK.Attest()
 	}
 	if req.TPMVersion == attest.TPMVersion20 && (req.EK == nil || req.AK == nil) {
-		s.nodeError(w, fleet.Outcome{Device: req.Device, Step: "challenge", Result: "refused", Check: "malformed"},
-			fleet.Refuse(fleet.RefusedInvalid, "malformed", "a TPM 2.0 challenge request needs both ek and ak"))
+		s.nodeError(w, fleet.Outcome{Device: req.Device, Step: "challenge", Result: "refused", Check: api.CodeMalformed},
+			fleet.Refuse(fleet.RefusedInvalid, api.CodeMalformed, "a TPM 2.0 challenge request needs both ek and ak"))
 		return
 	}
 	ch, out, err := s.deps.Service.EnrollChallenge(r.Context(), in)
@@ -40,13 +40,13 @@ func (s *Server) challenge(w http.ResponseWriter, r *http.Request) {
 func (s *Server) evidence(w http.ResponseWriter, r *http.Request) {
 	var req api.EvidenceRequest
 	if err := decodeJSON(r, &req); err != nil {
-		s.nodeError(w, fleet.Outcome{Step: "evidence", Result: "refused", Check: "malformed"}, err)
+		s.nodeError(w, fleet.Outcome{Step: "evidence", Result: "refused", Check: api.CodeMalformed}, err)
 		return
 	}
 	platform, err := req.Platform.Attest()
 	if err != nil {
-		s.nodeError(w, fleet.Outcome{Device: req.Device, Step: "evidence", Result: "refused", Check: "malformed"},
-			fleet.Refuse(fleet.RefusedInvalid, "malformed", "%v", err))
+		s.nodeError(w, fleet.Outcome{Device: req.Device, Step: "evidence", Result: "refused", Check: api.CodeMalformed},
+			fleet.Refuse(fleet.RefusedInvalid, api.CodeMalformed, "%v", err))
 		return
 	}
 	in := fleet.EvidenceInput{ClaimedDevice: req.Device, Token: req.Token, Secret: req.Secret, Platform: platform,

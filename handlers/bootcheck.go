@@ -23,13 +23,13 @@ func (s *Server) bootCheckNonce(w http.ResponseWriter, r *http.Request) {
 func (s *Server) bootCheck(w http.ResponseWriter, r *http.Request) {
 	var req api.BootCheckRequest
 	if err := decodeJSON(r, &req); err != nil {
-		s.nodeError(w, fleet.Outcome{Step: "boot-check", Result: "refused", Check: "malformed"}, err)
+		s.nodeError(w, fleet.Outcome{Step: "boot-check", Result: "refused", Check: api.CodeMalformed}, err)
 		return
 	}
 	platform, err := req.Platform.Attest()
 	if err != nil {
-		s.nodeError(w, fleet.Outcome{Step: "boot-check", Result: "refused", Check: "malformed"},
-			fleet.Refuse(fleet.RefusedInvalid, "malformed", "%v", err))
+		s.nodeError(w, fleet.Outcome{Step: "boot-check", Result: "refused", Check: api.CodeMalformed},
+			fleet.Refuse(fleet.RefusedInvalid, api.CodeMalformed, "%v", err))
 		return
 	}
 	res, out, err := s.deps.Service.BootCheck(r.Context(), fleet.BootCheckInput{Token: req.Token, LAKChain: req.LAKChain, Platform: platform})

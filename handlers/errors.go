@@ -7,14 +7,9 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/folly-infra/fleetd/api"
 	"github.com/folly-infra/fleetd/fleet"
 )
-
-// errorBody is every error response (SPEC §6): a stable code and one sentence.
-type errorBody struct {
-	Error   string `json:"error"`
-	Message string `json:"message"`
-}
 
 // statusOf maps a refusal class to its status code.
 func statusOf(c fleet.RefusalClass) int {
@@ -36,17 +31,17 @@ func statusOf(c fleet.RefusalClass) int {
 // detail stays in the log: STYLE habit 3).
 func writeError(w http.ResponseWriter, log zerolog.Logger, err error) {
 	if r, ok := fleet.AsRefusal(err); ok {
-		writeJSON(w, statusOf(r.Class), errorBody{Error: r.Code, Message: r.Msg})
+		writeJSON(w, statusOf(r.Class), api.Error{Code: r.Code, Message: r.Msg})
 		return
 	}
 	if errors.Is(err, fleet.ErrInventory) {
 		log.Error().Err(err).Msg("netbox unavailable")
-		writeJSON(w, http.StatusServiceUnavailable, errorBody{Error: "netbox_unavailable",
+		writeJSON(w, http.StatusServiceUnavailable, api.Error{Code: "netbox_unavailable",
 			Message: "fleetd could not reach NetBox; retry shortly"})
 		return
 	}
 	log.Error().Err(err).Msg("internal error")
-	writeJSON(w, http.StatusInternalServerError, errorBody{Error: "internal",
+	writeJSON(w, http.StatusInternalServerError, api.Error{Code: api.CodeInternal,
 		Message: "fleetd failed to handle the request; its log has the detail under request id " + w.Header().Get("X-Request-Id")})
 }
 
@@ -67,10 +62,10 @@ func decodeJSON(r *http.Request, v any) error {
 		if errors.As(err, &tooBig) {
 			return fleet.Refuse(fleet.RefusedInvalid, "too_large", "the request body is larger than %d bytes", tooBig.Limit)
 		}
-		return fleet.Refuse(fleet.RefusedInvalid, "malformed", "the request body is not the expected JSON: %v", err)
+		return fleet.Refuse(fleet.RefusedInvalid, api.CodeMalformed, "the request body is not the expected JSON: %v", err)
 	}
 	if dec.More() {
-		return fleet.Refuse(fleet.RefusedInvalid, "malformed", "the request body has data after the JSON object")
+		return fleet.Refuse(fleet.RefusedInvalid, api.CodeMalformed, "the request body has data after the JSON object")
 	}
 	return nil
 }

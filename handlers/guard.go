@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/folly-infra/fleetd/api"
 	"golang.org/x/time/rate"
 )
 
@@ -89,7 +90,7 @@ func (s *Server) guard(rt Route, h http.Handler) http.Handler {
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if s.deps.NodesNeedTLS && r.TLS == nil {
-			writeJSON(w, http.StatusForbidden, errorBody{Error: "tls_required",
+			writeJSON(w, http.StatusForbidden, api.Error{Code: "tls_required",
 				Message: "node routes are served only over HTTPS; use fleetd's https URL (public_url)"})
 			return
 		}
@@ -98,7 +99,7 @@ func (s *Server) guard(rt Route, h http.Handler) http.Handler {
 			if err == nil {
 				if ok, wait := s.limiter.allow(addr, time.Now()); !ok {
 					w.Header().Set("Retry-After", strconv.Itoa(int(wait.Seconds())+1))
-					writeJSON(w, http.StatusTooManyRequests, errorBody{Error: "rate_limited",
+					writeJSON(w, http.StatusTooManyRequests, api.Error{Code: "rate_limited",
 						Message: "too many requests from " + addr.String() + "; retry after the Retry-After seconds"})
 					return
 				}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gorilla/mux"
 
+	"github.com/folly-infra/fleetd/api"
 	"github.com/folly-infra/fleetd/fleet"
 )
 
@@ -88,7 +89,7 @@ func (s *Server) operatorOnly(h http.HandlerFunc) http.HandlerFunc {
 		tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		if !ok || subtle.ConstantTimeCompare([]byte(tok), s.deps.OperatorToken) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="fleetd"`)
-			writeJSON(w, http.StatusUnauthorized, errorBody{Error: "unauthorized",
+			writeJSON(w, http.StatusUnauthorized, api.Error{Code: "unauthorized",
 				Message: "operator routes need Authorization: Bearer <the token in operator.token_file>"})
 			return
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 
+	"github.com/folly-infra/fleetd/api"
 	"github.com/folly-infra/fleetd/fleet"
 	"github.com/folly-infra/fleetd/webhook"
 )
@@ -73,10 +74,10 @@ func New(deps Deps) (*Server, error) {
 		return nil, err
 	}
 	r.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusNotFound, errorBody{Error: "no_route", Message: "fleetd serves no such route; see docs/http.md"})
+		writeJSON(w, http.StatusNotFound, api.Error{Code: "no_route", Message: "fleetd serves no such route; see docs/http.md"})
 	})
 	r.MethodNotAllowedHandler = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusMethodNotAllowed, errorBody{Error: "method_not_allowed", Message: "the route exists with another method; see docs/http.md"})
+		writeJSON(w, http.StatusMethodNotAllowed, api.Error{Code: "method_not_allowed", Message: "the route exists with another method; see docs/http.md"})
 	})
 	s.handler = r
 	return s, nil

@@ -7,6 +7,7 @@
 #   prometheus          promtool, which checks and unit-tests the alert rules
 #   libssl-dev          cgo build of the go-tpm-tools TPM simulator used in tests
 #   nix-bin             nix-instantiate, which parses the NixOS module
+#   systemd             systemd-analyze, which verifies the units (the deploy tests skip without it)
 set -eu
 need=""
 have_cmd() { command -v "$1" >/dev/null 2>&1; }
@@ -18,6 +19,7 @@ have_cmd kea-dhcp4 || need="$need kea-dhcp4-server"
 have_cmd promtool || need="$need prometheus"
 have_pkg libssl-dev || need="$need libssl-dev"
 have_cmd nix-instantiate || need="$need nix-bin"
+have_cmd systemd-analyze || need="$need systemd"
 [ -z "$need" ] && exit 0
 
 echo "install-deps: installing missing Debian packages:$need" >&2
