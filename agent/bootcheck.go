@@ -46,7 +46,7 @@ func BootCheck(ctx context.Context, cfg BootCheckConfig) error {
 		return &TPMError{Op: "open TPM", Err: err}
 	}
 	defer tpm.Close()
-	c := &client{base: cfg.FleetdURL, http: cfg.HTTPClient, retries: cfg.Retries, wait: cfg.RetryWait, log: log}
+	c := cfg.Conn.client(log)
 	res, err := bootCheck(ctx, tpm, c, chain, blob)
 	if err != nil {
 		return err

@@ -2,11 +2,8 @@ package agent
 
 import (
 	"flag"
-	"fmt"
 	"io"
-	"net/http"
 	"strings"
-	"time"
 
 	"github.com/google/go-attestation/attest"
 	"github.com/rs/zerolog"
@@ -20,22 +17,15 @@ const DefaultNodeDir = "/var/lib/fleetd-node"
 // BootCheckConfig is what `fleetd boot-check` needs. Zero values take the defaults documented on
 // each field, which are what an installed node has.
 type BootCheckConfig struct {
-	FleetdURL string // fleetd's base URL (required; FLEETD_URL)
-	TPM       string // "" is /dev/tpmrm0; a device path, or "swtpm:HOST:PORT" (FLEETD_TPM)
-	EventLog  string // "" is /sys/kernel/security/tpm0/binary_bios_measurements (FLEETD_EVENT_LOG)
-	Dir       string // "" is DefaultNodeDir: holds lak.pem and lak.blob (FLEETD_NODE_DIR)
-	CAFile    string // PEM roots for fleetd's TLS certificate; "" uses the system roots (FLEETD_CA_FILE)
-
-	Timeout   time.Duration // per HTTP request; 30s when zero
-	Retries   int           // retries on connection errors, 5xx and 429; 5 when zero, none when negative
-	RetryWait time.Duration // the first retry's wait, doubling up to 30s; 1s when zero
+	Conn            // how to reach fleetd
+	TPM      string // "" is /dev/tpmrm0; a device path, or "swtpm:HOST:PORT" (FLEETD_TPM)
+	EventLog string // "" is /sys/kernel/security/tpm0/binary_bios_measurements (FLEETD_EVENT_LOG)
+	Dir      string // "" is DefaultNodeDir: holds lak.pem and lak.blob (FLEETD_NODE_DIR)
 
 	// Channel, when set, is the TPM to use instead of opening TPM (tests use the simulator). It
 	// is closed by BootCheck.
 	Channel attest.CommandChannelTPM20
-	// HTTPClient, when set, replaces the client built from Timeout and CAFile.
-	HTTPClient *http.Client
-	Log        zerolog.Logger
+	Log     zerolog.Logger
 }
 
 // withDefaults fills in the defaults and validates the configuration.
@@ -46,7 +36,7 @@ func (c BootCheckConfig) withDefaults() (BootCheckConfig, error) {
 	if c.EventLog == "" {
 		c.EventLog = tpmconn.DefaultEventLog
 	}
-	problems := connDefaults(&c.FleetdURL, c.CAFile, &c.Timeout, &c.Retries, &c.RetryWait, &c.HTTPClient)
+	problems := c.Conn.defaults()
 	if len(problems) > 0 {
 		return c, &UsageError{Msg: strings.Join(problems, "; ")}
 	}
@@ -60,22 +50,11 @@ func ParseBootCheckArgs(args []string, getenv func(string) string, stderr io.Wri
 	var c BootCheckConfig
 	fs := flag.NewFlagSet("fleetd boot-check", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&c.FleetdURL, "fleetd-url", getenv("FLEETD_URL"), "fleetd's base URL (FLEETD_URL)")
+	c.Conn.addFlags(fs, getenv)
 	fs.StringVar(&c.FleetdURL, "url", getenv("FLEETD_URL"), "the same as --fleetd-url")
 	fs.StringVar(&c.TPM, "tpm", getenv("FLEETD_TPM"), "TPM device path or swtpm:HOST:PORT; /dev/tpmrm0 when empty (FLEETD_TPM)")
 	fs.StringVar(&c.EventLog, "event-log", getenv("FLEETD_EVENT_LOG"), "measured-boot event log file; the kernel's when empty (FLEETD_EVENT_LOG)")
 	fs.StringVar(&c.Dir, "dir", getenv("FLEETD_NODE_DIR"), "the directory holding lak.pem and lak.blob from the enrollment; "+DefaultNodeDir+" when empty (FLEETD_NODE_DIR)")
-	fs.StringVar(&c.CAFile, "ca-file", getenv("FLEETD_CA_FILE"), "PEM roots for fleetd's TLS certificate (FLEETD_CA_FILE)")
-	fs.DurationVar(&c.Timeout, "timeout", 30*time.Second, "timeout of each request to fleetd")
-	fs.IntVar(&c.Retries, "retries", 5, "retries on connection errors, 5xx and 429 (rate limited)")
-	if err := fs.Parse(args); err != nil {
-		return c, &UsageError{Msg: err.Error()}
-	}
-	if fs.NArg() > 0 {
-		return c, &UsageError{Msg: fmt.Sprintf("unexpected arguments %q", fs.Args())}
-	}
-	if c.Retries == 0 {
-		c.Retries = -1 // --retries 0: none (a zero BootCheckConfig.Retries means the default)
-	}
-	return c, nil
+	err := c.Conn.parseFlags(fs, args) // before c is returned: it sets Retries
+	return c, err
 }

@@ -20,26 +20,31 @@ import (
 // EnrollConfig is what `fleetd enroll` needs. Zero values take the defaults documented on each
 // field, which are what a HookOS Workflow action has.
 type EnrollConfig struct {
-	FleetdURL string // fleetd's base URL, e.g. "https://spore.lan:8443" (required; FLEETD_URL)
-	Device    string // the NetBox device name the Workflow gives (required; FLEETD_DEVICE)
+	Conn          // how to reach fleetd
+	Device string // the NetBox device name the Workflow gives (required; FLEETD_DEVICE)
 
 	TPM         string // "" is /dev/tpmrm0; a device path, or "swtpm:HOST:PORT" (FLEETD_TPM)
 	EventLog    string // "" is SysRoot/kernel/security/tpm0/binary_bios_measurements
 	SysRoot     string // "" is /sys: dmi/id (SMBIOS), block (disk serials), class/tpm (FLEETD_SYSFS)
 	DevRoot     string // "" is /dev: disk/by-id (FLEETD_DEVFS)
 	WorkflowDir string // "" is /workflow (FLEETD_WORKFLOW_DIR)
-	CAFile      string // PEM roots for fleetd's TLS certificate; "" uses the system roots (FLEETD_CA_FILE)
-
-	Timeout   time.Duration // per HTTP request; 30s when zero
-	Retries   int           // retries on connection errors, 5xx and 429; 5 when zero, none when negative
-	RetryWait time.Duration // the first retry's wait, doubling up to 30s; 1s when zero
 
 	// Channel, when set, is the TPM to use instead of opening TPM (tests use the simulator). It
 	// is closed by Enroll.
 	Channel attest.CommandChannelTPM20
+	Log     zerolog.Logger
+}
+
+// Conn is how the agent reaches fleetd, the same for `fleetd enroll` and `fleetd boot-check`.
+// Zero values take the defaults documented on each field.
+type Conn struct {
+	FleetdURL string        // fleetd's base URL, e.g. "https://spore.lan:8443" (required; FLEETD_URL)
+	CAFile    string        // PEM roots for fleetd's TLS certificate; "" uses the system roots (FLEETD_CA_FILE)
+	Timeout   time.Duration // per HTTP request; 30s when zero
+	Retries   int           // retries on connection errors, 5xx and 429; 5 when zero, none when negative
+	RetryWait time.Duration // the first retry's wait, doubling up to 30s; 1s when zero
 	// HTTPClient, when set, replaces the client built from Timeout and CAFile.
 	HTTPClient *http.Client
-	Log        zerolog.Logger
 }
 
 // withDefaults fills in the defaults and validates the configuration. The defaulted
@@ -55,7 +60,7 @@ func (c EnrollConfig) withDefaults() (EnrollConfig, error) {
 	def(&c.DevRoot, "/dev")
 	def(&c.WorkflowDir, "/workflow")
 	def(&c.EventLog, filepath.Join(c.SysRoot, "kernel/security/tpm0/binary_bios_measurements"))
-	problems := connDefaults(&c.FleetdURL, c.CAFile, &c.Timeout, &c.Retries, &c.RetryWait, &c.HTTPClient)
+	problems := c.Conn.defaults()
 	if strings.TrimSpace(c.Device) == "" {
 		problems = append(problems, "no device name (set --device or FLEETD_DEVICE from the Workflow's hardwareMap)")
 	}
@@ -65,33 +70,60 @@ func (c EnrollConfig) withDefaults() (EnrollConfig, error) {
 	return c, nil
 }
 
-// connDefaults fills in the connection settings enroll and boot-check share (timeout 30s, 5
-// retries, first wait 1s, the HTTP client from the CA file) and lists what is wrong with them.
-// The URL loses its trailing slashes.
-func connDefaults(fleetdURL *string, caFile string, timeout *time.Duration, retries *int, retryWait *time.Duration, client **http.Client) []string {
-	if *timeout == 0 {
-		*timeout = 30 * time.Second
+// defaults fills in the connection defaults (timeout 30s, 5 retries, first wait 1s, the HTTP
+// client from the CA file) and lists what is wrong. The URL loses its trailing slashes.
+func (c *Conn) defaults() []string {
+	if c.Timeout == 0 {
+		c.Timeout = 30 * time.Second
 	}
-	if *retries == 0 {
-		*retries = 5
-	} else if *retries < 0 {
-		*retries = 0
+	if c.Retries == 0 {
+		c.Retries = 5
+	} else if c.Retries < 0 {
+		c.Retries = 0
 	}
-	if *retryWait == 0 {
-		*retryWait = time.Second
+	if c.RetryWait == 0 {
+		c.RetryWait = time.Second
 	}
 	var problems []string
-	u, err := url.Parse(*fleetdURL)
-	if *fleetdURL == "" || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		problems = append(problems, fmt.Sprintf("the fleetd URL %q is not an http(s) URL (set --fleetd-url or FLEETD_URL)", *fleetdURL))
+	u, err := url.Parse(c.FleetdURL)
+	if c.FleetdURL == "" || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		problems = append(problems, fmt.Sprintf("the fleetd URL %q is not an http(s) URL (set --fleetd-url or FLEETD_URL)", c.FleetdURL))
 	}
-	if *client == nil {
-		if *client, err = newHTTPClient(caFile, *timeout); err != nil {
+	if c.HTTPClient == nil {
+		if c.HTTPClient, err = newHTTPClient(c.CAFile, c.Timeout); err != nil {
 			problems = append(problems, err.Error())
 		}
 	}
-	*fleetdURL = strings.TrimRight(*fleetdURL, "/")
+	c.FleetdURL = strings.TrimRight(c.FleetdURL, "/")
 	return problems
+}
+
+// addFlags registers the connection's flags, each defaulting to its environment variable.
+func (c *Conn) addFlags(fs *flag.FlagSet, getenv func(string) string) {
+	fs.StringVar(&c.FleetdURL, "fleetd-url", getenv("FLEETD_URL"), "fleetd's base URL (FLEETD_URL)")
+	fs.StringVar(&c.CAFile, "ca-file", getenv("FLEETD_CA_FILE"), "PEM roots for fleetd's TLS certificate (FLEETD_CA_FILE)")
+	fs.DurationVar(&c.Timeout, "timeout", 30*time.Second, "timeout of each request to fleetd")
+	fs.IntVar(&c.Retries, "retries", 5, "retries on connection errors, 5xx and 429 (rate limited)")
+}
+
+// parseFlags parses a command's flags, refuses extra arguments, and turns --retries 0 into no
+// retries (a zero Conn.Retries means the default). Errors are *UsageError.
+func (c *Conn) parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return &UsageError{Msg: err.Error()}
+	}
+	if fs.NArg() > 0 {
+		return &UsageError{Msg: fmt.Sprintf("unexpected arguments %q", fs.Args())}
+	}
+	if c.Retries == 0 {
+		c.Retries = -1
+	}
+	return nil
+}
+
+// client is the fleetd client of a defaulted Conn.
+func (c *Conn) client(log zerolog.Logger) *client {
+	return &client{base: c.FleetdURL, http: c.HTTPClient, retries: c.Retries, wait: c.RetryWait, log: log}
 }
 
 func newHTTPClient(caFile string, timeout time.Duration) (*http.Client, error) {
@@ -117,24 +149,13 @@ func ParseEnrollArgs(args []string, getenv func(string) string, stderr io.Writer
 	var c EnrollConfig
 	fs := flag.NewFlagSet("fleetd enroll", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&c.FleetdURL, "fleetd-url", getenv("FLEETD_URL"), "fleetd's base URL (FLEETD_URL)")
+	c.Conn.addFlags(fs, getenv)
 	fs.StringVar(&c.Device, "device", getenv("FLEETD_DEVICE"), "the NetBox device name (FLEETD_DEVICE)")
 	fs.StringVar(&c.TPM, "tpm", getenv("FLEETD_TPM"), "TPM device path or swtpm:HOST:PORT; /dev/tpmrm0 when empty (FLEETD_TPM)")
 	fs.StringVar(&c.EventLog, "event-log", getenv("FLEETD_EVENT_LOG"), "measured-boot event log file (FLEETD_EVENT_LOG)")
 	fs.StringVar(&c.SysRoot, "sysfs", getenv("FLEETD_SYSFS"), "sysfs root, /sys when empty (FLEETD_SYSFS)")
 	fs.StringVar(&c.DevRoot, "devfs", getenv("FLEETD_DEVFS"), "device root, /dev when empty (FLEETD_DEVFS)")
 	fs.StringVar(&c.WorkflowDir, "workflow-dir", getenv("FLEETD_WORKFLOW_DIR"), "where to write the enrollment's files, /workflow when empty (FLEETD_WORKFLOW_DIR)")
-	fs.StringVar(&c.CAFile, "ca-file", getenv("FLEETD_CA_FILE"), "PEM roots for fleetd's TLS certificate (FLEETD_CA_FILE)")
-	fs.DurationVar(&c.Timeout, "timeout", 30*time.Second, "timeout of each request to fleetd")
-	fs.IntVar(&c.Retries, "retries", 5, "retries on connection errors, 5xx and 429 (rate limited)")
-	if err := fs.Parse(args); err != nil {
-		return c, &UsageError{Msg: err.Error()}
-	}
-	if fs.NArg() > 0 {
-		return c, &UsageError{Msg: fmt.Sprintf("unexpected arguments %q", fs.Args())}
-	}
-	if c.Retries == 0 {
-		c.Retries = -1 // --retries 0: none (a zero EnrollConfig.Retries means the default)
-	}
-	return c, nil
+	err := c.Conn.parseFlags(fs, args) // before c is returned: it sets Retries
+	return c, err
 }

@@ -22,7 +22,7 @@ func TestParseEnrollArgs(t *testing.T) {
 		cfg.Retries != 0 || cfg.WorkflowDir != "/workflow" || cfg.EventLog != "/sys/kernel/security/tpm0/binary_bios_measurements" {
 		t.Errorf("config = %+v", cfg)
 	}
-	_, err = EnrollConfig{FleetdURL: "spore:8443"}.withDefaults()
+	_, err = EnrollConfig{Conn: Conn{FleetdURL: "spore:8443"}}.withDefaults()
 	if ExitCode(err) != ExitUsage || !strings.Contains(err.Error(), "not an http(s) URL") || !strings.Contains(err.Error(), "no device name") {
 		t.Errorf("err = %v, want a usage error listing both problems", err)
 	}

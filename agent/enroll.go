@@ -36,10 +36,9 @@ func Enroll(ctx context.Context, cfg EnrollConfig) error {
 		return cfgErr
 	}
 	e := &enrollment{
-		cfg: cfg,
-		log: cfg.Log.With().Str("device", cfg.Device).Logger(),
-		client: &client{base: cfg.FleetdURL, http: cfg.HTTPClient, retries: cfg.Retries, wait: cfg.RetryWait,
-			log: cfg.Log.With().Str("device", cfg.Device).Logger()},
+		cfg:    cfg,
+		log:    cfg.Log.With().Str("device", cfg.Device).Logger(),
+		client: cfg.Conn.client(cfg.Log.With().Str("device", cfg.Device).Logger()),
 	}
 	ch := cfg.Channel
 	var err error

@@ -53,7 +53,7 @@ func TestEnrollSimulator(t *testing.T) {
 	wf := t.TempDir()
 	mustWrite(t, filepath.Join(wf, agent.FileDisk), "/dev/disk/by-id/stale\n")
 
-	err = agent.Enroll(context.Background(), agent.EnrollConfig{FleetdURL: srv.URL, Device: "node-a", Channel: ch,
+	err = agent.Enroll(context.Background(), agent.EnrollConfig{Conn: agent.Conn{FleetdURL: srv.URL}, Device: "node-a", Channel: ch,
 		SysRoot: sysRoot, DevRoot: devRoot, WorkflowDir: wf, Log: zerolog.New(zerolog.NewTestWriter(t))})
 	if err != nil {
 		t.Fatalf("Enroll: %v (exit %d)", err, agent.ExitCode(err))
@@ -101,8 +101,8 @@ func swtpmConfig(t *testing.T, url, device string) (*swtpm.Instance, agent.Enrol
 	logFile := filepath.Join(t.TempDir(), "binary_bios_measurements")
 	mustWrite(t, logFile, string(eventlogs.Ubuntu2104NoSecureBoot))
 	sysRoot, devRoot := fakeMachine(t, "2")
-	return inst, agent.EnrollConfig{FleetdURL: url, Device: device, TPM: inst.Spec(), EventLog: logFile,
-		SysRoot: sysRoot, DevRoot: devRoot, WorkflowDir: t.TempDir(), RetryWait: time.Millisecond,
+	return inst, agent.EnrollConfig{Conn: agent.Conn{FleetdURL: url, RetryWait: time.Millisecond}, Device: device, TPM: inst.Spec(), EventLog: logFile,
+		SysRoot: sysRoot, DevRoot: devRoot, WorkflowDir: t.TempDir(),
 		Log: zerolog.New(zerolog.NewTestWriter(t))}
 }
 

@@ -53,7 +53,7 @@ func newBootBench(b *testing.B) *bootBench {
 	sim, ch := simulatorBoot(b)
 	b.Cleanup(func() { sim.Close() })
 	f, dir := enrollActive(b, catalog(fleet.SecureBootRequired), simulatorEK(b, ch), agent.EnrollConfig{Channel: ch})
-	if err := agent.BootCheck(b.Context(), agent.BootCheckConfig{FleetdURL: f.url, Dir: dir, Channel: ch, Log: zerolog.Nop()}); err != nil {
+	if err := agent.BootCheck(b.Context(), agent.BootCheckConfig{Conn: agent.Conn{FleetdURL: f.url}, Dir: dir, Channel: ch, Log: zerolog.Nop()}); err != nil {
 		b.Fatal(err)
 	}
 	bb := &bootBench{f: f, device: f.inv.Get(12), req: node{ch: ch, dir: dir, url: f.url}.request(b)}

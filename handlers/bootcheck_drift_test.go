@@ -67,8 +67,8 @@ func TestBootCheckDrift(t *testing.T) {
 	check := func(eventLog []byte) error {
 		spec, logFile, stop := m.boot(t, eventLog)
 		defer stop()
-		return agent.BootCheck(context.Background(), agent.BootCheckConfig{FleetdURL: f.url, TPM: spec, EventLog: logFile, Dir: dir,
-			RetryWait: time.Millisecond, Log: zerolog.Nop()})
+		return agent.BootCheck(context.Background(), agent.BootCheckConfig{Conn: agent.Conn{FleetdURL: f.url, RetryWait: time.Millisecond},
+			TPM: spec, EventLog: logFile, Dir: dir, Log: zerolog.Nop()})
 	}
 	journal := len(f.inv.JournalOf(12))
 	newEntries := func() []string {

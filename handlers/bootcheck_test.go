@@ -60,7 +60,7 @@ func TestBootCheck(t *testing.T) {
 	sim, ch := simulatorBoot(t)
 	defer sim.Close()
 	f, dir := enrollActive(t, catalog(fleet.SecureBootRequired), simulatorEK(t, ch), agent.EnrollConfig{Channel: ch})
-	cfg := agent.BootCheckConfig{FleetdURL: f.url, Dir: dir, Channel: ch, RetryWait: time.Millisecond, Log: zerolog.Nop()}
+	cfg := agent.BootCheckConfig{Conn: agent.Conn{FleetdURL: f.url, RetryWait: time.Millisecond}, Dir: dir, Channel: ch, Log: zerolog.Nop()}
 	journal := len(f.inv.JournalOf(12)) // the enrollment's
 
 	// ok/first check after the install: baseline taken, one journal entry.

@@ -155,8 +155,8 @@ func TestEnrollment(t *testing.T) {
 				t.Fatal(err)
 			}
 			wf := t.TempDir()
-			cfg := agent.EnrollConfig{FleetdURL: f.url, Device: "node-a", Channel: ch,
-				SysRoot: sysRoot, DevRoot: devRoot, WorkflowDir: wf, RetryWait: time.Millisecond, Log: zerolog.Nop()}
+			cfg := agent.EnrollConfig{Conn: agent.Conn{FleetdURL: f.url, RetryWait: time.Millisecond}, Device: "node-a", Channel: ch,
+				SysRoot: sysRoot, DevRoot: devRoot, WorkflowDir: wf, Log: zerolog.Nop()}
 			if major != "2" {
 				cfg.Channel = nil // the agent looks at the machine's TPM itself and finds a 1.2
 			}

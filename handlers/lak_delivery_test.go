@@ -58,8 +58,8 @@ func provisionNode(t *testing.T, class fleet.Class) provisioned {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := agent.Enroll(context.Background(), agent.EnrollConfig{FleetdURL: p.f.url, Device: "node-a", Channel: ch,
-		SysRoot: sysRoot, DevRoot: devRoot, WorkflowDir: p.workflow, RetryWait: time.Millisecond, Log: zerolog.Nop()}); err != nil {
+	if err := agent.Enroll(context.Background(), agent.EnrollConfig{Conn: agent.Conn{FleetdURL: p.f.url, RetryWait: time.Millisecond}, Device: "node-a", Channel: ch,
+		SysRoot: sysRoot, DevRoot: devRoot, WorkflowDir: p.workflow, Log: zerolog.Nop()}); err != nil {
 		t.Fatalf("enroll: %v", err)
 	}
 	body := fetchConfig(t, p.f.url, class.Kind)
@@ -133,7 +133,7 @@ func TestDeliveredLAKFilesPassTheBootCheck(t *testing.T) {
 			if got := p.f.inv.Get(12); got.Owned.State != fleet.StateActive {
 				t.Fatalf("after the delivery fleet_state is %q, want active", got.Owned.State)
 			}
-			cfg := agent.BootCheckConfig{FleetdURL: p.f.url, Dir: p.nodeDir, Channel: p.ch, RetryWait: time.Millisecond, Log: zerolog.Nop()}
+			cfg := agent.BootCheckConfig{Conn: agent.Conn{FleetdURL: p.f.url, RetryWait: time.Millisecond}, Dir: p.nodeDir, Channel: p.ch, Log: zerolog.Nop()}
 			if err := agent.BootCheck(context.Background(), cfg); err != nil {
 				t.Fatalf("boot check with the delivered files: exit %d: %v", agent.ExitCode(err), err)
 			}
@@ -149,7 +149,7 @@ func TestDeliveredLAKFilesPassTheBootCheck(t *testing.T) {
 // same files, takes a new baseline.
 func TestAttestKeepsTheNodesLAK(t *testing.T) {
 	p := provisionNode(t, kindClasses()[fleet.KindTalos])
-	check := agent.BootCheckConfig{FleetdURL: p.f.url, Dir: p.nodeDir, Channel: p.ch, RetryWait: time.Millisecond, Log: zerolog.Nop()}
+	check := agent.BootCheckConfig{Conn: agent.Conn{FleetdURL: p.f.url, RetryWait: time.Millisecond}, Dir: p.nodeDir, Channel: p.ch, Log: zerolog.Nop()}
 	if err := agent.BootCheck(context.Background(), check); err != nil {
 		t.Fatalf("first boot check: %v", err)
 	}
@@ -164,8 +164,8 @@ func TestAttestKeepsTheNodesLAK(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := agent.Enroll(context.Background(), agent.EnrollConfig{FleetdURL: p.f.url, Device: "node-a", Channel: p.ch,
-		SysRoot: sysRoot, DevRoot: devRoot, WorkflowDir: wf, RetryWait: time.Millisecond, Log: zerolog.Nop()}); err != nil {
+	if err := agent.Enroll(context.Background(), agent.EnrollConfig{Conn: agent.Conn{FleetdURL: p.f.url, RetryWait: time.Millisecond}, Device: "node-a", Channel: p.ch,
+		SysRoot: sysRoot, DevRoot: devRoot, WorkflowDir: wf, Log: zerolog.Nop()}); err != nil {
 		t.Fatalf("attest: %v", err)
 	}
 	for _, name := range []string{agent.FileLDevIDCert, agent.FileLAKCert, agent.FileLAKBlob} {
