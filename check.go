@@ -14,7 +14,7 @@ import (
 	"github.com/folly-infra/fleetd/netbox"
 )
 
-// check validates a config and the files it names without starting anything (SPEC §7), so the
+// check validates a config and the files it names without starting anything (docs/design.md §7), so the
 // infrastructure repo's CI can run it on every change. It prints every problem and exits 1 when
 // there is one.
 func check(args []string, stdout, stderr io.Writer) int {

@@ -24,7 +24,7 @@ type hostMount struct {
 	readOnly bool
 }
 
-// bootCheckMounts: the TPM, the event log and the LAK files from enrollment (SPEC §5).
+// bootCheckMounts: the TPM, the event log and the LAK files from enrollment (docs/design.md §5).
 var bootCheckMounts = []hostMount{
 	{path: "/dev/tpmrm0", kind: corev1.HostPathCharDev},
 	{path: "/sys/kernel/security", kind: corev1.HostPathDirectory, readOnly: true},

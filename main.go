@@ -1,5 +1,5 @@
 // Command fleetd decides how a bare machine becomes a node of the cluster and how it leaves
-// (SPEC §1). One binary, four roles:
+// (docs/design.md §1). One binary, four roles:
 //
 //	fleetd serve --config fleetd.yaml     the service, on spore
 //	fleetd check --config fleetd.yaml     validate the config, classes.json and netbox-webhooks.yaml

@@ -17,7 +17,7 @@ import (
 	"github.com/folly-infra/fleetd/pki"
 )
 
-// BootCheck runs `fleetd boot-check` (SPEC §5), the node's hourly check, from a systemd timer, a
+// BootCheck runs `fleetd boot-check` (docs/design.md §5), the node's hourly check, from a systemd timer, a
 // cron job or a Kubernetes CronJob: it reloads the AK the enrollment left (lak.blob), asks fleetd
 // for a nonce, quotes every PCR bank over it, and sends the quotes, the event log and the LAK
 // certificate (lak.pem). It returns nil when fleetd recorded the boot as ok, a *DriftError when
@@ -135,7 +135,7 @@ func readLAK(dir string) ([][]byte, []byte, error) {
 }
 
 // DriftError is an accepted boot check whose boot differs from the device's baseline: fleetd
-// recorded it as drift (SPEC §5). It is not a failure of the check; ExitCode gives it its own
+// recorded it as drift (docs/design.md §5). It is not a failure of the check; ExitCode gives it its own
 // code so that a timer's status shows it.
 type DriftError struct {
 	Device  string

@@ -1,6 +1,6 @@
 // Package agent is the machine side of fleetd: `fleetd enroll`, the first action of a Workflow
-// in HookOS (SPEC §1 step 3, §4), and `fleetd boot-check`, the running node's hourly check
-// (SPEC §5; BootCheck, docs/boot-checks.md).
+// in HookOS (docs/design.md §1 step 3, §4), and `fleetd boot-check`, the running node's hourly check
+// (docs/design.md §5; BootCheck, docs/boot-checks.md).
 //
 // Enroll opens the TPM (tpmconn: /dev/tpmrm0 or a swtpm), runs the two round trips of package
 // api against fleetd, and writes the LDevID, the LAK and the disk authorization into the

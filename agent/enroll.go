@@ -20,7 +20,7 @@ import (
 	"github.com/folly-infra/fleetd/api"
 )
 
-// Enroll runs `fleetd enroll` (SPEC §1 step 3, §4): it proves with the machine's TPM that it
+// Enroll runs `fleetd enroll` (docs/design.md §1 step 3, §4): it proves with the machine's TPM that it
 // holds an approved EK, sends its measured boot, its SMBIOS identity and its disks, and writes
 // what fleetd answers into the Workflow directory for the later actions (see files.go). It
 // returns nil when every file is written; otherwise an error whose type ExitCode maps to the
@@ -77,7 +77,7 @@ type enrollment struct {
 }
 
 // reportNoTPM20 tells fleetd the machine has no TPM 2.0, so that fleetd records the reason
-// (SPEC §1: a TPM the agent finds to be 1.2 is refused at attestation), and returns its refusal.
+// (docs/design.md §1: a TPM the agent finds to be 1.2 is refused at attestation), and returns its refusal.
 func (e *enrollment) reportNoTPM20(ctx context.Context, v tpmconn.Version) error {
 	e.log.Warn().Str("step", "tpm").Str("tpm_version", string(v)).Msg("no TPM 2.0 on this machine")
 	var resp api.ChallengeResponse

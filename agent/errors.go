@@ -49,7 +49,7 @@ type UsageError struct{ Msg string }
 
 func (e *UsageError) Error() string { return "usage: " + e.Msg }
 
-// RefusedError is fleetd's refusal: a 4xx with its error code and message (SPEC §6).
+// RefusedError is fleetd's refusal: a 4xx with its error code and message (docs/design.md §6).
 type RefusedError struct {
 	Status  int
 	Code    string

@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 )
 
-// The files `fleetd enroll` writes into the Workflow's shared directory (SPEC §4). The later
+// The files `fleetd enroll` writes into the Workflow's shared directory (docs/design.md §4). The later
 // actions, SPIRE's tpm_devid agent (devid_cert_path, devid_pub_path, devid_priv_path) and
 // `fleetd boot-check` rely on these names.
 const (

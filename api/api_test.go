@@ -49,7 +49,7 @@ func TestPlatformRefusesUnknownAlgorithm(t *testing.T) {
 	}
 }
 
-// TestErrorBody checks the error body's JSON keys (SPEC §6).
+// TestErrorBody checks the error body's JSON keys (docs/design.md §6).
 func TestErrorBody(t *testing.T) {
 	b, _ := json.Marshal(api.Error{Code: "ek_not_approved", Message: "The EK is not approved."})
 	if string(b) != `{"error":"ek_not_approved","message":"The EK is not approved."}` {

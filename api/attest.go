@@ -1,6 +1,6 @@
 // Package api holds the JSON wire types of the node-facing routes: the enrollment exchange
-// between `fleetd enroll` (the first action of a Workflow, in HookOS) and fleetd (SPEC §4, §6),
-// and the boot check of `fleetd boot-check` on a running node (bootcheck.go, SPEC §5).
+// between `fleetd enroll` (the first action of a Workflow, in HookOS) and fleetd (docs/design.md §4, §6),
+// and the boot check of `fleetd boot-check` on a running node (bootcheck.go, docs/design.md §5).
 // The agent encodes them, the handlers decode them; byte fields travel as standard base64.
 //
 // The enrollment is two round trips:
@@ -112,7 +112,7 @@ type EvidenceRequest struct {
 	// lak.blob: the AK's public area and its private part wrapped by the TPM's storage key, so it
 	// can be loaded (attest.TPM.LoadAK) only in the TPM that created it and is no secret
 	// elsewhere. For a provision fleetd puts it, with the LAK certificate, into the node's
-	// configuration, which delivers both to the installed node for its boot checks (SPEC §5);
+	// configuration, which delivers both to the installed node for its boot checks (docs/design.md §5);
 	// fleetd does not interpret it. Untrusted: a blob that does not hold the certified AK makes
 	// only that node's boot checks fail, on the node, before anything is sent.
 	LAKBlob []byte `json:"lak_blob"`

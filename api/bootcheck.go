@@ -2,7 +2,7 @@ package api
 
 import "time"
 
-// The boot check (SPEC §5): a running node, hourly, proves with the AK fleetd certified at its
+// The boot check (docs/design.md §5): a running node, hourly, proves with the AK fleetd certified at its
 // enrollment (the LAK) that it booted what it booted. Two round trips:
 //
 //  1. POST /v1/boot-check/nonce (no body → BootCheckNonce). fleetd draws a nonce and seals it

@@ -2,7 +2,7 @@ package api
 
 import "fmt"
 
-// Error is every error response body (SPEC §6): a stable code and one sentence. A 4xx is a
+// Error is every error response body (docs/design.md §6): a stable code and one sentence. A 4xx is a
 // refusal (the caller or the device is wrong: the message says what and is safe to show); a 5xx
 // is fleetd's own failure (the message points at its log).
 type Error struct {

@@ -12,7 +12,7 @@ import (
 )
 
 // A baseline is the compact, stable form of a verified boot that NetBox's boot_baseline holds and
-// a later boot check is compared against (SPEC §5). Per PCR it lists the verified events in
+// a later boot check is compared against (docs/design.md §5). Per PCR it lists the verified events in
 // order, each as (event type, digest, short description). The text form is:
 //
 //	fleetd-baseline/1

@@ -53,7 +53,7 @@ func TestBaselineText(t *testing.T) {
 	}
 }
 
-// TestDiffBaseline checks the drift explanations (SPEC §5).
+// TestDiffBaseline checks the drift explanations (docs/design.md §5).
 func TestDiffBaseline(t *testing.T) {
 	shim := attest.BaselineEvent{Type: "EV_EFI_BOOT_SERVICES_APPLICATION", Digest: "aa", Desc: "shimx64.efi"}
 	grub := attest.BaselineEvent{Type: "EV_EFI_BOOT_SERVICES_APPLICATION", Digest: "bb", Desc: "grubx64.efi"}

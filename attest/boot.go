@@ -21,7 +21,7 @@ type VerifiedBoot struct {
 	// determined, with the reason in SecureBootErr.
 	SecureBoot    *attest.SecurebootState
 	SecureBootErr error
-	// Baseline is the compact form of Events a later boot check compares against (SPEC §5).
+	// Baseline is the compact form of Events a later boot check compares against (docs/design.md §5).
 	Baseline Baseline
 }
 

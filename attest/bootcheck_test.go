@@ -20,7 +20,7 @@ import (
 	"github.com/folly-infra/fleetd/pki"
 )
 
-// TestBootNonce checks the boot check's nonce token on its own (SPEC §5 freshness): it gives
+// TestBootNonce checks the boot check's nonce token on its own (docs/design.md §5 freshness): it gives
 // back the nonce and issue time, expires, and is never confused with an enrollment token.
 func TestBootNonce(t *testing.T) {
 	c := &clock{testTime}
@@ -89,7 +89,7 @@ func TestBootNonce(t *testing.T) {
 }
 
 // TestLAKVerifier checks which certificates identify a device for a boot check: only a LAK
-// issued by the fleet's LAK CA itself, valid now (SPEC §5).
+// issued by the fleet's LAK CA itself, valid now (docs/design.md §5).
 func TestLAKVerifier(t *testing.T) {
 	c := &clock{testTime}
 	lakCA := newTestCA(t, "fleet LAK CA")

@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// A boot check's freshness without server-side state (SPEC §2, §5): fleetd hands the node a
+// A boot check's freshness without server-side state (docs/design.md §2, §5): fleetd hands the node a
 // random nonce together with a sealed token that carries the nonce and the time it was issued.
 // The node quotes over the nonce and sends the token back with the quote. An opened token proves
 // that fleetd issued that nonce at that time and no earlier; the caller compares the issue time

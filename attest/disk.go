@@ -21,7 +21,7 @@ type VerifiedDisk struct {
 // maxListed bounds how many disks a refusal lists.
 const maxListed = 8
 
-// MatchDisk finds the declared disk among the disks a machine reports (SPEC §1 limits: exactly
+// MatchDisk finds the declared disk among the disks a machine reports (docs/design.md §1 limits: exactly
 // one disk with the declared serial). Serials are compared after trimming surrounding
 // whitespace, and case-sensitively: a serial is an identifier, and the owner declares it as the
 // machine's tools print it (lsblk -o SERIAL, the /dev/disk/by-id name).

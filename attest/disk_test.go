@@ -6,7 +6,7 @@ import (
 	"github.com/folly-infra/fleetd/attest"
 )
 
-// TestMatchDisk checks the rule that protects data (SPEC §1): exactly one disk with the declared
+// TestMatchDisk checks the rule that protects data (docs/design.md §1): exactly one disk with the declared
 // serial, compared trimmed and case-sensitively.
 func TestMatchDisk(t *testing.T) {
 	nvme := attest.Disk{Serial: "S3Z9NB0K123456", Path: "/dev/disk/by-id/nvme-Samsung_SSD_970_S3Z9NB0K123456"}

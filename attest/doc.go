@@ -1,5 +1,5 @@
 // Package attest verifies a machine's TPM evidence: pure checks over bytes the machine sent,
-// each returning a Verified… value or a *Refusal that names the check and the values (SPEC §4).
+// each returning a Verified… value or a *Refusal that names the check and the values (docs/design.md §4).
 // Only Verified… values authorize anything: a certificate is issued for a VerifiedLDevIDKey or a
 // VerifiedAK, never for bytes a machine claims.
 //
@@ -13,7 +13,7 @@
 // EK hashes, the manufacturer CA bundle, the token key, the nonce and the declared disk serial
 // are fleetd's own. The package imports nothing of fleetd and no network code.
 //
-// How the enrollment handlers use it (SPEC §4; the wire types are in package api):
+// How the enrollment handlers use it (docs/design.md §4; the wire types are in package api):
 //
 //	// POST /v1/attest/challenge
 //	RequireTPM20(req.TPMVersion)

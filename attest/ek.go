@@ -17,7 +17,7 @@ import (
 	"github.com/google/go-attestation/attest"
 )
 
-// EKPolicy is the fleet's rule for EKs (SPEC §4).
+// EKPolicy is the fleet's rule for EKs (docs/design.md §4).
 type EKPolicy string
 
 const (

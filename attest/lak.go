@@ -14,7 +14,7 @@ import (
 	"github.com/google/go-attestation/attest"
 )
 
-// The boot check's key (SPEC §5): a node signs its hourly quote with the AK fleetd certified at
+// The boot check's key (docs/design.md §5): a node signs its hourly quote with the AK fleetd certified at
 // enrollment, and presents the LAK certificate fleetd issued for it. The certificate is public
 // (lak.pem is world-readable on the node), so it names the device but proves nothing by itself;
 // possession of the AK is proven by the quote signature, which VerifyPlatform checks under the
@@ -116,7 +116,7 @@ func (v *LAKVerifier) Verify(claimedChain [][]byte) (*VerifiedLAK, error) {
 // AK returns the attestation key the LAK certifies, for VerifyPlatform, after checking that the
 // AK public area the node sent (TPMT_PUBLIC, which go-attestation reads the signing hash from)
 // holds the certified key and is a restricted signing key. fleetd issued the LAK only after
-// credential activation proved the AK lives in the device's TPM (SPEC §4), so the certified key
+// credential activation proved the AK lives in the device's TPM (docs/design.md §4), so the certified key
 // is a VerifiedAK.
 func (l *VerifiedLAK) AK(claimedAKPublic []byte) (*VerifiedAK, error) {
 	if _, err := checkKeyAttributes(claimedAKPublic, akAttributes, CheckLAKMismatch, "AK"); err != nil {

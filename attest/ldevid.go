@@ -13,7 +13,7 @@ type VerifiedLDevIDKey struct {
 	Public crypto.PublicKey
 }
 
-// VerifyLDevIDKey verifies the certification of the LDevID key (SPEC §4): the key profile SPIRE's
+// VerifyLDevIDKey verifies the certification of the LDevID key (docs/design.md §4): the key profile SPIRE's
 // tpm_devid agent can use (ECC P-256, ECDSA with SHA-256, name algorithm SHA-256; sign,
 // fixedTPM, fixedParent, sensitiveDataOrigin, userWithAuth; not restricted, not decrypt); a
 // TPM2_Certify by the verified AK (go-attestation's CertificationParameters.Verify); and the

@@ -68,7 +68,7 @@ const (
 	TPMVersion12 = "1.2"
 )
 
-// RequireTPM20 refuses any TPM but a 2.0 (SPEC §1: TPM 1.2 machines cannot use this path).
+// RequireTPM20 refuses any TPM but a 2.0 (docs/design.md §1: TPM 1.2 machines cannot use this path).
 func RequireTPM20(claimedVersion string) error {
 	switch claimedVersion {
 	case TPMVersion20:

@@ -12,7 +12,7 @@ import (
 	"time"
 )
 
-// The enrollment handlers are stateless (SPEC §4): what the second round trip needs from the
+// The enrollment handlers are stateless (docs/design.md §4): what the second round trip needs from the
 // first travels in a token the machine carries back, sealed with AES-256-GCM under a key only
 // fleetd has. Sealing makes the token opaque (the activation secret stays hidden from the
 // machine, which must prove it can decrypt the credential) and unforgeable; the claims bind it

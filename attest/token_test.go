@@ -21,7 +21,7 @@ func newSealer(t *testing.T, c *clock, key byte) *attest.TokenSealer {
 }
 
 // TestToken checks the sealed token on its own: what it carries back, and every way a token is
-// refused (SPEC §4: bound to the device, the EK, the AK and an expiry).
+// refused (docs/design.md §4: bound to the device, the EK, the AK and an expiry).
 func TestToken(t *testing.T) {
 	c := &clock{testTime}
 	s := newSealer(t, c, 1)

@@ -1,6 +1,6 @@
 // Package config reads fleetd.yaml: strict YAML (an unknown key is an error), decoded into typed
 // values and validated as a whole, so that `fleetd serve` and `fleetd check` list every problem at
-// once (SPEC §7; STYLE habit 9). Secrets are never in the file: it names files that hold them.
+// once (docs/design.md §7; STYLE habit 9). Secrets are never in the file: it names files that hold them.
 package config
 
 import (
@@ -79,7 +79,7 @@ type Kubernetes struct {
 	Namespace  string `yaml:"namespace"`
 }
 
-// Attestation is the fleet's enrollment policy (SPEC §4).
+// Attestation is the fleet's enrollment policy (docs/design.md §4).
 type Attestation struct {
 	EKPolicy      string   `yaml:"ek_policy"`    // "hash" or "hash+cert"
 	EKCABundle    string   `yaml:"ek_ca_bundle"` // PEM: manufacturer roots and issuing CAs

@@ -12,7 +12,7 @@ import (
 	"github.com/folly-infra/fleetd/attest"
 )
 
-// The hourly boot check (SPEC §5). A running node asks for a nonce, quotes its PCRs over it with
+// The hourly boot check (docs/design.md §5). A running node asks for a nonce, quotes its PCRs over it with
 // the AK fleetd certified at enrollment, and sends the quote, its event log and its LAK
 // certificate. fleetd keeps nothing between the two round trips: the nonce travels in a sealed
 // token with its issue time, and NetBox's last_boot_check is the only memory of earlier checks.

@@ -10,7 +10,7 @@ import (
 	"github.com/folly-infra/fleetd/attest"
 )
 
-// How a boot check is recorded in NetBox (SPEC §2, §5):
+// How a boot check is recorded in NetBox (docs/design.md §2, §5):
 //
 //   - accepted (ok or drift): last_boot_check is the time fleetd accepted it (RFC 3339 with
 //     nanoseconds, which the replay check compares nonce issue times with) and boot_check its

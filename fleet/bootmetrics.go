@@ -7,7 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// bootCheckCollector exports each device's boot-check age and outcome (SPEC §5) from the device
+// bootCheckCollector exports each device's boot-check age and outcome (docs/design.md §5) from the device
 // list of the last reconcile. Ages are computed at scrape time, so they grow between reconciles
 // as they do in reality; a device leaves the metrics when it stops being an active node.
 type bootCheckCollector struct {

@@ -12,7 +12,7 @@ import (
 	"time"
 )
 
-// Kind is how a class's operating system receives its configuration (SPEC §1 step 6).
+// Kind is how a class's operating system receives its configuration (docs/design.md §1 step 6).
 type Kind string
 
 const (
@@ -22,7 +22,7 @@ const (
 	KindCloudInit Kind = "cloud-init-nocloud"
 )
 
-// Route is the configuration route a node of the kind fetches from (SPEC §6): "talos", "seed"
+// Route is the configuration route a node of the kind fetches from (docs/design.md §6): "talos", "seed"
 // (nixos-image and alpine-image share one seed format) or "nocloud.tar".
 func (k Kind) Route() string {
 	switch k {

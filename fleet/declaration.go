@@ -10,7 +10,7 @@ import (
 var dnsLabel = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 
 // Problems lists, one sentence each, what in the device's declaration prevents fleetd from
-// carrying out action on it (SPEC §1 step 2). An empty list means the request can be accepted.
+// carrying out action on it (docs/design.md §1 step 2). An empty list means the request can be accepted.
 // Every problem is listed, not only the first, so the owner can fix them in one pass.
 func (d Device) Problems(action Action, cat Catalog) []string {
 	var p []string

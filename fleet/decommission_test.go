@@ -10,7 +10,7 @@ import (
 
 // TestDecommissionDuringRequest: the owner sets status decommissioning while a request runs. The
 // request ends as the lifecycle says, but fleetd never writes over the owner's decommissioning
-// (SPEC §2: set by the owner and stays), so the retirement is taken once the request ended.
+// (docs/design.md §2: set by the owner and stays), so the retirement is taken once the request ended.
 // (Found by the chaos tests, dev/stack/chaos: a provision whose configuration was lost in a
 // restart wrote status failed over decommissioning, and the retirement was never taken.)
 func TestDecommissionDuringRequest(t *testing.T) {

@@ -8,7 +8,7 @@ import (
 	"strings"
 )
 
-// ConfigFetch is one node's request for its configuration (SPEC §6 GET /v1/config/...). Both
+// ConfigFetch is one node's request for its configuration (docs/design.md §6 GET /v1/config/...). Both
 // values are claims: the UUID is whatever the query says, the address is the connection's
 // source. They are checked against the attested UUID and the NetBox address.
 type ConfigFetch struct {
@@ -19,7 +19,7 @@ type ConfigFetch struct {
 }
 
 // FetchConfig serves a node's one configuration fetch and records the delivery in NetBox: state
-// and status active, a journal entry saying what was delivered to whom (SPEC §1 step 6). Every
+// and status active, a journal entry saying what was delivered to whom (docs/design.md §1 step 6). Every
 // other answer is a refusal the handlers turn into 4xx; a fetch for a configuration lost in a
 // restart also ends the request (journal entry, metric) and gets its own 410.
 func (s *Service) FetchConfig(ctx context.Context, f ConfigFetch) (NodeConfig, Outcome, error) {

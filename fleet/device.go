@@ -8,7 +8,7 @@ import (
 )
 
 // Device is one NetBox device (dcim.device) as fleetd reads it: the owner's declaration, the
-// state fleetd keeps on it, and the version token used for conditional writes (SPEC §2).
+// state fleetd keeps on it, and the version token used for conditional writes (docs/design.md §2).
 //
 // Everything in a Device came from NetBox and is trusted as the owner's word; nothing in it came
 // from the machine itself.
@@ -28,7 +28,7 @@ type Device struct {
 	Version string
 }
 
-// Declaration is what the owner declares through OpenTofu (SPEC §2, "Declared by the owner").
+// Declaration is what the owner declares through OpenTofu (docs/design.md §2, "Declared by the owner").
 type Declaration struct {
 	Class         string
 	DiskSerial    string
@@ -37,7 +37,7 @@ type Declaration struct {
 	DesiredAction Action // the owner's open request, ActionNone when there is none
 }
 
-// Owned is the state fleetd writes on the device (SPEC §2, "Written by fleetd").
+// Owned is the state fleetd writes on the device (docs/design.md §2, "Written by fleetd").
 type Owned struct {
 	State         State
 	Message       string
@@ -130,7 +130,7 @@ var Actions = []Action{ActionProvision, ActionAttest, ActionWipe, ActionRetire}
 // DesiredActions are the values of the desired_action choice set.
 var DesiredActions = []Action{ActionProvision, ActionAttest, ActionWipe}
 
-// BootCheck is the outcome of the last boot check (SPEC §5).
+// BootCheck is the outcome of the last boot check (docs/design.md §5).
 type BootCheck string
 
 const (

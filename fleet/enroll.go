@@ -11,7 +11,7 @@ import (
 	"github.com/folly-infra/fleetd/pki"
 )
 
-// The enrollment exchange (SPEC §1 steps 3–4, §4): the HookOS agent proves with its TPM that it
+// The enrollment exchange (docs/design.md §1 steps 3–4, §4): the HookOS agent proves with its TPM that it
 // holds an approved EK, then sends its evidence; fleetd verifies everything against the NetBox
 // declaration, records the outcome, and answers with the certificates and the disk it may wipe.
 //

@@ -70,7 +70,7 @@ type provisioned struct {
 
 // provision issues a provision's LDevID and LAK in memory, then renders the node's configuration
 // with the LAK files (lak.pem: the new LAK and its chain; lak.blob: the AK blob the agent sent),
-// so the installed node can run its boot checks (SPEC §5). A rejected configuration ends the
+// so the installed node can run its boot checks (docs/design.md §5). A rejected configuration ends the
 // request (renderFailed); the certificates are then dropped.
 func (s *Service) provision(ctx context.Context, d Device, class Class, v verified, in EvidenceInput, out *Outcome) (provisioned, error) {
 	if len(in.LAKBlob) == 0 {

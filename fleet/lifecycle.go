@@ -1,6 +1,6 @@
 package fleet
 
-// The lifecycle of a request, as one transition function over typed states (SPEC §1, §2).
+// The lifecycle of a request, as one transition function over typed states (docs/design.md §1, §2).
 //
 // A device carries at most one request at a time. A request starts when fleetd claims it from
 // NetBox (desired_action, or status decommissioning for retirement) and ends in a terminal state.

@@ -10,7 +10,7 @@ import (
 )
 
 // Node files are what a node's one-time configuration delivers besides the OS's own settings:
-// the LAK certificate and the AK blob that `fleetd boot-check` reads (SPEC §5). The enrollment
+// the LAK certificate and the AK blob that `fleetd boot-check` reads (docs/design.md §5). The enrollment
 // agent writes them into HookOS's /workflow, which lives in RAM and is gone after the reboot,
 // and Talos has no writable root file system that an action in HookOS could copy them into
 // (its STATE and EPHEMERAL partitions are created at its first boot). So every class kind carries

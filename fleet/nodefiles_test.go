@@ -14,7 +14,7 @@ import (
 
 // TestRenderDeliversNodeFiles renders every kind with the LAK files and reads them back the way
 // the node's OS finds them: each kind delivers exactly the files, bytes and modes given, at
-// /var/lib/fleetd-node/<name> (SPEC §5: what `fleetd boot-check` reads).
+// /var/lib/fleetd-node/<name> (docs/design.md §5: what `fleetd boot-check` reads).
 func TestRenderDeliversNodeFiles(t *testing.T) {
 	r := newTestRenderer(t, nil)
 	d := renderDevice("node-a", "3c:ec:ef:4c:4f:54", "10.0.0.5/24", "S123")

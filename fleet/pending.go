@@ -11,8 +11,8 @@ import (
 )
 
 // The pending store holds each device's rendered configuration between its attestation and the
-// node's one fetch (SPEC §1 steps 4 and 6, §6). It lives in memory only, by design: the
-// configurations carry cluster secrets, and a fleetd restart loses them (SPEC §1, "Limits").
+// node's one fetch (docs/design.md §1 steps 4 and 6, §6). It lives in memory only, by design: the
+// configurations carry cluster secrets, and a fleetd restart loses them (docs/design.md §1, "Limits").
 //
 // Trust assumptions. A fetch carries two claims, both checked here against values fleetd holds:
 // the SMBIOS UUID in the query (claimedUUID; Talos fills it in from the firmware) must equal the
@@ -23,7 +23,7 @@ import (
 // configuration. A claim that fails does not consume the configuration, so a wrong fetch cannot
 // deny the right machine its one fetch.
 
-// Outcomes of Take other than success. The handlers map them to HTTP answers (SPEC §6); the
+// Outcomes of Take other than success. The handlers map them to HTTP answers (docs/design.md §6); the
 // lifecycle maps expiry to EventConfigLost. They are wrapped: test with errors.Is.
 var (
 	// ErrPendingNotFound: nothing is pending for the device in this process. After a restart

@@ -23,7 +23,7 @@ var ErrConflict = errors.New("device changed since it was read")
 // "fleetd could not read NetBox" from "fleetd refused".
 var ErrInventory = errors.New("netbox unavailable")
 
-// Inventory is NetBox, the only durable state (SPEC §2).
+// Inventory is NetBox, the only durable state (docs/design.md §2).
 //
 // Errors: ErrNotFound (wrapped) for a device that does not exist; ErrConflict (wrapped) for a
 // failed If-Match; anything else means NetBox could not be reached or answered 5xx after the
@@ -71,7 +71,7 @@ func (p Patch) Empty() bool {
 		p.BootBaseline == nil && p.LastBootCheck == nil && p.BootCheck == nil
 }
 
-// Installer is Tinkerbell (SPEC §3).
+// Installer is Tinkerbell (docs/design.md §3).
 //
 // Errors: ErrNotFound (wrapped) from Workflow when it does not exist; anything else means the
 // Kubernetes API could not be reached or refused the object, and the caller retries later.

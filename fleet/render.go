@@ -8,7 +8,7 @@ import (
 )
 
 // Rendering turns a device's declaration and its class into the configuration the installed OS
-// fetches once (SPEC §1 step 4 renders it, step 6 delivers it). Rendering is pure: everything it
+// fetches once (docs/design.md §1 step 4 renders it, step 6 delivers it). Rendering is pure: everything it
 // needs from files (the Talos secrets bundle) is read by the caller and passed in RenderConfig.
 //
 // Trust: the Device and Class are the owner's word (NetBox, classes.json); NodeIdentity holds
@@ -151,7 +151,7 @@ func (r *Renderer) Render(d Device, c Class, id NodeIdentity) (NodeConfig, error
 }
 
 // checkDevice refuses a device whose declaration cannot carry a static network configuration.
-// The declaration checks of SPEC §1 step 2 already ran; these guard the renderer on its own.
+// The declaration checks of docs/design.md §1 step 2 already ran; these guard the renderer on its own.
 func (r *Renderer) checkDevice(d Device) error {
 	switch {
 	case !dnsLabel.MatchString(d.Name):

@@ -13,7 +13,7 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// The NoCloud seed of a cloud-init-nocloud class (SPEC §1 step 6): a tar with meta-data,
+// The NoCloud seed of a cloud-init-nocloud class (docs/design.md §1 step 6): a tar with meta-data,
 // network-config, user-data and, when there are node files, vendor-data, that the install
 // Workflow extracts into /var/lib/cloud/seed/nocloud/ on the installed root filesystem
 // (reference §4; NoCloud reads vendor-data from the seed directory as an optional file).

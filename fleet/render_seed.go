@@ -12,7 +12,7 @@ import (
 // version 1 reader would skip, leaving the node without the LAK files its boot checks need.
 const SeedVersion = 2
 
-// Seed is the first-boot document of nixos-image and alpine-image nodes (SPEC §1 step 6),
+// Seed is the first-boot document of nixos-image and alpine-image nodes (docs/design.md §1 step 6),
 // documented field by field in docs/seed-schema.md.
 type Seed struct {
 	Version   int               `json:"version"`

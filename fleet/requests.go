@@ -200,7 +200,7 @@ func (s *Service) applyWith(ctx context.Context, d Device, action Action, ev Eve
 	p.IfVersion, p.State, p.Message, p.Status = d.Version, &t.To, &msg, t.Status
 	if d.Status == StatusDecommissioning {
 		// The owner asked for retirement while this request ran: decommissioning is theirs and
-		// stays (SPEC §2), and the retirement is taken once this request ends.
+		// stays (docs/design.md §2), and the retirement is taken once this request ends.
 		p.Status = ""
 	}
 	if t.ClearCerts {

@@ -17,7 +17,7 @@ type Config struct {
 	// FleetdURL is the base URL agents and nodes reach fleetd at; it goes into hardwareMap.
 	FleetdURL string
 	// BootCheckMissingAfter is how old an active device's last accepted boot check may be before
-	// fleetd reports it missing (SPEC §5: two hours).
+	// fleetd reports it missing (docs/design.md §5: two hours).
 	BootCheckMissingAfter time.Duration
 }
 
@@ -35,7 +35,7 @@ type Deps struct {
 	Registry  prometheus.Registerer
 }
 
-// Service is the orchestration of SPEC §1: it takes requests from NetBox, drives them through the
+// Service is the orchestration of docs/design.md §1: it takes requests from NetBox, drives them through the
 // lifecycle, and records every decision in NetBox. It keeps no state of its own beyond the
 // per-device locks (and, added by other files, the pending configurations).
 type Service struct {
@@ -209,7 +209,7 @@ func (s *Service) problems(d Device, action Action) []string {
 }
 
 // ReconcileAll lists every device and reconciles those that need attention, so a lost webhook
-// delays a request but never loses it (SPEC §2). It returns the listed devices for the callers
+// delays a request but never loses it (docs/design.md §2). It returns the listed devices for the callers
 // that derive other state from the inventory (Kea reservations, boot-check ages).
 func (s *Service) ReconcileAll(ctx context.Context) ([]Device, error) {
 	devices, err := s.inv.Devices(ctx)

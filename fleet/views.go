@@ -6,14 +6,14 @@ import (
 	"fmt"
 )
 
-// DeviceView is what fleetd knows about a device for operators (SPEC §6 GET /v1/devices).
+// DeviceView is what fleetd knows about a device for operators (docs/design.md §6 GET /v1/devices).
 type DeviceView struct {
 	Device
 	Workflow      *WorkflowStatus // the current request's Workflow, when it could be read
 	WorkflowError string          // why it could not be read
 	PendingConfig bool            // a configuration waits in memory to be fetched once
 	// BootCheckMissing: the device is an active node whose last accepted boot check (or, before
-	// the first, whose activation) is older than the configured limit (SPEC §5).
+	// the first, whose activation) is older than the configured limit (docs/design.md §5).
 	BootCheckMissing bool
 }
 

@@ -10,7 +10,7 @@ import (
 )
 
 // TestViewReportsMissingBootChecks: an active node whose last accepted check is older than two
-// hours is reported missing (SPEC §5); a fresh one, an inactive one, or one never checked is not.
+// hours is reported missing (docs/design.md §5); a fresh one, an inactive one, or one never checked is not.
 func TestViewReportsMissingBootChecks(t *testing.T) {
 	now := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
 	rows := []struct {

@@ -55,7 +55,7 @@ func enrollActive(t testing.TB, cat fleet.Catalog, ekSHA256 string, cfg agent.En
 
 // TestBootCheck runs the real `fleetd boot-check` against the real handlers and service on the
 // TPM simulator, enrolled first through the real agent: the first check takes the baseline and
-// writes one journal entry, the next one only moves last_boot_check (SPEC §5; issue 5).
+// writes one journal entry, the next one only moves last_boot_check (docs/design.md §5; issue 5).
 func TestBootCheck(t *testing.T) {
 	sim, ch := simulatorBoot(t)
 	defer sim.Close()

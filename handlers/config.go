@@ -10,7 +10,7 @@ import (
 )
 
 // config serves GET /v1/config/{talos,seed,nocloud.tar}: the node's configuration, once, to the
-// machine that attested with the query's SMBIOS UUID and only from its NetBox address (SPEC §6).
+// machine that attested with the query's SMBIOS UUID and only from its NetBox address (docs/design.md §6).
 // The source address is the TCP peer's; fleetd serves nodes directly, so no forwarding header is
 // trusted.
 func (s *Server) config(kind fleet.Kind) http.Handler {

@@ -97,7 +97,7 @@ func TestNodeRoutesRateLimited(t *testing.T) {
 	}
 }
 
-// TestEveryResponseHasARequestID: unknown routes and wrong methods too (SPEC §6).
+// TestEveryResponseHasARequestID: unknown routes and wrong methods too (docs/design.md §6).
 func TestEveryResponseHasARequestID(t *testing.T) {
 	srv := httptest.NewServer(guardedServer(t, false, Limits{}))
 	defer srv.Close()

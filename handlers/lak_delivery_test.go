@@ -102,7 +102,7 @@ func fetchConfig(t *testing.T, base string, kind fleet.Kind) []byte {
 // TestDeliveredLAKFilesPassTheBootCheck provisions node-a once per class kind and runs the real
 // `fleetd boot-check` against the node directory filled from the delivered configuration alone:
 // the configuration carries exactly the LAK files the agent wrote in HookOS, with the modes the
-// agent gives them, and they are what the boot check needs (SPEC §1 step 6, §5).
+// agent gives them, and they are what the boot check needs (docs/design.md §1 step 6, §5).
 func TestDeliveredLAKFilesPassTheBootCheck(t *testing.T) {
 	if fleet.NodeDir != agent.DefaultNodeDir || fleet.NodeFileLAKCert != agent.FileLAKCert || fleet.NodeFileLAKBlob != agent.FileLAKBlob {
 		t.Fatalf("fleet delivers %s/{%s,%s}, the boot check reads %s/{%s,%s}", fleet.NodeDir, fleet.NodeFileLAKCert, fleet.NodeFileLAKBlob,

@@ -82,7 +82,7 @@ func toJSON(v fleet.DeviceView) deviceJSON {
 	return j
 }
 
-// operatorOnly checks the bearer token in constant time (SPEC §6: operator routes need a bearer
+// operatorOnly checks the bearer token in constant time (docs/design.md §6: operator routes need a bearer
 // token read from a file).
 func (s *Server) operatorOnly(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {

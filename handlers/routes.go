@@ -1,5 +1,5 @@
 // Package handlers is fleetd's HTTP surface for nodes, agents and operators: one route table (the
-// HTTP contract of SPEC §6, documented in docs/http.md and kept in agreement by a test) and thin
+// HTTP contract of docs/design.md §6, documented in docs/http.md and kept in agreement by a test) and thin
 // handlers that decode, call the fleet service, and encode.
 package handlers
 

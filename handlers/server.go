@@ -83,7 +83,7 @@ func New(deps Deps) (*Server, error) {
 	return s, nil
 }
 
-// ServeHTTP gives every response an X-Request-Id (SPEC §6), unknown routes included, and routes
+// ServeHTTP gives every response an X-Request-Id (docs/design.md §6), unknown routes included, and routes
 // the request.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Request-Id", newRequestID())

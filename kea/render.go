@@ -1,4 +1,4 @@
-// Package kea keeps Kea's DHCPv4 host reservations in step with NetBox (SPEC §7): one
+// Package kea keeps Kea's DHCPv4 host reservations in step with NetBox (docs/design.md §7): one
 // reservation per device with a MAC, written atomically to the file a Kea subnet includes, and a
 // config-reload through Kea's control socket when the content changed.
 //

@@ -18,7 +18,7 @@ import (
 	"github.com/folly-infra/fleetd/fleet"
 )
 
-// DefaultPath is where fleetd writes the reservations (SPEC §7).
+// DefaultPath is where fleetd writes the reservations (docs/design.md §7).
 const DefaultPath = "/var/lib/kea/fleet/reservations.json"
 
 // DefaultTimeout bounds one exchange on Kea's control socket.

@@ -1,5 +1,5 @@
 // Package netbox is fleetd's NetBox adapter: it implements fleet.Inventory over the REST API
-// with go-netbox (SPEC §2), and loads netbox-webhooks.yaml (schema.go).
+// with go-netbox (docs/design.md §2), and loads netbox-webhooks.yaml (schema.go).
 //
 // Trust: NetBox is the owner's source of truth; what it answers is the owner's declaration and
 // is passed to fleet unvalidated (fleet validates declarations). The token is a secret and is

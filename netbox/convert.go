@@ -49,7 +49,7 @@ func fromGoNetbox(d *nb.DeviceWithConfigContext) deviceJSON {
 	return out
 }
 
-// toDevice converts NetBox's device to fleet's (SPEC §2). Custom-field values are taken as the
+// toDevice converts NetBox's device to fleet's (docs/design.md §2). Custom-field values are taken as the
 // owner wrote them; only their JSON types are normalised (a non-string where text is expected
 // reads as empty). ek_sha256 is split and lowercased but not validated: fleet does that.
 func toDevice(d deviceJSON, macs []fleet.MAC, version string) (fleet.Device, error) {

@@ -8,7 +8,7 @@ import (
 	"github.com/folly-infra/fleetd/fleet"
 )
 
-// The custom fields of SPEC §2 on dcim.device, by NetBox name.
+// The custom fields of docs/design.md §2 on dcim.device, by NetBox name.
 const (
 	// Declared by the owner.
 	CFClass         = "fleet_class"
@@ -39,7 +39,7 @@ type fleetdField struct {
 	choices []string // the values the adapter converts, for select fields
 }
 
-// OwnedFields are the custom fields fleetd writes (SPEC §2, "Written by fleetd") plus
+// OwnedFields are the custom fields fleetd writes (docs/design.md §2, "Written by fleetd") plus
 // desired_action, which it clears when it takes a request: a change to these alone is fleetd's
 // own echo.
 func OwnedFields() []string {
@@ -79,7 +79,7 @@ func (s Schema) checkFleetdFields() []string {
 	for _, want := range fleetdFields() {
 		f, ok := s.CustomField(want.name)
 		if !ok {
-			p = append(p, fmt.Sprintf("custom field %s is missing: fleetd reads and writes it on dcim.device (SPEC §2)", want.name))
+			p = append(p, fmt.Sprintf("custom field %s is missing: fleetd reads and writes it on dcim.device (docs/design.md §2)", want.name))
 			continue
 		}
 		if !slices.Contains(f.ObjectTypes, "dcim.device") {

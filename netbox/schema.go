@@ -11,7 +11,7 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// Schema is the content of netbox-webhooks.yaml (SPEC §7): the custom fields, choice sets,
+// Schema is the content of netbox-webhooks.yaml (docs/design.md §7): the custom fields, choice sets,
 // webhooks and event rules fleetd needs in NetBox. The file is the owner's, read at start and by
 // `fleetd check`; LoadSchema trusts nothing in it and lists every problem it finds.
 type Schema struct {

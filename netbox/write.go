@@ -39,7 +39,7 @@ func (c *Client) Update(ctx context.Context, id int64, p fleet.Patch) (fleet.Dev
 	return toDevice(dj, nil, resp.Header.Get("ETag")) // a PATCH of fleetd's keys never changes the MACs
 }
 
-// Journal adds a journal entry to the device (SPEC §2: one per decision). The entry is
+// Journal adds a journal entry to the device (docs/design.md §2: one per decision). The entry is
 // created_by the token's user.
 func (c *Client) Journal(ctx context.Context, id int64, kind fleet.JournalKind, text string) error {
 	je := nb.NewWritableJournalEntryRequest("dcim.device", id, text)

@@ -1,6 +1,6 @@
 // Package pki holds fleetd's certificate authorities and the certificate profiles they issue:
 // the LDevID (a TPM-resident signing key SPIRE's tpm_devid node attestor accepts) and the LAK
-// (the attestation key boot checks are signed with), per SPEC §4 and the TCG "TPM 2.0 Keys for
+// (the attestation key boot checks are signed with), per docs/design.md §4 and the TCG "TPM 2.0 Keys for
 // Device Identity and Attestation" profile.
 //
 // Trust assumptions: a CA's key file is as secret as the fleet (anyone holding it can mint device

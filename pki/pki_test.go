@@ -55,7 +55,7 @@ func p256(t testing.TB) crypto.PublicKey {
 
 var id = pki.Identity{DeviceName: "node-a", DeviceSerial: "SN-0042", HWSerialNum: []byte("00001014:2f6d51db:4d5")}
 
-// TestProfiles parses issued certificates back and checks every property of SPEC §4's profiles.
+// TestProfiles parses issued certificates back and checks every property of docs/design.md §4's profiles.
 func TestProfiles(t *testing.T) {
 	iss, devidCA, lakCA := newIssuer(t)
 	tests := []struct {

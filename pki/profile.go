@@ -45,7 +45,7 @@ func mustOID(arcs ...uint64) x509.OID {
 // clock is a little behind fleetd's accepts it.
 const clockSkew = 5 * time.Minute
 
-// Identity is who a device certificate names (SPEC §4). Every field comes from fleetd's own
+// Identity is who a device certificate names (docs/design.md §4). Every field comes from fleetd's own
 // verified view: the NetBox device and the EK that attest/ approved.
 type Identity struct {
 	DeviceName   string // NetBox device name: the subject CN (required)
@@ -85,7 +85,7 @@ type Certificate struct {
 	Chain []*x509.Certificate
 }
 
-// PEM is the leaf then its chain, as ldevid.pem and lak.pem hold them (SPEC §4).
+// PEM is the leaf then its chain, as ldevid.pem and lak.pem hold them (docs/design.md §4).
 func (c *Certificate) PEM() []byte {
 	return EncodeCertificatesPEM(append([]*x509.Certificate{c.Leaf}, c.Chain...)...)
 }

@@ -11,7 +11,7 @@ import (
 // payload is NetBox's default webhook body, in every shape from NetBox 4.3 to 4.7
 // (reference/netbox.md §1.2): `model` (≤ 4.4) or `object_type` (≥ 4.4); `username`/`request_id`
 // (≤ 4.6) or `request` (≥ 4.6). Only what fleetd needs is decoded: a webhook is a hint to re-read
-// the device, never a source of truth (SPEC §2).
+// the device, never a source of truth (docs/design.md §2).
 type payload struct {
 	Event      string          `json:"event"`
 	Model      string          `json:"model"`
@@ -104,7 +104,7 @@ func (p payload) deviceID() (int64, error) {
 
 // onlyOwnedChanged reports whether a device update changed nothing but what fleetd writes: its own
 // custom fields and the status. Such an event, made by fleetd's own NetBox user, is the echo of
-// fleetd's PATCH and needs no re-read (SPEC §2: "fleetd's own PATCHes come back as webhooks").
+// fleetd's PATCH and needs no re-read (docs/design.md §2: "fleetd's own PATCHes come back as webhooks").
 func (p payload) onlyOwnedChanged(owned map[string]bool) bool {
 	if p.Snapshots == nil || p.Snapshots.Prechange == nil || p.Snapshots.Postchange == nil {
 		return false

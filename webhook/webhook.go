@@ -1,6 +1,6 @@
 // Package webhook is NetBox → fleetd: it caps the body, verifies NetBox's HMAC signature over the
 // raw bytes before anything is parsed, decodes the event in any NetBox 4.3–4.7 shape, and hands a
-// "re-read this device" trigger to the fleet service (SPEC §2, §6; reference/netbox.md §1, §7).
+// "re-read this device" trigger to the fleet service (docs/design.md §2, §6; reference/netbox.md §1, §7).
 package webhook
 
 import (

@@ -7,7 +7,7 @@ import (
 )
 
 // RefusedError is Install's refusal: the Template or the device cannot carry the request, and
-// retrying will not change that (SPEC §3). It wraps fleet.ErrTemplate, so the request fails with
+// retrying will not change that (docs/design.md §3). It wraps fleet.ErrTemplate, so the request fails with
 // Error() as its reason; any other error from Install means the Kubernetes API could not be
 // reached or answered unexpectedly, and the caller retries later.
 type RefusedError struct {
@@ -34,7 +34,7 @@ func refuse(template, format string, args ...any) *RefusedError {
 // FLEETD_URL and FLEETD_DEVICE rendered to this Workflow's fleetd_url and device_name. An
 // explicit marker, rather than a guess from the image name, keeps working when the image is
 // mirrored under another name, and states the Template author's intent: no later action (a wipe)
-// may run unless the agent has attested the machine first (SPEC §1 step 4).
+// may run unless the agent has attested the machine first (docs/design.md §1 step 4).
 const (
 	AgentActionEnv   = "FLEETD_ACTION"
 	AgentActionValue = "enroll"

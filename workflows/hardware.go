@@ -27,7 +27,7 @@ func (in *Installer) readHardware(ctx context.Context, name string) (*tinkv1.Har
 	return hw, nil
 }
 
-// desiredHardware is the device's Hardware as fleetd wants it (SPEC §3), built on the existing
+// desiredHardware is the device's Hardware as fleetd wants it (docs/design.md §3), built on the existing
 // object so that fields fleetd does not own (bmcRef, disks, metadata, userData, and the DHCP
 // and netboot settings it does not set) are kept.
 //

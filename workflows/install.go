@@ -16,7 +16,7 @@ import (
 	"github.com/folly-infra/fleetd/fleet"
 )
 
-// Install makes the device's Hardware current and creates the request's Workflow (SPEC §3).
+// Install makes the device's Hardware current and creates the request's Workflow (docs/design.md §3).
 //
 // It is idempotent: when the Workflow w.Name exists, Install returns nil and changes nothing;
 // concurrent calls for one request create one Workflow (the API server's AlreadyExists decides).
@@ -136,7 +136,7 @@ func (in *Installer) checkTemplate(ctx context.Context, name string, hm map[stri
 	return CheckTemplate(name, r, hm)
 }
 
-// bootOptions derives the Workflow's bootOptions from the class (SPEC §3: netboot via BMC where
+// bootOptions derives the Workflow's bootOptions from the class (docs/design.md §3: netboot via BMC where
 // the Hardware has one). A class asking for bootMode netboot on Hardware without spec.bmcRef
 // falls back to toggleAllowNetboot (tink-controller would otherwise fail NetbootJobSetup and leave
 // the Workflow in PREPARING for ever); the machine must then be PXE-booted by hand or by its own

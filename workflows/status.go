@@ -13,7 +13,7 @@ import (
 	"github.com/folly-infra/fleetd/fleet"
 )
 
-// Workflow reads a Workflow's progress (SPEC §3). A missing Workflow is a wrapped
+// Workflow reads a Workflow's progress (docs/design.md §3). A missing Workflow is a wrapped
 // fleet.ErrNotFound; any other error means the API server could not be read.
 //
 // The Workflow is read as unstructured JSON so that both Tinkerbell generations are understood:

@@ -1,5 +1,5 @@
 // Package workflows is fleetd's Tinkerbell adapter: it implements fleet.Installer on Tinkerbell's
-// Kubernetes API (tinkerbell.org/v1alpha1 Hardware, Template, Workflow; SPEC §3) through a
+// Kubernetes API (tinkerbell.org/v1alpha1 Hardware, Template, Workflow; docs/design.md §3) through a
 // controller-runtime client with the tink v0.12.2 types.
 //
 // Trust: the Kubernetes API is trusted to store what fleetd writes; Templates come from the
@@ -110,7 +110,7 @@ func New(cfg Config) (*Installer, error) {
 	return &Installer{c: c, ns: cfg.Namespace, log: cfg.Logger, clock: clock, metrics: m}, nil
 }
 
-// Ping checks that the API server answers and serves Workflows (readiness, SPEC §6): a List of
+// Ping checks that the API server answers and serves Workflows (readiness, docs/design.md §6): a List of
 // at most one Workflow in the namespace.
 func (in *Installer) Ping(ctx context.Context) error {
 	err := in.observe("list_workflows", in.c.List(ctx, &tinkv1.WorkflowList{}, client.InNamespace(in.ns), client.Limit(1)))

@@ -1,6 +1,6 @@
 // Package tpmconn opens the command channel to a TPM 2.0: the kernel's resource manager
 // (/dev/tpmrm0) on a real machine, or a swtpm's TCP data channel in tests and the development
-// stack (SPEC §7: "Both talk to /dev/tpmrm0 by default, or to a TPM given by flag").
+// stack (docs/design.md §7: "Both talk to /dev/tpmrm0 by default, or to a TPM given by flag").
 //
 // The channel is what go-attestation's attest.OpenConfig takes; the measured-boot event log
 // comes from a file because the kernel exposes it there and a simulated machine keeps its own.

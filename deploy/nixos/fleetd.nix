@@ -1,9 +1,9 @@
-# NixOS module for fleetd (issue 6; SPEC §7).
+# NixOS module for fleetd (issue 6; docs/design.md §7).
 #
 #   services.fleetd            the service on spore (`fleetd serve`), hardened: its own system
 #                              user, no capabilities, the file system read-only except the Kea
 #                              reservations directory, secrets passed as systemd credentials.
-#   services.fleetd-boot-check the node's hourly boot check (`fleetd boot-check`, SPEC §5) for
+#   services.fleetd-boot-check the node's hourly boot check (`fleetd boot-check`, docs/design.md §5) for
 #                              NixOS nodes: a oneshot service and its timer.
 #
 # fleetd is not in nixpkgs; `package` is usually the release binary wrapped by ./package.nix

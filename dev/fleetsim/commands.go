@@ -117,7 +117,7 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-// machine drives a simulated machine (SPEC §8): netboot (HookOS runs its Workflow, the agent
+// machine drives a simulated machine (docs/design.md §8): netboot (HookOS runs its Workflow, the agent
 // enrolls for real), boot (the installed OS fetches its configuration), boot-check.
 func machine(ctx context.Context, dir string, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("machine", flag.ContinueOnError)

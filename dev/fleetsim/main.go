@@ -1,4 +1,4 @@
-// Command fleetsim runs fleetd's development stack (SPEC §8) and drives it:
+// Command fleetsim runs fleetd's development stack (docs/design.md §8) and drives it:
 //
 //	fleetsim up [--extra-devices N]                         the stack, in the foreground
 //	fleetsim restart fleetd                                 restart fleetd as a reboot of spore would

@@ -1,5 +1,5 @@
 // Package kubeharness runs a real Kubernetes API server with the Tinkerbell CRDs inside the
-// calling process: an embedded etcd and k8s.io/apiextensions-apiserver, on loopback (SPEC §8,
+// calling process: an embedded etcd and k8s.io/apiextensions-apiserver, on loopback (docs/design.md §8,
 // "a real Kubernetes API server with the Tinkerbell CRDs").
 //
 // It is for tests and for the development stack (bin/fleetsim) only; the production fleetd

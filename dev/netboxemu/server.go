@@ -1,5 +1,5 @@
 // Package netboxemu is an in-memory stand-in for NetBox 4.6.8's REST API and webhook delivery,
-// for fleetd's development stack and tests (SPEC §8). It is not part of the production binary.
+// for fleetd's development stack and tests (docs/design.md §8). It is not part of the production binary.
 //
 // It follows NetBox's observable behaviour as written down in reference/netbox.md: the JSON
 // shapes of the serializers fleetd reads, per-key custom-field merge on PATCH, NetBox's

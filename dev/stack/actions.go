@@ -15,7 +15,7 @@ import (
 	"github.com/folly-infra/fleetd/dev/tinkerbell"
 )
 
-// runAction does what the action's container would have done, by image (SPEC §8):
+// runAction does what the action's container would have done, by image (docs/design.md §8):
 //   - the fleetd agent (entrypoint `fleetd enroll`): the real `fleetd enroll` against the
 //     machine's swtpm, with the action's environment and the machine's sysfs, devfs and
 //     workflow directories;

@@ -20,7 +20,7 @@ import (
 // configuration delivered (lak.pem, lak.blob) for `fleetd boot-check`.
 func (mc *machine) nodeDir() string { return mc.path(MachineDiskDir, fleet.NodeDir) }
 
-// Boot is `fleetsim machine NAME boot` (SPEC §8): the installed OS's first boot. It fetches the
+// Boot is `fleetsim machine NAME boot` (docs/design.md §8): the installed OS's first boot. It fetches the
 // configuration the way its class does, from the machine's own address — Talos its machine
 // config (talos.config=…?uuid=…&serial=…; one try, where Talos would retry a non-200 for 3 h),
 // a nixos-image or alpine-image node its seed, a cloud-init node nothing (its seed was written
@@ -138,7 +138,7 @@ func tarDir(dir string) ([]byte, error) {
 	return buf.Bytes(), tw.Close()
 }
 
-// BootCheck is `fleetsim machine NAME boot-check` (SPEC §8): the running node's hourly check,
+// BootCheck is `fleetsim machine NAME boot-check` (docs/design.md §8): the running node's hourly check,
 // the real `fleetd boot-check` against the machine's swtpm with the node files its
 // configuration delivered. A check fleetd accepted as drift is an error (exit code 6 of
 // `fleetd boot-check`), as is every refusal.

@@ -13,7 +13,7 @@ import (
 // demoWait bounds how long the demo waits for fleetd to record one step in NetBox.
 const demoWait = 90 * time.Second
 
-// Demo walks the example inventory through its lifecycle on a running stack (SPEC §8, `make
+// Demo walks the example inventory through its lifecycle on a running stack (docs/design.md §8, `make
 // demo`): one machine of each class kind through provision, netboot (the real enrollment),
 // first boot and a boot check; one through a wipe and one through retirement; and every faulty
 // declaration to its refusal. It prints each step and what NetBox says after it, and returns an

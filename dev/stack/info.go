@@ -10,11 +10,11 @@ import (
 	"strings"
 )
 
-// InfoFile is the name of the stack description in the state directory (SPEC §8).
+// InfoFile is the name of the stack description in the state directory (docs/design.md §8).
 const InfoFile = "stack.json"
 
 // Info is stack.json: everything a person, a test or a runbook needs to use the running stack
-// (SPEC §8). The keys the SPEC names are netbox, fleetd (url, operator_token), webhook_secret,
+// (docs/design.md §8). The keys docs/design.md names are netbox, fleetd (url, operator_token), webhook_secret,
 // kubeconfig, namespace, ca (ldevid, lak, ek) and machines (dir); the others are additions.
 // URLs carry scheme and port; every path is absolute. The file holds secrets and is mode 0600.
 type Info struct {
@@ -68,7 +68,7 @@ type CAInfo struct {
 	Fleetd string `json:"fleetd"`
 }
 
-// Machine is one simulated machine: Dir holds tpm/, workflow/ and log (SPEC §8), and its
+// Machine is one simulated machine: Dir holds tpm/, workflow/ and log (docs/design.md §8), and its
 // hardware as files (sys/, dev/) and its install disk's content (disk/). The other keys say what
 // the machine is: its NetBox device, MAC, address (the source of its requests), the serial of
 // its install disk, its EK's hash, and its SMBIOS identity.

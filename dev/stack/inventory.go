@@ -43,7 +43,7 @@ type SeedDevice struct {
 func (d SeedDevice) Machine() bool { return !d.TPM12 }
 
 // exampleInventory covers every class kind of examples/classes.json, the class worker-g2, and
-// one faulty declaration per refusal a person should be able to see (SPEC §8).
+// one faulty declaration per refusal a person should be able to see (docs/design.md §8).
 var exampleInventory = []SeedDevice{
 	{Name: "cp-1", Class: "talos-cp"},
 	{Name: "worker-1", Class: "talos-worker"},

@@ -121,7 +121,7 @@ func machineGetAt(t testing.TB, name, from, base, path string) (int, string) {
 // TestMachineLifecycle: a machine of every class kind is provisioned for real — the agent
 // enrolls with its swtpm, fleetd attests it, issues its certificates and authorizes its disk,
 // the install Workflow succeeds — then boots, fetches its configuration once from its own
-// address, and passes its first boot check, which takes the baseline (SPEC §1, §5, §8).
+// address, and passes its first boot check, which takes the baseline (docs/design.md §1, §5, §8).
 func TestMachineLifecycle(t *testing.T) {
 	needStack(t)
 	for name, kind := range map[string]string{"life-talos": "talos", "life-nixos": "seed", "life-alpine": "seed", "life-ubuntu": "nocloud"} {
@@ -162,7 +162,7 @@ func TestMachineLifecycle(t *testing.T) {
 // TestConfigFetchRefusals: the configuration pending for a machine is served only to the
 // request from its NetBox address with its attested SMBIOS UUID, on its kind's route, and only
 // over TLS (fleetd's plain listener answers 403 tls_required); refused requests do not consume
-// it (SPEC §6).
+// it (docs/design.md §6).
 func TestConfigFetchRefusals(t *testing.T) {
 	needStack(t)
 	name := "life-fetch"
@@ -287,7 +287,7 @@ func copyDir(t testing.TB, src, dst string) string {
 
 // TestMachineRefusedAtEnrollment: declarations that look valid but do not match the machine
 // are refused by fleetd when the agent enrolls: the first action fails, nothing is authorized
-// (no disk file, no wipe) and the request fails with the reason (SPEC §1 step 4, §4).
+// (no disk file, no wipe) and the request fails with the reason (docs/design.md §1 step 4, §4).
 func TestMachineRefusedAtEnrollment(t *testing.T) {
 	needStack(t)
 	tests := []struct{ name, device, reason string }{

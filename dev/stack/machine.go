@@ -29,7 +29,7 @@ type StepOptions struct {
 }
 
 // machine is one simulated machine during a step: it powers on (its swtpm runs only while a
-// step runs, SPEC §8), talks to fleetd from its own loopback address, and records what it did.
+// step runs, docs/design.md §8), talks to fleetd from its own loopback address, and records what it did.
 type machine struct {
 	info Info
 	name string
@@ -121,7 +121,7 @@ func (mc *machine) powerOn(ctx context.Context, eventLog []byte) (*swtpm.Instanc
 }
 
 // httpClient is an HTTP client whose connections come from the machine's NetBox address: fleetd
-// serves a configuration only to a request from the device's address (SPEC §6, issue 4). It
+// serves a configuration only to a request from the device's address (docs/design.md §6, issue 4). It
 // trusts the stack's fleetd CA, as the machine's OS image does.
 func (mc *machine) httpClient() (*http.Client, error) {
 	p, err := netip.ParsePrefix(mc.m.Address)

@@ -17,7 +17,7 @@ import (
 	"github.com/folly-infra/fleetd/dev/swtpm"
 )
 
-// Files of a simulated machine's directory (SPEC §8).
+// Files of a simulated machine's directory (docs/design.md §8).
 const (
 	MachineTPMDir      = "tpm"      // the swtpm state, with its EK certificate
 	MachineWorkflowDir = "workflow" // what the agent wrote for later actions
@@ -37,7 +37,7 @@ type machineTPM struct {
 // waiting).
 const manufactureParallel = 8
 
-// manufacture makes each device's TPM: a swtpm (SPEC §8: RSA-2048 EK at 0x81010001 with its
+// manufacture makes each device's TPM: a swtpm (docs/design.md §8: RSA-2048 EK at 0x81010001 with its
 // certificate from the stack's EK CA) under machines/<name>/tpm for every TPM 2.0 device, so
 // that ek_sha256 declares a real EK. It then writes the EK CA bundle (root and issuing CA).
 func manufacture(ctx context.Context, p paths, devices []SeedDevice, rnd io.Reader) (map[string]machineTPM, error) {

@@ -18,7 +18,7 @@ import (
 	"github.com/folly-infra/fleetd/workflows"
 )
 
-// Netboot is `fleetsim machine NAME netboot` (SPEC §8): the machine boots HookOS and its worker
+// Netboot is `fleetsim machine NAME netboot` (docs/design.md §8): the machine boots HookOS and its worker
 // runs its current Workflow (the one whose hardwareMap device_1 is its MAC, rendered first if
 // tink-controller's step has not happened) action after action, reporting each to the
 // Kubernetes API as tink-worker does. The first action is the real `fleetd enroll` against the

@@ -37,7 +37,7 @@ func TestEchoes(t *testing.T) {
 
 // TestNetBoxUnreachable: while NetBox's REST API answers 503, a webhook gets 503 (so NetBox
 // records the failed delivery) and the owner's request waits; once NetBox answers again, the
-// periodic reconcile takes it: a lost webhook delays a request but never loses it (SPEC §2).
+// periodic reconcile takes it: a lost webhook delays a request but never loses it (docs/design.md §2).
 func TestNetBoxUnreachable(t *testing.T) {
 	needStack(t)
 	dev := "extra-011"

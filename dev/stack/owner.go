@@ -14,7 +14,7 @@ import (
 )
 
 // Owner acts on NetBox as the owner does with curl: plain REST calls with the owner's token
-// (SPEC §8). It reads raw JSON, independent of fleetd's own NetBox adapter.
+// (docs/design.md §8). It reads raw JSON, independent of fleetd's own NetBox adapter.
 type Owner struct {
 	URL   string
 	Token string

@@ -46,7 +46,7 @@ func newPaths(dir string) paths {
 	}
 }
 
-// machineDir is a simulated machine's directory: tpm/, workflow/ and log (SPEC §8).
+// machineDir is a simulated machine's directory: tpm/, workflow/ and log (docs/design.md §8).
 func (p paths) machineDir(name string) string { return filepath.Join(p.machines, name) }
 
 // prepare empties the state directory (every start is fresh), creates its subdirectories and

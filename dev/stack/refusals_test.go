@@ -10,7 +10,7 @@ import (
 )
 
 // TestRefusals: each faulty declaration of the example inventory is refused before anything
-// runs (SPEC §1 step 2, §8): fleet_state rejected, a fleet_message naming exactly what is
+// runs (docs/design.md §1 step 2, §8): fleet_state rejected, a fleet_message naming exactly what is
 // wrong, the same sentence in one warning journal entry, desired_action cleared, and no
 // Workflow or Hardware.
 func TestRefusals(t *testing.T) {

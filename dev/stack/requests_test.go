@@ -13,7 +13,7 @@ import (
 // TestOwnerRequests: the owner asks through NetBox's REST API (desired_action, or status
 // decommissioning), NetBox's webhook reaches the real fleetd, and fleetd accepts the request:
 // fleet_state pending, desired_action cleared, one journal entry saying so, and exactly one
-// Workflow from the class's Template with its Hardware (SPEC §1 step 2, §2, §3).
+// Workflow from the class's Template with its Hardware (docs/design.md §1 step 2, §2, §3).
 func TestOwnerRequests(t *testing.T) {
 	needStack(t)
 	tests := []struct {
@@ -87,7 +87,7 @@ func waitWorkflow(t testing.TB, device, name string) *tinkv1.Workflow {
 }
 
 // checkWorkflow checks the Workflow against the device's declaration: the class's Template, the
-// Hardware with the device's MAC and address, and hardwareMap (SPEC §3).
+// Hardware with the device's MAC and address, and hardwareMap (docs/design.md §3).
 func checkWorkflow(t testing.TB, device string, wf *tinkv1.Workflow, template, action string) {
 	t.Helper()
 	m := testStack.Info().Machines[device]

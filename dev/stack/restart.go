@@ -16,7 +16,7 @@ import (
 // readyTimeout bounds a wait for fleetd's readiness when the caller's context has no deadline.
 const readyTimeout = 90 * time.Second
 
-// RestartFleetd restarts the stack's fleetd the way a reboot of spore would (SPEC §8): SIGTERM
+// RestartFleetd restarts the stack's fleetd the way a reboot of spore would (docs/design.md §8): SIGTERM
 // to the running process; the supervisor of `fleetsim up` starts a new one a second later; this
 // waits until the new process is ready. Pending configurations are lost, by design. It works
 // from any process that has read stack.json.

@@ -1,4 +1,4 @@
-// Package stack is fleetd's development stack (SPEC §8): a NetBox emulator loaded with
+// Package stack is fleetd's development stack (docs/design.md §8): a NetBox emulator loaded with
 // netbox-webhooks.yaml, a real Kubernetes API server with the Tinkerbell CRDs and the example
 // Templates, simulated machines with software TPMs, and `fleetd serve` itself as a supervised
 // child process, seeded with the example inventory. bin/fleetsim runs it in the foreground

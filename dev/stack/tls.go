@@ -18,7 +18,7 @@ import (
 	"github.com/folly-infra/fleetd/fleet"
 )
 
-// fleetd's TLS in the stack (SPEC §6, docs/security.md "Transport"): fleetd serves every route
+// fleetd's TLS in the stack (docs/design.md §6, docs/security.md "Transport"): fleetd serves every route
 // over HTTPS on listen.https with a server certificate from the stack's own CA, and plain HTTP on
 // listen.http, where the node routes answer 403 tls_required. Agents, nodes and the stack's own
 // clients trust the CA (ca/fleetd.pem, stack.json ca.fleetd; the agents' FLEETD_CA_FILE);

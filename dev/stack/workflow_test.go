@@ -12,7 +12,7 @@ import (
 )
 
 // TestWorkflowOutcomes: Tinkerbell's report of a Workflow (through dev/tinkerbell, in either
-// spelling of the states) ends the device's request in NetBox (SPEC §1 step 5, §2, §3): a failed
+// spelling of the states) ends the device's request in NetBox (docs/design.md §1 step 5, §2, §3): a failed
 // action fails the request with the action and its message; a retirement that fails keeps the
 // owner's decommissioning status; an install Workflow that succeeds while the request is still
 // pending (the agent never attested) fails it, because nothing was authorized.

@@ -16,7 +16,7 @@ const (
 
 // EKCA is the local EK CA that issued the software TPMs' EK certificates: a self-signed root and
 // the issuing CA it signed. A verifier needs both in its bundle, because SPIRE's tpm_devid (and
-// fleetd's hash+cert policy) verify EK certificates without an intermediates pool (SPEC §8,
+// fleetd's hash+cert policy) verify EK certificates without an intermediates pool (docs/design.md §8,
 // stack.json ca.ek).
 type EKCA struct {
 	Root, Issuing         *x509.Certificate

@@ -1,6 +1,6 @@
 // Package swtpm manufactures and runs software TPMs (swtpm) for tests and the development stack.
 //
-// Each simulated machine's TPM is a TPM 2.0 like a discrete one (SPEC §8): an RSA-2048 EK from
+// Each simulated machine's TPM is a TPM 2.0 like a discrete one (docs/design.md §8): an RSA-2048 EK from
 // the TCG default template persisted at 0x81010001 with its certificate in NV 0x01c00002, issued
 // by a local EK CA (a root and an issuing CA made by swtpm_localca), empty hierarchy passwords,
 // an unencrypted state directory, and the sha256 PCR bank (optionally sha1 as well). swtpm runs
@@ -59,7 +59,7 @@ type TPM struct {
 	// EKCert is the RSA EK certificate stored in NV 0x01c00002.
 	EKCert *x509.Certificate
 	// EKSHA256 is the lowercase hex SHA-256 of the EK's DER SubjectPublicKeyInfo: the value the
-	// owner approves in NetBox's ek_sha256 (SPEC §2).
+	// owner approves in NetBox's ek_sha256 (docs/design.md §2).
 	EKSHA256 string
 }
 

@@ -9,7 +9,7 @@ import (
 
 // TestWipeDiskSelectsBySerial runs the wipe-disk action (DRY_RUN) against fake machines: it
 // must find exactly one disk with the declared serial, agree with the agent's /workflow/disk,
-// and fail loudly, erasing nothing, otherwise (SPEC §1 limits, §3).
+// and fail loudly, erasing nothing, otherwise (docs/design.md §1 limits, §3).
 func TestWipeDiskSelectsBySerial(t *testing.T) {
 	wipe := find(t, scripts(t), "wipe", "wipe-disk")
 	tests := []struct {

@@ -24,7 +24,7 @@ import (
 // agent plugin attest with the files `fleetd enroll` wrote (ldevid.pem, ldevid.pub, ldevid.priv)
 // on that same TPM, to SPIRE's own tpm_devid server plugin trusting fleetd's LDevID root
 // (devid_ca_path) and the swtpm EK CA (endorsement_ca_path). SPIRE must accept fleetd's LDevID
-// unchanged and name the agent as SPIRE derives it (SPEC §2 "LDevID"); each refusal row changes
+// unchanged and name the agent as SPIRE derives it (docs/design.md §2 "LDevID"); each refusal row changes
 // one thing SPIRE checks, so the test fails if SPIRE stops checking it or fleetd starts issuing
 // something SPIRE refuses.
 func TestSPIREAttestsFleetdLDevID(t *testing.T) {

@@ -8,7 +8,7 @@ import (
 )
 
 // The history of a device is its change log in NetBox (every save, by whom, before and after).
-// The checker walks it with the lifecycle of SPEC §1–§2 restated here: fleetd's own code is not
+// The checker walks it with the lifecycle of docs/design.md §1–§2 restated here: fleetd's own code is not
 // the judge of itself.
 
 // claim is a request fleetd took: the save that wrote a new fleet_request.
@@ -122,7 +122,7 @@ func (h *history) claimed(d stack.OwnerDevice, at time.Time, pre, post snap) {
 	h.claims = append(h.claims, claim{request: post.request, workflow: post.workflow, at: at})
 }
 
-// allowedMove is the lifecycle (SPEC §1, §2) for a request of action: the fleet_state moves
+// allowedMove is the lifecycle (docs/design.md §1, §2) for a request of action: the fleet_state moves
 // fleetd may make without taking a new request.
 func allowedMove(from, to, action string) bool {
 	if terminal[from] && to == "rejected" {
@@ -144,7 +144,7 @@ func allowedMove(from, to, action string) bool {
 	return false
 }
 
-// checkStatus checks the device status fleetd wrote with a save (SPEC §2): planned → staged
+// checkStatus checks the device status fleetd wrote with a save (docs/design.md §2): planned → staged
 // while installing → active when delivered; offline once wiped; failed when a request fails;
 // decommissioning is the owner's and stays. Any other save leaves the status alone.
 func (h *history) checkStatus(d stack.OwnerDevice, at time.Time, pre, post snap, action string) {

@@ -2,7 +2,7 @@ package chaos
 
 import "testing"
 
-// TestAllowedMove: the checker's restatement of the lifecycle (SPEC §1, §2), as a table.
+// TestAllowedMove: the checker's restatement of the lifecycle (docs/design.md §1, §2), as a table.
 func TestAllowedMove(t *testing.T) {
 	rows := []struct {
 		name, from, to, action string
