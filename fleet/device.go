@@ -48,6 +48,9 @@ type Owned struct {
 	BootBaseline  string
 	LastBootCheck time.Time // zero when the device never passed a boot check
 	BootCheck     BootCheck
+	// Identity is what the current provision's configuration carries (identity.go); empty
+	// outside a provision and after a wipe or retirement.
+	Identity IdentityMaterial
 }
 
 // MAC is a hardware address in the form Tinkerbell and Kea use: lowercase, colon-separated.

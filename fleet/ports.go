@@ -62,13 +62,14 @@ type Patch struct {
 	BootBaseline  *string
 	LastBootCheck *time.Time
 	BootCheck     *BootCheck
+	Identity      *IdentityMaterial // a pointer to the zero value clears fleet_identity
 }
 
 // Empty reports whether the patch writes nothing.
 func (p Patch) Empty() bool {
 	return !p.ClearDesiredAction && p.Status == "" && p.State == nil && p.Message == nil &&
 		p.Request == nil && p.Workflow == nil && p.LDevIDSerial == nil && p.LAKSerial == nil &&
-		p.BootBaseline == nil && p.LastBootCheck == nil && p.BootCheck == nil
+		p.BootBaseline == nil && p.LastBootCheck == nil && p.BootCheck == nil && p.Identity == nil
 }
 
 // Installer is Tinkerbell (docs/design.md §3).

@@ -84,7 +84,22 @@ func toDevice(d deviceJSON, macs []fleet.MAC, version string) (fleet.Device, err
 		}
 		dev.Owned.LastBootCheck = t.UTC()
 	}
+	dev.Owned.Identity = identity(d.CustomFields[CFIdentity])
 	return dev, nil
+}
+
+// identity decodes fleet_identity. A value that is not fleetd's JSON reads as no identity: a
+// fetch then serves nothing, and the stale-write protection puts fleetd's value back.
+func identity(v any) fleet.IdentityMaterial {
+	var m fleet.IdentityMaterial
+	if v == nil {
+		return m
+	}
+	b, err := json.Marshal(v)
+	if err != nil || json.Unmarshal(b, &m) != nil {
+		return fleet.IdentityMaterial{}
+	}
+	return m
 }
 
 func splitHashes(field string) []string {
@@ -136,6 +151,12 @@ func patchBody(p fleet.Patch) (map[string]any, string) {
 	if p.BootCheck != nil {
 		s := string(*p.BootCheck)
 		str(CFBootCheck, &s)
+	}
+	if p.Identity != nil {
+		cf[CFIdentity] = nil
+		if !p.Identity.Empty() {
+			cf[CFIdentity] = *p.Identity // encoded as a JSON object
+		}
 	}
 	return cf, string(p.Status)
 }

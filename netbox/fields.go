@@ -26,6 +26,7 @@ const (
 	CFBootBaseline  = "boot_baseline"
 	CFLastBootCheck = "last_boot_check"
 	CFBootCheck     = "boot_check"
+	CFIdentity      = "fleet_identity" // JSON: fleet.IdentityMaterial
 )
 
 // DeviceStatuses are NetBox's device status values (dcim DeviceStatusChoices, 4.6).
@@ -69,6 +70,7 @@ func fleetdFields() []fleetdField {
 		{name: CFLastBootCheck, typ: "text", written: true},
 		{name: CFBootCheck, typ: "select", written: true, choices: []string{string(fleet.BootCheckOK),
 			string(fleet.BootCheckDrift), string(fleet.BootCheckFailed)}},
+		{name: CFIdentity, typ: "json", written: true},
 	}
 }
 

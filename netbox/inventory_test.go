@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/folly-infra/fleetd/dev/netboxemu"
 	"github.com/folly-infra/fleetd/fleet"
 	"github.com/folly-infra/fleetd/netbox"
@@ -318,5 +320,41 @@ func BenchmarkDevices1000(b *testing.B) {
 		if err != nil || len(devs) != 1000 {
 			b.Fatalf("%d devices, %v", len(devs), err)
 		}
+	}
+}
+
+// fleet_identity is a JSON custom field: written as an object, read back as the same material,
+// and cleared to null.
+func TestUpdateIdentity(t *testing.T) {
+	e := newEnv(t, 0)
+	ctx := context.Background()
+	issued := time.Date(2026, 5, 1, 10, 0, 0, 0, time.UTC)
+	m := fleet.IdentityMaterial{Version: fleet.IdentityVersion, Request: "provision-abc", Issued: issued,
+		Expires: issued.Add(4 * time.Hour), UUIDSHA256: fleet.UUIDHash("4C4C4544-0042"), SMBIOSSerial: "SN-1",
+		LAK:    fleet.LAKMaterial{Chain: [][]byte{{0x30, 1}, {0x30, 2}}, Blob: []byte{1, 2, 3}},
+		LDevID: fleet.LDevIDMaterial{Chain: [][]byte{{0x30, 3}}, Public: []byte{4}, Private: []byte{5}}}
+	if _, err := e.client.Update(ctx, e.node1, fleet.Patch{Identity: &m}); err != nil {
+		t.Fatal(err)
+	}
+	cf, _ := e.emu.CustomFieldData(e.node1)
+	stored, ok := cf["fleet_identity"].(map[string]any)
+	if !ok || stored["request"] != "provision-abc" || stored["uuid_sha256"] != fleet.UUIDHash("4c4c4544-0042") {
+		t.Fatalf("fleet_identity stored as %#v, want a JSON object", cf["fleet_identity"])
+	}
+	got, err := e.client.Device(ctx, e.node1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(m, got.Owned.Identity); diff != "" {
+		t.Errorf("identity read back (-wrote +read):\n%s", diff)
+	}
+	if !got.Owned.Identity.MatchesUUID(" 4c4c4544-0042") || got.Owned.Identity.MatchesUUID("4c4c4544-0043") {
+		t.Error("MatchesUUID does not compare the normalised UUID's hash")
+	}
+	if _, err := e.client.Update(ctx, e.node1, fleet.Patch{Identity: &fleet.IdentityMaterial{}}); err != nil {
+		t.Fatal(err)
+	}
+	if cf, _ := e.emu.CustomFieldData(e.node1); cf["fleet_identity"] != nil {
+		t.Errorf("cleared fleet_identity stored as %#v, want null", cf["fleet_identity"])
 	}
 }

@@ -133,6 +133,9 @@ func Apply(d *fleet.Device, p fleet.Patch) {
 	if p.BootCheck != nil {
 		d.Owned.BootCheck = *p.BootCheck
 	}
+	if p.Identity != nil {
+		d.Owned.Identity = *p.Identity
+	}
 }
 
 // Journal implements fleet.Inventory.

@@ -1,0 +1,59 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// Decide is one decision of a conditional write: given the device as NetBox has it now, the
+// patch to write, or write=false when this device needs no write (someone else already did what
+// the caller meant, or the device moved on so that the write no longer applies). Decide must
+// depend only on d and on values the caller fixed before the first call: it runs again after
+// every conflict, on the device as it is then. An error ends the write without writing.
+type Decide func(d Device) (p Patch, write bool, err error)
+
+// UpdateIfMatch is fleetd's one way to write a decision to NetBox when more than one writer may
+// act on the device at once — several fleetd instances, an owner's script, NetBox's UI
+// (docs/design.md §2 and §9): it writes what decide returns for d conditionally on d.Version
+// (If-Match), and when NetBox answers 412 it re-reads the device and calls decide again, at most
+// maxConflicts times. It returns the device after the write (without its MACs, as
+// Inventory.Update) or, when decide wrote nothing, the device decide last saw; and whether it
+// wrote.
+//
+// Trust: NetBox's ETag is the only version; on NetBox without ETags (before 4.6) d.Version is
+// empty and the write is last-write-wins, which is why several instances need NetBox ≥ 4.6
+// (docs/operate.md, "Several instances"). The patch's IfVersion is set here; decide leaves it.
+//
+// Errors: those of Inventory.Device and Inventory.Update (ErrNotFound when the device is gone),
+// ErrConflict wrapped when the device kept changing, and decide's own.
+//
+// Usage:
+//
+//	d, wrote, err := fleet.UpdateIfMatch(ctx, inv, d, func(d fleet.Device) (fleet.Patch, bool, error) {
+//		if d.Owned.Request != req { // the request moved on: nothing to record
+//			return fleet.Patch{}, false, nil
+//		}
+//		return fleet.Patch{Message: &msg}, true, nil
+//	})
+func UpdateIfMatch(ctx context.Context, inv Inventory, d Device, decide Decide) (Device, bool, error) {
+	id := d.ID
+	for attempt := 0; ; attempt++ {
+		p, write, err := decide(d)
+		if err != nil || !write {
+			return d, false, err
+		}
+		p.IfVersion = d.Version
+		got, err := inv.Update(ctx, d.ID, p)
+		if err == nil {
+			got.MACs = d.MACs
+			return got, true, nil
+		}
+		if !errors.Is(err, ErrConflict) || attempt >= maxConflicts {
+			return d, false, err
+		}
+		if d, err = inv.Device(ctx, id); err != nil {
+			return d, false, fmt.Errorf("re-read device %d after a conflicting write: %w", id, err)
+		}
+	}
+}

@@ -1,0 +1,120 @@
+package fleet
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// IdentityMaterial is what a provision's configuration carries of the node's identity, kept on the
+// device in NetBox (the fleet_identity JSON custom field, docs/design.md §2 and §9) so that any fleetd —
+// the same one after a restart, or another instance — renders the same configuration when the
+// node fetches it. It is written once, in the conditional write that records the attestation,
+// and names the request it was issued for: a fetch serves it only while that request is the
+// device's current one and is configuring (docs/design.md §9 says what "delivered once" rests on).
+//
+// Trust: nothing in it is a secret. The certificates are public; the LAK and LDevID key blobs
+// are wrapped by the storage key of the machine's own TPM and load nowhere else; the SMBIOS UUID
+// and any fetch secret are kept as SHA-256 hashes only, so reading NetBox does not give what a
+// fetch presents. Everything in it was verified or issued by fleetd at the attestation; a value
+// written by anyone else is undone (docs/design.md §9, "Fields fleetd owns").
+//
+// The JSON keys are the contract with other fleetd versions: add keys, never rename them. []byte
+// fields are standard base64, certificate chains DER, leaf first.
+type IdentityMaterial struct {
+	Version int    `json:"version"` // IdentityVersion
+	Request string `json:"request"` // the request id it was issued for
+	// Issued is when the attestation recorded it; Expires when its configuration stops being
+	// served unfetched (Issued + config_delivery.pending_ttl): the request then fails.
+	Issued  time.Time `json:"issued"`
+	Expires time.Time `json:"expires"`
+	// UUIDSHA256 is the lowercase hex SHA-256 of the attested SMBIOS system UUID, normalised to
+	// lowercase (UUIDHash). A fetch's claimed uuid must hash to it.
+	UUIDSHA256 string `json:"uuid_sha256"`
+	// SMBIOSSerial is the attested SMBIOS system serial, as the seed carries it; may be empty.
+	SMBIOSSerial string `json:"smbios_serial,omitempty"`
+	// FetchSecretSHA256 is the hex SHA-256 of a per-request fetch secret, when the enrollment
+	// hands one to the node; empty when none is used.
+	FetchSecretSHA256 string `json:"fetch_secret_sha256,omitempty"`
+
+	LAK    LAKMaterial    `json:"lak"`
+	LDevID LDevIDMaterial `json:"ldevid"`
+}
+
+// IdentityVersion is the version of IdentityMaterial's JSON this fleetd writes and reads.
+const IdentityVersion = 1
+
+// LAKMaterial is the node's attestation key: its certificate chain (DER, leaf first) and the AK
+// as the agent's TPM wrapped it (go-attestation's AK.Marshal, the node's lak.blob).
+type LAKMaterial struct {
+	Chain [][]byte `json:"chain"`
+	Blob  []byte   `json:"blob"`
+}
+
+// LDevIDMaterial is the node's device identity key: its certificate chain (DER, leaf first) and,
+// when the enrollment sends them, the key's TPMT_PUBLIC and TPM2B_PRIVATE contents without size
+// prefix, as SPIRE's tpm_devid agent reads ldevid.pub and ldevid.priv (docs/design.md §7).
+type LDevIDMaterial struct {
+	Chain   [][]byte `json:"chain"`
+	Public  []byte   `json:"public,omitempty"`
+	Private []byte   `json:"private,omitempty"`
+}
+
+// Empty reports whether no identity is recorded (the field is unset or cleared).
+func (m IdentityMaterial) Empty() bool { return m.Request == "" }
+
+// UUIDHash is how an SMBIOS UUID is kept and compared: the hex SHA-256 of its trimmed, lowercase
+// text (SMBIOS tools print UUIDs in either case).
+func UUIDHash(uuid string) string {
+	sum := sha256.Sum256([]byte(normUUID(uuid)))
+	return hex.EncodeToString(sum[:])
+}
+
+// MatchesUUID reports whether claimed is the attested SMBIOS UUID.
+func (m IdentityMaterial) MatchesUUID(claimed string) bool {
+	return normUUID(claimed) != "" && UUIDHash(claimed) == m.UUIDSHA256
+}
+
+// Check refuses material this fleetd cannot render from: a newer version, or parts missing.
+func (m IdentityMaterial) Check() error {
+	var problems []error
+	switch {
+	case m.Version != IdentityVersion:
+		problems = append(problems, fmt.Errorf("version %d, this fleetd reads version %d", m.Version, IdentityVersion))
+	case m.Request == "":
+		problems = append(problems, errors.New("no request"))
+	}
+	if len(m.UUIDSHA256) != 64 {
+		problems = append(problems, errors.New("no SMBIOS UUID hash"))
+	}
+	if len(m.LAK.Chain) == 0 || len(m.LAK.Blob) == 0 {
+		problems = append(problems, errors.New("no LAK certificate or blob"))
+	}
+	if m.Expires.IsZero() {
+		problems = append(problems, errors.New("no expiry"))
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("fleet_identity: %w", errors.Join(problems...))
+	}
+	return nil
+}
+
+// NodeFiles are the files the configuration delivers into NodeDir: lak.pem (the LAK chain as
+// PEM) and lak.blob (LAKFiles).
+func (m IdentityMaterial) NodeFiles() []NodeFile {
+	return []NodeFile{
+		{Name: NodeFileLAKCert, Mode: 0o644, Data: chainPEM(m.LAK.Chain)},
+		{Name: NodeFileLAKBlob, Mode: 0o600, Data: m.LAK.Blob},
+	}
+}
+
+func chainPEM(chain [][]byte) []byte {
+	var out []byte
+	for _, der := range chain {
+		out = append(out, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})...)
+	}
+	return out
+}
