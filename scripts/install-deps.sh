@@ -5,7 +5,10 @@
 #   tpm2-tools          reading a TPM by hand in tests and runbooks
 #   kea-dhcp4-server    the real Kea that checks and reloads the reservations file
 #   prometheus          promtool, which checks and unit-tests the alert rules
-#   libssl-dev          cgo build of the go-tpm-tools TPM simulator used in tests
+#   gcc, libc6-dev      the C toolchain cgo needs: the go-tpm-tools TPM simulator (C sources) and
+#                       the race detector (make test runs -race); without gcc, Go turns cgo off
+#                       and the packages that start the simulator do not build
+#   libssl-dev          libcrypto for the simulator's cgo build
 #   nix-bin             nix-instantiate, which parses the NixOS module
 #   systemd             systemd-analyze, which verifies the units (the deploy tests skip without it)
 set -eu
@@ -17,6 +20,8 @@ have_cmd swtpm_setup || need="$need swtpm-tools"
 have_cmd tpm2_nvread || need="$need tpm2-tools"
 have_cmd kea-dhcp4 || need="$need kea-dhcp4-server"
 have_cmd promtool || need="$need prometheus"
+have_cmd gcc || need="$need gcc"
+have_pkg libc6-dev || need="$need libc6-dev"
 have_pkg libssl-dev || need="$need libssl-dev"
 have_cmd nix-instantiate || need="$need nix-bin"
 have_cmd systemd-analyze || need="$need systemd"
