@@ -5,7 +5,6 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
@@ -61,9 +60,8 @@ func registeredMetrics(t *testing.T) map[string]bool {
 		t.Fatal(err)
 	}
 	clock := fleet.SystemClock{}
-	pending, _ := fleet.NewPending(fleet.PendingConfig{Clock: clock, TTL: time.Hour})
 	svc, err := fleet.NewService(fleet.Config{FleetdURL: "http://spore:8080"}, fleet.Deps{Inventory: nb, Installer: inst,
-		Pending: pending, Clock: clock, Random: strings.NewReader(""), Logger: log, Registry: rec})
+		Clock: clock, Random: strings.NewReader(""), Logger: log, Registry: rec})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -109,10 +109,6 @@ func wire(ctx context.Context, cfg *config.Config, log zerolog.Logger) (*app, er
 		return nil, fmt.Errorf("kubernetes: %w", err)
 	}
 	clock := fleet.SystemClock{}
-	pending, err := fleet.NewPending(fleet.PendingConfig{Clock: clock, TTL: cfg.Delivery.PendingTTL.D()})
-	if err != nil {
-		return nil, fmt.Errorf("config_delivery: %w", err)
-	}
 	renderer, err := newRenderer(cfg, sec.talos, clock)
 	if err != nil {
 		return nil, err
@@ -121,14 +117,15 @@ func wire(ctx context.Context, cfg *config.Config, log zerolog.Logger) (*app, er
 	if err != nil {
 		return nil, err
 	}
-	a.service, err = fleet.NewService(fleet.Config{FleetdURL: cfg.PublicURL, BootCheckMissingAfter: cfg.BootCheck.MissingAfter.D()}, fleet.Deps{Inventory: a.netbox,
-		Installer: a.install, Catalog: catalog, Pending: pending, Renderer: renderer, Attest: att, Clock: clock,
+	a.service, err = fleet.NewService(fleet.Config{FleetdURL: cfg.PublicURL,
+		BootCheckMissingAfter: cfg.BootCheck.MissingAfter.D(), ConfigTTL: cfg.Delivery.PendingTTL.D()}, fleet.Deps{Inventory: a.netbox,
+		Installer: a.install, Catalog: catalog, Renderer: renderer, Attest: att, Clock: clock,
 		Random: rand.Reader, Logger: log, Registry: reg})
 	if err != nil {
 		return nil, err
 	}
 	intake, err := webhook.New(webhook.Config{Secret: sec.webhook,
-		ServiceUser: cfg.NetBox.ServiceUser}, webhook.Deps{Reconciler: a.service, Inventory: a.pokeKea, Logger: log, Registry: reg})
+		ServiceUser: cfg.NetBox.ServiceUser}, webhook.Deps{Reconciler: a.service, Undo: a.service, Inventory: a.pokeKea, Logger: log, Registry: reg})
 	if err != nil {
 		return nil, err
 	}

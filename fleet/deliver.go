@@ -6,11 +6,16 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"time"
 )
 
-// ConfigFetch is one node's request for its configuration (docs/design.md §6 GET /v1/config/...). Both
-// values are claims: the UUID is whatever the query says, the address is the connection's
-// source. They are checked against the attested UUID and the NetBox address.
+// ConfigFetch is one node's request for its configuration (docs/design.md §6 GET /v1/config/...).
+// Both values are claims: the UUID is whatever the query says, the address is the connection's
+// source. The address finds the device (its NetBox primary IPv4); the UUID must hash to the one
+// its attestation recorded (IdentityMaterial.UUIDSHA256). Neither is a secret nor a proof: a
+// UUID can be read off the machine and an address spoofed on the local network; they bind
+// delivery to the machine as well as the network does, and keep a mistaken or stale node from
+// taking another's configuration. A claim that fails consumes nothing.
 type ConfigFetch struct {
 	Kind          Kind
 	ClaimedUUID   string
@@ -18,124 +23,91 @@ type ConfigFetch struct {
 	RemoteAddr    netip.Addr
 }
 
-// FetchConfig serves a node's one configuration fetch and records the delivery in NetBox: state
-// and status active, a journal entry saying what was delivered to whom (docs/design.md §1 step 6). Every
-// other answer is a refusal the handlers turn into 4xx; a fetch for a configuration lost in a
-// restart also ends the request (journal entry, metric) and gets its own 410.
+// FetchConfig serves a node's one configuration fetch (docs/design.md §1 step 6, §9): it reads the
+// device at the fetch's address, renders its configuration from NetBox's fields (the
+// declaration, and the identity material its attestation recorded) and spore's files (classes,
+// cluster secrets), and records the delivery — state and status active — in one conditional write
+// that exactly one fetch wins, whichever fleetd instance serves it. The configuration is answered
+// only once that write is in NetBox: a fetch that cannot record its delivery gets a 5xx and the
+// node asks again. Every other answer is a refusal the handlers turn into 4xx; a fetch for a
+// configuration that expired, or that an older fleetd lost, also ends the request.
 func (s *Service) FetchConfig(ctx context.Context, f ConfigFetch) (NodeConfig, Outcome, error) {
 	out := Outcome{Step: "deliver", Result: "refused", Detail: "from " + f.RemoteAddr.String()}
-	if f.ClaimedUUID == "" {
+	if strings.TrimSpace(f.ClaimedUUID) == "" {
 		return NodeConfig{}, out, s.fetchRefused(f, Refuse(RefusedInvalid, "missing_uuid",
 			"the query has no uuid: fetch with ?uuid=<SMBIOS system UUID>"))
 	}
-	id, ok := s.pending.byAddress(f.RemoteAddr)
-	if !ok {
-		if e, ok := s.pending.byUUID(f.ClaimedUUID); ok {
-			out.Device = e.Device
-			return NodeConfig{}, out, s.fetchRefused(f, Refuse(RefusedForbidden, "wrong_address",
-				"the configuration for this UUID is served only to its device's NetBox address, not to %s", f.RemoteAddr))
-		}
-		return s.fetchNothingPending(ctx, f)
+	d, err := s.inv.DeviceByAddress(ctx, f.RemoteAddr)
+	if errors.Is(err, ErrNotFound) {
+		return NodeConfig{}, out, s.fetchRefused(f, Refuse(RefusedNotFound, "unknown_address",
+			"no NetBox device has the address %s as its primary IPv4, so no configuration is served to it", f.RemoteAddr))
 	}
-	unlock := s.locks.lock(id)
-	defer unlock()
-	if info, ok := s.pending.Peek(id); ok && info.Kind.Route() != f.Kind.Route() {
-		out.DeviceID, out.Device = id, info.Device
-		return NodeConfig{}, out, s.fetchRefused(f, Refuse(RefusedNotFound, "wrong_kind",
-			"the configuration pending for %s is a %s configuration: fetch it from /v1/config/%s", info.Device, info.Kind, info.Kind.Route()))
-	}
-	cfg, err := s.pending.Take(id, f.ClaimedUUID, f.RemoteAddr)
-	switch {
-	case errors.Is(err, ErrPendingWrongUUID):
-		return NodeConfig{}, out, s.fetchRefused(f, Refuse(RefusedForbidden, "wrong_uuid",
-			"the uuid in the query is not the SMBIOS UUID the machine at %s attested with", f.RemoteAddr))
-	case errors.Is(err, ErrPendingExpired):
-		return NodeConfig{}, out, s.fetchRefused(f, Refuse(RefusedGone, "config_expired",
-			"the configuration expired before it was fetched; provision the device again"))
-	case err != nil: // delivered meanwhile, or gone: answer as if nothing were pending
-		d, err := s.inv.Device(ctx, id)
-		if err != nil {
-			return NodeConfig{}, out, fmt.Errorf("read device %d: %w: %w", id, ErrInventory, err)
-		}
-		return s.answerNothingPending(ctx, f, d) // under the lock taken above
-	}
-	d, err := s.inv.Device(ctx, id)
-	if err != nil {
-		// Delivered; NetBox is written by the next reconcile (followPending sees it delivered).
-		s.metrics.deliveries.WithLabelValues(string(f.Kind), "delivered").Inc()
-		out.DeviceID, out.Result = id, "delivered-unrecorded"
-		return cfg, out, nil
-	}
-	msg := fmt.Sprintf("Delivered %s to %s at %s (SMBIOS UUID %s).", cfg.Summary, d.Name, f.RemoteAddr, f.ClaimedUUID)
-	out, err = s.apply(ctx, d, RequestAction(d.Owned.Request), EventDelivered, msg)
-	out.Step, out.Result = "deliver", "delivered"
-	if err != nil {
-		s.log.Warn().Err(err).Str("device", d.Name).Msg("configuration delivered; NetBox will be updated by the next reconcile")
-	}
-	s.metrics.deliveries.WithLabelValues(string(f.Kind), "delivered").Inc()
-	return cfg, out, nil
-}
-
-// fetchNothingPending answers a fetch for which nothing is pending in this process. NetBox says
-// why: the device at that address was already configured (410), its configuration was lost in a
-// restart (a distinct 410 that ends the request and says to provision again), or there is no
-// such device or request (404).
-func (s *Service) fetchNothingPending(ctx context.Context, f ConfigFetch) (NodeConfig, Outcome, error) {
-	out := Outcome{Step: "deliver", Result: "refused", Detail: "from " + f.RemoteAddr.String()}
-	devices, err := s.inv.Devices(ctx)
 	if err != nil {
 		return NodeConfig{}, out, fmt.Errorf("look up the device at %s: %w: %w", f.RemoteAddr, ErrInventory, err)
 	}
-	var d Device
-	for _, c := range devices {
-		if c.IP() == f.RemoteAddr.Unmap() {
-			d = c
-			break
-		}
-	}
-	if d.ID == 0 {
-		return NodeConfig{}, out, s.fetchRefused(f, Refuse(RefusedNotFound, "unknown_address",
-			"no NetBox device has the address %s, so no configuration is served to it", f.RemoteAddr))
-	}
-	unlock := s.locks.lock(d.ID)
+	unlock := s.locks.lock(d.ID) // an optimization: the conditional write below is what decides
 	defer unlock()
-	name := d.Name
-	if d, err = s.inv.Device(ctx, d.ID); err != nil {
-		return NodeConfig{}, out, fmt.Errorf("read device %s: %w: %w", name, ErrInventory, err)
+	var (
+		cfg     NodeConfig
+		refusal *Refusal
+		msg     string
+	)
+	now := s.clock.Now()
+	delivered, wrote, err := UpdateIfMatch(ctx, s.inv, d, func(d Device) (Patch, bool, error) {
+		cfg, refusal, msg = NodeConfig{}, nil, ""
+		class, ok := s.catalog.Class(d.Declared.Class)
+		if !ok {
+			refusal = Refuse(RefusedConflict, "class_unknown", "%s's class %q is no longer in classes.json", d.Name, d.Declared.Class)
+			return Patch{}, false, nil
+		}
+		if refusal = fetchRefusal(d, class, f, now); refusal != nil {
+			return Patch{}, false, nil
+		}
+		t, ok := Next(d.Owned.State, ActionProvision, EventDelivered)
+		if !ok {
+			return Patch{}, false, fmt.Errorf("deliver to %s: no transition from %q", d.Name, d.Owned.State)
+		}
+		node := NodeIdentity{UUID: strings.TrimSpace(f.ClaimedUUID), Serial: d.Owned.Identity.SMBIOSSerial, Files: d.Owned.Identity.NodeFiles()}
+		var err error
+		if cfg, err = s.renderer.Render(d, class, node); err != nil {
+			if errors.Is(err, ErrConfigRejected) {
+				refusal = &Refusal{Class: RefusedConflict, Code: "config_rejected", Err: err,
+					Msg: fmt.Sprintf("the configuration of %s would now be rejected by its OS (its declaration or class changed since it attested); provision it again", d.Name)}
+				return Patch{}, false, nil
+			}
+			return Patch{}, false, fmt.Errorf("render the configuration of %s: %w", d.Name, err)
+		}
+		msg = fmt.Sprintf("Delivered %s to %s at %s (SMBIOS UUID %s) for request %s.", cfg.Summary, d.Name, f.RemoteAddr, node.UUID, d.Owned.Request)
+		return transitionPatch(d, t, msg), true, nil
+	})
+	out = outcomeFor(delivered, RequestAction(delivered.Owned.Request), "deliver", "refused")
+	out.Detail = "from " + f.RemoteAddr.String()
+	switch {
+	case err != nil:
+		return NodeConfig{}, out, fmt.Errorf("deliver the configuration of %s: %w", d.Name, inventoryErr(err))
+	case !wrote:
+		return NodeConfig{}, out, s.refuseFetch(ctx, delivered, f, refusal, now)
 	}
-	return s.answerNothingPending(ctx, f, d)
+	s.metrics.requests.WithLabelValues(string(ActionProvision), "succeeded").Inc()
+	s.metrics.deliveries.WithLabelValues(string(f.Kind), "delivered").Inc()
+	s.journal(ctx, delivered, JournalSuccess, msg)
+	out.Result = "delivered"
+	return cfg, out, nil
 }
 
-// answerNothingPending is fetchNothingPending's answer for the device d at the fetch's address,
-// read under its lock, which the caller holds.
-func (s *Service) answerNothingPending(ctx context.Context, f ConfigFetch, d Device) (NodeConfig, Outcome, error) {
-	out := outcomeFor(d, RequestAction(d.Owned.Request), "deliver", "refused")
-	out.Detail = "from " + f.RemoteAddr.String()
-	lost := func() (NodeConfig, Outcome, error) {
-		out.Result = "lost"
-		return NodeConfig{}, out, s.fetchRefused(f, Refuse(RefusedGone, "config_lost",
-			"the pending configuration of %s was lost when fleetd restarted; set desired_action=provision in NetBox to provision again", d.Name))
+// refuseFetch answers a fetch the device's fields do not open. A configuration that can no longer
+// be delivered (expired, lost by an older fleetd, rejected by its OS now) also ends its request.
+func (s *Service) refuseFetch(ctx context.Context, d Device, f ConfigFetch, r *Refusal, now time.Time) error {
+	ev, msg, ends := endsRequest(d, now)
+	if !ends && r.Code == "config_rejected" {
+		ev, msg, ends = EventConfigLost, fmt.Sprintf("provision request %s failed: %s.", d.Owned.Request, r.Err), true
 	}
-	state := s.pending.state(d.ID)
-	provisioning := RequestAction(d.Owned.Request) == ActionProvision &&
-		(d.Owned.State == StateInstalling || d.Owned.State == StateConfiguring)
-	switch {
-	case state == pendingDelivered || d.Owned.State == StateActive && RequestAction(d.Owned.Request) == ActionProvision:
-		return NodeConfig{}, out, s.fetchRefused(f, Refuse(RefusedGone, "config_delivered",
-			"the configuration of %s was already delivered and is served only once; provision the device again for a new one", d.Name))
-	case provisioning && state == pendingNone:
-		if _, err := s.followPending(ctx, d, ActionProvision, out); err != nil { // records the loss
-			s.log.Warn().Err(err).Str("device", d.Name).Msg("recording the lost configuration failed; the reconcile retries")
+	if ends {
+		if _, err := s.apply(ctx, d, ActionProvision, ev, msg); err != nil {
+			s.log.Warn().Err(err).Str("device", d.Name).Msg("ending the request failed; the reconcile retries")
 		}
-		return lost()
-	case RequestAction(d.Owned.Request) == ActionProvision && d.Owned.State == StateFailed && strings.Contains(d.Owned.Message, lostMarker):
-		return lost()
-	case state == pendingExpired:
-		return NodeConfig{}, out, s.fetchRefused(f, Refuse(RefusedGone, "config_expired",
-			"the configuration of %s expired before it was fetched; provision the device again", d.Name))
 	}
-	return NodeConfig{}, out, s.fetchRefused(f, Refuse(RefusedNotFound, "no_pending_config",
-		"no configuration is pending for %s (fleet_state %s); it is rendered when a provision request attests", d.Name, stateWord(d.Owned.State)))
+	return s.fetchRefused(f, r)
 }
 
 func (s *Service) fetchRefused(f ConfigFetch, r *Refusal) error {

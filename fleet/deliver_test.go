@@ -20,11 +20,15 @@ import (
 
 func TestFetchConfig(t *testing.T) {
 	home := netip.MustParseAddr("10.0.0.5")
+	talos := func(uuid string) ConfigFetch {
+		return ConfigFetch{Kind: KindTalos, ClaimedUUID: uuid, RemoteAddr: home}
+	}
 	type row struct {
 		name       string
 		state      State
-		pending    bool
-		expire     bool // the clock passes the pending TTL before the fetch
+		attested   bool // fleet_identity holds the request's identity material
+		mod        func(*Device)
+		expire     bool // the clock passes the configuration's TTL before the fetch
 		fetch      ConfigFetch
 		wantCode   string // "" = delivered
 		wantState  State
@@ -32,63 +36,68 @@ func TestFetchConfig(t *testing.T) {
 		wantJourn  string
 	}
 	rows := []row{
-		{name: "ok/delivered once: active, journal names what and to whom", state: StateConfiguring, pending: true,
-			fetch:     ConfigFetch{Kind: KindTalos, ClaimedUUID: strings.ToUpper(attestedUUID), RemoteAddr: home},
-			wantState: StateActive, wantStatus: StatusActive, wantJourn: "success: Delivered Talos worker config to node-a at 10.0.0.5"},
-		{name: "ok/NoCloud during the install Workflow: active", state: StateInstalling, pending: true,
-			fetch:     ConfigFetch{Kind: KindTalos, ClaimedUUID: attestedUUID, RemoteAddr: home},
-			wantState: StateActive, wantStatus: StatusActive, wantJourn: "success: Delivered"},
-		{name: "refuse/wrong UUID: not consumed", state: StateConfiguring, pending: true,
-			fetch:    ConfigFetch{Kind: KindTalos, ClaimedUUID: "00000000-0000-0000-0000-000000000000", RemoteAddr: home},
+		{name: "ok/delivered once: active, journal names what, to whom and for which request", state: StateConfiguring, attested: true,
+			fetch:     talos(strings.ToUpper(attestedUUID)),
+			wantState: StateActive, wantStatus: StatusActive, wantJourn: "success: Delivered Talos worker config for node-a"},
+		{name: "refuse/wrong UUID: not consumed", state: StateConfiguring, attested: true,
+			fetch:    talos("00000000-0000-0000-0000-000000000000"),
 			wantCode: "wrong_uuid", wantState: StateConfiguring, wantStatus: StatusStaged},
-		{name: "refuse/right UUID from another address: not consumed", state: StateConfiguring, pending: true,
-			fetch:    ConfigFetch{Kind: KindTalos, ClaimedUUID: attestedUUID, RemoteAddr: netip.MustParseAddr("10.0.0.99")},
-			wantCode: "wrong_address", wantState: StateConfiguring, wantStatus: StatusStaged},
-		{name: "refuse/no uuid in the query", state: StateConfiguring, pending: true,
+		{name: "refuse/no uuid in the query", state: StateConfiguring, attested: true,
 			fetch:    ConfigFetch{Kind: KindTalos, RemoteAddr: home},
 			wantCode: "missing_uuid", wantState: StateConfiguring, wantStatus: StatusStaged},
-		{name: "refuse/seed route for a Talos configuration", state: StateConfiguring, pending: true,
+		{name: "refuse/seed route for a Talos configuration", state: StateConfiguring, attested: true,
 			fetch:    ConfigFetch{Kind: KindNixOS, ClaimedUUID: attestedUUID, RemoteAddr: home},
 			wantCode: "wrong_kind", wantState: StateConfiguring, wantStatus: StatusStaged},
-		{name: "refuse/unknown address", state: StateConfiguring, pending: false,
+		{name: "ok/fetched before Tinkerbell reported the install Workflow's success (or NoCloud during it)", state: StateInstalling, attested: true,
+			fetch: talos(attestedUUID), wantState: StateActive, wantStatus: StatusActive, wantJourn: "success: Delivered"},
+		{name: "refuse/unknown address", state: StateConfiguring, attested: true,
 			fetch:    ConfigFetch{Kind: KindTalos, ClaimedUUID: attestedUUID, RemoteAddr: netip.MustParseAddr("10.9.9.9")},
 			wantCode: "unknown_address", wantState: StateConfiguring, wantStatus: StatusStaged},
-		{name: "refuse/lost in a restart: distinct 410, request failed, journal", state: StateConfiguring, pending: false,
-			fetch:    ConfigFetch{Kind: KindTalos, ClaimedUUID: attestedUUID, RemoteAddr: home},
-			wantCode: "config_lost", wantState: StateFailed, wantStatus: StatusFailed, wantJourn: "danger: provision request provision-aaaaaaaa failed: the pending configuration of node-a was lost"},
-		{name: "refuse/lost, already recorded by the reconcile: still config_lost", state: StateFailed, pending: false,
-			fetch:    ConfigFetch{Kind: KindTalos, ClaimedUUID: attestedUUID, RemoteAddr: home},
-			wantCode: "config_lost", wantState: StateFailed, wantStatus: StatusStaged},
-		{name: "refuse/expired before the fetch", state: StateConfiguring, pending: true, expire: true,
-			fetch:    ConfigFetch{Kind: KindTalos, ClaimedUUID: attestedUUID, RemoteAddr: home},
-			wantCode: "config_expired", wantState: StateConfiguring, wantStatus: StatusStaged},
-		{name: "refuse/an active device asks again", state: StateActive, pending: false,
-			fetch:    ConfigFetch{Kind: KindTalos, ClaimedUUID: attestedUUID, RemoteAddr: home},
-			wantCode: "config_delivered", wantState: StateActive, wantStatus: StatusStaged},
-		{name: "refuse/no request", state: StateNone, pending: false,
-			fetch:    ConfigFetch{Kind: KindTalos, ClaimedUUID: attestedUUID, RemoteAddr: home},
-			wantCode: "no_pending_config", wantState: StateNone, wantStatus: StatusStaged},
+		{name: "refuse/attested by an older fleetd (nothing in NetBox): distinct 410, request failed, journal", state: StateConfiguring,
+			fetch:    talos(attestedUUID),
+			wantCode: "config_lost", wantState: StateFailed, wantStatus: StatusFailed,
+			wantJourn: "danger: provision request provision-aaaaaaaa failed: its configuration was rendered by an older fleetd"},
+		{name: "refuse/expired before the fetch: 410, request failed", state: StateConfiguring, attested: true, expire: true,
+			fetch:    talos(attestedUUID),
+			wantCode: "config_expired", wantState: StateFailed, wantStatus: StatusFailed, wantJourn: "danger: provision request provision-aaaaaaaa failed: the node did not fetch"},
+		{name: "refuse/an active device asks again", state: StateActive, attested: true,
+			fetch: talos(attestedUUID), wantCode: "config_delivered", wantState: StateActive, wantStatus: StatusStaged},
+		{name: "refuse/identity of an earlier request: nothing to serve", state: StateConfiguring, attested: true,
+			mod:   func(d *Device) { d.Owned.Identity.Request = "provision-zzzzzzzz" },
+			fetch: talos(attestedUUID), wantCode: "no_pending_config", wantState: StateConfiguring, wantStatus: StatusStaged},
+		{name: "refuse/identity written by a newer fleetd: named, not served", state: StateConfiguring, attested: true,
+			mod:   func(d *Device) { d.Owned.Identity.Version = 2 },
+			fetch: talos(attestedUUID), wantCode: "identity_unreadable", wantState: StateConfiguring, wantStatus: StatusStaged},
+		{name: "refuse/no request", state: StateNone,
+			fetch: talos(attestedUUID), wantCode: "no_pending_config", wantState: StateNone, wantStatus: StatusStaged},
 	}
 	for _, r := range rows {
 		t.Run(r.name, func(t *testing.T) {
 			d := fleettest.Declared(12, "node-a")
 			d.Status = StatusStaged
 			d.Owned = Owned{State: r.state, Request: "provision-aaaaaaaa", Workflow: "node-a-provision-aaaaaaaa"}
-			if r.state == StateFailed {
-				d.Owned.Message = "provision request provision-aaaaaaaa failed: the pending configuration of node-a was lost when fleetd restarted; set desired_action=provision to provision again."
+			if r.state == StateNone {
+				d.Owned.Request, d.Owned.Workflow = "", ""
+			}
+			if r.attested {
+				d = attested(d)
+			}
+			if r.mod != nil {
+				r.mod(&d)
 			}
 			inv, inst := fleettest.NewInventory(d), fleettest.NewInstaller()
 			s := newTestService(inv, inst)
-			if r.pending {
-				putPending(t, s, d)
-			}
 			if r.expire {
 				s.clock.Advance(2 * time.Hour)
 			}
 			cfg, _, err := s.FetchConfig(context.Background(), r.fetch)
 			if r.wantCode == "" {
-				if err != nil || string(cfg.Body) != "machine: {}" {
-					t.Fatalf("FetchConfig = %q, %v; want the pending config", cfg.Body, err)
+				if err != nil || !strings.Contains(string(cfg.Body), "machine:") {
+					t.Fatalf("FetchConfig = %.40q, %v; want the rendered Talos config", cfg.Body, err)
+				}
+				files, err := DeliveredFiles(KindTalos, cfg.Body)
+				if err != nil || len(files) != 2 || string(files[1].Data) != `{"KeyEncoding":1}` {
+					t.Errorf("node files of the delivered config: %+v, %v; want lak.pem and lak.blob from fleet_identity", files, err)
 				}
 			} else {
 				ref, ok := AsRefusal(err)
@@ -107,29 +116,55 @@ func TestFetchConfig(t *testing.T) {
 			if r.wantJourn == "" && len(j) != 0 || r.wantJourn != "" && (len(j) != 1 || !strings.Contains(j[0], r.wantJourn)) {
 				t.Errorf("journal %q, want %q", j, r.wantJourn)
 			}
-			if r.pending && !r.expire && r.wantCode != "" && !s.hasPending(12) && r.wantCode != "config_expired" {
-				t.Errorf("a refused fetch (%s) consumed the configuration", r.wantCode)
-			}
 		})
 	}
 }
 
-// TestFetchConfigOnce: two fetches of one configuration: the first is delivered, the second gets
-// 410 config_delivered.
+// TestFetchConfigOnce: two fetches of one configuration, by two services on the same NetBox (a
+// restart in between, or two instances): the first is delivered, the second gets 410
+// config_delivered; and a fetch whose conditional write loses to another's delivery is told so.
 func TestFetchConfigOnce(t *testing.T) {
 	d := fleettest.Declared(12, "node-a")
+	d.Status = StatusStaged
 	d.Owned = Owned{State: StateConfiguring, Request: "provision-aaaaaaaa", Workflow: "node-a-provision-aaaaaaaa"}
-	inv := fleettest.NewInventory(d)
-	s := newTestService(inv, fleettest.NewInstaller())
-	putPending(t, s, d)
+	inv := fleettest.NewInventory(attested(d))
 	f := ConfigFetch{Kind: KindTalos, ClaimedUUID: attestedUUID, RemoteAddr: netip.MustParseAddr("10.0.0.5")}
-	if _, _, err := s.FetchConfig(context.Background(), f); err != nil {
+	first, _, err := newTestService(inv, fleettest.NewInstaller()).FetchConfig(context.Background(), f)
+	if err != nil {
 		t.Fatal(err)
 	}
-	_, _, err := s.FetchConfig(context.Background(), f)
+	_, _, err = newTestService(inv, fleettest.NewInstaller()).FetchConfig(context.Background(), f)
 	if ref, ok := AsRefusal(err); !ok || ref.Code != "config_delivered" || ref.Class != RefusedGone {
 		t.Fatalf("second fetch: %v, want 410 config_delivered", err)
 	}
+	// The same configuration again from another service, while another fetch wins the write.
+	d2 := attested(d)
+	d2.ID, d2.Name, d2.Address = 13, "node-b", netip.MustParsePrefix("10.0.0.6/24")
+	inv.Set(d2)
+	inv.ConflictOnce[13] = func(d *Device) { d.Owned.State, d.Status = StateActive, StatusActive } // the other fetch's delivery
+	f.RemoteAddr = netip.MustParseAddr("10.0.0.6")
+	_, _, err = newTestService(inv, fleettest.NewInstaller()).FetchConfig(context.Background(), f)
+	if ref, ok := AsRefusal(err); !ok || ref.Code != "config_delivered" {
+		t.Fatalf("fetch that lost the conditional write: %v, want config_delivered", err)
+	}
+	if j := inv.JournalOf(13); len(j) != 0 {
+		t.Errorf("the losing fetch journaled %q", j)
+	}
+	// Rendered again from NetBox, the configuration is the one the first fetch got.
+	again, err := sharedRenderer().Render(attested(d), mustClass(t, "talos-worker"), NodeIdentity{UUID: attestedUUID, Serial: "SYS123",
+		Files: attested(d).Owned.Identity.NodeFiles()})
+	if err != nil || string(again.Body) != string(first.Body) {
+		t.Errorf("a second render of the same fields differs from the delivered one (%v)", err)
+	}
+}
+
+func mustClass(t *testing.T, name string) Class {
+	t.Helper()
+	c, ok := fleettest.Catalog().Class(name)
+	if !ok {
+		t.Fatalf("no class %s", name)
+	}
+	return c
 }
 
 // gatedInventory holds the first Device read after arm() until release, telling entered when it
@@ -153,19 +188,17 @@ func (g *gatedInventory) Device(ctx context.Context, id int64) (Device, error) {
 	return g.Inventory.Device(ctx, id)
 }
 
-// TestFetchConfigWhileTheRequestEnds: a fetch that found its configuration by address and then
-// waited for the device while the Workflow's failure ended the request (and dropped the
-// configuration) is answered "nothing pending" — it does not wait for the device lock it holds
-// itself — and the device stays usable.
+// TestFetchConfigWhileTheRequestEnds: a fetch that waits for the device's lock while the
+// Workflow's failure ends the request is then answered from NetBox as it is (nothing pending), and
+// the device stays usable.
 func TestFetchConfigWhileTheRequestEnds(t *testing.T) {
 	d := fleettest.Declared(12, "node-a")
 	d.Status = StatusStaged
-	d.Owned = Owned{State: StateInstalling, Request: "provision-aaaaaaaa", Workflow: "node-a-provision-aaaaaaaa"}
-	inv := &gatedInventory{Inventory: fleettest.NewInventory(d)}
+	d.Owned = Owned{State: StateConfiguring, Request: "provision-aaaaaaaa", Workflow: "node-a-provision-aaaaaaaa"}
+	inv := &gatedInventory{Inventory: fleettest.NewInventory(attested(d))}
 	s := newTestService(inv, fleettest.NewInstaller())
-	putPending(t, s, d)
 
-	// The Workflow watch reports the failure and holds the device's lock in its read.
+	// The Workflow watch reports a failure and holds the device's lock in its read.
 	inv.arm()
 	ended := make(chan error, 1)
 	go func() {
@@ -174,7 +207,6 @@ func TestFetchConfigWhileTheRequestEnds(t *testing.T) {
 		ended <- err
 	}()
 	<-inv.entered
-	// The node fetches meanwhile: its configuration is still pending, so it waits for the lock.
 	fetched := make(chan error, 1)
 	go func() {
 		_, _, err := s.FetchConfig(context.Background(), ConfigFetch{Kind: KindTalos, ClaimedUUID: attestedUUID,
@@ -182,6 +214,7 @@ func TestFetchConfigWhileTheRequestEnds(t *testing.T) {
 		fetched <- err
 	}()
 	waitForGoroutine(t, "fleet.(*Service).FetchConfig", "fleet.(*deviceLocks).lock")
+	inv.Inventory.Set(func() Device { x := inv.Get(12); x.Owned.State = StateInstalling; return x }()) // the failure applies to an installing provision
 	close(inv.released)
 	if err := <-ended; err != nil {
 		t.Fatalf("the Workflow's failure: %v", err)
@@ -192,7 +225,7 @@ func TestFetchConfigWhileTheRequestEnds(t *testing.T) {
 			t.Errorf("the fetch after the request ended: %v, want no_pending_config", err)
 		}
 	case <-time.After(30 * time.Second):
-		t.Fatal("the fetch never returned: it waits for the device lock it holds (deadlock)")
+		t.Fatal("the fetch never returned")
 	}
 	if got := inv.Get(12); got.Owned.State != StateFailed {
 		t.Errorf("fleet_state %s, want failed (the Workflow's failure)", got.Owned.State)
@@ -227,33 +260,32 @@ func all(s string, subs []string) bool {
 	return true
 }
 
-// TestPendingConfigsGauge: fleetd_pending_configs counts the configurations waiting in memory
-// at every scrape: one after the attestation rendered it, none once it was fetched.
+// TestPendingConfigsGauge: fleetd_pending_configs counts, at each reconcile, the provisions whose
+// configuration waits for its fetch in NetBox: one after the attestation, none once fetched.
 func TestPendingConfigsGauge(t *testing.T) {
 	d := fleettest.Declared(12, "node-a")
+	d.Status = StatusStaged
 	d.Owned = Owned{State: StateConfiguring, Request: "provision-aaaaaaaa", Workflow: "node-a-provision-aaaaaaaa"}
-	clock := fleettest.NewClock(time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC))
-	pending, err := NewPending(PendingConfig{Clock: clock, TTL: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
+	inv, inst := fleettest.NewInventory(attested(d)), fleettest.NewInstaller()
+	inst.Set(d.Owned.Workflow, WorkflowStatus{Phase: WorkflowSucceeded})
+	clock := fleettest.NewClock(testEpoch)
 	reg := prometheus.NewRegistry()
-	svc, err := NewService(Config{FleetdURL: "http://spore:8080"}, Deps{Inventory: fleettest.NewInventory(d), Installer: fleettest.NewInstaller(),
-		Catalog: fleettest.Catalog(), Clock: clock, Pending: pending, Random: rand.New(rand.NewSource(1)), Registry: reg})
+	s, err := NewService(Config{FleetdURL: "http://spore:8080"}, Deps{Inventory: inv, Installer: inst,
+		Catalog: fleettest.Catalog(), Clock: clock, Renderer: sharedRenderer(), Random: rand.New(rand.NewSource(1)), Registry: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := testService{Service: svc, clock: clock, pending: pending}
 	gauge := func(want int) {
 		t.Helper()
-		exp := fmt.Sprintf("# HELP fleetd_pending_configs Configurations rendered and waiting in memory for their one fetch.\n"+
+		if _, err := s.ReconcileAll(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		exp := fmt.Sprintf("# HELP fleetd_pending_configs Provisions whose configuration waits for its one fetch, as NetBox had them at the last reconcile.\n"+
 			"# TYPE fleetd_pending_configs gauge\nfleetd_pending_configs %d\n", want)
 		if err := testutil.GatherAndCompare(reg, strings.NewReader(exp), "fleetd_pending_configs"); err != nil {
 			t.Error(err)
 		}
 	}
-	gauge(0)
-	putPending(t, s, d)
 	gauge(1)
 	if _, _, err := s.FetchConfig(context.Background(), ConfigFetch{Kind: KindTalos, ClaimedUUID: attestedUUID, RemoteAddr: netip.MustParseAddr("10.0.0.5")}); err != nil {
 		t.Fatal(err)

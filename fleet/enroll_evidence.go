@@ -15,9 +15,9 @@ import (
 // certification; the declared disk found exactly once. Then, for a provision only, the LDevID and
 // LAK certificates are issued in memory and the node's configuration is rendered with the LAK
 // files and validated (a configuration the OS would reject fails the request here: the
-// certificates are dropped, never recorded or handed out, and nothing is wiped); the
-// configuration is kept pending. NetBox records the attestation, and the answer authorizes the
-// disk. An attest issues nothing: the node keeps the LDevID and LAK its configuration delivered,
+// certificates are dropped, never recorded or handed out, and nothing is wiped). NetBox records
+// the attestation with the identity material the configuration is rendered from again when the
+// node fetches it (docs/design.md §9), and the answer authorizes the disk. An attest issues nothing: the node keeps the LDevID and LAK its configuration delivered,
 // and the attest clears the boot baseline. A wipe or a retirement ends the device's identity.
 func (s *Service) EnrollEvidence(ctx context.Context, in EvidenceInput) (Enrolled, Outcome, error) {
 	d, out, err := s.lookupDevice(ctx, in.ClaimedDevice, "evidence")
@@ -41,15 +41,16 @@ func (s *Service) EnrollEvidence(ctx context.Context, in EvidenceInput) (Enrolle
 		if p, err = s.provision(ctx, d, class, v, in, &out); err != nil {
 			return Enrolled{}, out, err
 		}
-		// 3. The pending configuration, then NetBox. If NetBox cannot be written the agent gets
-		// a 5xx, its Workflow fails, and nothing is wiped; the certificates are unused.
-		if _, err := s.pending.Put(d.ID, PendingEntry{Device: d.Name, Config: p.cfg, AttestedUUID: in.SMBIOSUUID, Address: d.IP()}); err != nil {
-			return Enrolled{}, out, fmt.Errorf("enroll %s: %w", d.Name, err)
-		}
 	}
+	// 3. NetBox: the attestation and, for a provision, the identity material its configuration
+	// is rendered from at the fetch, in one conditional write. If NetBox cannot be written the
+	// agent gets a 5xx, its Workflow fails, and nothing is wiped; the certificates are unused.
 	msg, patch := attestedRecord(d, action, v, p)
+	if action == ActionProvision {
+		m := identityFor(d, p, in, s.clock.Now(), s.cfg.ConfigTTL)
+		patch.Identity = &m
+	}
 	if out, err = s.applyWith(ctx, d, action, EventAttested, msg, patch); err != nil {
-		s.pending.Drop(d.ID)
 		return Enrolled{}, out, err
 	}
 	out.Step, out.Result = "evidence", "attested"

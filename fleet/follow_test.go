@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	. "github.com/folly-infra/fleetd/fleet"
 	"github.com/folly-infra/fleetd/fleet/fleettest"
@@ -20,7 +21,8 @@ func TestFollowWorkflow(t *testing.T) {
 		wantMessage string
 		wantJournal string
 		wantCerts   bool // serials kept
-		pending     bool // a configuration is pending in memory
+		attested    bool // the attestation recorded the identity its configuration carries
+		expired     bool // the clock passes the configuration's TTL first
 	}
 	rows := []row{
 		{name: "ok/install succeeded: configuring", state: StateInstalling, request: "provision-aaaaaaaa",
@@ -28,15 +30,15 @@ func TestFollowWorkflow(t *testing.T) {
 			wantMessage: "reboots into it", wantJournal: "info: Workflow node-a-provision-aaaaaaaa succeeded", wantCerts: true},
 		{name: "ok/still running: nothing written", state: StateInstalling, request: "provision-aaaaaaaa",
 			ws: &WorkflowStatus{Phase: WorkflowRunning, CurrentAction: "stream-image"}, wantState: StateInstalling,
-			wantStatus: StatusStaged, wantCerts: true, pending: true},
-		{name: "refuse/running install whose configuration was lost in a restart", state: StateInstalling, request: "provision-aaaaaaaa",
+			wantStatus: StatusStaged, wantCerts: true, attested: true},
+		{name: "refuse/running install attested by an older fleetd (no identity in NetBox): lost", state: StateInstalling, request: "provision-aaaaaaaa",
 			ws: &WorkflowStatus{Phase: WorkflowRunning, CurrentAction: "stream-image"}, wantState: StateFailed,
-			wantStatus: StatusFailed, wantCerts: true, wantMessage: "was lost when fleetd restarted", wantJournal: "danger:"},
-		{name: "refuse/configuring node never fetched: lost after a restart", state: StateConfiguring, request: "provision-aaaaaaaa",
+			wantStatus: StatusFailed, wantCerts: true, wantMessage: "rendered by an older fleetd that kept configurations in memory", wantJournal: "danger:"},
+		{name: "refuse/configuring node never fetched in time: expired", state: StateConfiguring, request: "provision-aaaaaaaa",
 			ws: &WorkflowStatus{Phase: WorkflowSucceeded}, wantState: StateFailed, wantStatus: StatusFailed, wantCerts: true,
-			wantMessage: "set desired_action=provision to provision again", wantJournal: "danger:"},
+			attested: true, expired: true, wantMessage: "did not fetch its configuration before it expired", wantJournal: "danger:"},
 		{name: "ok/configuring, configuration waiting: nothing written", state: StateConfiguring, request: "provision-aaaaaaaa",
-			ws: &WorkflowStatus{Phase: WorkflowSucceeded}, wantState: StateConfiguring, wantStatus: StatusStaged, wantCerts: true, pending: true},
+			ws: &WorkflowStatus{Phase: WorkflowSucceeded}, wantState: StateConfiguring, wantStatus: StatusStaged, wantCerts: true, attested: true},
 		{name: "ok/wipe succeeded: wiped, offline, certificates forgotten", state: StateWiping, request: "wipe-aaaaaaaa",
 			ws: &WorkflowStatus{Phase: WorkflowSucceeded}, wantState: StateWiped, wantStatus: StatusOffline,
 			wantMessage: "disk S4EWNX0R123456 wiped", wantJournal: "success: Workflow node-a-wipe-aaaaaaaa succeeded"},
@@ -70,13 +72,16 @@ func TestFollowWorkflow(t *testing.T) {
 			d.Status = StatusStaged
 			d.Owned = Owned{State: r.state, Request: r.request, Workflow: WorkflowName("node-a", r.request),
 				LDevIDSerial: "0a1b", LAKSerial: "0c2d"}
+			if r.attested {
+				d = attested(d)
+			}
 			inv, inst := fleettest.NewInventory(d), fleettest.NewInstaller()
 			if r.ws != nil {
 				inst.Set(d.Owned.Workflow, *r.ws)
 			}
 			s := newTestService(inv, inst)
-			if r.pending {
-				putPending(t, s, d)
+			if r.expired {
+				s.clock.Advance(2 * time.Hour)
 			}
 			if _, err := s.Reconcile(context.Background(), 12); err != nil {
 				t.Fatal(err)

@@ -2,46 +2,50 @@ package fleet_test
 
 import (
 	"math/rand"
-	"testing"
+	"net/netip"
+	"sync"
 	"time"
 
 	. "github.com/folly-infra/fleetd/fleet"
 	"github.com/folly-infra/fleetd/fleet/fleettest"
 )
 
-// testService is a service on in-memory ports with a clock and pending store the test controls.
+// testService is a service on in-memory ports with a clock the test controls.
 type testService struct {
 	*Service
-	clock   *fleettest.Clock
-	pending *Pending
+	clock *fleettest.Clock
 }
+
+var testEpoch = time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+
+// sharedRenderer renders the fleettest catalog's classes for the service tests (one Talos secrets
+// bundle for all of them: generating one takes a while).
+var sharedRenderer = sync.OnceValue(func() *Renderer {
+	sec, err := renderSecrets()
+	if err != nil {
+		panic(err)
+	}
+	r, err := NewRenderer(RenderConfig{TalosSecrets: sec, TalosVersion: "v1.11", ClusterName: "folly",
+		ClusterEndpoint: "https://10.0.0.2:6443", DNS: []netip.Addr{netip.MustParseAddr("10.0.0.1")},
+		Gateway: netip.MustParseAddr("10.0.0.1"), Clock: &renderClock{t: renderEpoch}, Random: rand.New(rand.NewSource(2))})
+	if err != nil {
+		panic(err)
+	}
+	return r
+})
 
 func newTestService(inv Inventory, inst Installer) testService {
-	clock := fleettest.NewClock(time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC))
-	pending, err := NewPending(PendingConfig{Clock: clock, TTL: time.Hour})
+	clock := fleettest.NewClock(testEpoch)
+	s, err := NewService(Config{FleetdURL: "http://spore:8080", ConfigTTL: time.Hour}, Deps{Inventory: inv, Installer: inst,
+		Catalog: fleettest.Catalog(), Clock: clock, Renderer: sharedRenderer(), Random: rand.New(rand.NewSource(1))})
 	if err != nil {
 		panic(err)
 	}
-	s, err := NewService(Config{FleetdURL: "http://spore:8080"}, Deps{Inventory: inv, Installer: inst,
-		Catalog: fleettest.Catalog(), Clock: clock, Pending: pending, Random: rand.New(rand.NewSource(1))})
-	if err != nil {
-		panic(err)
-	}
-	return testService{Service: s, clock: clock, pending: pending}
-}
-
-func (s testService) hasPending(id int64) bool {
-	_, ok := s.pending.Peek(id)
-	return ok
+	return testService{Service: s, clock: clock}
 }
 
 const attestedUUID = "4c4c4544-0042-3510-8052-b4c04f4e3232"
 
-func putPending(t *testing.T, s testService, d Device) {
-	t.Helper()
-	_, err := s.pending.Put(d.ID, PendingEntry{Device: d.Name, AttestedUUID: attestedUUID,
-		Address: d.IP(), Config: NodeConfig{Kind: KindTalos, Body: []byte("machine: {}"), Summary: "Talos worker config"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-}
+// attested gives a provision's device the identity material its attestation records, issued at
+// testEpoch for the service's one-hour TTL.
+func attested(d Device) Device { return fleettest.Attested(d, attestedUUID, testEpoch, time.Hour) }

@@ -6,6 +6,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -117,4 +118,9 @@ func chainPEM(chain [][]byte) []byte {
 		out = append(out, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})...)
 	}
 	return out
+}
+
+// normUUID is the form UUIDs are compared in: SMBIOS tools print them in upper or lower case.
+func normUUID(s string) string {
+	return strings.ToLower(strings.TrimSpace(s))
 }

@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -14,15 +15,15 @@ type metrics struct {
 	conflicts        prometheus.Counter
 	installErrors    prometheus.Counter
 	journalErrors    prometheus.Counter
-	pendingConfigs   prometheus.GaugeFunc
-	pendingLost      *prometheus.CounterVec
+	pendingConfigs   prometheus.Gauge
+	ownedWrites      *prometheus.CounterVec
 	deliveries       *prometheus.CounterVec
 	bootChecks       *bootCheckCollector
 	enrollments      *prometheus.CounterVec
 	bootCheckRuns    *prometheus.CounterVec
 }
 
-func newMetrics(reg prometheus.Registerer, clock Clock, pending *Pending) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, clock Clock) (*metrics, error) {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fleetd_requests_total",
@@ -49,14 +50,14 @@ func newMetrics(reg prometheus.Registerer, clock Clock, pending *Pending) (*metr
 			Name: "fleetd_journal_errors_total",
 			Help: "NetBox journal entries that could not be written.",
 		}),
-		pendingConfigs: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		pendingConfigs: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "fleetd_pending_configs",
-			Help: "Configurations rendered and waiting in memory for their one fetch.",
-		}, func() float64 { return float64(pending.Len()) }),
-		pendingLost: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fleetd_pending_configs_lost_total",
-			Help: "Provision requests whose pending configuration was lost (restart) or expired unfetched.",
-		}, []string{"reason"}),
+			Help: "Provisions whose configuration waits for its one fetch, as NetBox had them at the last reconcile.",
+		}),
+		ownedWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fleetd_owned_field_writes_total",
+			Help: "Writes of fields fleetd owns by another NetBox user, by outcome (restored, error).",
+		}, []string{"outcome"}),
 		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fleetd_config_fetches_total",
 			Help: "Configuration fetches by kind and outcome (delivered, or the refusal code).",
@@ -72,10 +73,24 @@ func newMetrics(reg prometheus.Registerer, clock Clock, pending *Pending) (*metr
 		}, []string{"outcome"}),
 	}
 	for _, c := range []prometheus.Collector{m.requests, m.reconcileRuns, m.reconcileSeconds,
-		m.conflicts, m.installErrors, m.journalErrors, m.pendingConfigs, m.pendingLost, m.deliveries, m.bootChecks, m.enrollments, m.bootCheckRuns} {
+		m.conflicts, m.installErrors, m.journalErrors, m.pendingConfigs, m.ownedWrites, m.deliveries, m.bootChecks, m.enrollments, m.bootCheckRuns} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register fleet metrics: %w", err)
 		}
 	}
+	for _, o := range []string{"restored", "error"} { // every series starts at 0 (STYLE habit 19)
+		m.ownedWrites.WithLabelValues(o)
+	}
 	return m, nil
+}
+
+// observePending counts the devices whose configuration is open for its fetch.
+func (m *metrics) observePending(devices []Device, now time.Time) {
+	n := 0
+	for _, d := range devices {
+		if delivery(d, now) == deliveryOpen {
+			n++
+		}
+	}
+	m.pendingConfigs.Set(float64(n))
 }

@@ -58,7 +58,6 @@ func (s *Service) accept(ctx context.Context, d Device, action Action) (Outcome,
 	}
 	claimed.MACs = d.MACs // Update does not read them again
 	s.metrics.requests.WithLabelValues(string(action), "accepted").Inc()
-	s.onAccepted(d.ID)
 	s.journal(ctx, claimed, t.Journal, msg)
 	out.Detail = msg
 	if _, err := s.install(ctx, claimed, action, class); err != nil {
@@ -120,7 +119,10 @@ func (s *Service) follow(ctx context.Context, d Device, listed workflowListing) 
 		}
 	}
 	out.Detail = "Workflow " + string(ws.Phase) + " at " + ws.CurrentAction
-	return s.followPending(ctx, d, action, out)
+	if ev, msg, ends := endsRequest(d, s.clock.Now()); ends {
+		return s.apply(ctx, d, action, ev, msg) // the configuration expired or an older fleetd lost it
+	}
+	return out, nil
 }
 
 // WorkflowChanged is the Workflow watch's entry: a Workflow of the device changed. It re-reads the
@@ -197,16 +199,8 @@ func (s *Service) applyWith(ctx context.Context, d Device, action Action, ev Eve
 	if !ok {
 		return out, nil
 	}
-	p.IfVersion, p.State, p.Message, p.Status = d.Version, &t.To, &msg, t.Status
-	if d.Status == StatusDecommissioning {
-		// The owner asked for retirement while this request ran: decommissioning is theirs and
-		// stays (docs/design.md §2), and the retirement is taken once this request ends.
-		p.Status = ""
-	}
-	if t.ClearCerts {
-		empty := ""
-		p.LDevIDSerial, p.LAKSerial = &empty, &empty
-	}
+	p = withTransition(p, d, t, msg)
+	p.IfVersion = d.Version
 	if _, err := s.inv.Update(ctx, d.ID, p); err != nil {
 		return out, fmt.Errorf("record %s of %s: %w", ev, d.Name, inventoryErr(err))
 	}
@@ -216,11 +210,31 @@ func (s *Service) applyWith(ctx context.Context, d Device, action Action, ev Eve
 			result = "failed"
 		}
 		s.metrics.requests.WithLabelValues(string(action), result).Inc()
-		s.onEnded(d.ID, t.To)
 	}
 	s.journal(ctx, d, t.Journal, msg)
 	out.Result, out.Detail = string(t.To), msg
 	return out, nil
+}
+
+// transitionPatch is the write of transition t on device d with message msg.
+func transitionPatch(d Device, t Transition, msg string) Patch {
+	return withTransition(Patch{}, d, t, msg)
+}
+
+// withTransition adds transition t's state, status and message to p. A device the owner set to
+// decommissioning keeps that status (docs/design.md §2): the retirement is taken once the running
+// request ends. A transition that ends the device's identity clears its certificate serials and
+// its identity material.
+func withTransition(p Patch, d Device, t Transition, msg string) Patch {
+	p.State, p.Message, p.Status = &t.To, &msg, t.Status
+	if d.Status == StatusDecommissioning {
+		p.Status = ""
+	}
+	if t.ClearCerts {
+		empty := ""
+		p.LDevIDSerial, p.LAKSerial, p.Identity = &empty, &empty, &IdentityMaterial{}
+	}
+	return p
 }
 
 // journal writes a journal entry; a failure is logged and counted, never fatal to the decision,

@@ -19,15 +19,21 @@ type Config struct {
 	// BootCheckMissingAfter is how old an active device's last accepted boot check may be before
 	// fleetd reports it missing (docs/design.md §5: two hours).
 	BootCheckMissingAfter time.Duration
+	// ConfigTTL is how long a provision's configuration waits for its one fetch after the
+	// attestation (config_delivery.pending_ttl); 0 means DefaultConfigTTL.
+	ConfigTTL time.Duration
 }
+
+// DefaultConfigTTL is how long a configuration waits for its fetch when Config sets no TTL: an
+// install Workflow (one hour by default) plus Talos's three hours of retries.
+const DefaultConfigTTL = 4 * time.Hour
 
 // Deps are the service's collaborators, wired by main.
 type Deps struct {
 	Inventory Inventory
 	Installer Installer
 	Catalog   Catalog
-	Pending   *Pending  // the one-time configurations (memory only)
-	Renderer  *Renderer // renders them at attestation
+	Renderer  *Renderer // renders configurations: checked at attestation, served at fetch
 	Attest    Attestation
 	Clock     Clock
 	Random    Random
@@ -37,7 +43,8 @@ type Deps struct {
 
 // Service is the orchestration of docs/design.md §1: it takes requests from NetBox, drives them through the
 // lifecycle, and records every decision in NetBox. It keeps no state of its own beyond the
-// per-device locks (and, added by other files, the pending configurations).
+// per-device locks, which only spare it conflicting writes: every decision is a conditional write
+// in NetBox, so several instances may serve at once (docs/design.md §9).
 type Service struct {
 	cfg      Config
 	inv      Inventory
@@ -45,7 +52,6 @@ type Service struct {
 	catalog  Catalog
 	clock    Clock
 	rnd      Random
-	pending  *Pending
 	renderer *Renderer
 	attest   Attestation
 	log      zerolog.Logger
@@ -64,24 +70,28 @@ func NewService(cfg Config, deps Deps) (*Service, error) {
 		return nil, errors.New("new service: no clock")
 	case deps.Random == nil:
 		return nil, errors.New("new service: no randomness")
-	case deps.Pending == nil:
-		return nil, errors.New("new service: no pending store")
 	case cfg.FleetdURL == "":
 		return nil, errors.New("new service: no fleetd URL for the agents")
 	}
 	if cfg.BootCheckMissingAfter <= 0 {
 		cfg.BootCheckMissingAfter = 2 * time.Hour
 	}
+	if cfg.ConfigTTL < 0 {
+		return nil, fmt.Errorf("new service: configuration TTL %s is negative", cfg.ConfigTTL)
+	}
+	if cfg.ConfigTTL == 0 {
+		cfg.ConfigTTL = DefaultConfigTTL
+	}
 	reg := deps.Registry
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
-	m, err := newMetrics(reg, deps.Clock, deps.Pending)
+	m, err := newMetrics(reg, deps.Clock)
 	if err != nil {
 		return nil, fmt.Errorf("new service: %w", err)
 	}
 	return &Service{cfg: cfg, inv: deps.Inventory, inst: deps.Installer, catalog: deps.Catalog,
-		clock: deps.Clock, rnd: &lockedReader{r: deps.Random}, pending: deps.Pending, renderer: deps.Renderer, attest: deps.Attest,
+		clock: deps.Clock, rnd: &lockedReader{r: deps.Random}, renderer: deps.Renderer, attest: deps.Attest,
 		log: deps.Logger, metrics: m}, nil
 }
 
@@ -218,7 +228,7 @@ func (s *Service) ReconcileAll(ctx context.Context) ([]Device, error) {
 		return nil, fmt.Errorf("list devices for reconcile: %w: %w", ErrInventory, err)
 	}
 	s.metrics.bootChecks.observe(devices)
-	s.pending.Sweep() // expired configurations end their requests below (followPending)
+	s.metrics.observePending(devices, s.clock.Now())
 	var errs []error
 	listed := s.listWorkflows(ctx, devices)
 	for _, d := range devices {

@@ -11,7 +11,7 @@ type DeviceView struct {
 	Device
 	Workflow      *WorkflowStatus // the current request's Workflow, when it could be read
 	WorkflowError string          // why it could not be read
-	PendingConfig bool            // a configuration waits in memory to be fetched once
+	PendingConfig bool            // a configuration waits for its one fetch (fleet_identity, in time)
 	// BootCheckMissing: the device is an active node whose last accepted boot check (or, before
 	// the first, whose activation) is older than the configured limit (docs/design.md §5).
 	BootCheckMissing bool
@@ -46,7 +46,7 @@ func (s *Service) ViewAll(ctx context.Context) ([]DeviceView, error) {
 }
 
 func (s *Service) view(ctx context.Context, d Device, readWorkflow bool, listed workflowListing) DeviceView {
-	v := DeviceView{Device: d, PendingConfig: s.hasPending(d.ID), BootCheckMissing: s.bootCheckMissing(d)}
+	v := DeviceView{Device: d, PendingConfig: delivery(d, s.clock.Now()) == deliveryOpen, BootCheckMissing: s.bootCheckMissing(d)}
 	if !readWorkflow || d.Owned.Workflow == "" {
 		return v
 	}

@@ -215,9 +215,8 @@ func BenchmarkBootCheckHTTP(b *testing.B) {
 func benchService(b *testing.B, f *fleetdUnderTest, inv fleet.Inventory, clock fleet.Clock) string {
 	b.Helper()
 	lakv, _ := attest.NewLAKVerifier(attest.LAKVerifierConfig{Issuer: f.cas[1].Cert, Above: f.cas[1].Above, Now: time.Now})
-	pending, _ := fleet.NewPending(fleet.PendingConfig{Clock: clock})
 	svc, err := fleet.NewService(fleet.Config{FleetdURL: "http://spore"}, fleet.Deps{Inventory: inv, Installer: fleettest.NewInstaller(),
-		Catalog: catalog(fleet.SecureBootRequired), Pending: pending, Attest: fleet.Attestation{LAK: lakv, BootNonces: nonces()},
+		Catalog: catalog(fleet.SecureBootRequired), Attest: fleet.Attestation{LAK: lakv, BootNonces: nonces()},
 		Clock: clock, Random: rand.Reader, Logger: zerolog.Nop()})
 	if err != nil {
 		b.Fatal(err)

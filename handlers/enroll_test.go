@@ -40,17 +40,16 @@ const machineUUID = "4c4c4544-0042-3510-8052-b4c04f4e3232"
 
 // fleetdUnderTest is the real fleet service and handlers on in-memory NetBox and Tinkerbell.
 type fleetdUnderTest struct {
-	inv     *fleettest.Inventory
-	pending *fleet.Pending
-	cas     [2]*pki.CA // LDevID, LAK
-	url     string
-	reg     *prometheus.Registry // the service's metrics
+	inv *fleettest.Inventory
+	cas [2]*pki.CA // LDevID, LAK
+	url string
+	reg *prometheus.Registry // the service's metrics
 }
 
 func newFleetd(t testing.TB, cat fleet.Catalog, d fleet.Device) *fleetdUnderTest {
 	t.Helper()
 	f := handlerstest.New(t, handlerstest.Config{Catalog: cat, Devices: []fleet.Device{d}})
-	return &fleetdUnderTest{inv: f.Inv, pending: f.Pending, cas: [2]*pki.CA{f.LDevIDCA, f.LAKCA}, url: f.URL, reg: f.Registry}
+	return &fleetdUnderTest{inv: f.Inv, cas: [2]*pki.CA{f.LDevIDCA, f.LAKCA}, url: f.URL, reg: f.Registry}
 }
 
 func catalog(secureBoot fleet.SecureBoot, patches ...string) fleet.Catalog {
@@ -177,8 +176,8 @@ func TestEnrollment(t *testing.T) {
 				t.Errorf("disk authorization written = %v, want %v", authorized, r.wantExit == 0)
 			}
 			checkCerts(t, f, got, wf, r.wantCerts)
-			if _, pending := f.pending.Peek(12); pending != r.wantConfig {
-				t.Errorf("configuration pending = %v, want %v", pending, r.wantConfig)
+			if id := got.Owned.Identity; id.Empty() == r.wantConfig || r.wantConfig && (id.Request != got.Owned.Request || id.Check() != nil) {
+				t.Errorf("fleet_identity %+v, want it recorded for the request = %v", id, r.wantConfig)
 			}
 		})
 	}

@@ -16,9 +16,8 @@ import (
 
 func guardedServer(t *testing.T, tlsOnly bool, limits Limits) *Server {
 	t.Helper()
-	pending, _ := fleet.NewPending(fleet.PendingConfig{Clock: fleet.SystemClock{}})
 	svc, err := fleet.NewService(fleet.Config{FleetdURL: "https://spore"}, fleet.Deps{Inventory: fleettest.NewInventory(),
-		Installer: fleettest.NewInstaller(), Pending: pending, Clock: fleet.SystemClock{}, Random: strings.NewReader("")})
+		Installer: fleettest.NewInstaller(), Clock: fleet.SystemClock{}, Random: strings.NewReader("")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -88,6 +88,13 @@ func toDevice(d deviceJSON, macs []fleet.MAC, version string) (fleet.Device, err
 	return dev, nil
 }
 
+// FieldsOf reads a device's custom fields as a webhook's snapshot carries them (the raw
+// custom_field_data, docs/design.md §9): the declaration and the fields fleetd owns of the device
+// they describe. Nothing else of the Device is set.
+func FieldsOf(customFields map[string]any) (fleet.Device, error) {
+	return toDevice(deviceJSON{CustomFields: customFields}, nil, "")
+}
+
 // identity decodes fleet_identity. A value that is not fleetd's JSON reads as no identity: a
 // fetch then serves nothing, and the stale-write protection puts fleetd's value back.
 func identity(v any) fleet.IdentityMaterial {

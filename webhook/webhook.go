@@ -19,6 +19,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/folly-infra/fleetd/fleet"
+	"github.com/folly-infra/fleetd/netbox"
 )
 
 // Reconciler is the part of the fleet service a webhook triggers. Errors wrapping
@@ -26,6 +27,13 @@ import (
 // is recorded and will be completed by a later reconcile.
 type Reconciler interface {
 	Reconcile(ctx context.Context, id int64) (fleet.Outcome, error)
+}
+
+// Undoer is the part of the fleet service that puts back the fields fleetd owns after another
+// user wrote them (docs/design.md §9). Errors wrapping fleet.ErrInventory mean NetBox could not
+// be read or written.
+type Undoer interface {
+	UndoForeignWrite(ctx context.Context, w fleet.ForeignWrite) (fleet.Outcome, error)
 }
 
 // Config configures the webhook intake.
@@ -39,6 +47,7 @@ type Config struct {
 // Deps are the intake's collaborators.
 type Deps struct {
 	Reconciler Reconciler
+	Undo       Undoer                    // may be nil: then writes of fleetd's fields by others are only reconciled
 	Inventory  func(ctx context.Context) // hint that the inventory changed (Kea reservations); must not block; may be nil
 	Logger     zerolog.Logger
 	Registry   prometheus.Registerer
@@ -139,7 +148,7 @@ func (in *Intake) serve(w http.ResponseWriter, r *http.Request, route string) {
 	// 4. The same decision the reconciler makes, now.
 	ctx, cancel := context.WithTimeout(r.Context(), in.cfg.Timeout)
 	defer cancel()
-	out, err := in.deps.Reconciler.Reconcile(ctx, id)
+	out, err := in.decide(ctx, &ev, p, id)
 	if errors.Is(err, fleet.ErrInventory) {
 		in.results.WithLabelValues(route, "netbox_unavailable").Inc()
 		ev.Error().Err(err).EmbedObject(out).Msg("decision")
@@ -156,6 +165,50 @@ func (in *Intake) serve(w http.ResponseWriter, r *http.Request, route string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusAccepted)
 	_ = json.NewEncoder(w).Encode(map[string]string{"outcome": out.Result})
+}
+
+// decide first undoes another user's write of fleetd's own fields (a client writing back what it
+// read), so that the decision sees fleetd's values (docs/design.md §9), then reconciles the device.
+func (in *Intake) decide(ctx context.Context, ev *zerolog.Logger, p payload, id int64) (fleet.Outcome, error) {
+	if w, ok := in.foreignWrite(p, id); ok && in.deps.Undo != nil {
+		out, err := in.deps.Undo.UndoForeignWrite(ctx, w)
+		if err != nil {
+			return out, err
+		}
+		ev.Info().EmbedObject(out).Msg("decision")
+	}
+	return in.deps.Reconciler.Reconcile(ctx, id)
+}
+
+// foreignWrite reads a device update by a user other than fleetd's own that changed a field
+// fleetd owns. Without a configured service user nobody can be told from fleetd.
+func (in *Intake) foreignWrite(p payload, id int64) (fleet.ForeignWrite, bool) {
+	if in.cfg.ServiceUser == "" || p.user() == in.cfg.ServiceUser || p.objectType() != "dcim.device" ||
+		p.Snapshots == nil || p.Snapshots.Prechange == nil || p.Snapshots.Postchange == nil {
+		return fleet.ForeignWrite{}, false
+	}
+	pre, post := asMap(p.Snapshots.Prechange["custom_fields"]), asMap(p.Snapshots.Postchange["custom_fields"])
+	if onlyKeysDiffer(pre, post, notFleetdOwned(in.owned, pre, post)) {
+		return fleet.ForeignWrite{}, false // no field fleetd owns changed
+	}
+	before, err1 := netbox.FieldsOf(pre)
+	after, err2 := netbox.FieldsOf(post)
+	if err1 != nil || err2 != nil {
+		return fleet.ForeignWrite{}, false
+	}
+	return fleet.ForeignWrite{DeviceID: id, User: p.user(), Before: before, After: after}, true
+}
+
+// notFleetdOwned is every key of pre and post but the fields fleetd writes (desired_action is the
+// owner's: a change of it alone is not a write of fleetd's fields).
+func notFleetdOwned(owned map[string]bool, pre, post map[string]any) map[string]bool {
+	out := map[string]bool{netbox.CFDesiredAction: true}
+	for k := range union(pre, post) {
+		if !owned[k] {
+			out[k] = true
+		}
+	}
+	return out
 }
 
 // signed compares the hex HMAC-SHA512 of body with the header in constant time

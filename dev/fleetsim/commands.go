@@ -31,7 +31,7 @@ func restart(ctx context.Context, dir string, args []string, stdout, stderr io.W
 		fmt.Fprintln(stderr, "fleetsim restart:", err)
 		return 1
 	}
-	fmt.Fprintf(stdout, "fleetd restarted: pid %d stopped, pid %d ready at %s (pending configurations were lost, as after a reboot of spore)\n",
+	fmt.Fprintf(stdout, "fleetd restarted: pid %d stopped, pid %d ready at %s (nothing is lost: configurations are rendered when the node fetches them)\n",
 		old, pid, info.Fleetd.URL)
 	return 0
 }

@@ -175,10 +175,13 @@ func (e *Emulator) listIPs(c *reqCtx) {
 	if !ok1 || !ok2 || !ok3 {
 		return
 	}
+	// address: a value with a mask matches exactly, one without matches the host whatever its
+	// mask (NB@v4.6.8:netbox/ipam/filtersets.py filter_address, ipam/lookups.py NetIn).
 	addrs := c.strFilter("address")
 	var match []*ipAddr
 	keep := func(ip *ipAddr) bool {
-		return pass(ids, ip.id) && pass(ifs, ip.iface) && pass(devs, e.deviceOf(ip.iface)) && pass(addrs, ip.address.String())
+		return pass(ids, ip.id) && pass(ifs, ip.iface) && pass(devs, e.deviceOf(ip.iface)) &&
+			(addrs == nil || addrs[ip.address.String()] || addrs[ip.address.Addr().String()])
 	}
 	for _, id := range matchingIDs(e.db.ips, keep, func(a, b *ipAddr) bool { return a.address.String() < b.address.String() }) {
 		match = append(match, e.db.ips[id])

@@ -38,7 +38,7 @@ func TestGoNetboxDecodesDevices(t *testing.T) {
 		t.Errorf("nested = %+v / %+v / %+v", d.Role, d.Site, d.DeviceType)
 	}
 	// Every defined custom field is listed; unset ones are null.
-	if len(d.CustomFields) != 14 || d.CustomFields["fleet_class"] != "talos-cp" || d.CustomFields["fleet_state"] != nil {
+	if len(d.CustomFields) != f.cfs || d.CustomFields["fleet_class"] != "talos-cp" || d.CustomFields["fleet_state"] != nil {
 		t.Errorf("custom_fields = %v", d.CustomFields)
 	}
 	if _, ok := d.CustomFields["desired_action"]; !ok {
@@ -172,7 +172,7 @@ func TestGoNetboxDecodesExtras(t *testing.T) {
 			} `json:"choice_set"`
 		}
 	}
-	if err := json.Unmarshal(body, &cfs); status != 200 || err != nil || cfs.Count != 14 {
+	if err := json.Unmarshal(body, &cfs); status != 200 || err != nil || cfs.Count != f.cfs {
 		t.Fatalf("custom fields: %d %v %s", status, err, body)
 	}
 	if _, _, err := f.client.ExtrasAPI.ExtrasCustomFieldChoiceSetsList(ctx).Execute(); err == nil || !strings.Contains(err.Error(), "choices_count") {

@@ -69,6 +69,7 @@ func (r *receiver) received() []received {
 type fixture struct {
 	emu    *Emulator
 	rcv    *receiver
+	cfs    int    // how many custom fields netbox-webhooks.yaml declares
 	fleetd string // v2 token of the fleetd service user
 	admin  string // v1 token of the owner
 	dev    int64  // node1
@@ -98,6 +99,7 @@ func newFixture(t *testing.T) *fixture {
 	if err := emu.LoadSchema(schema, f.rcv.srv.URL, testSecret); err != nil {
 		t.Fatal(err)
 	}
+	f.cfs = len(schema.CustomFields)
 	if f.fleetd, err = emu.AddToken(TokenSpec{User: "fleetd", Version: 2}); err != nil {
 		t.Fatal(err)
 	}

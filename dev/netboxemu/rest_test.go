@@ -183,7 +183,7 @@ func TestDeviceCreateAndDelete(t *testing.T) {
 		CustomFields map[string]any `json:"custom_fields"`
 	}
 	_ = json.Unmarshal(b, &d)
-	if d.Status.Value != "active" || len(d.CustomFields) != 14 {
+	if d.Status.Value != "active" || len(d.CustomFields) != f.cfs {
 		t.Errorf("created %+v: want status active and every custom field", d)
 	}
 	status, _, b = f.do(t, "POST", "/api/dcim/devices/", auth, `{"name": "node2", "device_type": 1, "role": 1, "site": 1}`)
@@ -199,5 +199,23 @@ func TestDeviceCreateAndDelete(t *testing.T) {
 	}
 	if status, _, _ = f.do(t, "GET", fmt.Sprintf("/api/dcim/devices/%d/", d.ID), auth, ""); status != 404 {
 		t.Errorf("get deleted = %d", status)
+	}
+}
+
+// The address filter of /api/ipam/ip-addresses/ matches a value without a mask against the host,
+// whatever the stored mask, and a value with one exactly (NetBox's filter_address).
+func TestIPAddressFilterByHost(t *testing.T) {
+	f := newFixture(t)
+	for _, tc := range []struct {
+		query string
+		want  int
+	}{{"10.0.0.21", 1}, {"10.0.0.21/24", 1}, {"10.0.0.21/16", 0}, {"10.0.0.22", 0}} {
+		status, _, body := f.do(t, "GET", "/api/ipam/ip-addresses/?address="+tc.query, bearer(f.fleetd), "")
+		var page struct {
+			Count int `json:"count"`
+		}
+		if err := json.Unmarshal(body, &page); status != 200 || err != nil || page.Count != tc.want {
+			t.Errorf("address=%s: %d %s, want %d result(s)", tc.query, status, body, tc.want)
+		}
 	}
 }

@@ -111,7 +111,7 @@ func TestWebhookBodyAndSignature(t *testing.T) {
 		t.Fatal(err)
 	}
 	if body.Data.Status.Value != "decommissioning" || body.Data.Status.Label != "Decommissioning" ||
-		body.Data.PrimaryIP4.Address != "10.0.0.21/24" || len(body.Data.CustomFields) != 14 {
+		body.Data.PrimaryIP4.Address != "10.0.0.21/24" || len(body.Data.CustomFields) != f.cfs {
 		t.Errorf("data = %+v", body.Data)
 	}
 	pre, post := body.Snapshots.Prechange, body.Snapshots.Postchange

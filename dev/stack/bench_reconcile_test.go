@@ -79,12 +79,8 @@ func reconcileService(b *testing.B, s *stack.Stack, ns string, n int, pending bo
 	if err != nil {
 		b.Fatal(err)
 	}
-	pend, err := fleet.NewPending(fleet.PendingConfig{Clock: fleet.SystemClock{}})
-	if err != nil {
-		b.Fatal(err)
-	}
 	svc, err := fleet.NewService(fleet.Config{FleetdURL: "http://127.0.0.1:9"}, fleet.Deps{Inventory: nb, Installer: installer,
-		Catalog: catalog, Pending: pend, Clock: fleet.SystemClock{}, Random: rand.Reader, Logger: zerolog.Nop()})
+		Catalog: catalog, Clock: fleet.SystemClock{}, Random: rand.Reader, Logger: zerolog.Nop()})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -27,6 +27,7 @@ var lifecycleDevices = []stack.SeedDevice{
 	{Name: "life-ubuntu", Class: "ubuntu-lab"},
 	{Name: "life-drift", Class: "talos-worker"},
 	{Name: "life-fetch", Class: "talos-worker"},
+	{Name: "life-restart", Class: "alpine-edge"},
 	{Name: "life-wipe", Class: "talos-worker"},
 	{Name: "life-retire", Class: "nixos-builder"},
 	{Name: "refuse-two-disks", Class: "talos-worker", DuplicateDisk: true},
@@ -173,7 +174,7 @@ func TestConfigFetchRefusals(t *testing.T) {
 		code             int
 		error            string
 	}{
-		{"refuse/from-another-address", "127.0.0.1", configPath(name, "talos"), http.StatusForbidden, "wrong_address"},
+		{"refuse/from-an-address-no-device-has", "127.0.0.1", configPath(name, "talos"), http.StatusNotFound, "unknown_address"},
 		{"refuse/another-uuid", "", "/v1/config/talos?uuid=00000000-0000-4000-8000-000000000000&serial=" + m.SMBIOSSerial, http.StatusForbidden, "wrong_uuid"},
 		{"refuse/another-kind", "", configPath(name, "seed"), http.StatusNotFound, "wrong_kind"},
 		{"refuse/no-uuid", "", "/v1/config/talos", http.StatusBadRequest, "missing_uuid"},

@@ -2,11 +2,14 @@ package stack_test
 
 import (
 	"net/http"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 
 	"github.com/folly-infra/fleetd/dev/netboxemu"
+	"github.com/folly-infra/fleetd/dev/stack"
+	"github.com/folly-infra/fleetd/fleet"
 )
 
 // TestEchoes: fleetd's own PATCHes come back as webhooks (a retirement keeps status
@@ -132,6 +135,34 @@ func TestRestartFleetd(t *testing.T) {
 	code, _ := postWebhook(t, "/v1/netbox/webhook", webhookBody(t, 987654, "nowhere"), sign(webhookBody(t, 987654, "nowhere")))
 	if code != http.StatusAccepted {
 		t.Errorf("the restarted fleetd answered a webhook %d, want 202", code)
+	}
+}
+
+// TestRestartBetweenNetbootAndBoot: a fleetd restart between a provision's netboot and the node's
+// first boot is invisible to the node (docs/design.md §9): the new process renders the
+// configuration from NetBox when the node fetches it, the device becomes active, and the node
+// has the LAK files of the request it attested for.
+func TestRestartBetweenNetbootAndBoot(t *testing.T) {
+	needStack(t)
+	name := "life-restart"
+	installed(t, name)
+	before := device(t, name)
+	if _, _, err := testStack.RestartFleetd(tctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := step(t, stack.Boot, name, stack.StepOptions{}); err != nil {
+		t.Fatalf("boot after the restart: %v", err)
+	}
+	d := waitState(t, name, "active")
+	if d.Field("fleet_request") != before.Field("fleet_request") || d.StatusValue() != "active" {
+		t.Errorf("after the boot: request %q status %q, want %q active", d.Field("fleet_request"), d.StatusValue(), before.Field("fleet_request"))
+	}
+	lak := readFile(t, filepath.Join(testStack.Info().Machines[name].Dir, "disk", fleet.NodeDir, fleet.NodeFileLAKCert))
+	if !strings.Contains(lak, "BEGIN CERTIFICATE") {
+		t.Errorf("the node's lak.pem after the restart: %.80q", lak)
+	}
+	if err := step(t, stack.BootCheck, name, stack.StepOptions{}); err != nil {
+		t.Errorf("the node's first boot check with the files the restarted fleetd delivered: %v", err)
 	}
 }
 

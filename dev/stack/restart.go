@@ -18,7 +18,7 @@ const readyTimeout = 90 * time.Second
 
 // RestartFleetd restarts the stack's fleetd the way a reboot of spore would (docs/design.md §8): SIGTERM
 // to the running process; the supervisor of `fleetsim up` starts a new one a second later; this
-// waits until the new process is ready. Pending configurations are lost, by design. It works
+// waits until the new process is ready. Nothing is lost (docs/design.md §9). It works
 // from any process that has read stack.json.
 func RestartFleetd(ctx context.Context, info Info) (oldPID, newPID int, err error) {
 	oldPID, err = SignalFleetd(info, syscall.SIGTERM)

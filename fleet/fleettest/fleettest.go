@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/folly-infra/fleetd/fleet"
@@ -22,6 +23,9 @@ type Inventory struct {
 	devices  map[int64]fleet.Device
 	versions map[int64]int
 	journal  map[int64][]string
+	// Calls counts every call of the fleet.Inventory methods (a benchmark reports the NetBox
+	// requests a decision costs with it).
+	Calls atomic.Int64
 	// ConflictOnce makes the next conditional update of a device fail with ErrConflict after
 	// applying someone else's change to it (a concurrent writer).
 	ConflictOnce map[int64]func(*fleet.Device)
@@ -49,6 +53,7 @@ func (m *Inventory) get(id int64) (fleet.Device, error) {
 
 // Device implements fleet.Inventory.
 func (m *Inventory) Device(_ context.Context, id int64) (fleet.Device, error) {
+	m.Calls.Add(1)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.get(id)
@@ -56,6 +61,7 @@ func (m *Inventory) Device(_ context.Context, id int64) (fleet.Device, error) {
 
 // DeviceByName implements fleet.Inventory.
 func (m *Inventory) DeviceByName(_ context.Context, name string) (fleet.Device, error) {
+	m.Calls.Add(1)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for id, d := range m.devices {
@@ -66,8 +72,22 @@ func (m *Inventory) DeviceByName(_ context.Context, name string) (fleet.Device, 
 	return fleet.Device{}, fmt.Errorf("device %q: %w", name, fleet.ErrNotFound)
 }
 
+// DeviceByAddress implements fleet.Inventory.
+func (m *Inventory) DeviceByAddress(_ context.Context, addr netip.Addr) (fleet.Device, error) {
+	m.Calls.Add(1)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for id, d := range m.devices {
+		if d.IP() == addr.Unmap() {
+			return m.get(id)
+		}
+	}
+	return fleet.Device{}, fmt.Errorf("device at %s: %w", addr, fleet.ErrNotFound)
+}
+
 // Devices implements fleet.Inventory. Like NetBox's list, it carries no versions.
 func (m *Inventory) Devices(context.Context) ([]fleet.Device, error) {
+	m.Calls.Add(1)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var out []fleet.Device
@@ -81,6 +101,7 @@ func (m *Inventory) Devices(context.Context) ([]fleet.Device, error) {
 
 // Update implements fleet.Inventory.
 func (m *Inventory) Update(_ context.Context, id int64, p fleet.Patch) (fleet.Device, error) {
+	m.Calls.Add(1)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	d, err := m.get(id)
@@ -140,6 +161,7 @@ func Apply(d *fleet.Device, p fleet.Patch) {
 
 // Journal implements fleet.Inventory.
 func (m *Inventory) Journal(_ context.Context, id int64, kind fleet.JournalKind, text string) error {
+	m.Calls.Add(1)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.journal[id] = append(m.journal[id], string(kind)+": "+text)
@@ -275,4 +297,15 @@ func Declared(id int64, name string) fleet.Device {
 	return fleet.Device{ID: id, Name: name, Status: fleet.StatusPlanned, MACs: []fleet.MAC{"3c:ec:ef:4c:4f:54"},
 		Address:  netip.MustParsePrefix("10.0.0.5/24"),
 		Declared: fleet.Declaration{Class: "talos-worker", DiskSerial: "S4EWNX0R123456", EKHashes: []string{EKHash}}}
+}
+
+// Attested gives a provision's device the identity material its attestation records: issued at
+// issued for ttl, for the device's current request and the SMBIOS UUID uuid, with stand-in
+// certificate and blob bytes (the renderers copy them; nothing parses them).
+func Attested(d fleet.Device, uuid string, issued time.Time, ttl time.Duration) fleet.Device {
+	d.Owned.Identity = fleet.IdentityMaterial{Version: fleet.IdentityVersion, Request: d.Owned.Request, Issued: issued,
+		Expires: issued.Add(ttl), UUIDSHA256: fleet.UUIDHash(uuid), SMBIOSSerial: "SYS123",
+		LAK:    fleet.LAKMaterial{Chain: [][]byte{[]byte("lak leaf"), []byte("lak ca")}, Blob: []byte(`{"KeyEncoding":1}`)},
+		LDevID: fleet.LDevIDMaterial{Chain: [][]byte{[]byte("ldevid leaf")}}}
+	return d
 }

@@ -41,7 +41,6 @@ type Config struct {
 type Fleetd struct {
 	Inv       *fleettest.Inventory
 	Installer *fleettest.Installer
-	Pending   *fleet.Pending
 	Service   *fleet.Service
 	Attest    fleet.Attestation
 	LDevIDCA  *pki.CA
@@ -98,10 +97,8 @@ func New(tb testing.TB, cfg Config) *Fleetd {
 	renderer, err := fleet.NewRenderer(fleet.RenderConfig{TalosSecrets: secrets, ClusterName: "folly", ClusterEndpoint: "https://10.0.0.10:6443",
 		DNS: []netip.Addr{netip.MustParseAddr("10.0.0.1")}, Gateway: cfg.Gateway, Clock: clock, Random: rand.Reader})
 	must(err)
-	f.Pending, err = fleet.NewPending(fleet.PendingConfig{Clock: clock})
-	must(err)
 	f.Service, err = fleet.NewService(fleet.Config{FleetdURL: "http://spore"}, fleet.Deps{Inventory: f.Inv, Installer: f.Installer,
-		Catalog: cfg.Catalog, Pending: f.Pending, Renderer: renderer, Attest: f.Attest,
+		Catalog: cfg.Catalog, Renderer: renderer, Attest: f.Attest,
 		Clock: clock, Random: rand.Reader, Logger: zerolog.Nop(), Registry: f.Registry})
 	must(err)
 	intake, err := webhook.New(webhook.Config{Secret: []byte("s")}, webhook.Deps{Reconciler: f.Service})

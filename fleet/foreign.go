@@ -1,0 +1,124 @@
+package fleet
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// The fields fleetd owns survive clients that write back what they read (docs/design.md §9, "How
+// fleetd tells a new request from a written-back one"): pynetbox's save() sends the whole
+// custom_fields object, every key with the value it read, whenever any custom field changed.
+
+// ForeignWrite is one write of a device by a NetBox user other than fleetd's own, as the webhook's
+// snapshots show it: the device's fields before and after the write. Only the fields fleetd owns
+// and desired_action are read from Before and After.
+//
+// Trust: the snapshots are NetBox's (the webhook's signature was verified); they say what the
+// write changed, not what fleetd should do: the device is read again before anything is written.
+type ForeignWrite struct {
+	DeviceID      int64
+	User          string
+	Before, After Device
+}
+
+// ownedField is one field fleetd owns: its NetBox name (docs/design.md §2), whether two devices
+// hold the same value in it, and how a patch puts a device's value back.
+type ownedField struct {
+	name    string
+	same    func(a, b Owned) bool
+	restore func(p *Patch, from Owned)
+}
+
+func ownedFieldTable() []ownedField {
+	str := func(name string, get func(Owned) string, set func(*Patch, string)) ownedField {
+		return ownedField{name: name, same: func(a, b Owned) bool { return get(a) == get(b) },
+			restore: func(p *Patch, o Owned) { set(p, get(o)) }}
+	}
+	return []ownedField{
+		{name: "fleet_state", same: func(a, b Owned) bool { return a.State == b.State },
+			restore: func(p *Patch, o Owned) { v := o.State; p.State = &v }},
+		str("fleet_message", func(o Owned) string { return o.Message }, func(p *Patch, v string) { p.Message = &v }),
+		str("fleet_request", func(o Owned) string { return o.Request }, func(p *Patch, v string) { p.Request = &v }),
+		str("fleet_workflow", func(o Owned) string { return o.Workflow }, func(p *Patch, v string) { p.Workflow = &v }),
+		str("ldevid_serial", func(o Owned) string { return o.LDevIDSerial }, func(p *Patch, v string) { p.LDevIDSerial = &v }),
+		str("lak_serial", func(o Owned) string { return o.LAKSerial }, func(p *Patch, v string) { p.LAKSerial = &v }),
+		str("boot_baseline", func(o Owned) string { return o.BootBaseline }, func(p *Patch, v string) { p.BootBaseline = &v }),
+		{name: "last_boot_check", same: func(a, b Owned) bool { return a.LastBootCheck.Equal(b.LastBootCheck) },
+			restore: func(p *Patch, o Owned) { v := o.LastBootCheck; p.LastBootCheck = &v }},
+		{name: "boot_check", same: func(a, b Owned) bool { return a.BootCheck == b.BootCheck },
+			restore: func(p *Patch, o Owned) { v := o.BootCheck; p.BootCheck = &v }},
+		{name: "fleet_identity", same: func(a, b Owned) bool { return identityEqual(a.Identity, b.Identity) },
+			restore: func(p *Patch, o Owned) { v := o.Identity; p.Identity = &v }},
+	}
+}
+
+// undoPatch is the write that puts back what w changed of fleetd's fields on the device as it is
+// now (cur): each field the write changed and that still holds the value it wrote gets the value
+// it had before (a field changed since by anyone is left alone). A desired_action the write carried
+// is cleared when the write's copy was read before the device's current request was claimed (its
+// fleet_request is not the one it overwrote): that desired_action is the one the request took.
+func undoPatch(w ForeignWrite, cur Device) (p Patch, restored []string, staleAction bool) {
+	for _, f := range ownedFieldTable() {
+		if f.same(w.Before.Owned, w.After.Owned) || !f.same(cur.Owned, w.After.Owned) {
+			continue
+		}
+		f.restore(&p, w.Before.Owned)
+		restored = append(restored, f.name)
+	}
+	staleAction = w.After.Declared.DesiredAction != ActionNone && w.After.Owned.Request != w.Before.Owned.Request &&
+		cur.Declared.DesiredAction == w.After.Declared.DesiredAction
+	p.ClearDesiredAction = staleAction
+	return p, restored, staleAction
+}
+
+// UndoForeignWrite puts back the fields fleetd owns that a write by another NetBox user changed,
+// with a conditional write (UpdateIfMatch), journals who wrote them, and counts it
+// (fleetd_owned_field_writes_total). The owner's own fields in the same write are left as they
+// are; the caller then reconciles the device, which judges them against the restored state.
+func (s *Service) UndoForeignWrite(ctx context.Context, w ForeignWrite) (Outcome, error) {
+	unlock := s.locks.lock(w.DeviceID)
+	defer unlock()
+	out := Outcome{DeviceID: w.DeviceID, Step: "owned-fields", Result: "nothing-to-undo"}
+	d, err := s.inv.Device(ctx, w.DeviceID)
+	if errors.Is(err, ErrNotFound) {
+		return out, nil
+	}
+	if err != nil {
+		return out, fmt.Errorf("read device %d: %w: %w", w.DeviceID, ErrInventory, err)
+	}
+	var restored []string
+	var stale bool
+	d, wrote, err := UpdateIfMatch(ctx, s.inv, d, func(cur Device) (Patch, bool, error) {
+		var p Patch
+		p, restored, stale = undoPatch(w, cur)
+		return p, !p.Empty(), nil
+	})
+	out = outcomeFor(d, RequestAction(d.Owned.Request), "owned-fields", "nothing-to-undo")
+	if err != nil {
+		s.metrics.ownedWrites.WithLabelValues("error").Inc()
+		return out, fmt.Errorf("restore the fields fleetd owns on %s: %w", d.Name, inventoryErr(err))
+	}
+	if !wrote {
+		return out, nil
+	}
+	msg := fmt.Sprintf("Fields owned by fleetd were written by %s (%s): restored.", w.User, strings.Join(restored, ", "))
+	if stale {
+		msg += fmt.Sprintf(" The same write set desired_action=%s from a copy read before request %s was claimed, so it is not taken as a new request; set desired_action again if you meant one.",
+			w.After.Declared.DesiredAction, d.Owned.Request)
+	}
+	s.metrics.ownedWrites.WithLabelValues("restored").Inc()
+	s.journal(ctx, d, JournalWarning, msg)
+	out.Result, out.Detail = "restored", msg
+	return out, nil
+}
+
+// identityEqual compares two identities as NetBox stores them (their JSON).
+func identityEqual(a, b IdentityMaterial) bool {
+	ja, errA := json.Marshal(a)
+	jb, errB := json.Marshal(b)
+	return errA == nil && errB == nil && bytes.Equal(ja, jb)
+}

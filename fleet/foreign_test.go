@@ -1,0 +1,78 @@
+package fleet_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	. "github.com/folly-infra/fleetd/fleet"
+	"github.com/folly-infra/fleetd/fleet/fleettest"
+)
+
+// TestUndoForeignWrite: a client that read the device earlier writes its whole custom_fields back
+// (pynetbox's save()). fleetd puts its own fields back, journals who wrote them, and a
+// desired_action from a copy older than the current request is not taken as a new request.
+func TestUndoForeignWrite(t *testing.T) {
+	base := fleettest.Declared(12, "node-a")
+	base.Status = StatusStaged
+	configuring := base
+	configuring.Owned = Owned{State: StateConfiguring, Request: "provision-aaaaaaaa", Workflow: "node-a-provision-aaaaaaaa", LAKSerial: "0c2d"}
+	configuring = attested(configuring)
+	active := configuring
+	active.Owned.State, active.Owned.Message = StateActive, "Delivered."
+	idle := base
+	idle.Owned = Owned{State: StateActive, Request: "provision-zzzzzzzz", Workflow: "node-a-provision-zzzzzzzz"}
+	idle.Declared.DesiredAction = ActionProvision // the copy was read while the owner's provision waited
+	rows := []struct {
+		name          string
+		now           Device // fleetd's last write
+		before, after Device // the foreign write's snapshots
+		mod           func(*Device)
+		want          State
+		wantRequest   string
+		wantAction    Action
+		wantJournal   string
+	}{
+		{name: "ok/stale configuring after delivery: active put back", now: active, before: active,
+			after: func() Device { d := configuring; d.Declared.DesiredAction = ActionAttest; return d }(),
+			want:  StateActive, wantRequest: "provision-aaaaaaaa", wantAction: ActionAttest,
+			wantJournal: "warning: Fields owned by fleetd were written by admin (fleet_state, fleet_message): restored."},
+		{name: "ok/copy from before the claim: request put back, its desired_action not a new request", now: configuring, before: configuring,
+			after: idle, want: StateConfiguring, wantRequest: "provision-aaaaaaaa", wantAction: ActionNone,
+			wantJournal: "set desired_action=provision from a copy read before request provision-aaaaaaaa was claimed"},
+		{name: "ok/a field fleetd wrote again since is left alone", now: active, before: configuring, after: idle,
+			mod:  func(d *Device) { d.Owned.Request = "provision-bbbbbbbb" }, // fleetd claimed another request since
+			want: StateConfiguring, wantRequest: "provision-bbbbbbbb", wantAction: ActionNone,
+			wantJournal: "(fleet_state, fleet_workflow, lak_serial, fleet_identity): restored"},
+	}
+	for _, r := range rows {
+		t.Run(r.name, func(t *testing.T) {
+			cur := r.after // what NetBox holds after the foreign write
+			if r.mod != nil {
+				r.mod(&cur)
+			}
+			inv := fleettest.NewInventory(cur)
+			s := newTestService(inv, fleettest.NewInstaller())
+			out, err := s.UndoForeignWrite(context.Background(), ForeignWrite{DeviceID: 12, User: "admin", Before: r.before, After: r.after})
+			if err != nil || out.Result != "restored" {
+				t.Fatalf("UndoForeignWrite = %+v, %v", out, err)
+			}
+			got := inv.Get(12)
+			if got.Owned.State != r.want || got.Owned.Request != r.wantRequest || got.Declared.DesiredAction != r.wantAction {
+				t.Errorf("after the undo: state %q request %q desired_action %q, want %q %q %q",
+					got.Owned.State, got.Owned.Request, got.Declared.DesiredAction, r.want, r.wantRequest, r.wantAction)
+			}
+			if j := inv.JournalOf(12); len(j) != 1 || !strings.Contains(j[0], r.wantJournal) {
+				t.Errorf("journal %q, want one entry with %q", j, r.wantJournal)
+			}
+		})
+	}
+	t.Run("ok/nothing fleetd owns changed: nothing written", func(t *testing.T) {
+		inv := fleettest.NewInventory(active)
+		s := newTestService(inv, fleettest.NewInstaller())
+		out, err := s.UndoForeignWrite(context.Background(), ForeignWrite{DeviceID: 12, User: "admin", Before: active, After: active})
+		if err != nil || out.Result != "nothing-to-undo" || len(inv.JournalOf(12)) != 0 || inv.Calls.Load() != 1 {
+			t.Errorf("UndoForeignWrite = %+v, %v; journal %q; %d inventory calls, want one read", out, err, inv.JournalOf(12), inv.Calls.Load())
+		}
+	})
+}
