@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-retryablehttp"
@@ -49,6 +50,7 @@ type Client struct {
 	token   string
 	log     zerolog.Logger
 	metrics *metrics
+	noETag  sync.Once // the warning that NetBox sends no ETag, once per process
 }
 
 // New makes a Client. It does not contact NetBox; use Ping for readiness.

@@ -29,7 +29,14 @@ func (c *Client) Device(ctx context.Context, id int64) (fleet.Device, error) {
 	if err != nil {
 		return fleet.Device{}, err
 	}
-	return c.withMACs(ctx, dj, resp.Header.Get("ETag"))
+	etag := resp.Header.Get("ETag")
+	if etag == "" {
+		c.noETag.Do(func() {
+			c.log.Warn().Str("netbox", c.base).Msg("NetBox answered a device read without an ETag (NetBox before 4.6): " +
+				"fleetd's writes are last-write-wins, so run only one fleetd instance (docs/operate.md, \"Several instances\")")
+		})
+	}
+	return c.withMACs(ctx, dj, etag)
 }
 
 // deviceAnswer is NetBox's answer with one device (a read or an update), decoded leniently where
