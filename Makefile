@@ -18,6 +18,10 @@ help: ## list the targets
 deps: ## install the Debian packages the tests and the dev stack need (only those missing)
 	@./scripts/install-deps.sh
 
+.PHONY: tools
+tools: ## build the third-party tools the tests run (scripts/tools.sh list) once per machine, into a cache outside the checkout
+	@for t in $$(./scripts/tools.sh list | cut -d' ' -f1); do ./scripts/tools.sh build $$t >/dev/null || exit 1; done
+
 .PHONY: build
 build: ## build bin/fleetd (production, static) and bin/fleetsim (development stack)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/fleetd .

@@ -1,0 +1,106 @@
+#!/bin/sh
+# Third-party tools the tests run for real, built once per machine from their Go modules into a
+# cache keyed by each tool's version, outside the checkout (docs/design.md, "Development stack").
+#
+#   scripts/tools.sh build NAME   build NAME unless its version is cached; print the binary's path
+#   scripts/tools.sh path NAME    print the cached binary's path; fail (exit 1) if it is not built
+#   scripts/tools.sh list         print every NAME with its version
+#
+# The cache is ${FLEETD_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/fleetd-tools}/NAME-VERSION/.
+# A fresh clone on the same machine (CI) reuses it; a new version is a new directory, so changing
+# a version below rebuilds that tool and nothing else. Builds go to a temporary directory that is
+# renamed into place only when complete, under a lock, so a killed or concurrent build never
+# leaves a half-built tool behind. Each build prints its wall time on stderr.
+#
+# Adding a tool: a line in versions(), and a case in build_one() that leaves the binary at
+# "$out/NAME". Modules come through the Go module proxy only (the build needs nothing else).
+set -eu
+
+cache="${FLEETD_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/fleetd-tools}"
+GO="${GO:-go}"
+
+# NAME VERSION, one a line.
+versions() {
+	cat <<-EOF
+	tofu v1.12.6
+	terraform-provider-restapi v1.20.0
+	EOF
+}
+
+version_of() {
+	versions | awk -v n="$1" '$1 == n { print $2; found = 1 } END { exit !found }' ||
+		{ echo "tools.sh: unknown tool '$1' (known: $(versions | awk '{printf "%s ", $1}'))" >&2; exit 2; }
+}
+
+# modcopy MODULE VERSION DIR: a writable copy of the module's source from the module cache.
+# Building inside the module (not with `go install M@V`) keeps its own go.mod, replace
+# directives included (OpenTofu's go.mod replaces hcl/v2, which `go install` refuses).
+modcopy() {
+	src=$("$GO" mod download -json "$1@$2" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",*$/\1/p')
+	[ -n "$src" ] || { echo "tools.sh: go mod download $1@$2 gave no directory" >&2; exit 1; }
+	cp -R "$src/." "$3"
+	chmod -R u+w "$3"
+}
+
+# build_one NAME VERSION OUT: build NAME at VERSION, leaving the binary at OUT/NAME.
+build_one() {
+	work="$3/src"
+	mkdir -p "$work"
+	case "$1" in
+	tofu)
+		# reference: OpenTofu's own release build (ldflags drop the -dev suffix).
+		modcopy github.com/opentofu/opentofu "$2" "$work"
+		(cd "$work" && CGO_ENABLED=0 "$GO" build -trimpath -buildvcs=false \
+			-ldflags "-s -w -X github.com/opentofu/opentofu/version.dev=no" -o "$3/tofu" ./cmd/tofu)
+		;;
+	terraform-provider-restapi)
+		modcopy github.com/Mastercard/terraform-provider-restapi "$2" "$work"
+		(cd "$work" && CGO_ENABLED=0 "$GO" build -trimpath -buildvcs=false -ldflags "-s -w" \
+			-o "$3/terraform-provider-restapi" .)
+		;;
+	*) echo "tools.sh: no build recipe for '$1'" >&2; exit 2 ;;
+	esac
+	rm -rf "$work"
+}
+
+path_of() { echo "$cache/$1-$(version_of "$1")/$1"; }
+
+build() {
+	v=$(version_of "$1")
+	dir="$cache/$1-$v"
+	if [ -x "$dir/$1" ]; then
+		echo "tools.sh: $1 $v is cached ($dir/$1)" >&2
+		echo "$dir/$1"
+		return
+	fi
+	mkdir -p "$cache"
+	# One builder at a time per tool; the loser of the race finds the winner's binary.
+	exec 9>"$cache/.$1.lock"
+	flock 9
+	if [ ! -x "$dir/$1" ]; then
+		tmp=$(mktemp -d "$cache/.$1-$v.XXXXXX")
+		trap 'rm -rf "$tmp"' EXIT
+		start=$(date +%s)
+		echo "tools.sh: building $1 $v into $dir (once per machine)" >&2
+		build_one "$1" "$v" "$tmp"
+		chmod 755 "$tmp"
+		rm -rf "$dir"
+		mv "$tmp" "$dir"
+		trap - EXIT
+		echo "tools.sh: built $1 $v in $(($(date +%s) - start)) s" >&2
+	fi
+	exec 9>&-
+	echo "$dir/$1"
+}
+
+case "${1:-}" in
+build) [ $# -eq 2 ] || { echo "usage: $0 build NAME" >&2; exit 2; }; build "$2" ;;
+path)
+	[ $# -eq 2 ] || { echo "usage: $0 path NAME" >&2; exit 2; }
+	p=$(path_of "$2")
+	[ -x "$p" ] || { echo "tools.sh: $2 $(version_of "$2") is not built at $p: run 'make tools' (or '$0 build $2')" >&2; exit 1; }
+	echo "$p"
+	;;
+list) versions ;;
+*) echo "usage: $0 build NAME | path NAME | list" >&2; exit 2 ;;
+esac
