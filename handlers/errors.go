@@ -45,11 +45,14 @@ func writeError(w http.ResponseWriter, log zerolog.Logger, err error) {
 		Message: "fleetd failed to handle the request; its log has the detail under request id " + w.Header().Get("X-Request-Id")})
 }
 
+// writeJSON answers with v as indented JSON. Messages are written as they read: encoding/json's
+// default HTML escaping would send "<token>" as "\u003ctoken\u003e", which no API client wants.
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
 	_ = enc.Encode(v)
 }
 

@@ -131,7 +131,10 @@ func (s *Server) reconcileDevice(w http.ResponseWriter, r *http.Request) {
 		writeError(w, log, err)
 		return
 	}
-	body := map[string]string{"device": out.Device, "step": out.Step, "outcome": out.Result, "detail": out.Detail}
+	body := map[string]string{"device": out.Device, "step": out.Step, "outcome": out.Result}
+	if out.Detail != "" { // nothing to do has nothing to explain
+		body["detail"] = out.Detail
+	}
 	if err != nil {
 		body["error"] = err.Error()
 	}

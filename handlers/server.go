@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
+	"strings"
 	"time"
 
+	"github.com/gorilla/mux"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
@@ -76,11 +79,31 @@ func New(deps Deps) (*Server, error) {
 	r.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusNotFound, api.Error{Code: "no_route", Message: "fleetd serves no such route; see docs/http.md"})
 	})
-	r.MethodNotAllowedHandler = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusMethodNotAllowed, api.Error{Code: "method_not_allowed", Message: "the route exists with another method; see docs/http.md"})
+	r.MethodNotAllowedHandler = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		allowed := allowedMethods(r, req)
+		w.Header().Set("Allow", strings.Join(allowed, ", ")) // RFC 9110 §15.5.6: a 405 names the methods
+		writeJSON(w, http.StatusMethodNotAllowed, api.Error{Code: "method_not_allowed",
+			Message: "the route " + req.URL.Path + " takes " + strings.Join(allowed, " or ") + ", not " + req.Method + "; see docs/http.md"})
 	})
 	s.handler = r
 	return s, nil
+}
+
+// allowedMethods are the methods the route table serves at req's path, in the table's order.
+func allowedMethods(r *mux.Router, req *http.Request) []string {
+	var out []string
+	for _, rt := range Table() {
+		if slices.Contains(out, rt.Method) {
+			continue
+		}
+		probe := req.Clone(req.Context())
+		probe.Method = rt.Method
+		var m mux.RouteMatch
+		if r.Match(probe, &m) && m.MatchErr == nil {
+			out = append(out, rt.Method)
+		}
+	}
+	return out
 }
 
 // ServeHTTP gives every response an X-Request-Id (docs/design.md §6), unknown routes included, and routes

@@ -162,9 +162,7 @@ func (in *Intake) serve(w http.ResponseWriter, r *http.Request, route string) {
 		e = ev.Warn().Err(err) // recorded in NetBox; completed by a later reconcile
 	}
 	e.EmbedObject(out).Msg("decision")
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusAccepted)
-	_ = json.NewEncoder(w).Encode(map[string]string{"outcome": out.Result})
+	writeBody(w, http.StatusAccepted, map[string]string{"outcome": out.Result})
 }
 
 // decide first undoes another user's write of fleetd's own fields (a client writing back what it
@@ -226,9 +224,7 @@ func (in *Intake) signed(body []byte, header string) bool {
 func (in *Intake) accept(w http.ResponseWriter, log *zerolog.Logger, route, outcome, why string) {
 	in.results.WithLabelValues(route, outcome).Inc()
 	log.Info().Str("step", "webhook").Str("outcome", outcome).Str("detail", why).Msg("decision")
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusAccepted)
-	_ = json.NewEncoder(w).Encode(map[string]string{"outcome": outcome})
+	writeBody(w, http.StatusAccepted, map[string]string{"outcome": outcome})
 }
 
 func (in *Intake) refuse(w http.ResponseWriter, log *zerolog.Logger, route string, status int, code, msg string) {
@@ -238,7 +234,15 @@ func (in *Intake) refuse(w http.ResponseWriter, log *zerolog.Logger, route strin
 }
 
 func writeJSON(w http.ResponseWriter, status int, code, msg string) {
+	writeBody(w, status, map[string]string{"error": code, "message": msg})
+}
+
+// writeBody answers with v as JSON, without encoding/json's HTML escaping (a message keeps its
+// "<" and ">").
+func writeBody(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(map[string]string{"error": code, "message": msg})
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
 }

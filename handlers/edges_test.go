@@ -1,0 +1,65 @@
+package handlers_test
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/folly-infra/fleetd/fleet"
+	"github.com/folly-infra/fleetd/fleet/fleettest"
+	"github.com/folly-infra/fleetd/handlers/handlerstest"
+)
+
+// TestHTTPEdges: what every client sees at the edges of the contract (docs/http.md
+// "Conventions"): a 405 names the methods the path takes in Allow, messages keep "<" and ">"
+// as written (no \u003c escapes), and a reconcile with nothing to do carries no empty detail.
+func TestHTTPEdges(t *testing.T) {
+	f := handlerstest.New(t, handlerstest.Config{Devices: []fleet.Device{fleettest.Declared(12, "node-a")}})
+	rows := []struct {
+		name, method, path, token string
+		status                    int
+		allow                     string // the Allow header wanted ("" : none)
+		has, hasNot               []string
+	}{
+		{"refuse/405 names the one method", "DELETE", "/v1/devices", "op", 405, "GET",
+			[]string{`"method_not_allowed"`, "takes GET, not DELETE"}, nil},
+		{"refuse/405 on a webhook route", "GET", "/v1/netbox/webhook/provision", "", 405, "POST",
+			[]string{"takes POST, not GET"}, nil},
+		{"refuse/405 on a templated route", "GET", "/v1/devices/node-a/reconcile", "op", 405, "POST", nil, nil},
+		{"refuse/401 message keeps its angle brackets", "GET", "/v1/devices", "", 401, "",
+			[]string{"Bearer <the token in operator.token_file>"}, []string{`\u003c`, `\u003e`}},
+		{"ok/reconcile with nothing to do has no detail", "POST", "/v1/devices/node-a/reconcile", "op", 200, "",
+			[]string{`"outcome": "nothing-to-do"`}, []string{`"detail"`}},
+	}
+	for _, r := range rows {
+		req, _ := http.NewRequest(r.method, f.URL+r.path, nil)
+		if r.token != "" {
+			req.Header.Set("Authorization", "Bearer "+r.token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		body := string(b)
+		if resp.StatusCode != r.status || resp.Header.Get("Allow") != r.allow {
+			t.Errorf("%s: %d Allow %q %s; want %d Allow %q", r.name, resp.StatusCode, resp.Header.Get("Allow"), body, r.status, r.allow)
+		}
+		if !json.Valid(b) {
+			t.Errorf("%s: the body is not JSON: %s", r.name, body)
+		}
+		for _, s := range r.has {
+			if !strings.Contains(body, s) {
+				t.Errorf("%s: body lacks %q: %s", r.name, s, body)
+			}
+		}
+		for _, s := range r.hasNot {
+			if strings.Contains(body, s) {
+				t.Errorf("%s: body has %q: %s", r.name, s, body)
+			}
+		}
+	}
+}
