@@ -38,11 +38,13 @@ func serve(ctx context.Context, args []string, stderr io.Writer) int {
 		return 2
 	}
 	cfg, err := config.Load(*cfgPath, config.Override{ListenHTTP: *listenHTTP, ListenHTTPS: *listenHTTPS})
-	if err != nil {
-		fmt.Fprintf(stderr, "fleetd serve: %v\n", err)
+	if err != nil { // before log.format is known: JSON, the default, like every later line
+		l := newLogger(config.Log{Level: "info"}, stderr)
+		l.Error().Str("config", *cfgPath).Err(err).Msg("fleetd cannot start: the config is wrong")
 		return 1
 	}
 	log := newLogger(cfg.Log, stderr)
+	routeLibraryLogs(log)
 	app, err := wire(ctx, cfg, log)
 	if err != nil {
 		log.Error().Err(err).Msg("fleetd cannot start")
@@ -56,14 +58,6 @@ func serve(ctx context.Context, args []string, stderr io.Writer) int {
 	}
 	log.Info().Msg("fleetd stopped")
 	return 0
-}
-
-func newLogger(c config.Log, w io.Writer) zerolog.Logger {
-	level, _ := zerolog.ParseLevel(c.Level) // validated by config
-	if c.Format == "console" {
-		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.RFC3339}
-	}
-	return zerolog.New(w).Level(level).With().Timestamp().Logger()
 }
 
 // app is fleetd wired together.
@@ -141,13 +135,13 @@ func wire(ctx context.Context, cfg *config.Config, log zerolog.Logger) (*app, er
 	if err != nil {
 		return nil, err
 	}
-	a.servers = []listener{{key: "listen.http", srv: newHTTPServer(ctx, cfg.Listen.HTTP, h)}}
+	a.servers = []listener{{key: "listen.http", srv: newHTTPServer(ctx, cfg.Listen.HTTP, h, log)}}
 	if cfg.TLS.Cert != "" {
 		cert, err := tls.LoadX509KeyPair(cfg.Path(cfg.TLS.Cert), cfg.Path(cfg.TLS.Key))
 		if err != nil {
 			return nil, fmt.Errorf("tls: %w", err)
 		}
-		srv := newHTTPServer(ctx, cfg.Listen.HTTPS, h)
+		srv := newHTTPServer(ctx, cfg.Listen.HTTPS, h, log)
 		srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 		a.servers = append(a.servers, listener{key: "listen.https", srv: srv, tls: true})
 	}
@@ -162,11 +156,12 @@ type listener struct {
 }
 
 // newHTTPServer bounds every phase of a request, so a slow or stalled client holds nothing for
-// long: headers within 5 s, the body within 30 s, the answer within 60 s.
-func newHTTPServer(ctx context.Context, addr string, h http.Handler) *http.Server {
+// long: headers within 5 s, the body within 30 s, the answer within 60 s. What net/http logs
+// itself goes to log (httpErrorLog).
+func newHTTPServer(ctx context.Context, addr string, h http.Handler, log zerolog.Logger) *http.Server {
 	return &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second,
 		WriteTimeout: 60 * time.Second, IdleTimeout: 120 * time.Second, MaxHeaderBytes: 64 << 10,
-		BaseContext: func(net.Listener) context.Context { return ctx }}
+		BaseContext: func(net.Listener) context.Context { return ctx }, ErrorLog: httpErrorLog(log)}
 }
 
 // run serves until ctx ends, then shuts the HTTP server down gracefully.

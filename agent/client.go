@@ -54,7 +54,7 @@ func (c *client) post(ctx context.Context, path string, in, out any) error {
 		RequestLogHook: func(_ retryablehttp.Logger, _ *http.Request, n int) {
 			attempts = n + 1
 			if n > 0 {
-				c.log.Warn().Str("step", path).Int("attempt", attempts).Msg("retrying")
+				c.log.Warn().Str("path", path).Int("attempt", attempts).Msg("retrying") // "step" is the caller's
 			}
 		}}
 	resp, err := rc.Do(req)

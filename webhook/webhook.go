@@ -127,8 +127,10 @@ func (in *Intake) serve(w http.ResponseWriter, r *http.Request, route string) {
 		in.refuse(w, log, route, http.StatusBadRequest, "malformed", err.Error())
 		return
 	}
+	// The device id is not in ev: the decision line's outcome names it (fleet.Outcome), and a
+	// line that ignores the event adds it itself, so no line carries the key twice.
 	ev := log.With().Str("route", route).Str("event", p.Event).Str("object_type", p.objectType()).
-		Str("netbox_request", p.requestID()).Str("netbox_user", p.user()).Int64("device_id", id).Logger()
+		Str("netbox_request", p.requestID()).Str("netbox_user", p.user()).Logger()
 	// 3. What it means.
 	echo := in.cfg.ServiceUser != "" && p.user() == in.cfg.ServiceUser && p.objectType() == "dcim.device" &&
 		p.onlyOwnedChanged(in.owned)
@@ -139,10 +141,10 @@ func (in *Intake) serve(w http.ResponseWriter, r *http.Request, route string) {
 	}
 	switch {
 	case id == 0 || p.Event == "deleted" && p.objectType() == "dcim.device":
-		in.accept(w, &ev, route, "ignored", "the event concerns no device fleetd can act on")
+		in.accept(w, &ev, route, id, "ignored", "the event concerns no device fleetd can act on")
 		return
 	case echo:
-		in.accept(w, &ev, route, "echo", "fleetd's own update; nothing left to do")
+		in.accept(w, &ev, route, id, "echo", "fleetd's own update; nothing left to do")
 		return
 	}
 	// 4. The same decision the reconciler makes, now.
@@ -221,9 +223,9 @@ func (in *Intake) signed(body []byte, header string) bool {
 	return hmac.Equal(mac.Sum(nil), got)
 }
 
-func (in *Intake) accept(w http.ResponseWriter, log *zerolog.Logger, route, outcome, why string) {
+func (in *Intake) accept(w http.ResponseWriter, log *zerolog.Logger, route string, id int64, outcome, why string) {
 	in.results.WithLabelValues(route, outcome).Inc()
-	log.Info().Str("step", "webhook").Str("outcome", outcome).Str("detail", why).Msg("decision")
+	log.Info().Int64("device_id", id).Str("step", "webhook").Str("outcome", outcome).Str("detail", why).Msg("decision")
 	writeBody(w, http.StatusAccepted, map[string]string{"outcome": outcome})
 }
 

@@ -167,6 +167,11 @@ func (mc *machine) run(ctx context.Context, cmd *exec.Cmd, vars map[string]strin
 	cmd.Stdout, cmd.Stderr = &buf, &buf
 	cmd.Dir = mc.m.Dir
 	err := startAndWait(ctx, cmd)
+	if cmd.Path == mc.info.Fleetd.Binary { // the agent's own log, kept whole for LogProblems
+		if werr := appendFile(filepath.Join(mc.m.Dir, MachineAgentLog), buf.Bytes()); werr != nil {
+			fmt.Fprintf(mc.log, "    (agent log not kept: %v)\n", werr)
+		}
+	}
 	for _, l := range strings.Split(strings.TrimRight(buf.String(), "\n"), "\n") {
 		if l != "" {
 			fmt.Fprintf(mc.log, "    | %s\n", l)
