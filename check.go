@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/folly-infra/fleetd/cloudinit"
 	"github.com/folly-infra/fleetd/config"
 	"github.com/folly-infra/fleetd/fleet"
 	"github.com/folly-infra/fleetd/handlers"
@@ -44,8 +46,16 @@ func check(args []string, stdout, stderr io.Writer) int {
 		*webhooks = cfg.Path(cfg.Webhooks)
 	}
 	if *classes != "" {
-		if _, err := loadCatalog(*classes); err != nil {
+		cat, err := loadCatalog(*classes)
+		if err != nil {
 			add(*classes, err)
+		}
+		refused, notes := checkCloudInit(cat)
+		for _, p := range refused {
+			problems = append(problems, *classes+": "+p)
+		}
+		for _, n := range notes {
+			fmt.Fprintln(stdout, "fleetd check: note: "+n)
 		}
 	}
 	if *webhooks != "" {
@@ -62,6 +72,36 @@ func check(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintln(stdout, "fleetd check: ok")
 	return 0
+}
+
+// checkCloudInit runs the real `cloud-init schema` over the user-data of every cloud-init-nocloud
+// class, so that a class the node's cloud-init would refuse fails here (and at fleetd serve's
+// start: the NixOS module puts cloud-init on the unit's path) rather than on the node's first
+// boot, after its disk was erased. It returns one line per refusal, and notes for what it could
+// not check (cloud-init not installed, user-data that is not #cloud-config), which are not
+// problems of the files.
+func checkCloudInit(cat fleet.Catalog) (problems, notes []string) {
+	for _, name := range cat.Names() {
+		c, _ := cat.Class(name)
+		if c.Kind != fleet.KindCloudInit || c.CloudInit == nil {
+			continue
+		}
+		if !cloudinit.IsCloudConfig(c.CloudInit.UserData) {
+			notes = append(notes, fmt.Sprintf("class %q's user-data is not #cloud-config; cloud-init schema checks only #cloud-config", name))
+			continue
+		}
+		err := cloudinit.Schema(context.Background(), []byte(c.CloudInit.UserData))
+		var refused *cloudinit.SchemaError
+		switch {
+		case errors.Is(err, cloudinit.ErrNotInstalled):
+			notes = append(notes, fmt.Sprintf("cloud-init is not installed here, so class %q's user-data was NOT validated (install cloud-init, or run fleetd check where it is)", name))
+		case errors.As(err, &refused):
+			problems = append(problems, fmt.Sprintf("class %q: cloud_init.user_data is refused by cloud-init: %s", name, refused.Output))
+		case err != nil:
+			problems = append(problems, fmt.Sprintf("class %q: cloud_init.user_data could not be checked: %v", name, err))
+		}
+	}
+	return problems, notes
 }
 
 func loadCatalog(path string) (fleet.Catalog, error) {

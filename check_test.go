@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -22,6 +23,12 @@ func TestCheck(t *testing.T) {
 	if err := os.WriteFile(misspelt, bytes.ReplaceAll(hooks, []byte("path: /v1/netbox/webhook/provision\n"), []byte("path: /v1/netbox/webhook/provison\n")), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	oldLab := filepath.Join(t.TempDir(), "classes.json")
+	if err := os.WriteFile(oldLab, []byte(`{"classes": {"ubuntu-lab": {"kind": "cloud-init-nocloud",
+		"templates": {"provision": "p", "attest": "a", "wipe": "w", "retire": "r"}, "image": "http://x/i.raw",
+		"cloud_init": {"user_data": "#cloud-config\nusers:\n  - name: ops\n    ssh_authorized_keys: []\n"}}}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	rows := []struct {
 		name     string
 		args     []string
@@ -38,6 +45,12 @@ func TestCheck(t *testing.T) {
 			"--classes", "examples/classes.json", "--webhooks", misspelt}, 1,
 			[]string{"calls /v1/netbox/webhook/provison, which fleetd does not serve", "no webhook calls /v1/netbox/webhook/provision"}},
 		{"refuse/no such config", []string{"--config", "nope.yaml"}, 1, []string{"nope.yaml"}},
+		{"refuse/user-data real cloud-init refuses", []string{"--skip-files", "--config", "examples/fleetd.yaml",
+			"--classes", oldLab, "--webhooks", "netbox-webhooks.yaml"}, 1,
+			[]string{`class "ubuntu-lab": cloud_init.user_data is refused by cloud-init: Cloud config schema errors: users.0:`}},
+	}
+	if _, err := exec.LookPath("cloud-init"); err != nil {
+		t.Fatal("cloud-init is not installed (make deps installs it): fleetd check's cloud-init rows need it")
 	}
 	for _, r := range rows {
 		t.Run(r.name, func(t *testing.T) {
@@ -53,5 +66,18 @@ func TestCheck(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestCheckWithoutCloudInit: where cloud-init is not installed, fleetd check says plainly that it
+// did not validate the cloud-init classes' user-data, and does not fail for it.
+func TestCheckWithoutCloudInit(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	var out, errOut bytes.Buffer
+	code := run([]string{"check", "--skip-files", "--config", "examples/fleetd.yaml", "--classes", "examples/classes.json",
+		"--webhooks", "netbox-webhooks.yaml"}, &out, &errOut)
+	want := `fleetd check: note: cloud-init is not installed here, so class "ubuntu-lab"'s user-data was NOT validated`
+	if code != 0 || !strings.Contains(out.String(), want) {
+		t.Errorf("exit %d, want 0 and %q\nstdout: %s\nstderr: %s", code, want, out.String(), errOut.String())
 	}
 }

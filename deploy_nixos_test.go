@@ -86,6 +86,7 @@ type nixosUnit struct {
 	Wants         []string       `json:"wants"`
 	After         []string       `json:"after"`
 	WantedBy      []string       `json:"wantedBy"`
+	Path          []string       `json:"path"`
 	UnitConfig    map[string]any `json:"unitConfig"`
 	ServiceConfig map[string]any `json:"serviceConfig"`
 	TimerConfig   map[string]any `json:"timerConfig"`
@@ -194,6 +195,9 @@ func TestNixOSModule(t *testing.T) {
 			if _, ok := c.Systemd.Services["fleetd-boot-check"]; ok {
 				t.Error("the boot check is on although services.fleetd-boot-check.enable is false")
 			}
+			if p := c.Systemd.Services["fleetd"].Path; len(p) != 1 || !strings.HasSuffix(p[0], "-cloud-init-24.1.4") {
+				t.Errorf("fleetd's unit path %q, want cloud-init (fleetd validates the cloud-init classes with it)", p)
+			}
 			verifyNixOS(t, c, 2.0)
 		}},
 		{name: "ok/listen", values: spore(map[string]any{"listen": map[string]string{"http": "127.0.0.1:8080", "https": "[::]:8443"}, "openFirewall": true}),
@@ -212,6 +216,12 @@ func TestNixOSModule(t *testing.T) {
 				got := c.Systemd.Services["fleetd"].ServiceConfig
 				if !strings.HasSuffix(got["ExecStart"].(string), " --listen-https :8443") || got["SocketBindAllow"] != nil || got["SocketBindDeny"] != nil {
 					t.Errorf("ExecStart %v, SocketBind %v/%v; want --listen-https :8443 and no bind restriction", got["ExecStart"], got["SocketBindAllow"], got["SocketBindDeny"])
+				}
+			}},
+		{name: "ok/no-cloud-init", values: spore(map[string]any{"cloudInitPackage": nil}),
+			check: func(t *testing.T, c nixosConfig) {
+				if p := c.Systemd.Services["fleetd"].Path; len(p) != 0 {
+					t.Errorf("fleetd's unit path %q with cloudInitPackage null, want none", p)
 				}
 			}},
 		{name: "ok/kea-elsewhere", values: spore(map[string]any{"keaReservationsDir": "/srv/kea/fleet", "keaGroup": "_kea", "extraGroups": []string{"adm"}}),

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -88,6 +89,13 @@ func wire(ctx context.Context, cfg *config.Config, log zerolog.Logger) (*app, er
 	catalog, err := loadCatalog(cfg.Path(cfg.ClassesFile))
 	if err != nil {
 		return nil, fmt.Errorf("classes_file: %w", err)
+	}
+	refused, notes := checkCloudInit(catalog) // as fleetd check does: before any disk is erased for it
+	if len(refused) > 0 {
+		return nil, fmt.Errorf("classes_file: %s", strings.Join(refused, "; "))
+	}
+	for _, n := range notes {
+		log.Warn().Str("check", "cloud-init").Msg(n)
 	}
 	a.netbox, err = netbox.New(netbox.Config{URL: cfg.NetBox.URL, Token: string(sec.netboxToken),
 		Timeout: cfg.NetBox.Timeout.D(), Retries: cfg.NetBox.Retries, Logger: log, Registry: reg})

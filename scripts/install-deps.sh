@@ -11,6 +11,8 @@
 #   libssl-dev          libcrypto for the simulator's cgo build
 #   nix-bin             nix-instantiate, which parses the NixOS module
 #   systemd             systemd-analyze, which verifies the units (the deploy tests skip without it)
+#   cloud-init          the real cloud-init that validates the cloud-init classes and fleetd's NoCloud seeds
+#   jq, curl            the docs' commands, which the runbook test runs as written
 set -eu
 need=""
 have_cmd() { command -v "$1" >/dev/null 2>&1; }
@@ -25,6 +27,9 @@ have_pkg libc6-dev || need="$need libc6-dev"
 have_pkg libssl-dev || need="$need libssl-dev"
 have_cmd nix-instantiate || need="$need nix-bin"
 have_cmd systemd-analyze || need="$need systemd"
+have_cmd cloud-init || need="$need cloud-init"
+have_cmd jq || need="$need jq"
+have_cmd curl || need="$need curl"
 [ -z "$need" ] && exit 0
 
 echo "install-deps: installing missing Debian packages:$need" >&2

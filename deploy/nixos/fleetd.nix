@@ -60,6 +60,18 @@ in
       description = "The fleetd package; its bin/fleetd is run. See deploy/nixos/package.nix.";
     };
 
+    cloudInitPackage = mkOption {
+      type = types.nullOr types.package;
+      default = pkgs.cloud-init;
+      defaultText = "pkgs.cloud-init";
+      description = ''
+        cloud-init on fleetd's path: at start (and in `fleetd check`) fleetd validates every
+        cloud-init-nocloud class's user-data with the real `cloud-init schema`, and refuses a class
+        the nodes' cloud-init would refuse. null leaves it out; fleetd then logs that it did not
+        validate them.
+      '';
+    };
+
     configFile = mkOption {
       type = types.path;
       example = "/etc/fleetd/fleetd.yaml";
@@ -195,6 +207,7 @@ in
         wantedBy = [ "multi-user.target" ];
         wants = [ "network-online.target" ];
         after = [ "network-online.target" "kea-dhcp4-server.service" ];
+        path = lib.optional (cfg.cloudInitPackage != null) cfg.cloudInitPackage;
         serviceConfig = hardening // {
           ExecStart = lib.escapeShellArgs ([
             "${cfg.package}/bin/fleetd" "serve" "--config" "${cfg.configFile}"

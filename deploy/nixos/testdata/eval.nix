@@ -51,7 +51,9 @@ let
         else if given ? ${n} then given.${n}
         else o.default)
       options;
-  module = import ../fleetd.nix { inherit config lib; pkgs = { }; };
+  # pkgs: only what the module takes a default from, as a store path stands for a package.
+  pkgs = { cloud-init = "/nix/store/00000000000000000000000000000000-cloud-init-24.1.4"; };
+  module = import ../fleetd.nix { inherit config lib pkgs; };
   config.services = builtins.mapAttrs (n: options: fill options (user.${n} or { })) module.options.services;
 in
 {
