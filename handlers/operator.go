@@ -13,6 +13,10 @@ import (
 	"github.com/folly-infra/fleetd/fleet"
 )
 
+// stateNone is the view's state of a device that never carried a request (fleet_state empty in
+// NetBox), so that no field of the view is an unexplained "" (docs/http.md "Operator routes").
+const stateNone = "none"
+
 // deviceJSON is the operator's view of a device.
 type deviceJSON struct {
 	ID       int64  `json:"id"`
@@ -62,8 +66,14 @@ func toJSON(v fleet.DeviceView) deviceJSON {
 	j.MAC = string(v.PrimaryMAC())
 	j.Declared.Class, j.Declared.DiskSerial = v.Declared.Class, v.Declared.DiskSerial
 	j.Declared.EKSHA256, j.Declared.TPM = v.Declared.EKHashes, string(v.Declared.TPM)
+	if j.Declared.TPM == "" {
+		j.Declared.TPM = "2.0" // NetBox's tpm left empty means 2.0 (docs/design.md §2)
+	}
 	j.Declared.DesiredAction = string(v.Declared.DesiredAction)
 	j.State, j.Message, j.Request = string(v.Owned.State), v.Owned.Message, v.Owned.Request
+	if j.State == "" {
+		j.State = stateNone // fleet_state empty: the device never carried a request
+	}
 	if v.Owned.Workflow != "" {
 		j.Workflow = &workflowJSON{Name: v.Owned.Workflow, Error: v.WorkflowError}
 		if w := v.Workflow; w != nil {

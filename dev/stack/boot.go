@@ -149,7 +149,7 @@ func BootCheck(ctx context.Context, info Info, name string, o StepOptions) error
 	}
 	defer mc.close()
 	if _, err := os.Stat(filepath.Join(mc.nodeDir(), fleet.NodeFileLAKCert)); err != nil {
-		return fmt.Errorf("boot-check %s: the node has no %s: boot it first (fleetsim machine %s boot)", name, fleet.NodeFileLAKCert, name)
+		return fmt.Errorf("boot-check %s: %s", name, mc.noNode())
 	}
 	tpm, eventLog, err := mc.powerOn(ctx, o.EventLog)
 	if err != nil {
@@ -204,4 +204,18 @@ func summary(out string) string {
 		}
 	}
 	return s + ")"
+}
+
+// noNode says why the machine has no running node to check, and what to do: its disk was erased
+// (a wipe or a retirement), nothing was ever installed, or the installed OS has not booted.
+func (mc *machine) noNode() string {
+	_, errImage := os.Stat(mc.path(MachineDiskDir, "IMAGE"))
+	_, errFresh := os.Stat(mc.path(MachineDiskDir, ".simulated-install"))
+	switch {
+	case errImage == nil:
+		return fmt.Sprintf("the installed OS has not booted yet (no %s in its %s): boot it first (fleetsim machine %s boot)", fleet.NodeFileLAKCert, fleet.NodeDir, mc.name)
+	case errFresh == nil:
+		return fmt.Sprintf("nothing is installed on its disk yet: provision it (desired_action=provision), netboot it, then boot it (fleetsim machine %s boot)", mc.name)
+	}
+	return "its disk was erased by its last Workflow (a wipe or a retirement), so no node runs there to check; provision it again to install one"
 }

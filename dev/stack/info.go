@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 )
 
 // InfoFile is the name of the stack description in the state directory (docs/design.md §8).
@@ -115,7 +116,26 @@ func ReadInfo(dir string) (Info, error) {
 	if err := json.Unmarshal(b, &info); err != nil {
 		return info, fmt.Errorf("decode %s: %w", filepath.Join(dir, InfoFile), err)
 	}
+	if !running(dir) {
+		return info, fmt.Errorf("the development stack of %s is not running (its %s is from a stack that stopped, and nothing answers at %s): start it with `make run` (or `fleetsim up`, FLEETSIM_DIR=%s) and wait until it says it is ready", dir, InfoFile, info.Fleetd.URL, dir)
+	}
 	return info, nil
+}
+
+// running reports whether a stack runs in dir: `fleetsim up` holds the lock of the state
+// directory's marker for as long as it runs (paths.prepare), so a lock this process can take is
+// one nobody holds.
+func running(dir string) bool {
+	f, err := os.Open(filepath.Join(dir, markerFile))
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB); err != nil {
+		return true // held: the stack runs
+	}
+	_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	return false
 }
 
 // PrintInfo says in words where everything listens and how to use it.
