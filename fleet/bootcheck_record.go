@@ -38,8 +38,8 @@ func (s *Service) recordBootCheck(ctx context.Context, d Device, out Outcome, c 
 	if d.Owned.BootBaseline == "" {
 		baseline := c.boot.Baseline.String()
 		p.BootBaseline, res.BaselineTaken = &baseline, true
-		kind, msg = JournalInfo, fmt.Sprintf("First boot check of %s after its installation: baseline taken (%s; Secure Boot %s).",
-			d.Name, describeBaseline(c.boot.Baseline), res.SecureBoot)
+		kind, msg = JournalInfo, fmt.Sprintf("First boot check of %s after its %s: baseline taken (%s; Secure Boot %s).",
+			d.Name, baselineAfter(d), describeBaseline(c.boot.Baseline), res.SecureBoot)
 	} else {
 		if base, err := attest.ParseBaseline(d.Owned.BootBaseline); err != nil {
 			res.Changes = []string{fmt.Sprintf("the stored boot_baseline cannot be read (%v)", err)}
@@ -131,4 +131,13 @@ func describeBaseline(b attest.Baseline) string {
 		i = j
 	}
 	return fmt.Sprintf("%d events in PCRs %s", events, strings.Join(pcrs, ", "))
+}
+
+// baselineAfter names what reset the device's boot baseline: its last request, an attest
+// (which proves the machine again without installing) or a provision.
+func baselineAfter(d Device) string {
+	if RequestAction(d.Owned.Request) == ActionAttest {
+		return "attestation (" + d.Owned.Request + ")"
+	}
+	return "installation"
 }

@@ -161,6 +161,7 @@ func (s *Service) workflowEnded(ctx context.Context, d Device, action Action, ws
 	if d.Owned.State == StatePending && strings.HasPrefix(d.Owned.Message, refusedPrefix) {
 		msg += " " + d.Owned.Message // why the agent failed, as fleetd refused it
 	}
+	msg += " " + retryHint(action)
 	return s.apply(ctx, d, action, EventWorkflowFailed, msg)
 }
 
@@ -253,4 +254,14 @@ func inventoryErr(err error) error {
 		return err
 	}
 	return fmt.Errorf("%w: %w", ErrInventory, err)
+}
+
+// retryHint says how the owner asks again after a failed request: a failed request is never
+// retried on its own (docs/runbooks.md), and a retirement is asked again with desired_action=wipe
+// on the decommissioning device (requested).
+func retryHint(action Action) string {
+	if action == ActionRetire {
+		return "To retry the retirement, set desired_action=wipe on the decommissioning device."
+	}
+	return fmt.Sprintf("To try again, fix the cause and set desired_action=%s.", action)
 }
