@@ -78,10 +78,32 @@ func newMetrics(reg prometheus.Registerer, clock Clock) (*metrics, error) {
 			return nil, fmt.Errorf("register fleet metrics: %w", err)
 		}
 	}
-	for _, o := range []string{"restored", "error"} { // every series starts at 0 (STYLE habit 19)
+	m.startAtZero()
+	return m, nil
+}
+
+// startAtZero creates every series of the labelled counters whose labels fleetd knows in
+// advance, at 0 (STYLE habit 19): a series that first appears at 1, as after a restart, gives
+// increase() nothing to see, so an alert on it would never fire for the first event. Open label
+// sets (refusal codes) appear when they first happen.
+func (m *metrics) startAtZero() {
+	for _, a := range []Action{ActionProvision, ActionAttest, ActionWipe, ActionRetire} {
+		for _, r := range []string{"accepted", "rejected", "succeeded", "failed"} {
+			m.requests.WithLabelValues(string(a), r)
+		}
+	}
+	for _, r := range []string{"ok", "error"} {
+		m.reconcileRuns.WithLabelValues(r)
+	}
+	for _, o := range []string{"restored", "error"} {
 		m.ownedWrites.WithLabelValues(o)
 	}
-	return m, nil
+	for _, k := range []Kind{KindTalos, KindNixOS, KindAlpine, KindCloudInit} {
+		m.deliveries.WithLabelValues(string(k), "delivered")
+	}
+	for _, o := range []BootCheck{BootCheckOK, BootCheckDrift, BootCheckFailed} {
+		m.bootCheckRuns.WithLabelValues(string(o))
+	}
 }
 
 // observePending counts the devices whose configuration is open for its fetch.

@@ -96,6 +96,9 @@ func NewWriter(cfg Config) (*Writer, error) {
 			return nil, fmt.Errorf("new Kea writer: register metrics: %w", err)
 		}
 	}
+	for _, o := range []string{ReloadOK, ReloadRefused, ReloadUnreachable} { // at 0 from start (STYLE habit 19)
+		w.reloads.WithLabelValues(o)
+	}
 	for _, o := range []string{ReloadOK, ReloadRefused, ReloadUnreachable} {
 		w.reloads.WithLabelValues(o)
 	}
