@@ -10,7 +10,7 @@
 #                       and the packages that start the simulator do not build
 #   libssl-dev          libcrypto for the simulator's cgo build
 #   nix-bin             nix-instantiate, which parses the NixOS module
-#   systemd             systemd-analyze, which verifies the units (the deploy tests skip without it)
+#   systemd             systemd-analyze, which verifies the units (the deploy tests fail without it)
 #   cloud-init          the real cloud-init that validates the cloud-init classes and fleetd's NoCloud seeds
 #   jq, curl            the docs' commands, which the runbook test runs as written
 set -eu

@@ -1,4 +1,4 @@
-# Evaluates deploy/nixos/fleetd.nix without nixpkgs, for deploy_nixos_test.go: a stand-in for the
+# Evaluates deploy/nixos/fleetd.nix without nixpkgs, for deploy/nixos_test.go: a stand-in for the
 # few `lib` functions the module uses (same results as nixpkgs' lib for the values tested), option
 # defaults filled in the way the module system does, and the module's `config` returned as JSON.
 #   nix-instantiate --eval --strict --json --readonly-mode --argstr values '<json>' eval.nix

@@ -1,4 +1,4 @@
-package main
+package deploy
 
 import (
 	"encoding/json"
@@ -16,7 +16,7 @@ import (
 	"github.com/folly-infra/fleetd/workflows"
 )
 
-const containerfilePath = "deploy/agent/Containerfile"
+const containerfilePath = "agent/Containerfile"
 
 // agentEntrypoint is the action image's entrypoint (issue 6): tink-worker passes an action's
 // `command` as the container's Cmd, which Docker appends to it.
@@ -170,7 +170,7 @@ func checkAgentActions(manifest []byte) error {
 // readmeSnippet is the Template between the markers in deploy/README.md.
 func readmeSnippet(t *testing.T) []byte {
 	t.Helper()
-	m := regexp.MustCompile("(?s)<!-- template-snippet -->\\s*```yaml\\n(.*?)```").FindStringSubmatch(readFile(t, "deploy/README.md"))
+	m := regexp.MustCompile("(?s)<!-- template-snippet -->\\s*```yaml\\n(.*?)```").FindStringSubmatch(readFile(t, "README.md"))
 	if m == nil {
 		t.Fatal("deploy/README.md has no ```yaml block after <!-- template-snippet -->")
 	}

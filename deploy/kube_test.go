@@ -1,8 +1,8 @@
-package main
+package deploy
 
 import (
 	"fmt"
-	"path/filepath"
+	"io/fs"
 	"slices"
 	"strings"
 	"testing"
@@ -10,10 +10,12 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
+
+	exampletemplates "github.com/folly-infra/fleetd/examples/tinkerbell"
 )
 
 const (
-	cronJobPath = "deploy/kubernetes/boot-check-cronjob.yaml"
+	cronJobPath = "kubernetes/boot-check-cronjob.yaml"
 	agentImage  = "ghcr.io/folly-infra/fleetd-agent"
 )
 
@@ -152,12 +154,20 @@ func TestBootCheckCronJob(t *testing.T) {
 // TestAgentImageVersion: every file that names the agent image names the same version, so a
 // release bumps all of them together.
 func TestAgentImageVersion(t *testing.T) {
-	files := []string{cronJobPath, "deploy/README.md"}
-	examples, _ := filepath.Glob("examples/tinkerbell/*.yaml")
-	files = append(files, examples...)
+	texts := map[string]string{cronJobPath: readFile(t, cronJobPath), "README.md": readFile(t, "README.md")}
+	examples, err := fs.Glob(exampletemplates.FS, "*.yaml")
+	if err != nil || len(examples) == 0 {
+		t.Fatalf("no example Template: %v", err)
+	}
+	for _, f := range examples {
+		b, err := fs.ReadFile(exampletemplates.FS, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		texts["examples/tinkerbell/"+f] = string(b)
+	}
 	tags := map[string][]string{}
-	for _, f := range files {
-		text := readFile(t, f)
+	for f, text := range texts {
 		for _, part := range strings.Split(text, agentImage+":")[1:] {
 			tag := strings.FieldsFunc(part, func(r rune) bool { return strings.ContainsRune(" \t\n\"'`,]", r) })[0]
 			tags[tag] = append(tags[tag], f)

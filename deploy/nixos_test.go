@@ -1,4 +1,4 @@
-package main
+package deploy
 
 import (
 	"encoding/json"
@@ -12,12 +12,12 @@ import (
 	"testing"
 )
 
-const nixosDir = "deploy/nixos"
+const nixosDir = "nixos"
 
 func needNix(t *testing.T) {
 	t.Helper()
 	if _, err := exec.LookPath("nix-instantiate"); err != nil {
-		t.Skip("nix-instantiate is missing (Debian: nix-bin; `make deps` installs it): the NixOS module is not checked")
+		t.Fatal("nix-instantiate is missing (Debian: nix-bin): run `make deps`, which installs it")
 	}
 }
 
@@ -280,9 +280,7 @@ func nixosService(t *testing.T, c nixosConfig, name string, rules []directive) u
 // verifyNixOS writes every evaluated unit as NixOS would and runs systemd's checks on them.
 func verifyNixOS(t *testing.T, c nixosConfig, maxExposure float64) {
 	t.Helper()
-	if _, err := exec.LookPath("systemd-analyze"); err != nil {
-		return
-	}
+	needSystemdAnalyze(t)
 	dir := t.TempDir()
 	var services []string
 	for kind, units := range map[string]map[string]nixosUnit{"service": c.Systemd.Services, "timer": c.Systemd.Timers} {

@@ -1,4 +1,4 @@
-package main
+package deploy
 
 import (
 	"os"
@@ -9,7 +9,7 @@ import (
 	"testing"
 )
 
-const systemdDir = "deploy/systemd"
+const systemdDir = "systemd"
 
 // TestSystemdUnits checks the plain units as shipped: the hardening each must keep, the command
 // lines, the timer, systemd's own parser, and systemd's exposure score.
@@ -101,9 +101,7 @@ func TestSystemdUnitChecksRefuse(t *testing.T) {
 			if (tc.want == "") != (bad == "") || !strings.Contains(bad, tc.want) {
 				t.Errorf("directive findings:\n%s\nwant one containing %q", bad, tc.want)
 			}
-			if _, err := exec.LookPath("systemd-analyze"); err != nil {
-				return
-			}
+			needSystemdAnalyze(t)
 			out := strings.Join(verifyUnits(t, stageUnits(t, map[string]string{"fleetd.service": tc.text})), "\n")
 			if (tc.verify == "") != (out == "") || !strings.Contains(out, tc.verify) {
 				t.Errorf("systemd-analyze verify said:\n%s\nwant output containing %q", out, tc.verify)
@@ -115,7 +113,7 @@ func TestSystemdUnitChecksRefuse(t *testing.T) {
 // TestAlpinePeriodicScript checks the boot check for Alpine nodes: busybox run-parts skips names
 // with a dot and files that are not executable, so both would silently disable it.
 func TestAlpinePeriodicScript(t *testing.T) {
-	const path = "deploy/alpine/fleetd-boot-check"
+	const path = "alpine/fleetd-boot-check"
 	fi, err := os.Stat(path)
 	if err != nil {
 		t.Fatal(err)

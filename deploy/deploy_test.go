@@ -1,7 +1,8 @@
-package main
+package deploy
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -170,7 +171,7 @@ func nonEmptyLines(s string) []string {
 func needSystemdAnalyze(t *testing.T) {
 	t.Helper()
 	if _, err := exec.LookPath("systemd-analyze"); err != nil {
-		t.Skip("systemd-analyze is not installed (Debian: systemd): the units are checked by directive only")
+		t.Fatal("systemd-analyze is missing (Debian: systemd): run `make deps`, which installs it")
 	}
 }
 
@@ -202,4 +203,12 @@ func readFile(t *testing.T, path string) string {
 		t.Fatalf("read %s: %v", path, err)
 	}
 	return string(b)
+}
+
+// stderrOf is what a command that exited non-zero printed on stderr (exec.Cmd.Output keeps it).
+func stderrOf(err error) []byte {
+	if ee, ok := errors.AsType[*exec.ExitError](err); ok {
+		return ee.Stderr
+	}
+	return nil
 }
