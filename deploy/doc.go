@@ -7,7 +7,9 @@
 // can fail by breaking the shipped text in a subtest ("refuse/..."). The helpers:
 //   - systemd units: parseUnit, checkDirectives with serviceRules or bootCheckRules,
 //     verifyUnits (systemd-analyze verify) and exposure (systemd-analyze security);
-//   - the NixOS module: evalNixOS (nixos/testdata/eval.nix, a stand-in for nixpkgs' lib);
+//   - the NixOS module: evalNixOS (must evaluate), wantNixError (must fail with a message),
+//     nixPackage and sporeValues for option values; nixos/testdata/lib.nix declares the option
+//     types the module may use, each as nixpkgs' lib/types.nix has it (nixos_types_test.go);
 //   - Kubernetes manifests: decode strictly into k8s.io/api types (decodeCronJobFile);
 //   - Tinkerbell Templates: checkAgentActions (fleetd's own Template check);
 //   - the flags a file passes: add them to TestDeployFlagsExist, which asks a freshly built fleetd;
