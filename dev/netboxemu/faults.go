@@ -58,22 +58,40 @@ type Faults struct {
 }
 
 type counted[R any] struct {
-	rule R
-	seen int
+	rule  R
+	seen  int // events the rule matched
+	fired int // events it faulted
 }
 
+// Fired reports how many requests or deliveries one rule has faulted so far (it keeps counting
+// after Clear removed the rule: the count is of what happened). A test that schedules a fault
+// reads it to know the fault met anything at all.
+type Fired func() int
+
 // AddAPI adds a rule for API requests.
-func (f *Faults) AddAPI(r APIFaultRule) {
+func (f *Faults) AddAPI(r APIFaultRule) Fired {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.api = append(f.api, &counted[APIFaultRule]{rule: r})
+	c := &counted[APIFaultRule]{rule: r}
+	f.api = append(f.api, c)
+	return f.firedOf(&c.fired)
 }
 
 // AddDelivery adds a rule for webhook deliveries.
-func (f *Faults) AddDelivery(r DeliveryFaultRule) {
+func (f *Faults) AddDelivery(r DeliveryFaultRule) Fired {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.delivery = append(f.delivery, &counted[DeliveryFaultRule]{rule: r})
+	c := &counted[DeliveryFaultRule]{rule: r}
+	f.delivery = append(f.delivery, c)
+	return f.firedOf(&c.fired)
+}
+
+func (f *Faults) firedOf(n *int) Fired {
+	return func() int {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return *n
+	}
 }
 
 // Clear removes every rule.
@@ -96,6 +114,7 @@ func (f *Faults) APIFault(r *http.Request) APIFault {
 		c.seen++
 		if !decided && scheduled(c.seen, c.rule.After, c.rule.Times) {
 			out, decided = c.rule.Fault, true
+			c.fired++
 		}
 	}
 	return out
@@ -114,6 +133,7 @@ func (f *Faults) DeliveryFault(d Delivery) DeliveryFault {
 		c.seen++
 		if !decided && scheduled(c.seen, c.rule.After, c.rule.Times) {
 			out, decided = c.rule.Fault, true
+			c.fired++
 		}
 	}
 	return out

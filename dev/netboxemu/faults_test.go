@@ -9,7 +9,7 @@ import (
 
 func TestAPIFaults(t *testing.T) {
 	f := newFixture(t)
-	f.emu.Faults().AddAPI(APIFaultRule{Method: "GET", PathPrefix: "/api/dcim/devices/", After: 1, Times: 2,
+	fired := f.emu.Faults().AddAPI(APIFaultRule{Method: "GET", PathPrefix: "/api/dcim/devices/", After: 1, Times: 2,
 		Fault: APIFault{Status: http.StatusServiceUnavailable}})
 	want := []int{200, 503, 503, 200}
 	for i, w := range want {
@@ -23,6 +23,9 @@ func TestAPIFaults(t *testing.T) {
 		t.Errorf("status endpoint = %d", status)
 	}
 	f.emu.Faults().Clear()
+	if n := fired(); n != 2 {
+		t.Errorf("the rule fired on %d requests, want 2 (the first passed, the fourth came after its window)", n)
+	}
 	f.emu.Faults().AddAPI(APIFaultRule{PathPrefix: "/api/status/", Fault: APIFault{Delay: time.Hour}})
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
@@ -34,9 +37,10 @@ func TestAPIFaults(t *testing.T) {
 
 func TestDeliveryFaults(t *testing.T) {
 	f := newFixture(t)
-	f.emu.Faults().AddDelivery(DeliveryFaultRule{Webhook: "fleetd-provision", Times: 1, Fault: DeliveryFault{Drop: true}})
-	f.emu.Faults().AddDelivery(DeliveryFaultRule{Webhook: "fleetd-provision", After: 1, Times: 1,
+	dropped := f.emu.Faults().AddDelivery(DeliveryFaultRule{Webhook: "fleetd-provision", Times: 1, Fault: DeliveryFault{Drop: true}})
+	delayed := f.emu.Faults().AddDelivery(DeliveryFaultRule{Webhook: "fleetd-provision", After: 1, Times: 1,
 		Fault: DeliveryFault{Delay: 10 * time.Millisecond}})
+	never := f.emu.Faults().AddDelivery(DeliveryFaultRule{Webhook: "fleetd-wipe", Fault: DeliveryFault{Drop: true}})
 	f.patchDevice(t, "Token "+f.admin, `{"custom_fields": {"desired_action": "provision"}}`)
 	f.idle(t)
 	f.patchDevice(t, "Token "+f.admin, `{}`)
@@ -47,5 +51,8 @@ func TestDeliveryFaults(t *testing.T) {
 	}
 	if n := len(f.deliveredTo("/v1/netbox/webhook/provision")); n != 1 {
 		t.Errorf("receiver got %d, want 1 (the first was dropped)", n)
+	}
+	if a, b, c := dropped(), delayed(), never(); a != 1 || b != 1 || c != 0 {
+		t.Errorf("the rules fired on %d, %d and %d deliveries, want 1, 1 and 0 (no wipe webhook was sent)", a, b, c)
 	}
 }

@@ -34,7 +34,7 @@ func Boot(ctx context.Context, info Info, name string, o StepOptions) error {
 	defer mc.close()
 	image, err := os.ReadFile(mc.path(MachineDiskDir, "IMAGE"))
 	if err != nil {
-		return fmt.Errorf("boot %s: nothing is installed on its disk: netboot a provision Workflow first", name)
+		return fmt.Errorf("boot %s: %w: netboot a provision Workflow first", name, ErrNotInstalled)
 	}
 	mc.say("booting the installed OS (%s)", bytes.TrimSpace(image))
 	kind, err := mc.classKind(ctx)
@@ -138,6 +138,17 @@ func tarDir(dir string) ([]byte, error) {
 	return buf.Bytes(), tw.Close()
 }
 
+// The errors of a boot or a boot check that say what the machine was, not that the step broke:
+// a caller that counts what its steps did (dev/stack/chaos) tells them apart with errors.Is.
+var (
+	// ErrNotInstalled: a boot found nothing installed on the machine's disk.
+	ErrNotInstalled = errors.New("nothing is installed on its disk")
+	// ErrNotBooted: a boot check found no node files (no LAK certificate) to check with.
+	ErrNotBooted = errors.New("the node is not up")
+	// ErrDrift: fleetd accepted the boot check and recorded drift (exit code 6 of `fleetd boot-check`).
+	ErrDrift = errors.New("fleetd recorded drift")
+)
+
 // BootCheck is `fleetsim machine NAME boot-check` (docs/design.md §8): the running node's hourly check,
 // the real `fleetd boot-check` against the machine's swtpm with the node files its
 // configuration delivered. A check fleetd accepted as drift is an error (exit code 6 of
@@ -149,7 +160,7 @@ func BootCheck(ctx context.Context, info Info, name string, o StepOptions) error
 	}
 	defer mc.close()
 	if _, err := os.Stat(filepath.Join(mc.nodeDir(), fleet.NodeFileLAKCert)); err != nil {
-		return fmt.Errorf("boot-check %s: %s", name, mc.noNode())
+		return fmt.Errorf("boot-check %s: %w: %s", name, ErrNotBooted, mc.noNode())
 	}
 	tpm, eventLog, err := mc.powerOn(ctx, o.EventLog)
 	if err != nil {
@@ -168,7 +179,7 @@ func BootCheck(ctx context.Context, info Info, name string, o StepOptions) error
 	switch {
 	case errors.As(err, &exit) && exit.ExitCode() == 6:
 		mc.say("accepted as drift: %s", summary(out))
-		return fmt.Errorf("boot-check %s: fleetd recorded drift: %s", name, summary(out))
+		return fmt.Errorf("boot-check %s: %w: %s", name, ErrDrift, summary(out))
 	case err != nil:
 		mc.say("failed: %s", lastLine(out))
 		return fmt.Errorf("boot-check %s: fleetd boot-check: %w: %s", name, err, lastLine(out))

@@ -95,9 +95,19 @@ func (mc *machine) runReported(ctx context.Context, kc client.Client, wf *tinkv1
 	}
 	mc.say("action %s %s: %s", a.Name, bareState(state), msg)
 	if state != tinkv1.WorkflowStateSuccess {
-		return fmt.Errorf("netboot %s: action %s %s: %s", mc.name, a.Name, bareState(state), msg)
+		return fmt.Errorf("netboot %s: %w", mc.name, &ActionError{Action: a.Name, State: bareState(state), Message: msg})
 	}
 	return nil
+}
+
+// ActionError is a netboot whose worker ran the Workflow and one of its actions ended FAILED or
+// TIMEOUT (a refused enrollment is one): the machine did netboot, the Workflow did not succeed.
+type ActionError struct {
+	Action, State, Message string
+}
+
+func (e *ActionError) Error() string {
+	return fmt.Sprintf("action %s %s: %s", e.Action, e.State, e.Message)
 }
 
 // MachineWorkflow finds the Workflow a worker with this MAC is served: the oldest one whose
