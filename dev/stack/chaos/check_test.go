@@ -1,82 +1,25 @@
 package chaos_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
-	tinkv1 "github.com/tinkerbell/tink/api/v1alpha1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	"github.com/folly-infra/fleetd/dev/netboxemu"
 	"github.com/folly-infra/fleetd/dev/stack"
 	"github.com/folly-infra/fleetd/dev/stack/chaos"
-	"github.com/folly-infra/fleetd/dev/swtpm"
-	"github.com/folly-infra/fleetd/netbox"
-	"github.com/folly-infra/fleetd/workflows"
+	"github.com/folly-infra/fleetd/fleet"
 )
 
 // TestCheckerCatches: the checker finds each kind of violation when one is planted — by writing
 // as fleetd would not, in a NetBox emulator and a namespace of the stack's API server of the
 // test's own, with a machine directory written by hand — and finds none in a clean history. A
-// checker that cannot see a violation would make every chaos run pass.
+// checker that cannot see a violation would make every chaos run pass, so every branch of the
+// checker that reports a violation has a row here that makes it fire.
 func TestCheckerCatches(t *testing.T) {
 	needStack(t)
-	const r1, r2 = "provision-aaaaaaaa", "provision-bbbbbbbb"
-	rows := []struct {
-		name     string
-		approved bool
-		plant    func(f *fixture)
-		want     string // the violated part, "" for none
-		wantWhat string
-	}{
-		{"ok/a clean provision", true, func(f *fixture) { f.cleanProvision(r1) }, "", ""},
-		{"refuse/a second request for one owner request", true, func(f *fixture) {
-			f.cleanProvision(r1)
-			f.claim(r2, "")
-			f.fleetd(`{"custom_fields": {"fleet_state": "failed"}, "status": "failed"}`)
-		}, chaos.PartWorkflow, "no owner request waiting"},
-		{"refuse/a request replaced while it ran", true, func(f *fixture) {
-			f.owner(`{"custom_fields": {"desired_action": "provision"}}`)
-			f.claim(r1, "staged")
-			f.owner(`{"custom_fields": {"desired_action": "provision"}}`)
-			f.claim(r2, "staged")
-			f.fleetd(`{"custom_fields": {"fleet_state": "failed"}, "status": "failed"}`)
-		}, chaos.PartTerminal, "was replaced by request " + r2},
-		{"refuse/a request that never ends", true, func(f *fixture) {
-			f.owner(`{"custom_fields": {"desired_action": "provision"}}`)
-			f.claim(r1, "staged")
-		}, chaos.PartTerminal, "is still pending at rest"},
-		{"refuse/two Workflows for one request", true, func(f *fixture) {
-			f.cleanProvision(r1)
-			f.workflow(f.name+"-again", r1)
-		}, chaos.PartWorkflow, "has 2 Workflows"},
-		{"refuse/a Workflow no device claimed", true, func(f *fixture) {
-			f.cleanProvision(r1)
-			f.workflow(f.name+"-stray", "provision-strayyyy")
-		}, chaos.PartWorkflow, "which no device's change log claims"},
-		{"refuse/decommissioning written over", true, func(f *fixture) {
-			f.cleanProvision(r1)
-			f.owner(`{"status": "decommissioning"}`)
-			f.fleetd(`{"status": "active"}`)
-		}, chaos.PartConsistent, "decommissioning is set by the owner and stays"},
-		{"refuse/a wipe with no enrollment before it", true, func(f *fixture) {
-			f.cleanProvision(r1)
-			f.record(r2, "wipe", "disk="+f.byID("sda"), "target=/dev/sda", "serial=SER-A")
-		}, chaos.PartWipe, "no successful enrollment"},
-		{"refuse/a wipe of a disk other than the authorized one", true, func(f *fixture) {
-			f.cleanProvision(r1)
-			f.record(r1, "wipe", "disk="+f.byID("sda"), "target=/dev/sdb", "serial=SER-B")
-		}, chaos.PartWipe, "not the declared disk_serial"},
-		{"refuse/certificates for an unapproved EK", false, func(f *fixture) { f.cleanProvision(r1) }, chaos.PartCerts, "unapproved EK"},
-	}
+	rows := append(promiseRows(), machineRows()...)
 	for i, r := range rows {
 		t.Run(r.name, func(t *testing.T) {
 			f := newFixture(t, i, r.approved)
@@ -101,175 +44,190 @@ func TestCheckerCatches(t *testing.T) {
 	}
 }
 
-// fixture is a device of the test's own: an emulator holding it, a namespace for its Workflows,
-// and its machine's directory.
-type fixture struct {
-	t                 *testing.T
-	emu               *netboxemu.Emulator
-	ownerTok, fleetTk string
-	id                int64
-	name, ns          string
-	kc                client.Client
-	m                 stack.Machine
+// plantRow is one planted history: the violated part it must be reported as, and words of its
+// report ("" part: a clean history, no violation at all).
+type plantRow struct {
+	name     string
+	approved bool // the machine's EK is the device's approved one
+	plant    func(f *fixture)
+	want     string
+	wantWhat string
 }
 
-func newFixture(t *testing.T, i int, approved bool) *fixture {
-	t.Helper()
-	f := &fixture{t: t, name: fmt.Sprintf("chk-%d", i), ns: fmt.Sprintf("chaos-check-%d-%d", i, time.Now().UnixNano()%100000)}
-	f.m = newMachine(t)
-	ek := strings.Repeat("ab", 32)
-	if approved {
-		tpm, err := swtpm.Read(filepath.Join(f.m.Dir, stack.MachineTPMDir))
-		if err != nil {
-			t.Fatal(err)
-		}
-		ek = tpm.EKSHA256
-	}
-	var err error
-	if f.emu, err = netboxemu.Start(netboxemu.Config{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { f.emu.Close() })
-	raw, err := os.ReadFile(filepath.Join(testStack.Info().Dir, "netbox-webhooks.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	schema, err := netbox.LoadSchema(bytes.NewReader(raw))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := f.emu.LoadSchema(schema, "http://127.0.0.1:9", "unused"); err != nil {
-		t.Fatal(err)
-	}
-	if f.fleetTk, err = f.emu.AddToken(netboxemu.TokenSpec{User: stack.ServiceUser}); err != nil {
-		t.Fatal(err)
-	}
-	if f.ownerTok, err = f.emu.AddToken(netboxemu.TokenSpec{User: stack.OwnerUser}); err != nil {
-		t.Fatal(err)
-	}
-	f.id, err = f.emu.AddDevice(netboxemu.DeviceSpec{Name: f.name, PrimaryIPv4: "127.9.0.1/8",
-		Interfaces:   []netboxemu.InterfaceSpec{{Name: "eth0", MACs: []string{"02:f9:00:00:00:01"}}},
-		CustomFields: map[string]any{"fleet_class": "talos-worker", "disk_serial": "SER-A", "ek_sha256": ek}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The stack's API server serves only the Tinkerbell CRDs: a namespace needs no object.
-	f.kc = testStack.Kube()
-	return f
-}
+const r1, r2, w1 = "provision-aaaaaaaa", "provision-bbbbbbbb", "wipe-cccccccc"
 
-// newMachine writes a machine directory: the EK certificate of one of the stack's TPMs, two
-// disks (sda with serial SER-A, sdb with SER-B) with their by-id links, and an empty log.
-func newMachine(t *testing.T) stack.Machine {
-	t.Helper()
-	dir := t.TempDir()
-	src := filepath.Join(testStack.Info().Machines["chaos-talos"].Dir, stack.MachineTPMDir)
-	entries, err := filepath.Glob(filepath.Join(src, "*.crt"))
-	if err != nil || len(entries) == 0 {
-		t.Fatalf("no EK certificate in %s: %v", src, err)
-	}
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	must(os.MkdirAll(filepath.Join(dir, stack.MachineTPMDir), 0o700))
-	for _, e := range entries {
-		b, err := os.ReadFile(e)
-		must(err)
-		must(os.WriteFile(filepath.Join(dir, stack.MachineTPMDir, filepath.Base(e)), b, 0o600))
-	}
-	must(os.MkdirAll(filepath.Join(dir, "dev", "disk", "by-id"), 0o700))
-	must(os.MkdirAll(filepath.Join(dir, stack.MachineWorkflowDir), 0o700))
-	for dev, serial := range map[string]string{"sda": "SER-A", "sdb": "SER-B"} {
-		must(os.WriteFile(filepath.Join(dir, "dev", dev), nil, 0o600))
-		must(os.Symlink("../../"+dev, filepath.Join(dir, "dev", "disk", "by-id", "ata-DISK_"+dev+"_"+serial)))
-	}
-	must(os.WriteFile(filepath.Join(dir, stack.MachineLog), nil, 0o600))
-	return stack.Machine{Dir: dir}
-}
-
-func (f *fixture) sources() chaos.Sources {
-	return chaos.Sources{NetBox: f.emu, Owner: stack.NewOwner(f.emu.URL(), f.ownerTok), Kube: f.kc, Namespace: f.ns,
-		Machines: map[string]stack.Machine{f.name: f.m}, ServiceUser: stack.ServiceUser}
-}
-
-// cleanProvision is a provision as fleetd makes it: the owner's request, the claim, the
-// Workflow, the attestation with certificates, the machine's enrollment, wipe and image, the
-// install's success and the delivery.
-func (f *fixture) cleanProvision(req string) {
-	f.owner(`{"custom_fields": {"desired_action": "provision"}}`)
-	f.claim(req, "staged")
-	f.fleetd(`{"custom_fields": {"fleet_state": "installing", "ldevid_serial": "0a01", "lak_serial": "0a02"}}`)
-	disk := "disk=" + f.byID("sda")
-	f.record(req, "enrolled", disk, "ldevid_serial=0a01", "lak_serial=0a02")
-	f.record(req, "wipe", disk, "target=/dev/sda", "serial=SER-A")
-	f.record(req, "image", disk, "target=/dev/sda", "serial=SER-A")
-	f.fleetd(`{"custom_fields": {"fleet_state": "configuring"}}`)
-	f.fleetd(`{"custom_fields": {"fleet_state": "active"}, "status": "active"}`)
-}
-
-// claim is fleetd taking request req (status: the status it writes, "" for none), with its
-// Workflow.
-func (f *fixture) claim(req, status string) {
-	wf := f.name + "-" + req
-	body := fmt.Sprintf(`{"custom_fields": {"desired_action": null, "fleet_state": "pending", "fleet_request": %q, "fleet_workflow": %q}`, req, wf)
-	if status != "" {
-		body += fmt.Sprintf(`, "status": %q`, status)
-	}
-	f.fleetd(body + "}")
-	f.workflow(wf, req)
-}
-
-func (f *fixture) workflow(name, req string) {
-	f.t.Helper()
-	wf := &tinkv1.Workflow{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.ns, Labels: map[string]string{
-		workflows.LabelDeviceID: fmt.Sprint(f.id), workflows.LabelRequest: req}},
-		Spec: tinkv1.WorkflowSpec{TemplateRef: "talos-provision", HardwareRef: f.name}}
-	if err := f.kc.Create(context.Background(), wf); err != nil {
-		f.t.Fatal(err)
+// promiseRows plant what NetBox and the Kubernetes API record: (a), (b) and (e).
+func promiseRows() []plantRow {
+	return []plantRow{
+		{"ok/a clean provision", true, func(f *fixture) { f.cleanProvision(r1) }, "", ""},
+		{"ok/a clean provision, then a clean wipe", true, func(f *fixture) { f.cleanProvision(r1); f.cleanWipe(w1) }, "", ""},
+		{"refuse/a second request for one owner request", true, func(f *fixture) {
+			f.cleanProvision(r1)
+			f.claim(r2, "")
+			f.fleetd(`{"custom_fields": {"fleet_state": "failed"}, "status": "failed"}`)
+		}, chaos.PartWorkflow, "no owner request waiting"},
+		{"refuse/a request replaced while it ran", true, func(f *fixture) {
+			f.owner(`{"custom_fields": {"desired_action": "provision"}}`)
+			f.claim(r1, "staged")
+			f.owner(`{"custom_fields": {"desired_action": "provision"}}`)
+			f.claim(r2, "staged")
+			f.fleetd(`{"custom_fields": {"fleet_state": "failed"}, "status": "failed"}`)
+		}, chaos.PartTerminal, "was replaced by request " + r2},
+		{"refuse/a request that never ends", true, func(f *fixture) {
+			f.owner(`{"custom_fields": {"desired_action": "provision"}}`)
+			f.claim(r1, "staged")
+		}, chaos.PartTerminal, "is still pending at rest"},
+		{"refuse/decommissioning whose retirement is never taken", true, func(f *fixture) {
+			f.cleanProvision(r1)
+			f.owner(`{"status": "decommissioning"}`)
+		}, chaos.PartTerminal, "no retirement was ever taken"},
+		{"refuse/two Workflows for one request", true, func(f *fixture) {
+			f.cleanProvision(r1)
+			f.workflow(f.name+"-again", r1)
+		}, chaos.PartWorkflow, "has 2 Workflows"},
+		{"refuse/a request with no Workflow", true, func(f *fixture) {
+			f.owner(`{"custom_fields": {"desired_action": "provision"}}`)
+			f.fleetd(fmt.Sprintf(`{"custom_fields": {"desired_action": null, "fleet_state": "pending", "fleet_request": %q, "fleet_workflow": %q}, "status": "staged"}`, r1, f.wf(r1)))
+			f.fleetd(`{"custom_fields": {"fleet_state": "failed"}, "status": "failed"}`)
+		}, chaos.PartWorkflow, "request " + r1 + " has 0 Workflows"},
+		{"refuse/a request whose one Workflow is not the one its claim named", true, func(f *fixture) {
+			f.owner(`{"custom_fields": {"desired_action": "provision"}}`)
+			f.fleetd(fmt.Sprintf(`{"custom_fields": {"desired_action": null, "fleet_state": "pending", "fleet_request": %q, "fleet_workflow": %q}, "status": "staged"}`, r1, f.wf(r1)))
+			f.workflow(f.name+"-other", r1)
+			f.fleetd(`{"custom_fields": {"fleet_state": "failed"}, "status": "failed"}`)
+		}, chaos.PartWorkflow, "but its Workflow is " + "chk-"},
+		{"refuse/a Workflow no device claimed", true, func(f *fixture) {
+			f.cleanProvision(r1)
+			f.workflow(f.name+"-stray", "provision-strayyyy")
+		}, chaos.PartWorkflow, "which no device's change log claims"},
+		{"refuse/decommissioning written over", true, func(f *fixture) {
+			f.cleanProvision(r1)
+			f.owner(`{"status": "decommissioning"}`)
+			f.fleetd(`{"status": "active"}`)
+		}, chaos.PartConsistent, "decommissioning is set by the owner and stays"},
+		{"refuse/a wrong status for a claim", true, func(f *fixture) {
+			f.owner(`{"custom_fields": {"desired_action": "provision"}}`)
+			f.claim(r1, "active")
+			f.fleetd(`{"custom_fields": {"fleet_state": "failed"}, "status": "failed"}`)
+		}, chaos.PartConsistent, "fleetd wrote status active with fleet_state pending for request " + r1 + ", want staged"},
+		{"refuse/a claim that is not pending", true, func(f *fixture) {
+			f.owner(`{"custom_fields": {"desired_action": "provision"}}`)
+			f.claimAs(r1, "staged", "installing", f.wf(r1))
+			f.fleetd(`{"custom_fields": {"fleet_state": "failed"}, "status": "failed"}`)
+		}, chaos.PartConsistent, `with fleet_state "installing", not pending`},
+		{"refuse/a claim that leaves desired_action set", true, func(f *fixture) {
+			f.owner(`{"custom_fields": {"desired_action": "provision"}}`)
+			f.fleetd(fmt.Sprintf(`{"custom_fields": {"fleet_state": "pending", "fleet_request": %q, "fleet_workflow": %q}, "status": "staged"}`, r1, f.wf(r1)))
+			f.workflow(f.wf(r1), r1)
+			f.fleetd(`{"custom_fields": {"fleet_state": "failed", "desired_action": null}, "status": "failed"}`)
+		}, chaos.PartConsistent, "left desired_action provision set"},
+		{"refuse/a Workflow name that is not the deterministic one", true, func(f *fixture) {
+			f.owner(`{"custom_fields": {"desired_action": "provision"}}`)
+			f.claimAs(r1, "staged", "pending", f.name+"-custom")
+			f.fleetd(`{"custom_fields": {"fleet_state": "failed"}, "status": "failed"}`)
+		}, chaos.PartConsistent, "not its deterministic name " + "chk-"},
+		{"refuse/a move the lifecycle does not allow", true, func(f *fixture) {
+			f.owner(`{"custom_fields": {"desired_action": "provision"}}`)
+			f.claim(r1, "staged")
+			f.fleetd(`{"custom_fields": {"fleet_state": "configuring"}}`)
+			f.fleetd(`{"custom_fields": {"fleet_state": "failed"}, "status": "failed"}`)
+		}, chaos.PartConsistent, `from "pending" to "configuring", which the lifecycle does not allow`},
+		{"refuse/certificates written with wiped", true, func(f *fixture) { f.cleanProvision(r1); f.wipeKeepingCerts(w1) },
+			chaos.PartConsistent, "fleetd wrote fleet_state wiped with ldevid_serial \"0a01\""},
+		{"refuse/certificates left on a wiped device at rest", true, func(f *fixture) { f.cleanProvision(r1); f.wipeKeepingCerts(w1) },
+			chaos.PartConsistent, "a wiped or retired device has no certificates"},
+		{"refuse/an active provision without certificates", true, func(f *fixture) {
+			f.owner(`{"custom_fields": {"desired_action": "provision"}}`)
+			f.claim(r1, "staged")
+			f.fleetd(`{"custom_fields": {"fleet_state": "installing"}}`)
+			f.fleetd(`{"custom_fields": {"fleet_state": "configuring"}}`)
+			f.fleetd(`{"custom_fields": {"fleet_state": "active"}, "status": "active"}`)
+		}, chaos.PartConsistent, "both are issued by a provision"},
+		{"refuse/desired_action still set at rest", true, func(f *fixture) {
+			f.cleanProvision(r1)
+			f.owner(`{"custom_fields": {"desired_action": "wipe"}}`)
+		}, chaos.PartConsistent, "desired_action wipe is still set at rest"},
 	}
 }
 
-func (f *fixture) owner(body string)  { f.patch(f.ownerTok, body) }
-func (f *fixture) fleetd(body string) { f.patch(f.fleetTk, body) }
-
-func (f *fixture) patch(token, body string) {
-	f.t.Helper()
-	req, err := http.NewRequest(http.MethodPatch, fmt.Sprintf("%s/api/dcim/devices/%d/", f.emu.URL(), f.id), strings.NewReader(body))
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Token "+token)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		f.t.Fatalf("PATCH %s: %s", body, resp.Status)
-	}
-}
-
-// byID is the machine's by-id path of a disk, as the agent writes it into /workflow/disk.
-func (f *fixture) byID(dev string) string {
-	m, _ := filepath.Glob(filepath.Join(f.m.Dir, "dev", "disk", "by-id", "*_"+dev+"_*"))
-	return m[0]
-}
-
-// record appends a record line to the machine's log, as the stack's simulated actions write it.
-func (f *fixture) record(req, kind string, kv ...string) {
-	f.t.Helper()
-	line := fmt.Sprintf("%s netboot: record %s request=%s workflow=%s %s\n", time.Now().UTC().Format(time.RFC3339Nano),
-		kind, req, f.name+"-"+req, strings.Join(kv, " "))
-	lf, err := os.OpenFile(filepath.Join(f.m.Dir, stack.MachineLog), os.O_APPEND|os.O_WRONLY, 0o600)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	defer lf.Close()
-	if _, err := lf.WriteString(line); err != nil {
-		f.t.Fatal(err)
+// machineRows plant what the machine's records and files say: (c) and (d).
+func machineRows() []plantRow {
+	return []plantRow{
+		{"refuse/a wipe with no enrollment before it", true, func(f *fixture) {
+			f.cleanProvision(r1)
+			f.record(r2, "wipe", "disk="+f.byID("sda"), "target=/dev/sda", "serial=SER-A")
+		}, chaos.PartWipe, "no successful enrollment"},
+		{"refuse/a wipe of a disk without the declared serial", true, func(f *fixture) {
+			f.cleanProvision(r1)
+			f.record(r1, "wipe", "disk="+f.byID("sda"), "target=/dev/sdb", "serial=SER-B")
+		}, chaos.PartWipe, "not the declared disk_serial"},
+		{"refuse/a wipe of another block device than the authorized disk", true, func(f *fixture) {
+			f.cleanProvision(r1)
+			f.record(r1, "wipe", "disk="+f.byID("sda"), "target=/dev/sdb", "serial=SER-A")
+		}, chaos.PartWipe, "is not the device it acted on"},
+		{"refuse/a wipe of a disk the enrollment did not authorize", true, func(f *fixture) {
+			f.cleanProvision(r1)
+			f.record(r1, "wipe", "disk="+f.byID("sdb"), "target=/dev/sdb", "serial=SER-A")
+		}, chaos.PartWipe, "not the disk"},
+		{"refuse/a disk write before fleetd recorded the attestation", true, func(f *fixture) {
+			f.owner(`{"custom_fields": {"desired_action": "provision"}}`)
+			f.claim(r1, "staged")
+			disk := "disk=" + f.byID("sda")
+			f.record(r1, "enrolled", disk)
+			f.record(r1, "wipe", disk, "target=/dev/sda", "serial=SER-A")
+			f.attestAndDeliver()
+		}, chaos.PartWipe, "fleetd recorded the attestation only after the write"},
+		{"refuse/a disk write with no attestation recorded", true, func(f *fixture) {
+			f.owner(`{"custom_fields": {"desired_action": "provision"}}`)
+			f.claim(r1, "staged")
+			disk := "disk=" + f.byID("sda")
+			f.record(r1, "enrolled", disk)
+			f.record(r1, "wipe", disk, "target=/dev/sda", "serial=SER-A")
+			f.fleetd(`{"custom_fields": {"fleet_state": "failed"}, "status": "failed"}`)
+		}, chaos.PartWipe, "NetBox records no attestation by fleetd for this request"},
+		{"refuse/a disk write through another Workflow", true, func(f *fixture) {
+			f.owner(`{"custom_fields": {"desired_action": "provision"}}`)
+			f.claim(r1, "staged")
+			f.fleetd(`{"custom_fields": {"fleet_state": "installing", "ldevid_serial": "0a01", "lak_serial": "0a02"}}`)
+			disk, other := "disk="+f.byID("sda"), f.name+"-elsewhere"
+			f.recordIn(other, r1, "enrolled", disk, "ldevid_serial=0a01", "lak_serial=0a02")
+			f.recordIn(other, r1, "wipe", disk, "target=/dev/sda", "serial=SER-A")
+			f.fleetd(`{"custom_fields": {"fleet_state": "configuring"}}`)
+			f.fleetd(`{"custom_fields": {"fleet_state": "active"}, "status": "active"}`)
+		}, chaos.PartWipe, "is not the request's one Workflow of this device"},
+		{"refuse/a certificate on the machine fleetd never recorded", true, func(f *fixture) {
+			f.cleanProvision(r1)
+			f.record(r1, "enrolled", "disk="+f.byID("sda"), "ldevid_serial=0bad", "lak_serial=0a02")
+		}, chaos.PartCerts, "holds certificate 0bad (ldevid_serial) from request " + r1 + ", which fleetd never recorded"},
+		{"refuse/a machine whose EK cannot be read", true, func(f *fixture) {
+			f.cleanProvision(r1)
+			f.remove(stack.MachineTPMDir)
+		}, chaos.PartCerts, "its machine's EK cannot be read"},
+		{"refuse/a machine whose records cannot be read", true, func(f *fixture) {
+			f.cleanProvision(r1)
+			f.remove(stack.MachineLog)
+		}, chaos.PartWipe, "its machine's records cannot be read"},
+		{"refuse/certificates for an unapproved EK", false, func(f *fixture) { f.cleanProvision(r1) }, chaos.PartCerts, "unapproved EK: fleetd recorded certificate serials"},
+		{"refuse/an attestation recorded for an unapproved EK", false, func(f *fixture) {
+			f.owner(`{"custom_fields": {"desired_action": "attest"}}`)
+			f.claim("attest-dddddddd", "")
+			f.fleetd(`{"custom_fields": {"fleet_state": "active"}}`)
+		}, chaos.PartCerts, "unapproved EK: fleetd recorded an attestation of the device"},
+		{"refuse/an unapproved machine that enrolled", false, func(f *fixture) {
+			f.refusedRequest(r1)
+			f.record(r1, "enrolled", "disk="+f.byID("sda"))
+		}, chaos.PartCerts, "unapproved EK: the machine enrolled for request " + r1},
+		{"refuse/an unapproved machine holding a certificate file", false, func(f *fixture) {
+			f.refusedRequest(r1)
+			f.file(stack.MachineWorkflowDir, "ldevid.pem")
+		}, chaos.PartCerts, "unapproved EK: the machine's /workflow holds ldevid.pem"},
+		{"refuse/an unapproved machine holding node files", false, func(f *fixture) {
+			f.refusedRequest(r1)
+			f.file(filepath.Join(stack.MachineDiskDir, fleet.NodeDir), fleet.NodeFileLAKCert)
+		}, chaos.PartCerts, "unapproved EK: the machine's disk holds node files"},
+		{"refuse/an unapproved machine with a disk write", false, func(f *fixture) {
+			f.refusedRequest(r1)
+			f.record(r1, "wipe", "disk="+f.byID("sda"), "target=/dev/sda", "serial=SER-A")
+		}, chaos.PartWipe, "the machine's EK is not approved for the device"},
 	}
 }
