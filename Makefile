@@ -39,17 +39,22 @@ demo: deps build ## walk one machine of each class kind through its lifecycle ag
 test: deps ## the whole test suite (what CI runs), with a short chaos run
 	$(GO) test $(TEST_FLAGS) $$($(GO) list ./... | grep -v '/dev/stack/chaos$$')
 	cd interop/spire && $(GO) test $(TEST_FLAGS) ./...
-	@$(MAKE) --no-print-directory chaos CHAOS_SEED=$(CHAOS_TEST_SEED)
+	@$(MAKE) --no-print-directory chaos CHAOS_SEED=$(CHAOS_TEST_SEED) CHAOS_COVERING=1
 
 # The randomized fault schedules of dev/stack/chaos (issue 7): each run prints
-# "schedules=N violations=M" and, for each violation, its seed and schedule. A seed is replayed
-# with: go test ./dev/stack/chaos -run TestChaos -seed N (CHAOS_SEED=N starts a run there; 0 draws it
-# from the clock).
+# "schedules=N violations=M not-played=P", the coverage table (each step, fault and kill point:
+# drawn, happened, idle, failed) and, for each violation or schedule whose steps did not happen,
+# its seed and schedule. A seed is replayed with: go test ./dev/stack/chaos -run TestChaos -seed N
+# (CHAOS_SEED=N starts a run there; 0 draws it from the clock). CHAOS_COVERING=1 (make test) plays
+# the covering seeds from CHAOS_SEED instead: every step, fault and kill point drawn twice, and
+# the run fails unless each happened.
 CHAOS_SCHEDULES ?= 5
 SOAK_SCHEDULES  ?= 200
 CHAOS_SEED      ?= 0
-# make test plays fixed seeds, so CI is reproducible; make chaos and make soak draw new ones.
+# make test plays the covering seeds from a fixed one, so CI is reproducible and covers every
+# kind of step; make chaos and make soak draw new seeds.
 CHAOS_TEST_SEED ?= 1
+CHAOS_COVERING  ?=
 CHAOS_LOG       ?= $(CURDIR)/.chaos.log
 
 .PHONY: chaos soak
@@ -58,8 +63,8 @@ chaos: deps ## the checker's tests and a short chaos run (CHAOS_SCHEDULES schedu
 soak: CHAOS_ARGS = -timeout 0 -run '^TestChaos$$' -schedules $(SOAK_SCHEDULES)
 soak: deps ## many chaos schedules (SOAK_SCHEDULES, default 200), no time limit
 chaos soak:
-	@$(GO) test -count=1 -v ./dev/stack/chaos $(CHAOS_ARGS) -seed $(CHAOS_SEED) > $(CHAOS_LOG) 2>&1; rc=$$?; \
-	  grep -E '^(schedules=|--- (PASS|FAIL)|[[:space:]]+chaos_test.go:[0-9]+: (VIOLATION|chaos:)|[[:space:]]+replay:)' $(CHAOS_LOG); \
+	@$(GO) test -count=1 -v ./dev/stack/chaos $(CHAOS_ARGS) -seed $(CHAOS_SEED) $(if $(CHAOS_COVERING),-covering) > $(CHAOS_LOG) 2>&1; rc=$$?; \
+	  grep -E '^(schedules=|coverage:|--- (PASS|FAIL)|[[:space:]]+chaos_test.go:[0-9]+: (VIOLATION|NOT PLAYED|COVERAGE|chaos:)|[[:space:]]+(replay|not played):)' $(CHAOS_LOG); \
 	  if [ $$rc -ne 0 ]; then echo "$@: failed (exit $$rc); the whole output is in $(CHAOS_LOG)"; fi; exit $$rc
 
 .PHONY: test-short

@@ -17,12 +17,57 @@ import (
 const settleBound = 2 * time.Minute
 
 // TestChaos plays seeded fault schedules over the pool's machines and checks the promise after
-// each (package chaos): `make test` plays a few, `make soak` many (-schedules). It prints
-// `schedules=N violations=M`; every violation is printed with its seed and schedule, and the
-// command that replays it.
+// each (package chaos): `make chaos` plays a few from a new seed, `make soak` many (-schedules),
+// `make test` the covering seeds (-covering). It prints `schedules=N violations=M not-played=P`
+// and the coverage table (Tally); every violation is printed with its seed and schedule and the
+// command that replays it, and so is every schedule whose steps did not happen (NotPlayed). With
+// -covering, a step, fault or kill point that never happened fails the run.
 func TestChaos(t *testing.T) {
 	needStack(t)
+	seeds := chaosSeeds(t)
+	seen := map[string]bool{}
+	var tally chaos.Tally
+	found, unplayed := 0, 0
+	for _, seed := range seeds {
+		p, err := playOne(t, seed)
+		if err != nil {
+			t.Fatalf("schedule seed=%d could not be played: %v", seed, err)
+		}
+		tally.Add(p.schedule, p.results)
+		if len(p.notPlayed) > 0 {
+			unplayed++
+			t.Errorf("NOT PLAYED seed=%d: %d steps did not happen\nnot played: %s\nreplay: go test ./dev/stack/chaos -run TestChaos -seed %d\n%s",
+				seed, len(p.notPlayed), strings.Join(p.notPlayed, "\nnot played: "), seed, p.schedule)
+		}
+		for _, v := range p.violations {
+			if seen[v.String()] {
+				continue
+			}
+			seen[v.String()] = true
+			found++
+			t.Errorf("VIOLATION seed=%d %s\nreplay: go test ./dev/stack/chaos -run TestChaos -seed %d\n%s", seed, v, seed, p.schedule)
+		}
+	}
+	summary := fmt.Sprintf("schedules=%d violations=%d not-played=%d", tally.Schedules, found, unplayed)
+	t.Log(summary)
+	fmt.Fprint(os.Stdout, summary+"\n"+tally.String())
+	if never := tally.Never(); *coveringFlag && len(never) > 0 {
+		t.Errorf("COVERAGE: the covering seeds %v draw every step, fault and kill point, but %v never happened", seeds, never)
+	}
+}
+
+// chaosSeeds are the seeds the flags ask for: -covering's (CoveringSeeds from -seed, each key
+// drawn coverTimes times), or -schedules seeds from -seed (from the clock when 0).
+func chaosSeeds(t *testing.T) []int64 {
 	base, n := *seedFlag, *schedulesFlag
+	if *coveringFlag {
+		seeds, err := chaos.CoveringSeeds(poolConfig(), max(base, 1), coverCandidates, coverTimes)
+		if err != nil {
+			t.Fatalf("chaos: no covering seeds: %v", err)
+		}
+		t.Logf("chaos: the covering seeds from %d: %v (replay one: go test ./dev/stack/chaos -run TestChaos -seed N)", max(base, 1), seeds)
+		return seeds
+	}
 	switch {
 	case n <= 0 && base != 0:
 		n = 1
@@ -33,54 +78,47 @@ func TestChaos(t *testing.T) {
 		base = time.Now().UnixNano() % 1_000_000_000
 	}
 	t.Logf("chaos: %d schedules from seed %d (replay the run: go test ./dev/stack/chaos -run TestChaos -seed %d -schedules %d)", n, base, base, n)
-	seen := map[string]bool{}
-	found := 0
-	played := 0
-	for i := range n {
-		seed := base + int64(i)
-		vs, err := playOne(t, seed)
-		if err != nil {
-			t.Fatalf("schedule seed=%d could not be played: %v", seed, err)
-		}
-		played++
-		for _, v := range vs {
-			if seen[v.String()] {
-				continue
-			}
-			seen[v.String()] = true
-			found++
-			t.Errorf("VIOLATION seed=%d %s\nreplay: go test ./dev/stack/chaos -run TestChaos -seed %d\n%s", seed, v, seed, chaos.Generate(seed, poolConfig()))
-		}
+	seeds := make([]int64, n)
+	for i := range seeds {
+		seeds[i] = base + int64(i)
 	}
-	summary := fmt.Sprintf("schedules=%d violations=%d", played, found)
-	t.Log(summary)
-	fmt.Fprintln(os.Stdout, summary)
+	return seeds
+}
+
+// played is one schedule played, settled and checked.
+type played struct {
+	schedule   chaos.Schedule
+	results    []chaos.StepResult
+	notPlayed  []string
+	violations []chaos.Violation
 }
 
 // playOne plays the schedule of a seed, lets the world come to rest, and checks the promise.
 // A world that does not come to rest is a violation of (a); the error is about the test itself.
-func playOne(t *testing.T, seed int64) ([]chaos.Violation, error) {
-	sc := chaos.Generate(seed, poolConfig())
-	t.Logf("%s", sc)
+func playOne(t *testing.T, seed int64) (played, error) {
+	p := played{schedule: chaos.Generate(seed, poolConfig())}
+	t.Logf("%s", p.schedule)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	out := logWriter{t}
 	r := &chaos.Runner{Stack: testStack, Out: out}
 	start := time.Now()
-	r.Run(ctx, sc)
-	var vs []chaos.Violation
-	err := chaos.Settle(ctx, testStack, sc.Machines(), settleBound, out)
+	p.results = r.Run(ctx, p.schedule)
+	p.notPlayed = chaos.NotPlayed(p.schedule, p.results)
+	machines := p.schedule.Machines()
+	err := chaos.Settle(ctx, testStack, machines, settleBound, out)
 	if errors.Is(err, chaos.ErrNotAtRest) {
-		vs = append(vs, chaos.Violation{Part: chaos.PartTerminal, Device: strings.Join(sc.Machines(), ","), What: err.Error()})
+		p.violations = append(p.violations, chaos.Violation{Part: chaos.PartTerminal, Device: strings.Join(machines, ","), What: err.Error()})
 	} else if err != nil {
-		return nil, err
+		return p, err
 	}
 	found, err := chaos.Check(ctx, chaos.StackSources(testStack))
 	if err != nil {
-		return nil, err
+		return p, err
 	}
-	t.Logf("chaos seed=%d played and checked in %s: %d violations", seed, time.Since(start).Round(time.Second), len(found))
-	return append(vs, found...), nil
+	p.violations = append(p.violations, found...)
+	t.Logf("chaos seed=%d played and checked in %s: %d violations, %d steps not played", seed, time.Since(start).Round(time.Second), len(found), len(p.notPlayed))
+	return p, nil
 }
 
 // logWriter writes progress lines into the test log.

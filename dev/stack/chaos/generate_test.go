@@ -25,7 +25,7 @@ func TestGenerateReproducible(t *testing.T) {
 
 // TestGenerateShape: over many seeds, every schedule acts only on the pool, always with a node
 // among its machines, every fault episode ends (a NetBox fault is healed, a stopped API server
-// started), and every kind of step and kill point of issue 7 is drawn.
+// started), every step draws only coverage keys of the kinds table, and every key of it is drawn.
 func TestGenerateShape(t *testing.T) {
 	cfg := poolConfig()
 	roles := map[string]chaos.Role{}
@@ -50,16 +50,15 @@ func TestGenerateShape(t *testing.T) {
 		}
 		checkEpisodes(t, sc)
 		for _, s := range sc.Steps {
-			seen[string(s.Kind)+" "+s.Arg] = true
-			if s.Kill != "" {
-				seen["kill "+s.Kill] = true
+			for _, k := range s.Keys() {
+				if !slices.Contains(chaos.Keys(), k) {
+					t.Fatalf("seed %d draws step %q, whose key %q is not in the kinds table (kinds.go)", seed, s, k)
+				}
+				seen[k] = true
 			}
 		}
 	}
-	for _, want := range []string{"ask provision", "ask attest", "ask wipe", "decommission ", "redeclare ", "netboot ", "boot ",
-		"boot-check ", "workflow fail", "workflow succeed", "netbox-fault 5xx", "netbox-fault slow", "netbox-fault timeout",
-		"netbox-fault drop-webhooks", "netbox-fault late-webhooks", "kube-stop ", "kube-start ", "kill-fleetd ",
-		"kill " + chaos.KillAfterClaim, "kill " + chaos.KillDuringEnroll} {
+	for _, want := range chaos.Keys() {
 		if !seen[want] {
 			t.Errorf("500 schedules never drew %q", want)
 		}

@@ -24,6 +24,15 @@ import (
 var (
 	seedFlag      = flag.Int64("seed", 0, "play the schedule of this seed (with -schedules N: this seed and the N-1 after it); 0 draws a base seed from the clock")
 	schedulesFlag = flag.Int("schedules", 0, "how many schedules TestChaos plays (default 5, or 1 with -seed)")
+	coveringFlag  = flag.Bool("covering", false, "play the covering seeds from -seed (chaos.CoveringSeeds: every step, fault and kill point drawn) and fail unless each happened")
+)
+
+// The covering run (make test) picks its seeds among coverCandidates from -seed on, so that each
+// coverage key is drawn coverTimes times: twice, so that one draw that finds nothing to act on (a
+// kill point whose netboot had no Workflow) does not leave the key uncovered.
+const (
+	coverCandidates = 1000
+	coverTimes      = 2
 )
 
 // pool is the chaos stack's own machines (Options.MoreDevices): one of each class kind, and one

@@ -11,7 +11,6 @@ import (
 
 	"github.com/folly-infra/fleetd/dev/netboxemu"
 	"github.com/folly-infra/fleetd/dev/stack"
-	"github.com/folly-infra/fleetd/dev/tinkerbell"
 )
 
 // Runner plays schedules on a running stack.
@@ -27,13 +26,14 @@ type Runner struct {
 	WorkflowWait time.Duration
 }
 
-// StepResult is what one step did. A step that fails is not a violation: under faults most of
-// them fail sometimes, as they would for a real owner or machine; the promise is checked after
-// the schedule.
+// StepResult is what one step did: its events (the step's own first, then its kill point's).
+// A step that fails is not a violation: under faults most of them fail sometimes, as they would
+// for a real owner or machine; the promise is checked after the schedule. A step that did not
+// happen is counted (Tally) and, for the world's own levers, fails the schedule (NotPlayed).
 type StepResult struct {
-	Step Step
-	Err  error
-	Took time.Duration
+	Step   Step
+	Events []Event
+	Took   time.Duration
 }
 
 // Run plays the steps in order and returns what each did. It stops early only when ctx ends.
@@ -48,59 +48,84 @@ func (r *Runner) Run(ctx context.Context, sc Schedule) []StepResult {
 			break
 		}
 		start := time.Now()
-		err := r.step(ctx, s)
-		took := time.Since(start)
-		res = append(res, StepResult{Step: s, Err: err, Took: took})
-		word := "ok"
-		if err != nil {
-			word = "failed: " + err.Error()
+		evs := r.step(ctx, s)
+		res = append(res, StepResult{Step: s, Events: evs, Took: time.Since(start)})
+		fmt.Fprintf(out, "chaos seed=%d step %d/%d %s (%s): %s\n", sc.Seed, i+1, len(sc.Steps), s, res[i].Took.Round(time.Millisecond), words(evs))
+		if s.Kind == NetBoxHeal {
+			resolveFaults(res, out, sc.Seed)
 		}
-		fmt.Fprintf(out, "chaos seed=%d step %d/%d %s (%s): %s\n", sc.Seed, i+1, len(sc.Steps), s, took.Round(time.Millisecond), word)
 	}
+	resolveFaults(res, out, sc.Seed)
 	return res
 }
 
 // step plays one step within the step timeout.
-func (r *Runner) step(ctx context.Context, s Step) error {
+func (r *Runner) step(ctx context.Context, s Step) []Event {
 	timeout := r.StepTimeout
 	if timeout <= 0 {
 		timeout = 3 * time.Minute
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	k, ok := kindOf(s.Kind)
+	if !ok {
+		return []Event{{Key: key(s.Kind, s.Arg), Outcome: Failed, Must: true, Err: fmt.Errorf("chaos: unknown step kind %q", s.Kind)}}
+	}
+	evs := k.play(r, ctx, s)
+	evs[0].Must = k.must
+	return evs
+}
+
+// resolveFaults settles the NetBox faults played so far: one that faulted a request or a
+// delivery happened; one that met none by its heal (or the schedule's end) did not.
+func resolveFaults(res []StepResult, out io.Writer, seed int64) {
+	for i := range res {
+		for j := range res[i].Events {
+			e := &res[i].Events[j]
+			if e.fired == nil {
+				continue
+			}
+			e.Hits, e.fired = e.fired(), nil
+			if e.Hits > 0 {
+				e.Outcome, e.Err = Happened, nil
+			}
+			fmt.Fprintf(out, "chaos seed=%d step %d %s faulted %d requests or deliveries\n", seed, i+1, res[i].Step, e.Hits)
+		}
+	}
+}
+
+// words is a step's events as its progress line says them.
+func words(evs []Event) string {
+	var b strings.Builder
+	for i, e := range evs {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		fmt.Fprintf(&b, "%s %s", e.Key, e.Outcome)
+		if e.Err != nil {
+			b.WriteString(": " + e.Err.Error())
+		}
+	}
+	return b.String()
+}
+
+// ask is an owner's step: a desired_action, a decommission or a planned status.
+func (r *Runner) ask(ctx context.Context, s Step) []Event {
+	var body map[string]any
 	switch s.Kind {
 	case Ask:
-		return r.owner(ctx, s, map[string]any{"custom_fields": map[string]any{"desired_action": s.Arg}})
+		body = map[string]any{"custom_fields": map[string]any{"desired_action": s.Arg}}
 	case Decommission:
-		return r.owner(ctx, s, map[string]any{"status": "decommissioning"})
-	case Redeclare:
-		return r.owner(ctx, s, map[string]any{"status": "planned"})
-	case Netboot:
-		return r.netboot(ctx, s)
-	case Boot:
-		return stack.Boot(ctx, r.Stack.Info(), s.Machine, stack.StepOptions{Out: r.Out})
-	case BootCheck:
-		return stack.BootCheck(ctx, r.Stack.Info(), s.Machine, stack.StepOptions{Out: r.Out})
-	case Workflow:
-		return r.workflow(ctx, s)
-	case NetBoxFault:
-		return r.netboxFault(s)
-	case NetBoxHeal:
-		r.Stack.NetBox().Faults().Clear()
-		return nil
-	case KubeStop:
-		return r.Stack.StopKube()
-	case KubeStart:
-		return r.Stack.StartKube(ctx)
-	case KillFleetd:
-		return r.killFleetd(ctx)
+		body = map[string]any{"status": "decommissioning"}
+	default:
+		body = map[string]any{"status": "planned"}
 	}
-	return fmt.Errorf("chaos: unknown step kind %q", s.Kind)
+	return r.owner(ctx, s, body)
 }
 
 // owner PATCHes the device as the owner, retrying for a while when NetBox fails (an owner, or
 // OpenTofu, tries again). With KillAfterClaim it then waits for fleetd's claim and kills fleetd.
-func (r *Runner) owner(ctx context.Context, s Step, body map[string]any) error {
+func (r *Runner) owner(ctx context.Context, s Step, body map[string]any) []Event {
 	id := r.Stack.DeviceID(s.Machine)
 	before := r.field(id, "fleet_request")
 	var err error
@@ -111,16 +136,17 @@ func (r *Runner) owner(ctx context.Context, s Step, body map[string]any) error {
 		sleep(ctx, 250*time.Millisecond)
 	}
 	if err != nil {
-		return fmt.Errorf("the owner's PATCH did not go through: %w", err)
+		err = fmt.Errorf("the owner's PATCH did not go through: %w", err)
 	}
+	evs := []Event{did(key(s.Kind, s.Arg), err)}
 	if s.Kill != KillAfterClaim {
-		return nil
+		return evs
 	}
 	claimed := func() bool { return r.field(id, "fleet_request") != before && r.field(id, "fleet_state") == "pending" }
-	if !waitFor(ctx, 20*time.Second, claimed) {
-		return errors.New("fleetd did not claim the request within 20 s, so it was not killed after the claim")
+	if err != nil || !waitFor(ctx, 20*time.Second, claimed) {
+		return append(evs, idle(killKey(s.Kill), errors.New("fleetd did not claim the request within 20 s, so it was not killed after the claim")))
 	}
-	return r.killFleetd(ctx)
+	return append(evs, did(killKey(s.Kill), r.killFleetd(ctx)))
 }
 
 // field reads one of the device's custom fields from the emulator's store (not through the API:
@@ -136,60 +162,46 @@ func (r *Runner) field(id int64, name string) string {
 	return ""
 }
 
-// netboot netboots the machine once its Workflow is there (or nothing is on its way), killing
-// fleetd during the enrollment when the step says so.
-func (r *Runner) netboot(ctx context.Context, s Step) error {
-	w := r.world()
-	w.waitWorkflow(ctx, s.Machine, r.workflowWait())
-	if s.Kill != KillDuringEnroll {
-		return stack.Netboot(ctx, r.Stack.Info(), s.Machine, stack.StepOptions{Out: r.Out})
-	}
-	offset := w.logSize(s.Machine)
-	done := make(chan error, 1)
-	go func() { done <- stack.Netboot(ctx, r.Stack.Info(), s.Machine, stack.StepOptions{Out: r.Out}) }()
-	var killErr error
-	if w.waitEnrolling(ctx, s.Machine, offset, done) {
-		sleep(ctx, s.Delay)
-		killErr = r.killFleetd(ctx)
-	}
-	return errors.Join(<-done, killErr)
-}
-
-// workflow ends the machine's Workflow as Tinkerbell would, without the machine running it: it
-// fails (a timeout), or, when no action ran yet, may succeed (a Template without the agent).
-// A Workflow whose actions started is only ever failed: reporting success for actions no one
-// ran is not something Tinkerbell does.
-func (r *Runner) workflow(ctx context.Context, s Step) error {
-	w := r.world()
-	w.waitWorkflow(ctx, s.Machine, r.workflowWait())
-	wf, err := w.openWorkflow(ctx, s.Machine)
-	if err != nil {
-		return err
-	}
-	fail := s.Arg == "fail"
-	for _, a := range tinkerbell.Actions(wf) {
-		fail = fail || (a.State != "" && !strings.HasSuffix(string(a.State), "PENDING"))
-	}
-	return stack.DriveWorkflow(ctx, r.Stack.Kube(), wf, stack.Drive{Fail: fail,
-		Message: "chaos: Tinkerbell ended the Workflow without the machine (" + s.Arg + ")"})
-}
-
-// netboxFault schedules a NetBox fault for the next N requests or deliveries.
-func (r *Runner) netboxFault(s Step) error {
+// netboxFault schedules a NetBox fault for the next N requests or deliveries. Whether it
+// happened is known at its heal (resolveFaults): it did when it faulted at least one.
+func (r *Runner) netboxFault(_ context.Context, s Step) []Event {
 	f := r.Stack.NetBox().Faults()
+	var fired netboxemu.Fired
 	switch s.Arg {
 	case "5xx":
-		f.AddAPI(netboxemu.APIFaultRule{Method: s.Method, Times: s.N, Fault: netboxemu.APIFault{Status: s.Status}})
+		fired = f.AddAPI(netboxemu.APIFaultRule{Method: s.Method, Times: s.N, Fault: netboxemu.APIFault{Status: s.Status}})
 	case "slow", "timeout":
-		f.AddAPI(netboxemu.APIFaultRule{Method: s.Method, Times: s.N, Fault: netboxemu.APIFault{Delay: s.Delay}})
+		fired = f.AddAPI(netboxemu.APIFaultRule{Method: s.Method, Times: s.N, Fault: netboxemu.APIFault{Delay: s.Delay}})
 	case "drop-webhooks":
-		f.AddDelivery(netboxemu.DeliveryFaultRule{Times: s.N, Fault: netboxemu.DeliveryFault{Drop: true}})
+		fired = f.AddDelivery(netboxemu.DeliveryFaultRule{Times: s.N, Fault: netboxemu.DeliveryFault{Drop: true}})
 	case "late-webhooks":
-		f.AddDelivery(netboxemu.DeliveryFaultRule{Times: s.N, Fault: netboxemu.DeliveryFault{Delay: s.Delay}})
+		fired = f.AddDelivery(netboxemu.DeliveryFaultRule{Times: s.N, Fault: netboxemu.DeliveryFault{Delay: s.Delay}})
 	default:
-		return fmt.Errorf("chaos: unknown NetBox fault %q", s.Arg)
+		return []Event{did(key(s.Kind, s.Arg), fmt.Errorf("chaos: unknown NetBox fault %q", s.Arg))}
 	}
-	return nil
+	return r.pendingFault(key(s.Kind, s.Arg), fired)
+}
+
+// pendingFault is the event of a fault installed: idle until resolveFaults finds it fired.
+func (r *Runner) pendingFault(key string, fired netboxemu.Fired) []Event {
+	return []Event{{Key: key, Outcome: Idle, Err: errors.New("it faulted no request or delivery before its heal"), fired: fired}}
+}
+
+func (r *Runner) netboxHeal(context.Context, Step) []Event {
+	r.Stack.NetBox().Faults().Clear()
+	return []Event{did(string(NetBoxHeal), nil)}
+}
+
+func (r *Runner) kubeStop(context.Context, Step) []Event {
+	return []Event{did(string(KubeStop), r.Stack.StopKube())}
+}
+
+func (r *Runner) kubeStart(ctx context.Context, _ Step) []Event {
+	return []Event{did(string(KubeStart), r.Stack.StartKube(ctx))}
+}
+
+func (r *Runner) kill(ctx context.Context, _ Step) []Event {
+	return []Event{did(string(KillFleetd), r.killFleetd(ctx))}
 }
 
 // killFleetd SIGKILLs fleetd and waits until its supervisor started a new one (not until that
