@@ -190,24 +190,63 @@ func (g *generator) interleave(scripts [][]Step) []Step {
 	}
 }
 
-// insertFault puts one fault episode at a random place: a NetBox fault healed a few steps later,
-// the API server stopped and started a few steps later, or fleetd killed.
+// insertFault puts one fault episode at a random place, over one to four steps: a NetBox fault
+// healed after them, the API server stopped and started again after them, or fleetd killed.
 func (g *generator) insertFault(steps []Step) []Step {
-	at := g.rng.IntN(len(steps) + 1)
-	span := 1 + g.rng.IntN(4)
-	end := min(at+span, len(steps))
-	var start, stop Step
 	switch r := g.rng.Float64(); {
 	case r < 0.5:
-		start, stop = g.netboxFault(), Step{Kind: NetBoxHeal}
+		return g.insertNetBoxFault(steps)
 	case r < 0.75:
-		start, stop = Step{Kind: KubeStop}, Step{Kind: KubeStart}
-	default:
-		return insert(steps, at, Step{Kind: KillFleetd})
+		at := g.rng.IntN(len(steps))
+		end := min(at+1+g.rng.IntN(4), len(steps))
+		steps = insert(steps, end, Step{Kind: KubeStart})
+		return insert(steps, at, Step{Kind: KubeStop})
 	}
-	steps = insert(steps, end, stop)
-	return insert(steps, at, start)
+	return insert(steps, g.rng.IntN(len(steps)+1), Step{Kind: KillFleetd})
 }
+
+// insertNetBoxFault puts a NetBox fault episode over one to four steps, outside every other
+// NetBox episode (two rules counting the same requests at once let the first shadow the second,
+// which then faults nothing), and starting at an owner's request when only what one sets off can
+// meet the fault: a webhook's delivery, the PATCH or the POST (fleetd's journal entry for its
+// decision) a method-bound 5xx waits for. A redeclare is no such request: a device planned
+// already saves nothing, and no webhook fires for planned. A schedule with no such place gets
+// none.
+func (g *generator) insertNetBoxFault(steps []Step) []Step {
+	f := g.netboxFault()
+	span := 1 + g.rng.IntN(4)
+	var starts []int
+	open := false // a NetBox episode is open before steps[i]
+	for i, s := range steps {
+		if !open && s.Kind != NetBoxFault && (!needsOwner(f) || isRequest(s)) {
+			starts = append(starts, i)
+		}
+		switch s.Kind {
+		case NetBoxFault:
+			open = true
+		case NetBoxHeal:
+			open = false
+		}
+	}
+	if len(starts) == 0 {
+		return steps
+	}
+	at := starts[g.rng.IntN(len(starts))]
+	end := at + 1
+	for end < len(steps) && end < at+span && steps[end].Kind != NetBoxFault {
+		end++
+	}
+	steps = insert(steps, end, Step{Kind: NetBoxHeal})
+	return insert(steps, at, f)
+}
+
+// needsOwner reports whether only an owner's request sets off what the fault waits for.
+func needsOwner(f Step) bool {
+	return f.Arg == "drop-webhooks" || f.Arg == "late-webhooks" || (f.Arg == "5xx" && (f.Method == http.MethodPatch || f.Method == http.MethodPost))
+}
+
+// isRequest reports whether the step is an owner's request, which fires a webhook.
+func isRequest(s Step) bool { return s.Kind == Ask || s.Kind == Decommission }
 
 // netboxFault draws one NetBox fault.
 func (g *generator) netboxFault() Step {

@@ -65,25 +65,40 @@ func TestGenerateShape(t *testing.T) {
 	}
 }
 
-// checkEpisodes checks that every NetBox fault is followed by a heal and every kube-stop by a
-// kube-start.
+// checkEpisodes checks that every NetBox fault is followed by a heal, over at least one step and
+// with no other NetBox fault before it (a second rule would be shadowed by the first), that a
+// fault only an owner's request (ask, decommission) can meet has one under it, and that every kube-stop is followed
+// by a kube-start.
 func checkEpisodes(t *testing.T, sc chaos.Schedule) {
 	t.Helper()
-	faults, stops := 0, 0
-	for _, s := range sc.Steps {
+	open, stops := -1, 0
+	ownerOnly, owner := false, false
+	for i, s := range sc.Steps {
 		switch s.Kind {
 		case chaos.NetBoxFault:
-			faults++
+			if open >= 0 {
+				t.Errorf("seed %d: NetBox fault at step %d while the one of step %d is not healed:\n%s", sc.Seed, i+1, open+1, sc)
+			}
+			open, owner = i, false
+			ownerOnly = s.Arg == "drop-webhooks" || s.Arg == "late-webhooks" || (s.Arg == "5xx" && (s.Method == "PATCH" || s.Method == "POST"))
+		case chaos.Ask, chaos.Decommission:
+			owner = true
 		case chaos.NetBoxHeal:
-			faults = 0
+			if open < 0 || i == open+1 {
+				t.Errorf("seed %d: heal at step %d with no step under its fault:\n%s", sc.Seed, i+1, sc)
+			}
+			if open >= 0 && ownerOnly && !owner {
+				t.Errorf("seed %d: step %d %s has no owner's request (ask, decommission) under it, the only thing it can meet:\n%s", sc.Seed, open+1, sc.Steps[open], sc)
+			}
+			open = -1
 		case chaos.KubeStop:
 			stops++
 		case chaos.KubeStart:
 			stops = max(stops-1, 0)
 		}
 	}
-	if faults != 0 || stops != 0 {
-		t.Errorf("seed %d leaves a fault on at its end (%d NetBox faults, %d stops unhealed):\n%s", sc.Seed, faults, stops, sc)
+	if open >= 0 || stops != 0 {
+		t.Errorf("seed %d leaves a fault on at its end (NetBox fault of step %d, %d stops unhealed):\n%s", sc.Seed, open+1, stops, sc)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -24,6 +25,11 @@ type Runner struct {
 	// appear when a request is on its way (default 15 s: a dropped webhook waits for the
 	// periodic reconcile).
 	WorkflowWait time.Duration
+	// FaultWait is how long a heal waits for the NetBox faults still open to fault something
+	// (default 15 s: three of the chaos stack's periodic reconciles, each of which reads NetBox).
+	FaultWait time.Duration
+
+	open []netboxemu.Fired // the NetBox faults installed since the last heal
 }
 
 // StepResult is what one step did: its events (the step's own first, then its kill point's).
@@ -43,6 +49,7 @@ func (r *Runner) Run(ctx context.Context, sc Schedule) []StepResult {
 		out = io.Discard
 	}
 	var res []StepResult
+	r.open = nil
 	for i, s := range sc.Steps {
 		if ctx.Err() != nil {
 			break
@@ -179,6 +186,7 @@ func (r *Runner) netboxFault(_ context.Context, s Step) []Event {
 	default:
 		return []Event{did(key(s.Kind, s.Arg), fmt.Errorf("chaos: unknown NetBox fault %q", s.Arg))}
 	}
+	r.open = append(r.open, fired)
 	return r.pendingFault(key(s.Kind, s.Arg), fired)
 }
 
@@ -187,7 +195,18 @@ func (r *Runner) pendingFault(key string, fired netboxemu.Fired) []Event {
 	return []Event{{Key: key, Outcome: Idle, Err: errors.New("it faulted no request or delivery before its heal"), fired: fired}}
 }
 
-func (r *Runner) netboxHeal(context.Context, Step) []Event {
+// netboxHeal clears the NetBox faults, once each has faulted something or FaultWait passed: a
+// fault is "the next N requests", and fleetd's periodic reconcile is what meets it when the
+// steps under it did not.
+func (r *Runner) netboxHeal(ctx context.Context, _ Step) []Event {
+	wait := r.FaultWait
+	if wait <= 0 {
+		wait = 15 * time.Second
+	}
+	waitFor(ctx, wait, func() bool {
+		return !slices.ContainsFunc(r.open, func(fired netboxemu.Fired) bool { return fired() == 0 })
+	})
+	r.open = nil
 	r.Stack.NetBox().Faults().Clear()
 	return []Event{did(string(NetBoxHeal), nil)}
 }
