@@ -20,6 +20,22 @@
 // carrying fleetd's labels) and the machines' directories and records, independently of fleetd's
 // own view, and reports every violation.
 //
+// What each step did is counted (kinds.go): a Runner plays every step through its kind's entry
+// in one table and records, by coverage key, whether it happened, found nothing to act on, or
+// failed. A schedule in which one of the world's own levers did not happen (an owner's PATCH, a
+// NetBox fault that faulted nothing, the API server's stop or start, a SIGKILL) fails NotPlayed;
+// a Tally prints the coverage of a run; CoveringSeeds picks the seeds `make test` plays so that
+// every key is drawn, and that run fails unless each happened (docs/security.md "Proof under
+// faults").
+//
+// A new kind of step: name it (schedule.go), add its entry to kinds — its variants (the Args
+// drawn, each a coverage key), whether it must happen, and its play function, which returns
+// its events (did, idle; a kill point riding on it adds its own) — and draw it in the
+// generator (generate.go). TestGenerateShape then fails until 500 seeds draw each variant, the
+// coverage table lists it, and the covering run of `make test` plays a seed that draws it
+// twice and fails unless it happened. A new NetBox fault is a variant of NetBoxFault
+// (netboxFaults, Runner.netboxFault); a new kill point an entry of killPoints.
+//
 // A schedule is a pure function of its seed; playing it is not (fleetd, NetBox's delivery
 // workers and the reconcile run concurrently with the steps), so a replay runs the same steps
 // against the same kinds of faults, not the same interleaving. `go test ./dev/stack/chaos -run
