@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/folly-infra/fleetd/attest"
 	"github.com/folly-infra/fleetd/cloudinit"
 	"github.com/folly-infra/fleetd/config"
 	"github.com/folly-infra/fleetd/fleet"
@@ -25,6 +26,7 @@ func check(args []string, stdout, stderr io.Writer) int {
 	cfgPath := fs.String("config", "fleetd.yaml", "the config file")
 	classes := fs.String("classes", "", "classes.json to check (default: the config's classes_file)")
 	webhooks := fs.String("webhooks", "", "netbox-webhooks.yaml to check (default: the config's webhooks_file)")
+	bootPolicy := fs.String("boot-policy", "", "the boot policy to check (default: the config's attestation.boot_policy_file; with --skip-files only when it exists)")
 	skipFiles := fs.Bool("skip-files", false, "do not require the secret and CA files the config names to exist (CI of the infrastructure repo)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -45,10 +47,17 @@ func check(args []string, stdout, stderr io.Writer) int {
 	if *webhooks == "" && cfg != nil && cfg.Webhooks != "" {
 		*webhooks = cfg.Path(cfg.Webhooks)
 	}
+	explicitPolicy := *bootPolicy != ""
+	if !explicitPolicy && cfg != nil && cfg.Attestation.BootPolicyFile != "" {
+		*bootPolicy = cfg.Path(cfg.Attestation.BootPolicyFile)
+	}
+	var catalog *fleet.Catalog
 	if *classes != "" {
 		cat, err := loadCatalog(*classes)
 		if err != nil {
 			add(*classes, err)
+		} else {
+			catalog = &cat
 		}
 		refused, notes := checkCloudInit(cat)
 		for _, p := range refused {
@@ -56,6 +65,12 @@ func check(args []string, stdout, stderr io.Writer) int {
 		}
 		for _, n := range notes {
 			fmt.Fprintln(stdout, "fleetd check: note: "+n)
+		}
+	}
+	// A missing policy file is the config's problem (reported above unless --skip-files).
+	if _, err := os.Stat(*bootPolicy); *bootPolicy != "" && (explicitPolicy || err == nil) {
+		if err := checkBootPolicy(*bootPolicy, catalog); err != nil {
+			add(*bootPolicy, err)
 		}
 	}
 	if *webhooks != "" {
@@ -111,6 +126,20 @@ func loadCatalog(path string) (fleet.Catalog, error) {
 	}
 	defer f.Close()
 	return fleet.LoadCatalog(f)
+}
+
+// checkBootPolicy validates the boot policy, against the catalogue when it loaded.
+func checkBootPolicy(path string, catalog *fleet.Catalog) error {
+	if catalog != nil {
+		_, err := loadBootPolicy(path, *catalog)
+		return err
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	_, err = attest.ParseBootPolicy(b)
+	return err
 }
 
 func checkWebhooks(path string) error {

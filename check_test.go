@@ -29,12 +29,34 @@ func TestCheck(t *testing.T) {
 		"cloud_init": {"user_data": "#cloud-config\nusers:\n  - name: ops\n    ssh_authorized_keys: []\n"}}}}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	h := strings.Repeat("a", 64)
+	policy := func(body string) string {
+		t.Helper()
+		p := filepath.Join(t.TempDir(), "boot-policy.json")
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	withPolicy := func(p string) []string {
+		return []string{"--skip-files", "--config", "examples/fleetd.yaml", "--classes", "examples/classes.json",
+			"--webhooks", "netbox-webhooks.yaml", "--boot-policy", p}
+	}
 	rows := []struct {
 		name     string
 		args     []string
 		wantCode int
 		want     []string
 	}{
+		{"ok/the example boot policy", withPolicy("examples/boot-policy.json"), 0, []string{"fleetd check: ok"}},
+		{"refuse/a boot policy for a class classes.json lacks", withPolicy(policy(`{"version":1,"fleet":[{"name":"","efi_applications":["` + h + `"],"loaded_files":[]}],` +
+			`"classes":{"gpu-worker":[{"name":"","efi_applications":["` + h + `"],"loaded_files":[]}]}}`)), 1,
+			[]string{`the boot policy has a list for "gpu-worker", which classes.json does not have`}},
+		{"refuse/a boot policy that allows an installable class nothing", withPolicy(policy(`{"version":1,"fleet":[],` +
+			`"classes":{"talos-cp":[{"name":"","efi_applications":["` + h + `"],"loaded_files":[]}]}}`)), 1,
+			[]string{"allows no boot for the installable classes", "talos-worker"}},
+		{"refuse/a malformed boot policy", withPolicy(policy(`{"version":1,"fleet":[{"efi_applications":["nope"]}]}`)), 1,
+			[]string{`"nope" is not a lowercase hex SHA-256`}},
 		{"ok/the examples, without spore's files", []string{"--skip-files", "--config", "examples/fleetd.yaml",
 			"--classes", "examples/classes.json", "--webhooks", "netbox-webhooks.yaml"}, 0, []string{"fleetd check: ok"}},
 		{"refuse/the examples need spore's secret files", []string{"--config", "examples/fleetd.yaml",

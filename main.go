@@ -30,6 +30,7 @@ commands:
   check --config FILE       validate the config, classes.json and netbox-webhooks.yaml, then exit
   enroll [flags]            HookOS agent: prove the machine's identity and fetch its certificates
   boot-check [flags]        running node: send the hourly boot check
+  policy learn [flags]      add a known-good HookOS netboot to the boot policy
   version                   print the version
 
 Run "fleetd <command> -h" for a command's flags.
@@ -52,6 +53,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return enroll(ctx, args[1:], stderr)
 	case "boot-check":
 		return bootCheck(ctx, args[1:], stderr)
+	case "policy":
+		return policy(args[1:], stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, "fleetd", version)
 		return 0

@@ -119,6 +119,9 @@ func wire(ctx context.Context, cfg *config.Config, log zerolog.Logger) (*app, er
 	if err != nil {
 		return nil, err
 	}
+	if att.BootPolicy, err = loadBootPolicy(cfg.Path(cfg.Attestation.BootPolicyFile), catalog); err != nil {
+		return nil, fmt.Errorf("attestation.boot_policy_file: %w", err)
+	}
 	a.service, err = fleet.NewService(fleet.Config{FleetdURL: cfg.PublicURL,
 		BootCheckMissingAfter: cfg.BootCheck.MissingAfter.D(), ConfigTTL: cfg.Delivery.PendingTTL.D()}, fleet.Deps{Inventory: a.netbox,
 		Installer: a.install, Catalog: catalog, Renderer: renderer, Attest: att, Clock: clock,

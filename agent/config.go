@@ -22,6 +22,10 @@ import (
 type EnrollConfig struct {
 	Conn          // how to reach fleetd
 	Device string // the NetBox device name the Workflow gives (required; FLEETD_DEVICE)
+	// Request is the id of the request the Workflow carries out (required; FLEETD_REQUEST):
+	// fleetd refuses an enrollment for any other request than the device's current one, so a
+	// stale Workflow run late cannot enroll for a newer request (docs/security.md).
+	Request string
 
 	TPM         string // "" is /dev/tpmrm0; a device path, or "swtpm:HOST:PORT" (FLEETD_TPM)
 	EventLog    string // "" is SysRoot/kernel/security/tpm0/binary_bios_measurements
@@ -63,6 +67,9 @@ func (c EnrollConfig) withDefaults() (EnrollConfig, error) {
 	problems := c.Conn.defaults()
 	if strings.TrimSpace(c.Device) == "" {
 		problems = append(problems, "no device name (set --device or FLEETD_DEVICE from the Workflow's hardwareMap)")
+	}
+	if strings.TrimSpace(c.Request) == "" {
+		problems = append(problems, "no request id (set --request or FLEETD_REQUEST from the Workflow's hardwareMap request)")
 	}
 	if len(problems) > 0 {
 		return c, &UsageError{Msg: strings.Join(problems, "; ")}
@@ -151,6 +158,7 @@ func ParseEnrollArgs(args []string, getenv func(string) string, stderr io.Writer
 	fs.SetOutput(stderr)
 	c.Conn.addFlags(fs, getenv)
 	fs.StringVar(&c.Device, "device", getenv("FLEETD_DEVICE"), "the NetBox device name (FLEETD_DEVICE)")
+	fs.StringVar(&c.Request, "request", getenv("FLEETD_REQUEST"), "the id of the request the Workflow carries out (FLEETD_REQUEST)")
 	fs.StringVar(&c.TPM, "tpm", getenv("FLEETD_TPM"), "TPM device path or swtpm:HOST:PORT; /dev/tpmrm0 when empty (FLEETD_TPM)")
 	fs.StringVar(&c.EventLog, "event-log", getenv("FLEETD_EVENT_LOG"), "measured-boot event log file (FLEETD_EVENT_LOG)")
 	fs.StringVar(&c.SysRoot, "sysfs", getenv("FLEETD_SYSFS"), "sysfs root, /sys when empty (FLEETD_SYSFS)")

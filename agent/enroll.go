@@ -81,7 +81,7 @@ type enrollment struct {
 func (e *enrollment) reportNoTPM20(ctx context.Context, v tpmconn.Version) error {
 	e.log.Warn().Str("step", "tpm").Str("tpm_version", string(v)).Msg("no TPM 2.0 on this machine")
 	var resp api.ChallengeResponse
-	err := e.client.post(ctx, api.PathAttestChallenge, api.ChallengeRequest{Device: e.cfg.Device, TPMVersion: string(v)}, &resp)
+	err := e.client.post(ctx, api.PathAttestChallenge, api.ChallengeRequest{Device: e.cfg.Device, Request: e.cfg.Request, TPMVersion: string(v)}, &resp)
 	if err == nil {
 		return &FleetdError{Op: "report the TPM version", Err: fmt.Errorf("fleetd accepted TPM version %q", v)}
 	}
@@ -103,7 +103,7 @@ func (e *enrollment) run(ctx context.Context, tpm *TPM) error {
 
 	// Step 2: the challenge round trip.
 	var ch api.ChallengeResponse
-	req := api.ChallengeRequest{Device: e.cfg.Device, TPMVersion: string(tpmconn.Version20),
+	req := api.ChallengeRequest{Device: e.cfg.Device, Request: e.cfg.Request, TPMVersion: string(tpmconn.Version20),
 		EK: &api.EK{Public: ekPub, Certificate: ekCert}, AK: api.NewAKParams(ak.AttestationParameters())}
 	if err := e.client.post(ctx, api.PathAttestChallenge, req, &ch); err != nil {
 		return err

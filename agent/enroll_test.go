@@ -22,7 +22,7 @@ import (
 
 // device approves the EK of a TPM in the stub and declares the NVMe disk.
 func (s *fleetdStub) approve(name string, ekSHA256 string, secureBoot bool) {
-	s.devices[name] = stubDevice{id: int64(len(s.devices) + 1), ekHashes: []string{ekSHA256}, diskSerial: nvmeSerial, secureBoot: secureBoot}
+	s.devices[name] = stubDevice{id: int64(len(s.devices) + 1), request: stubRequest, ekHashes: []string{ekSHA256}, diskSerial: nvmeSerial, secureBoot: secureBoot}
 }
 
 // TestEnrollSimulator enrolls the go-tpm-tools simulator (Secure Boot log, no EK certificate,
@@ -53,7 +53,7 @@ func TestEnrollSimulator(t *testing.T) {
 	wf := t.TempDir()
 	mustWrite(t, filepath.Join(wf, agent.FileDisk), "/dev/disk/by-id/stale\n")
 
-	err = agent.Enroll(context.Background(), agent.EnrollConfig{Conn: agent.Conn{FleetdURL: srv.URL}, Device: "node-a", Channel: ch,
+	err = agent.Enroll(context.Background(), agent.EnrollConfig{Conn: agent.Conn{FleetdURL: srv.URL}, Device: "node-a", Request: stubRequest, Channel: ch,
 		SysRoot: sysRoot, DevRoot: devRoot, WorkflowDir: wf, Log: zerolog.New(zerolog.NewTestWriter(t))})
 	if err != nil {
 		t.Fatalf("Enroll: %v (exit %d)", err, agent.ExitCode(err))
@@ -101,7 +101,7 @@ func swtpmConfig(t *testing.T, url, device string) (*swtpm.Instance, agent.Enrol
 	logFile := filepath.Join(t.TempDir(), "binary_bios_measurements")
 	mustWrite(t, logFile, string(eventlogs.Ubuntu2104NoSecureBoot))
 	sysRoot, devRoot := fakeMachine(t, "2")
-	return inst, agent.EnrollConfig{Conn: agent.Conn{FleetdURL: url, RetryWait: time.Millisecond}, Device: device, TPM: inst.Spec(), EventLog: logFile,
+	return inst, agent.EnrollConfig{Conn: agent.Conn{FleetdURL: url, RetryWait: time.Millisecond}, Device: device, Request: stubRequest, TPM: inst.Spec(), EventLog: logFile,
 		SysRoot: sysRoot, DevRoot: devRoot, WorkflowDir: t.TempDir(),
 		Log: zerolog.New(zerolog.NewTestWriter(t))}
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -42,8 +43,12 @@ func (s *fleetdStub) sentLAKBlob() []byte {
 	return s.lakBlob
 }
 
+// stubRequest is every stub device's current request, which the agent must name.
+const stubRequest = "provision-k3f9x2mq"
+
 type stubDevice struct {
 	id         int64
+	request    string
 	ekHashes   []string
 	diskSerial string
 	secureBoot bool
@@ -141,10 +146,13 @@ func (s *fleetdStub) challenge(r *http.Request) (any, error) {
 	if !ok {
 		return nil, errors.New("unknown device")
 	}
+	if req.Request != d.request {
+		return nil, fmt.Errorf("the agent named request %q, the device's is %q", req.Request, d.request)
+	}
 	if err := attest.RequireTPM20(req.TPMVersion); err != nil {
 		return nil, err
 	}
-	ek, err := s.ek.Verify(req.EK.Public, req.EK.Certificate, d.ekHashes)
+	ek, err := s.ek.Verify(req.EK.Public, req.EK.Certificate, attest.EKApproval{SHA256: d.ekHashes})
 	if err != nil {
 		return nil, err
 	}

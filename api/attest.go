@@ -6,7 +6,8 @@
 // The enrollment is two round trips:
 //
 //  1. POST /v1/attest/challenge (ChallengeRequest → ChallengeResponse). The agent names the
-//     device it was told it is (the Workflow's hardwareMap, through the environment), the TPM
+//     device it was told it is and the request its Workflow carries out (the Workflow's
+//     hardwareMap, through the environment; a Workflow of an older request is refused), the TPM
 //     version it found, the EK (public key, and its certificate from NV 0x01c00002 when there is
 //     one) and the parameters of a fresh AK. fleetd approves the EK against NetBox's ek_sha256
 //     (and the manufacturer CAs), checks the AK, and answers with a credential-activation
@@ -47,6 +48,7 @@ const (
 // ChallengeRequest is the first round trip's request.
 type ChallengeRequest struct {
 	Device     string    `json:"device"`       // the NetBox device name the Workflow gave the agent
+	Request    string    `json:"request"`      // the request id the Workflow gave the agent (FLEETD_REQUEST)
 	TPMVersion string    `json:"tpm_version"`  // "2.0"; "1.2" or "" (no TPM) are sent so fleetd can refuse and record why
 	EK         *EK       `json:"ek,omitempty"` // absent unless TPMVersion is "2.0"
 	AK         *AKParams `json:"ak,omitempty"` // absent unless TPMVersion is "2.0"

@@ -47,7 +47,7 @@ func BenchmarkEnrollmentServer(b *testing.B) {
 func BenchmarkEnrollmentSteps(b *testing.B) {
 	s := benchScenario(b)
 	d := s.v.devices["node-a"]
-	ek, err := s.v.ek.Verify(s.c1.ekPub, s.c1.ekCert, d.ekHashes)
+	ek, err := s.v.ek.Verify(s.c1.ekPub, s.c1.ekCert, attest.EKApproval{SHA256: d.ekHashes})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -64,7 +64,10 @@ func BenchmarkEnrollmentSteps(b *testing.B) {
 		b.Fatal(err)
 	}
 	steps := map[string]func() error{
-		"ek-hash+cert": func() error { _, err := s.v.ek.Verify(s.c1.ekPub, s.c1.ekCert, d.ekHashes); return err },
+		"ek-hash+cert": func() error {
+			_, err := s.v.ek.Verify(s.c1.ekPub, s.c1.ekCert, attest.EKApproval{SHA256: d.ekHashes})
+			return err
+		},
 		"ak-challenge": func() error { _, err := attest.NewAKChallenge(ek, s.c1.ak, seeded(1)); return err },
 		"token-seal+open": func() error {
 			t, err := s.v.sealer.Seal(tok.Claims())

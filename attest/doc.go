@@ -17,7 +17,7 @@
 //
 //	// POST /v1/attest/challenge
 //	RequireTPM20(req.TPMVersion)
-//	ek := ekVerifier.Verify(req.EK.Public, req.EK.Certificate, device.EKHashes)
+//	ek := ekVerifier.Verify(req.EK.Public, req.EK.Certificate, EKApproval{device.EKHashes, device.NoEKCert})
 //	ch := NewAKChallenge(ek, req.AK.Attest(), rand)
 //	nonce := NewNonce(rand)
 //	token := sealer.Seal(TokenClaims{DeviceID, Device, Request, ek.SHA256, ek.HWSerialNum,

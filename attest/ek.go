@@ -23,8 +23,10 @@ type EKPolicy string
 const (
 	// EKPolicyHash approves an EK by the SHA-256 of its public key alone.
 	EKPolicyHash EKPolicy = "hash"
-	// EKPolicyHashCert also requires an EK certificate, where the TPM has one, to chain to the
-	// manufacturer CA bundle and to be for the EK.
+	// EKPolicyHashCert also requires an EK certificate that chains to the manufacturer CA bundle
+	// and is for the EK, unless the device is declared as having none (EKApproval.NoCertificate):
+	// an approved EK that merely omits its certificate is refused, or the chain check could be
+	// skipped by not sending it.
 	EKPolicyHashCert EKPolicy = "hash+cert"
 )
 
@@ -105,10 +107,19 @@ type VerifiedEK struct {
 	HWSerialNum []byte
 }
 
+// EKApproval is what the device's owner declared in NetBox about its EK.
+type EKApproval struct {
+	SHA256 []string // the device's ek_sha256 entries
+	// NoCertificate is the declaration that the TPM has no EK certificate (ek_certificate: none,
+	// docs/netbox.md): only then does hash+cert approve an EK by its hash alone.
+	NoCertificate bool
+}
+
 // Verify approves the EK a machine claims: claimedPublicDER is its DER SubjectPublicKeyInfo,
-// claimedCertDER the certificate from NV 0x01c00002 (nil when there is none), approvedSHA256 the
-// device's ek_sha256 entries from NetBox.
-func (v *EKVerifier) Verify(claimedPublicDER, claimedCertDER []byte, approvedSHA256 []string) (*VerifiedEK, error) {
+// claimedCertDER the certificate from NV 0x01c00002 (nil when there is none), approved the
+// device's declaration from NetBox. The refusals name only fleetd's own values and the EK's
+// hash, never the declared list (the caller is unauthenticated).
+func (v *EKVerifier) Verify(claimedPublicDER, claimedCertDER []byte, approved EKApproval) (*VerifiedEK, error) {
 	pub, err := x509.ParsePKIXPublicKey(claimedPublicDER)
 	if err != nil {
 		return nil, refuseErr(CheckEKMalformed, err, "the EK public key is not a DER SubjectPublicKeyInfo")
@@ -124,11 +135,15 @@ func (v *EKVerifier) Verify(claimedPublicDER, claimedCertDER []byte, approvedSHA
 	}
 	sum := sha256.Sum256(claimedPublicDER)
 	ek := &VerifiedEK{Public: pub, SHA256: hex.EncodeToString(sum[:]), HWSerialNum: sum[:]}
-	if !slices.ContainsFunc(approvedSHA256, func(h string) bool { return strings.EqualFold(strings.TrimSpace(h), ek.SHA256) }) {
-		return nil, refuse(CheckEKApproved, "the EK's SHA-256 %s is not among the device's approved ek_sha256 (%s)",
-			ek.SHA256, strings.Join(approvedSHA256, ", "))
+	if !slices.ContainsFunc(approved.SHA256, func(h string) bool { return strings.EqualFold(strings.TrimSpace(h), ek.SHA256) }) {
+		return nil, refuse(CheckEKApproved, "the EK's SHA-256 %s is not among the device's %d approved ek_sha256 entries",
+			ek.SHA256, len(approved.SHA256))
 	}
 	if len(claimedCertDER) == 0 {
+		if v.policy == EKPolicyHashCert && !approved.NoCertificate {
+			return nil, refuse(CheckEKCertMissing, "the fleet's EK policy is hash+cert and the machine sent no EK certificate; "+
+				"if its TPM truly has none, declare ek_certificate: none on the device in NetBox")
+		}
 		return ek, nil
 	}
 	if err := v.checkCert(ek, claimedCertDER); err != nil {

@@ -35,12 +35,16 @@ func TestEKVerify(t *testing.T) {
 		bundle   []byte
 		cert     []byte
 		approved []string
+		noCert   bool // the device is declared ek_certificate: none
 		want     attest.Check
 		wantHW   string
 		verified bool
 	}{
 		{name: "ok/hash+cert", policy: attest.EKPolicyHashCert, bundle: bundle, cert: certDER, approved: []string{hash}, wantHW: wantHW, verified: true},
-		{name: "ok/hash+cert-no-certificate", policy: attest.EKPolicyHashCert, bundle: bundle, approved: []string{hash}},
+		{name: "ok/hash+cert-no-certificate-declared-none", policy: attest.EKPolicyHashCert, bundle: bundle, approved: []string{hash}, noCert: true},
+		{name: "ok/hash-no-certificate", policy: attest.EKPolicyHash, approved: []string{hash}},
+		{name: "refuse/hash+cert-certificate-left-out", policy: attest.EKPolicyHashCert, bundle: bundle, approved: []string{hash}, want: attest.CheckEKCertMissing},
+		{name: "refuse/hash+cert-declared-none-untrusted-certificate-sent", policy: attest.EKPolicyHashCert, bundle: bundle, cert: untrustedEKCert(t, spki), approved: []string{hash}, noCert: true, want: attest.CheckEKCertChain},
 		{name: "ok/hash-uppercase-approval", policy: attest.EKPolicyHash, cert: certDER, approved: []string{strings.ToUpper(hash)}, wantHW: wantHW},
 		{name: "ok/hash-ignores-issuer", policy: attest.EKPolicyHash, cert: untrustedEKCert(t, spki), approved: []string{hash}},
 		{name: "refuse/not-approved", policy: attest.EKPolicyHash, cert: certDER, approved: []string{sha256Hex(nil)}, want: attest.CheckEKApproved},
@@ -56,10 +60,16 @@ func TestEKVerify(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ek, err := v.Verify(spki, tc.cert, tc.approved)
+			ek, err := v.Verify(spki, tc.cert, attest.EKApproval{SHA256: tc.approved, NoCertificate: tc.noCert})
 			if tc.want != "" {
-				if r, ok := attest.AsRefusal(err); !ok || r.Check != tc.want {
+				r, ok := attest.AsRefusal(err)
+				if !ok || r.Check != tc.want {
 					t.Fatalf("err = %v, want a %s refusal", err, tc.want)
+				}
+				for _, h := range tc.approved { // the caller is unauthenticated: the declaration stays in NetBox
+					if h != hash && strings.Contains(strings.ToLower(err.Error()), strings.ToLower(h)) {
+						t.Errorf("the refusal %q names the approved ek_sha256 %s", err, h)
+					}
 				}
 				return
 			}

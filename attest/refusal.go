@@ -3,6 +3,7 @@ package attest
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Check names one verification step. It is the stable code of a refusal, which the HTTP API
@@ -14,6 +15,7 @@ const (
 	CheckTPMVersion    Check = "tpm_unsupported"     // the machine's TPM is not a TPM 2.0
 	CheckEKMalformed   Check = "ek_malformed"        // the EK public key or certificate does not parse
 	CheckEKApproved    Check = "ek_not_approved"     // the EK's SHA-256 is not among the device's ek_sha256
+	CheckEKCertMissing Check = "ek_cert_missing"     // hash+cert, no EK certificate sent, and none declared absent
 	CheckEKCertChain   Check = "ek_cert_untrusted"   // the EK certificate does not chain to the manufacturer bundle
 	CheckEKCertKey     Check = "ek_cert_mismatch"    // the EK certificate is for another key
 	CheckAK            Check = "ak_invalid"          // the AK is not a TPM-resident restricted signing key
@@ -24,6 +26,7 @@ const (
 	CheckQuote         Check = "quote_invalid"       // the quote's signature, nonce or PCR digest is wrong
 	CheckEventLog      Check = "eventlog_invalid"    // the event log does not replay to the quoted PCRs
 	CheckSecureBoot    Check = "secureboot_disabled" // the class requires Secure Boot and the log shows it off
+	CheckBootPolicy    Check = "boot_policy"         // the verified boot components are not in the boot policy
 	CheckLDevID        Check = "ldevid_invalid"      // the LDevID key or its certification is wrong
 	CheckDiskAbsent    Check = "disk_absent"         // no disk with the declared serial
 	CheckDiskAmbiguous Check = "disk_ambiguous"      // more than one disk with the declared serial
@@ -31,7 +34,8 @@ const (
 )
 
 // Refusal is the outcome of a failed check: the machine's evidence is wrong, not fleetd. Its
-// message is safe to return to the machine and to write into a NetBox journal entry.
+// message names the values for fleetd's log (capped; it may quote what the machine sent); what a
+// node or NetBox is told is the fixed sentence of its Check (fleet.PublicSentence).
 type Refusal struct {
 	Check Check
 	Msg   string // one sentence naming what was wrong and the values involved
@@ -54,12 +58,23 @@ func AsRefusal(err error) (*Refusal, bool) {
 	return r, ok
 }
 
+// maxRefusalMsg caps a refusal's message, which may quote values the machine sent (disk serials,
+// a certificate's issuer) for fleetd's log; callers answer nodes with a fixed sentence instead.
+const maxRefusalMsg = 1024
+
 func refuse(c Check, format string, args ...any) *Refusal {
-	return &Refusal{Check: c, Msg: fmt.Sprintf(format, args...)}
+	return &Refusal{Check: c, Msg: capMsg(fmt.Sprintf(format, args...))}
 }
 
 func refuseErr(c Check, err error, format string, args ...any) *Refusal {
-	return &Refusal{Check: c, Msg: fmt.Sprintf(format, args...), Err: err}
+	return &Refusal{Check: c, Msg: capMsg(fmt.Sprintf(format, args...)), Err: err}
+}
+
+func capMsg(s string) string {
+	if len(s) <= maxRefusalMsg {
+		return s
+	}
+	return strings.ToValidUTF8(s[:maxRefusalMsg], "") + "…"
 }
 
 // TPM versions as the agent reports them.
@@ -78,6 +93,6 @@ func RequireTPM20(claimedVersion string) error {
 	case "":
 		return refuse(CheckTPMVersion, "the agent found no TPM on the machine")
 	default:
-		return refuse(CheckTPMVersion, "the agent reported TPM version %q; fleetd attests only TPM 2.0", claimedVersion)
+		return refuse(CheckTPMVersion, "the agent reported TPM version %.16q; fleetd attests only TPM 2.0", claimedVersion)
 	}
 }

@@ -88,7 +88,7 @@ func (v *verifier) challenge(c challengeClaim) (*challengeAnswer, error) {
 	if err := attest.RequireTPM20(c.tpmVersion); err != nil {
 		return nil, err
 	}
-	ek, err := v.ek.Verify(c.ekPub, c.ekCert, d.ekHashes)
+	ek, err := v.ek.Verify(c.ekPub, c.ekCert, attest.EKApproval{SHA256: d.ekHashes})
 	if err != nil {
 		return nil, err
 	}

@@ -85,6 +85,9 @@ type Attestation struct {
 	EKCABundle    string   `yaml:"ek_ca_bundle"` // PEM: manufacturer roots and issuing CAs
 	TokenKeyFile  string   `yaml:"token_key_file"`
 	TokenLifetime Duration `yaml:"token_lifetime"`
+	// BootPolicyFile is the boot policy (attest.BootPolicyFile JSON, written by `fleetd policy
+	// learn`): the HookOS boots an enrollment may come from (docs/security.md). Required.
+	BootPolicyFile string `yaml:"boot_policy_file"`
 }
 
 // PKI names the two issuing CAs and the certificate lifetimes.

@@ -17,7 +17,7 @@ func validConfig(t *testing.T) (string, string) {
 func validConfigDir(t testing.TB) (string, string) {
 	dir := t.TempDir()
 	for _, f := range []string{"nb-token", "wh-secret", "classes.json", "ek.pem", "tok-key", "ldevid.pem", "ldevid.key",
-		"lak.pem", "lak.key", "talos-secrets", "op-token", "kubeconfig"} {
+		"lak.pem", "lak.key", "talos-secrets", "op-token", "kubeconfig", "boot-policy.json"} {
 		if err := os.WriteFile(filepath.Join(dir, f), []byte("x\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -28,7 +28,7 @@ public_url: http://spore.lan:8080
 netbox: {url: "https://netbox.lan", token_file: nb-token, webhook_secret_file: wh-secret, service_user: fleetd}
 kubernetes: {kubeconfig: kubeconfig}
 classes_file: classes.json
-attestation: {ek_ca_bundle: ek.pem, token_key_file: tok-key}
+attestation: {ek_ca_bundle: ek.pem, token_key_file: tok-key, boot_policy_file: boot-policy.json}
 pki:
   ldevid: {cert: ldevid.pem, key: ldevid.key, lifetime: 720h}
   lak: {cert: lak.pem, key: lak.key}
@@ -104,6 +104,9 @@ func TestParseRefusals(t *testing.T) {
 		{"refuse/hash+cert needs a CA bundle", func(s string) string {
 			return strings.Replace(s, "ek_ca_bundle: ek.pem, ", "", 1)
 		}, []string{"attestation.ek_ca_bundle: is required"}},
+		{"refuse/no boot policy", func(s string) string {
+			return strings.Replace(s, ", boot_policy_file: boot-policy.json", "", 1)
+		}, []string{"attestation.boot_policy_file: is required"}},
 		{"ok/hash policy needs no CA bundle", func(s string) string {
 			return strings.Replace(s, "attestation: {ek_ca_bundle: ek.pem, ", "attestation: {ek_policy: hash, ", 1)
 		}, nil},

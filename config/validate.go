@@ -84,6 +84,7 @@ func (c *Config) validate() error {
 		bad("attestation.ek_policy", "%q is unknown: use \"hash\" or \"hash+cert\"", c.Attestation.EKPolicy)
 	}
 	file("attestation.token_key_file", c.Attestation.TokenKeyFile)
+	file("attestation.boot_policy_file", c.Attestation.BootPolicyFile)
 	positive("attestation.token_lifetime", c.Attestation.TokenLifetime, 10*time.Second)
 	for key, ca := range map[string]CA{"pki.ldevid": c.PKI.LDevID, "pki.lak": c.PKI.LAK} {
 		file(key+".cert", ca.Cert)

@@ -23,6 +23,9 @@ func (d Device) Problems(action Action, cat Catalog) []string {
 	} else if d.Declared.TPM != "" && d.Declared.TPM != TPM20 {
 		p = append(p, fmt.Sprintf("tpm %q is not 2.0 or 1.2", d.Declared.TPM))
 	}
+	if d.Declared.EKCert != "" && d.Declared.EKCert != EKCertPresent && d.Declared.EKCert != EKCertNone {
+		p = append(p, fmt.Sprintf("ek_certificate %q is not present or none", d.Declared.EKCert))
+	}
 	if strings.TrimSpace(d.Declared.DiskSerial) == "" {
 		p = append(p, "disk_serial is empty: declare the serial of the one disk that may be wiped and installed")
 	}

@@ -34,6 +34,7 @@ type Declaration struct {
 	DiskSerial    string
 	EKHashes      []string // lowercase hex SHA-256 of each approved EK's DER SubjectPublicKeyInfo
 	TPM           TPMVersion
+	EKCert        EKCert // whether the TPM has an EK certificate; "" means it has one
 	DesiredAction Action // the owner's open request, ActionNone when there is none
 }
 
@@ -114,6 +115,19 @@ const (
 	TPM20 TPMVersion = "2.0"
 	TPM12 TPMVersion = "1.2"
 )
+
+// EKCert is the declared ek_certificate custom field (docs/netbox.md): whether the machine's TPM
+// has an EK certificate. Empty means it has one. Under the EK policy hash+cert an EK is approved
+// without a certificate only when the device is declared EKCertNone.
+type EKCert string
+
+const (
+	EKCertPresent EKCert = "present"
+	EKCertNone    EKCert = "none"
+)
+
+// EKCerts are the values of the ek_certificate choice set.
+var EKCerts = []EKCert{EKCertPresent, EKCertNone}
 
 // Action is what the owner asks for. ActionRetire is not a desired_action value: it is requested
 // by setting the device status to decommissioning.

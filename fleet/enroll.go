@@ -21,11 +21,13 @@ import (
 
 // Attestation is what the enrollment and the boot check need besides the ports: the fleet's EK
 // policy, the sealer of the token that carries the first round trip's state, the certificate
-// issuer; for the boot check (bootcheck.go), the LAK CA's verifier and the nonce sealer.
+// issuer, the boot policy (which HookOS boots may enroll); for the boot check (bootcheck.go), the
+// LAK CA's verifier and the nonce sealer.
 type Attestation struct {
 	EK         *attest.EKVerifier
 	Tokens     *attest.TokenSealer
 	Issuer     *pki.Issuer
+	BootPolicy *attest.BootPolicy // nil refuses every enrollment (fleetd's error): fleetd needs one
 	LAK        *attest.LAKVerifier
 	BootNonces *attest.BootNonceSealer
 }
@@ -33,6 +35,7 @@ type Attestation struct {
 // ChallengeInput is the first round trip's request, in go-attestation's types.
 type ChallengeInput struct {
 	ClaimedDevice     string
+	ClaimedRequest    string // the request id the Workflow passed the agent (FLEETD_REQUEST)
 	ClaimedTPMVersion string
 	EKPublic, EKCert  []byte // DER SPKI; DER certificate or nil
 	AK                goattest.AttestationParameters
@@ -68,12 +71,22 @@ type Enrolled struct {
 }
 
 // EnrollChallenge answers the first round trip: the device must have an accepted request that
-// needs attestation, its TPM must be a 2.0 and its EK approved; the answer is a credential
-// activation challenge for the claimed AK, a nonce, and the sealed token.
+// needs attestation, and it must be the request the agent's Workflow carries out (a stale
+// Workflow that Tinkerbell runs late cannot enroll for a newer request: a wipe Template on an
+// owner's attest); its TPM must be a 2.0 and its EK approved. The answer is a credential
+// activation challenge for the claimed AK, a nonce, and the sealed token, which binds the
+// evidence to the same request.
 func (s *Service) EnrollChallenge(ctx context.Context, in ChallengeInput) (Challenge, Outcome, error) {
 	d, _, action, out, err := s.enrollingDevice(ctx, in.ClaimedDevice, "challenge")
 	if err != nil {
 		return Challenge{}, out, err
+	}
+	if in.ClaimedRequest != d.Owned.Request {
+		out.Check = "request_mismatch"
+		s.metrics.enrollments.WithLabelValues(string(action), "challenge", out.Check).Inc()
+		return Challenge{}, out, &Refusal{Class: RefusedConflict, Code: out.Check,
+			Msg: "the Workflow's request is not the device's current request: this Workflow is stale and must not enroll",
+			Err: fmt.Errorf("the agent named request %.64q, the device's request is %s", in.ClaimedRequest, d.Owned.Request)}
 	}
 	ch, err := s.challenge(d, in)
 	if err != nil {
@@ -88,7 +101,7 @@ func (s *Service) challenge(d Device, in ChallengeInput) (Challenge, error) {
 	if err := attest.RequireTPM20(in.ClaimedTPMVersion); err != nil {
 		return Challenge{}, err
 	}
-	ek, err := s.attest.EK.Verify(in.EKPublic, in.EKCert, d.Declared.EKHashes)
+	ek, err := s.attest.EK.Verify(in.EKPublic, in.EKCert, attest.EKApproval{SHA256: d.Declared.EKHashes, NoCertificate: d.Declared.EKCert == EKCertNone})
 	if err != nil {
 		return Challenge{}, err
 	}
@@ -140,18 +153,19 @@ func (s *Service) lookupDevice(ctx context.Context, name, step string) (Device, 
 	if errors.Is(err, ErrNotFound) {
 		out.Check = "unknown_device"
 		return Device{}, out, Refuse(RefusedNotFound, "unknown_device",
-			"NetBox has no device named %q: the Workflow must pass the device's NetBox name", name)
+			"NetBox has no device named %.64q: the Workflow must pass the device's NetBox name", name)
 	}
 	if err != nil {
-		return Device{}, out, fmt.Errorf("read device %q: %w: %w", name, ErrInventory, err)
+		return Device{}, out, fmt.Errorf("read device %.64q: %w: %w", name, ErrInventory, err)
 	}
 	return d, out, nil
 }
 
 // enrollRefused turns an attest refusal into fleet's and records it on the device: a journal
-// entry and fleet_message say why, and the request stays pending, so a stray or forged request
-// cannot end an owner's request; the real agent exits non-zero, its Workflow fails, and that
-// ends it (follow) — before anything is wiped.
+// entry and fleet_message say why, in the check's fixed sentence (never what the caller sent),
+// and the request stays pending, so a stray or forged request cannot end an owner's request; the
+// real agent exits non-zero, its Workflow fails, and that ends it (follow) — before anything is
+// wiped.
 func (s *Service) enrollRefused(ctx context.Context, d Device, out Outcome, err error) Outcome {
 	ar, ok := attest.AsRefusal(err)
 	if !ok {
@@ -160,7 +174,7 @@ func (s *Service) enrollRefused(ctx context.Context, d Device, out Outcome, err 
 	}
 	out.Check = string(ar.Check)
 	s.metrics.enrollments.WithLabelValues(string(out.Action), out.Step, string(ar.Check)).Inc()
-	msg := fmt.Sprintf("%s%s refused (%s): %s.", refusedPrefix, d.Name, ar.Check, ar.Msg)
+	msg := fmt.Sprintf("%s%s refused (%s): %s", refusedPrefix, d.Name, ar.Check, PublicSentence(string(ar.Check)))
 	if _, uerr := s.inv.Update(ctx, d.ID, Patch{Message: &msg}); uerr != nil {
 		s.log.Warn().Err(uerr).Str("device", d.Name).Msg("record attestation refusal")
 	}

@@ -11,7 +11,8 @@ import (
 
 // EnrollEvidence answers the second round trip. In order: the token (sealed by fleetd, unexpired,
 // for this device, EK and AK, and for the request still pending); the activated secret; the
-// quotes, PCRs and event log under the nonce; Secure Boot as the class requires; the LDevID key's
+// quotes, PCRs and event log under the nonce; Secure Boot as the class requires; the boot policy
+// (the verified boot's components are those of a HookOS boot the class allows); the LDevID key's
 // certification; the declared disk found exactly once. Then, for a provision only, the LDevID and
 // LAK certificates are issued in memory and the node's configuration is rendered with the LAK
 // files and validated (a configuration the OS would reject fails the request here: the
@@ -124,12 +125,21 @@ func (s *Service) verifyEvidence(d Device, class Class, in EvidenceInput) (verif
 	if err = attest.RequireSecureBoot(v.boot, class.SecureBoot == SecureBootRequired); err != nil {
 		return v, err
 	}
+	if s.attest.BootPolicy == nil {
+		return v, errNoBootPolicy
+	}
+	if err = s.attest.BootPolicy.Check(v.boot, class.Name); err != nil {
+		return v, err
+	}
 	if v.ldevid, err = attest.VerifyLDevIDKey(v.ak, v.token.Nonce, in.LDevID); err != nil {
 		return v, err
 	}
 	v.disk, err = attest.MatchDisk(d.Declared.DiskSerial, in.Disks)
 	return v, err
 }
+
+// errNoBootPolicy is fleetd's own failure: without a boot policy no enrollment is accepted.
+var errNoBootPolicy = errors.New("no boot policy is configured (attestation.boot_policy_file), so no boot can be accepted")
 
 // renderFailed ends a provision whose configuration the OS would reject: nothing is recorded,
 // served or wiped (the certificates issued for it are dropped unseen), and NetBox says why.

@@ -90,7 +90,7 @@ func NewService(cfg Config, deps Deps) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("new service: %w", err)
 	}
-	return &Service{cfg: cfg, inv: deps.Inventory, inst: deps.Installer, catalog: deps.Catalog,
+	return &Service{cfg: cfg, inv: cappedInventory{deps.Inventory}, inst: deps.Installer, catalog: deps.Catalog,
 		clock: deps.Clock, rnd: &lockedReader{r: deps.Random}, renderer: deps.Renderer, attest: deps.Attest,
 		log: deps.Logger, metrics: m}, nil
 }
@@ -120,9 +120,13 @@ type Outcome struct {
 	Detail   string
 }
 
+// maxLoggedName caps a device name in the log: a claimed one can be as long as the request body,
+// and NetBox's own names are at most 64 characters.
+const maxLoggedName = 64
+
 // MarshalZerologObject writes the outcome with fleetd's constant log keys.
 func (o Outcome) MarshalZerologObject(e *zerolog.Event) {
-	e.Str("device", o.Device).Int64("device_id", o.DeviceID).Str("class", o.Class).
+	e.Str("device", capText(o.Device, maxLoggedName)).Int64("device_id", o.DeviceID).Str("class", o.Class).
 		Str("action", string(o.Action)).Str("step", o.Step).Str("outcome", o.Result)
 	if o.Check != "" {
 		e.Str("check", o.Check)

@@ -2,6 +2,7 @@ package handlers
 
 import (
 	"net/http"
+	"strings"
 
 	"github.com/folly-infra/fleetd/api"
 	"github.com/folly-infra/fleetd/attest"
@@ -15,7 +16,7 @@ func (s *Server) challenge(w http.ResponseWriter, r *http.Request) {
 		s.nodeError(w, fleet.Outcome{Step: "challenge", Result: "refused", Check: api.CodeMalformed}, err)
 		return
 	}
-	in := fleet.ChallengeInput{ClaimedDevice: req.Device, ClaimedTPMVersion: req.TPMVersion}
+	in := fleet.ChallengeInput{ClaimedDevice: req.Device, ClaimedRequest: req.Request, ClaimedTPMVersion: req.TPMVersion}
 	if req.EK != nil {
 		in.EKPublic, in.EKCert = req.EK.Public, req.EK.Certificate
 	}
@@ -63,14 +64,25 @@ func (s *Server) evidence(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, api.EvidenceResponse{LDevIDChain: res.LDevIDChain, LAKChain: res.LAKChain, Disk: res.Disk})
 }
 
-// nodeError logs the decision line of a refused or failed node request and answers it.
+// nodeError logs the decision line of a refused or failed node request and answers it. A node
+// is told the refusal's code and its fixed sentence (fleet.PublicSentence), never the message
+// that names the values: those can be what the caller sent, or the device's declaration
+// (docs/security.md, "Claimed input"); they go to the log only.
 func (s *Server) nodeError(w http.ResponseWriter, out fleet.Outcome, err error) {
-	if r, ok := fleet.AsRefusal(err); ok && out.Check == "" {
+	r, refused := fleet.AsRefusal(err)
+	if refused && out.Check == "" {
 		out.Check = r.Code
 	}
 	s.decision(w, out, err)
+	if refused {
+		writeJSON(w, statusOf(r.Class), api.Error{Code: r.Code, Message: fleet.PublicSentence(r.Code)})
+		return
+	}
 	writeError(w, s.log(w), err)
 }
+
+// maxReason caps the reason in a decision line: a refusal's message can quote what the caller sent.
+const maxReason = 2048
 
 // decision writes the request's one decision line (STYLE habit 10).
 func (s *Server) decision(w http.ResponseWriter, out fleet.Outcome, err error) {
@@ -79,7 +91,11 @@ func (s *Server) decision(w http.ResponseWriter, out fleet.Outcome, err error) {
 	if _, refused := fleet.AsRefusal(err); err != nil && !refused {
 		ev = log.Error().Err(err)
 	} else if err != nil {
-		ev = log.Warn().Str("reason", err.Error())
+		reason := err.Error()
+		if len(reason) > maxReason {
+			reason = strings.ToValidUTF8(reason[:maxReason], "") + "…"
+		}
+		ev = log.Warn().Str("reason", reason)
 	}
 	ev.EmbedObject(out).Msg("decision")
 }

@@ -42,7 +42,7 @@ func enrollActive(t testing.TB, cat fleet.Catalog, ekSHA256 string, cfg agent.En
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.FleetdURL, cfg.Device, cfg.SysRoot, cfg.DevRoot = f.url, "node-a", sysRoot, devRoot
+	cfg.FleetdURL, cfg.Device, cfg.Request, cfg.SysRoot, cfg.DevRoot = f.url, "node-a", d.Owned.Request, sysRoot, devRoot
 	cfg.WorkflowDir, cfg.RetryWait, cfg.Log = t.TempDir(), time.Millisecond, zerolog.Nop()
 	if err := agent.Enroll(context.Background(), cfg); err != nil {
 		t.Fatalf("enroll: %v", err)

@@ -2,7 +2,9 @@ package handlers_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/netip"
 	"strings"
@@ -61,5 +63,39 @@ func TestConfigRoutes(t *testing.T) {
 	}
 	if got := f.inv.Get(12); got.Owned.State != fleet.StateActive || got.Status != fleet.StatusActive {
 		t.Errorf("after delivery: state %q status %q, want active/active", got.Owned.State, got.Status)
+	}
+}
+
+// TestConfigFetchTellsNothingOfOtherUUIDs fetches from an address no device has (127.0.0.2), once
+// with the UUID the device at 127.0.0.1 attested with and once with a UUID no device has: both
+// answers must be the same, or the answer would tell a prober which UUIDs have a configuration
+// waiting (issue 11.8); nothing is delivered.
+func TestConfigFetchTellsNothingOfOtherUUIDs(t *testing.T) {
+	d := fleettest.Declared(12, "node-a")
+	d.Address = netip.MustParsePrefix("127.0.0.1/8")
+	d.Status = fleet.StatusStaged
+	d.Owned = fleet.Owned{State: fleet.StateConfiguring, Request: "provision-k3f9x2mq", Workflow: "node-a-provision-k3f9x2mq"}
+	f := newFleetd(t, catalog(fleet.SecureBootAny), fleettest.Attested(d, machineUUID, time.Now(), time.Hour))
+	dialer := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}}
+	client := &http.Client{Transport: &http.Transport{DialContext: dialer.DialContext}}
+	answer := func(uuid string) string {
+		t.Helper()
+		resp, err := client.Get(f.url + "/v1/config/talos?uuid=" + uuid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return fmt.Sprintf("%d %s", resp.StatusCode, b)
+	}
+	waiting, nothing := answer(machineUUID), answer("00000000-0000-0000-0000-000000000000")
+	if waiting != nothing {
+		t.Errorf("the waiting UUID is answered %q, a UUID no device has %q: the answers tell them apart", waiting, nothing)
+	}
+	if !strings.HasPrefix(waiting, "404 ") || !strings.Contains(waiting, `"unknown_address"`) {
+		t.Errorf("answer %q, want 404 unknown_address", waiting)
+	}
+	if got := f.inv.Get(12); got.Owned.State != fleet.StateConfiguring {
+		t.Errorf("after the refused fetches the device is %s, want configuring (nothing delivered)", got.Owned.State)
 	}
 }

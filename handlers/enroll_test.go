@@ -77,6 +77,7 @@ func TestEnrollment(t *testing.T) {
 		tpmMajor   string
 		disks      []fakehw.Disk
 		ekHash     string // "" = the simulator's EK
+		request    string // the agent's FLEETD_REQUEST; "" = the device's current request
 		wantExit   int
 		wantState  fleet.State
 		wantJourn  string // substring of the one journal entry
@@ -97,12 +98,17 @@ func TestEnrollment(t *testing.T) {
 			ekHash: strings.Repeat("ab", 32), wantExit: agent.ExitRefused, wantState: fleet.StatePending, wantJourn: "danger: Attestation of node-a refused (ek_not_approved)"},
 		{name: "refuse/Secure Boot off where the class requires it", action: fleet.ActionProvision, log: eventlogs.Ubuntu2104NoSecureBoot,
 			cat: catalog(fleet.SecureBootRequired), wantExit: agent.ExitRefused, wantState: fleet.StatePending, wantJourn: "(secureboot_disabled)"},
+		{name: "refuse/a boot the boot policy does not allow (another kernel): nothing issued or wiped", action: fleet.ActionProvision,
+			log: eventlogs.RHEL8OtherKernel(), cat: catalog(fleet.SecureBootRequired), wantExit: agent.ExitRefused, wantState: fleet.StatePending,
+			wantJourn: "danger: Attestation of node-a refused (boot_policy)"},
 		{name: "refuse/declared disk absent", action: fleet.ActionProvision, log: sb, cat: catalog(fleet.SecureBootAny),
 			disks: []fakehw.Disk{other}, wantExit: agent.ExitRefused, wantState: fleet.StatePending, wantJourn: "(disk_absent)"},
 		{name: "refuse/declared disk present twice", action: fleet.ActionWipe, log: sb, cat: catalog(fleet.SecureBootAny),
 			disks: []fakehw.Disk{disk, twin}, wantExit: agent.ExitRefused, wantState: fleet.StatePending, wantJourn: "(disk_ambiguous)"},
 		{name: "refuse/TPM 1.2", action: fleet.ActionProvision, log: sb, cat: catalog(fleet.SecureBootAny), tpmMajor: "1",
 			wantExit: agent.ExitRefused, wantState: fleet.StatePending, wantJourn: "(tpm_unsupported)"},
+		{name: "refuse/a stale Workflow of another request enrolls for none (nothing recorded)", action: fleet.ActionAttest, log: sb,
+			cat: catalog(fleet.SecureBootAny), request: "wipe-00000000", wantExit: agent.ExitRefused, wantState: fleet.StatePending},
 		{name: "refuse/no accepted request", action: fleet.ActionProvision, state: fleet.StateActive, log: sb, cat: catalog(fleet.SecureBootAny),
 			wantExit: agent.ExitRefused, wantState: fleet.StateActive},
 		{name: "refuse/a configuration Talos would reject fails the request, nothing issued", action: fleet.ActionProvision, log: sb,
@@ -154,7 +160,11 @@ func TestEnrollment(t *testing.T) {
 				t.Fatal(err)
 			}
 			wf := t.TempDir()
-			cfg := agent.EnrollConfig{Conn: agent.Conn{FleetdURL: f.url, RetryWait: time.Millisecond}, Device: "node-a", Channel: ch,
+			request := d.Owned.Request
+			if r.request != "" {
+				request = r.request
+			}
+			cfg := agent.EnrollConfig{Conn: agent.Conn{FleetdURL: f.url, RetryWait: time.Millisecond}, Device: "node-a", Request: request, Channel: ch,
 				SysRoot: sysRoot, DevRoot: devRoot, WorkflowDir: wf, Log: zerolog.Nop()}
 			if major != "2" {
 				cfg.Channel = nil // the agent looks at the machine's TPM itself and finds a 1.2

@@ -60,6 +60,28 @@ func newAddrLimiter(l Limits) *addrLimiter {
 func (a *addrLimiter) allow(addr netip.Addr, now time.Time) (bool, time.Duration) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	r := a.bucket(addr, now).lim.ReserveN(now, 1)
+	if d := r.DelayFrom(now); d > 0 {
+		r.CancelAt(now)
+		return false, d
+	}
+	return true, 0
+}
+
+// exhausted reports whether addr has no token left, without taking one, and how long until one
+// is free.
+func (a *addrLimiter) exhausted(addr netip.Addr, now time.Time) (bool, time.Duration) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	lim := a.bucket(addr, now).lim
+	if tokens := lim.TokensAt(now); tokens < 1 {
+		return true, time.Duration((1 - tokens) / float64(lim.Limit()) * float64(time.Second))
+	}
+	return false, 0
+}
+
+// bucket is addr's bucket, made when it has none; idle buckets are swept first. The caller holds mu.
+func (a *addrLimiter) bucket(addr netip.Addr, now time.Time) *bucket {
 	if now.Sub(a.swept) > time.Minute {
 		for k, b := range a.buckets {
 			if now.Sub(b.seen) > 10*time.Minute {
@@ -74,12 +96,14 @@ func (a *addrLimiter) allow(addr netip.Addr, now time.Time) (bool, time.Duration
 		a.buckets[addr] = b
 	}
 	b.seen = now
-	r := b.lim.ReserveN(now, 1)
-	if d := r.DelayFrom(now); d > 0 {
-		r.CancelAt(now)
-		return false, d
-	}
-	return true, 0
+	return b
+}
+
+// rateLimited answers 429 with the seconds to wait.
+func rateLimited(w http.ResponseWriter, addr netip.Addr, wait time.Duration) {
+	w.Header().Set("Retry-After", strconv.Itoa(int(wait.Seconds())+1))
+	writeJSON(w, http.StatusTooManyRequests, api.Error{Code: "rate_limited",
+		Message: "too many requests from " + addr.String() + "; retry after the Retry-After seconds"})
 }
 
 // guard refuses a node-facing request that arrives over plain HTTP when TLS is configured, and one
@@ -98,9 +122,7 @@ func (s *Server) guard(rt Route, h http.Handler) http.Handler {
 			addr, err := peerAddr(r.RemoteAddr)
 			if err == nil {
 				if ok, wait := s.limiter.allow(addr, time.Now()); !ok {
-					w.Header().Set("Retry-After", strconv.Itoa(int(wait.Seconds())+1))
-					writeJSON(w, http.StatusTooManyRequests, api.Error{Code: "rate_limited",
-						Message: "too many requests from " + addr.String() + "; retry after the Retry-After seconds"})
+					rateLimited(w, addr, wait)
 					return
 				}
 			}

@@ -58,7 +58,7 @@ func provisionNode(t *testing.T, class fleet.Class) provisioned {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := agent.Enroll(context.Background(), agent.EnrollConfig{Conn: agent.Conn{FleetdURL: p.f.url, RetryWait: time.Millisecond}, Device: "node-a", Channel: ch,
+	if err := agent.Enroll(context.Background(), agent.EnrollConfig{Conn: agent.Conn{FleetdURL: p.f.url, RetryWait: time.Millisecond}, Device: "node-a", Request: "provision-k3f9x2mq", Channel: ch,
 		SysRoot: sysRoot, DevRoot: devRoot, WorkflowDir: p.workflow, Log: zerolog.Nop()}); err != nil {
 		t.Fatalf("enroll: %v", err)
 	}
@@ -164,7 +164,7 @@ func TestAttestKeepsTheNodesLAK(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := agent.Enroll(context.Background(), agent.EnrollConfig{Conn: agent.Conn{FleetdURL: p.f.url, RetryWait: time.Millisecond}, Device: "node-a", Channel: p.ch,
+	if err := agent.Enroll(context.Background(), agent.EnrollConfig{Conn: agent.Conn{FleetdURL: p.f.url, RetryWait: time.Millisecond}, Device: "node-a", Request: d.Owned.Request, Channel: p.ch,
 		SysRoot: sysRoot, DevRoot: devRoot, WorkflowDir: wf, Log: zerolog.Nop()}); err != nil {
 		t.Fatalf("attest: %v", err)
 	}
@@ -219,7 +219,7 @@ func TestProvisionWithoutLAKBlob(t *testing.T) {
 	}
 	defer ak.Close(tpm.Attest())
 	var chal api.ChallengeResponse
-	if status := postJSON(t, f.url+api.PathAttestChallenge, api.ChallengeRequest{Device: "node-a", TPMVersion: "2.0",
+	if status := postJSON(t, f.url+api.PathAttestChallenge, api.ChallengeRequest{Device: "node-a", Request: d.Owned.Request, TPMVersion: "2.0",
 		EK: &api.EK{Public: ekPub}, AK: api.NewAKParams(ak.AttestationParameters())}, &chal); status != http.StatusOK {
 		t.Fatalf("challenge: status %d", status)
 	}

@@ -4,6 +4,7 @@ import (
 	"crypto/subtle"
 	"errors"
 	"net/http"
+	"net/netip"
 	"strings"
 	"time"
 
@@ -93,18 +94,42 @@ func toJSON(v fleet.DeviceView) deviceJSON {
 }
 
 // operatorOnly checks the bearer token in constant time (docs/design.md §6: operator routes need a bearer
-// token read from a file).
+// token read from a file). Every wrong or missing token takes one of its source address's guesses
+// (Deps.OperatorGuesses); an address with none left is answered 429 before its token is looked
+// at, so that guessing is bounded however fast the guesser asks.
 func (s *Server) operatorOnly(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok || subtle.ConstantTimeCompare([]byte(tok), s.deps.OperatorToken) != 1 {
+		switch ok, addr, wait := s.operator(r); {
+		case ok:
+			h(w, r)
+		case wait > 0:
+			rateLimited(w, addr, wait)
+		default:
 			w.Header().Set("WWW-Authenticate", `Bearer realm="fleetd"`)
 			writeJSON(w, http.StatusUnauthorized, api.Error{Code: "unauthorized",
 				Message: "operator routes need Authorization: Bearer <the token in operator.token_file>"})
-			return
 		}
-		h(w, r)
 	}
+}
+
+// operator reports whether r carries the operator token. When it does not, or the source
+// address has no guess left, wait is how long the address must wait (0: answer 401).
+func (s *Server) operator(r *http.Request) (ok bool, addr netip.Addr, wait time.Duration) {
+	addr, err := peerAddr(r.RemoteAddr)
+	now := time.Now()
+	if err == nil {
+		if out, wait := s.guesses.exhausted(addr, now); out {
+			return false, addr, wait
+		}
+	}
+	tok, bearer := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if bearer && subtle.ConstantTimeCompare([]byte(tok), s.deps.OperatorToken) == 1 {
+		return true, addr, 0
+	}
+	if err == nil {
+		s.guesses.allow(addr, now)
+	}
+	return false, addr, 0
 }
 
 func (s *Server) listDevices(w http.ResponseWriter, r *http.Request) {

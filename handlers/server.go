@@ -37,12 +37,16 @@ type Deps struct {
 	NodesNeedTLS bool
 	// NodeLimits rate-limits node-facing routes per source address.
 	NodeLimits Limits
+	// OperatorGuesses bounds the wrong or missing operator tokens one source address may present
+	// (operator routes, and /readyz's detail); zero takes 10 at once, then 10 a minute.
+	OperatorGuesses Limits
 }
 
 // Server is fleetd's HTTP handler.
 type Server struct {
 	deps    Deps
 	limiter *addrLimiter
+	guesses *addrLimiter
 	handler http.Handler
 }
 
@@ -51,7 +55,10 @@ func New(deps Deps) (*Server, error) {
 	if len(deps.OperatorToken) == 0 {
 		return nil, errors.New("new handlers: no operator token (operator.token_file)")
 	}
-	s := &Server{deps: deps, limiter: newAddrLimiter(deps.NodeLimits)}
+	if deps.OperatorGuesses.PerMinute <= 0 {
+		deps.OperatorGuesses = Limits{PerMinute: 10, Burst: 10}
+	}
+	s := &Server{deps: deps, limiter: newAddrLimiter(deps.NodeLimits), guesses: newAddrLimiter(deps.OperatorGuesses)}
 	byName := map[string]http.Handler{
 		"webhook":           deps.Webhooks.Handler("inventory"),
 		"webhook-provision": deps.Webhooks.Handler("provision"),
@@ -122,19 +129,34 @@ func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
-// readyz asks every dependency with a short timeout and names the ones that failed.
+// readyz asks every dependency with a short timeout and names the ones that failed. Their errors
+// (NetBox's URL, the API server's answer) are told only to a caller with the operator token, and
+// logged; anyone else learns which dependency failed, not how.
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
 	defer cancel()
 	failed := map[string]string{}
+	var names []string
+	log := s.log(w)
 	for _, c := range s.deps.Ready {
 		if err := c.Check(ctx); err != nil {
 			failed[c.Name] = err.Error()
+			names = append(names, c.Name)
+			log.Warn().Err(err).Str("dependency", c.Name).Msg("not ready")
 		}
 	}
-	if len(failed) > 0 {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "not ready", "failed": failed})
+	if len(failed) == 0 {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	body := map[string]any{"status": "not ready", "failed": names}
+	if r.Header.Get("Authorization") != "" {
+		if ok, addr, wait := s.operator(r); ok {
+			body["errors"] = failed
+		} else if wait > 0 {
+			rateLimited(w, addr, wait)
+			return
+		}
+	}
+	writeJSON(w, http.StatusServiceUnavailable, body)
 }

@@ -73,7 +73,7 @@ func toDevice(d deviceJSON, macs []fleet.MAC, version string) (fleet.Device, err
 	}
 	dev.Declared = fleet.Declaration{Class: cf(CFClass), DiskSerial: cf(CFDiskSerial),
 		EKHashes: splitHashes(cf(CFEKSHA256)), TPM: fleet.TPMVersion(cf(CFTPM)),
-		DesiredAction: fleet.Action(cf(CFDesiredAction))}
+		EKCert: fleet.EKCert(cf(CFEKCertificate)), DesiredAction: fleet.Action(cf(CFDesiredAction))}
 	dev.Owned = fleet.Owned{State: fleet.State(cf(CFState)), Message: cf(CFMessage), Request: cf(CFRequest),
 		Workflow: cf(CFWorkflow), LDevIDSerial: cf(CFLDevIDSerial), LAKSerial: cf(CFLAKSerial),
 		BootBaseline: cf(CFBootBaseline), BootCheck: fleet.BootCheck(cf(CFBootCheck))}

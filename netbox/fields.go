@@ -15,6 +15,7 @@ const (
 	CFDiskSerial    = "disk_serial"
 	CFEKSHA256      = "ek_sha256"
 	CFTPM           = "tpm"
+	CFEKCertificate = "ek_certificate"
 	CFDesiredAction = "desired_action"
 	// Written by fleetd.
 	CFState         = "fleet_state"
@@ -59,6 +60,7 @@ func fleetdFields() []fleetdField {
 		{name: CFDiskSerial, typ: "text"},
 		{name: CFEKSHA256, typ: "text"},
 		{name: CFTPM, typ: "select", choices: []string{string(fleet.TPM20), string(fleet.TPM12)}},
+		{name: CFEKCertificate, typ: "select", choices: strs(fleet.EKCerts)},
 		{name: CFDesiredAction, typ: "select", choices: strs(fleet.DesiredActions)},
 		{name: CFState, typ: "select", written: true, choices: strs(fleet.States)},
 		{name: CFMessage, typ: "text", written: true},

@@ -31,7 +31,9 @@ func refuse(template, format string, args ...any) *RefusedError {
 
 // AgentActionEnv marks the fleetd agent: the first action of every Template fleetd runs must
 // carry FLEETD_ACTION=enroll in its environment (task environment merged with the action's), and
-// FLEETD_URL and FLEETD_DEVICE rendered to this Workflow's fleetd_url and device_name. An
+// FLEETD_URL, FLEETD_DEVICE and FLEETD_REQUEST rendered to this Workflow's fleetd_url,
+// device_name and request (fleetd refuses an enrollment for another request than the device's
+// current one, so a stale Workflow run late cannot enroll for a newer request). An
 // explicit marker, rather than a guess from the image name, keeps working when the image is
 // mirrored under another name, and states the Template author's intent: no later action (a wipe)
 // may run unless the agent has attested the machine first (docs/design.md §1 step 4).
@@ -40,6 +42,7 @@ const (
 	AgentActionValue = "enroll"
 	AgentURLEnv      = "FLEETD_URL"
 	AgentDeviceEnv   = "FLEETD_DEVICE"
+	AgentRequestEnv  = "FLEETD_REQUEST"
 )
 
 // CheckTemplate applies fleetd's own requirements to a rendered Template, beyond what
@@ -49,7 +52,7 @@ const (
 //   - exactly one task, whose worker is the device's MAC (hardwareMap device_1), or no worker
 //     would ever be served the Workflow;
 //   - the first action is the fleetd agent (AgentActionEnv) talking to this fleetd about this
-//     device.
+//     device and this request.
 //
 // The error is a *RefusedError naming the first problem.
 func CheckTemplate(name string, r Rendered, hardwareMap map[string]string) error {
@@ -80,6 +83,10 @@ func CheckTemplate(name string, r Rendered, hardwareMap map[string]string) error
 		return refuse(name, "first action %s has %s=%q and %s=%q, want %q and %q: write {{.%s}} and {{.%s}}", first.Name,
 			AgentURLEnv, env[AgentURLEnv], AgentDeviceEnv, env[AgentDeviceEnv],
 			hardwareMap[MapFleetdURL], hardwareMap[MapDeviceName], MapFleetdURL, MapDeviceName)
+	}
+	if env[AgentRequestEnv] != hardwareMap[MapRequest] {
+		return refuse(name, "first action %s has %s=%q, want %q: write %s: \"{{.%s}}\" so that the agent enrolls for this Workflow's request only",
+			first.Name, AgentRequestEnv, env[AgentRequestEnv], hardwareMap[MapRequest], AgentRequestEnv, MapRequest)
 	}
 	return nil
 }

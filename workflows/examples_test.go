@@ -64,8 +64,8 @@ func TestExampleTemplates(t *testing.T) {
 			var names []string
 			for _, a := range tinkerbell.Actions(wf) {
 				names = append(names, a.Name)
-				if a.Timeout <= 0 || a.Env["FLEETD_DEVICE"] != d.Name {
-					t.Errorf("action %s: timeout %s, FLEETD_DEVICE %q", a.Name, a.Timeout, a.Env["FLEETD_DEVICE"])
+				if a.Timeout <= 0 || a.Env["FLEETD_DEVICE"] != d.Name || a.Env["FLEETD_REQUEST"] != s.Request {
+					t.Errorf("action %s: timeout %s, FLEETD_DEVICE %q, FLEETD_REQUEST %q", a.Name, a.Timeout, a.Env["FLEETD_DEVICE"], a.Env["FLEETD_REQUEST"])
 				}
 			}
 			if strings.Join(names, ",") != strings.Join(tc.actions, ",") {

@@ -213,6 +213,8 @@ func TestInstallRefusals(t *testing.T) {
 		{name: "refuse/action-timeout-missing", template: replace("        timeout: 300\n", ""), want: "action fleetd-enroll has timeout 0"},
 		{name: "refuse/first-action-not-agent", template: replace("FLEETD_ACTION: enroll", "FLEETD_ACTION: skip"), want: "is not the fleetd agent"},
 		{name: "refuse/agent-for-another-device", template: replace(`FLEETD_DEVICE: "{{.device_name}}"`, `FLEETD_DEVICE: "node-z"`), want: `FLEETD_DEVICE="node-z"`},
+		{name: "refuse/agent-without-the-request", template: replace(`      FLEETD_REQUEST: "{{.request}}"`+"\n", ""), want: `FLEETD_REQUEST=""`},
+		{name: "refuse/agent-for-another-request", template: replace(`FLEETD_REQUEST: "{{.request}}"`, `FLEETD_REQUEST: "wipe-00000000"`), want: `FLEETD_REQUEST="wipe-00000000", want "wipe-rrrrrrrr"`},
 		{name: "refuse/worker-not-the-mac", template: replace(`worker: "{{.device_1}}"`, `worker: "aa:bb:cc:dd:ee:ff"`), want: "want the device's MAC"},
 		{name: "refuse/bad-image", template: replace("docker.io/library/alpine:3.20", "Not An Image"), want: "not a container reference"},
 		{name: "refuse/two-tasks", template: agentTemplate + "  - name: second\n    worker: \"{{.device_1}}\"\n    actions: []\n", want: "2 tasks"},

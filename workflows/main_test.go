@@ -90,6 +90,7 @@ tasks:
     environment:
       FLEETD_URL: "{{.fleetd_url}}"
       FLEETD_DEVICE: "{{.device_name}}"
+      FLEETD_REQUEST: "{{.request}}"
     actions:
       - name: fleetd-enroll
         image: ghcr.io/folly-infra/fleetd-agent:v0.1.0

@@ -123,7 +123,7 @@ func machine(ctx context.Context, dir string, args []string, stdout, stderr io.W
 	fs := flag.NewFlagSet("machine", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: fleetsim machine NAME netboot|boot|boot-check [--event-log rhel8|cos85|ubuntu-no-secure-boot|ubuntu-no-dbx|FILE]")
+		fmt.Fprintln(stderr, "usage: fleetsim machine NAME netboot|boot|boot-check [--event-log rhel8|rhel8-other-kernel|cos85|ubuntu-no-secure-boot|ubuntu-no-dbx|FILE]")
 		fs.PrintDefaults()
 	}
 	logName := fs.String("event-log", "", "the boot the firmware measures at this power-on (default: the machine's recorded boot, rhel8); another one models a changed boot")
@@ -161,6 +161,8 @@ func eventLog(name string) ([]byte, error) {
 	switch name {
 	case "rhel8":
 		return eventlogs.RHEL8SecureBoot, nil
+	case "rhel8-other-kernel": // a netboot the stack's boot policy refuses (boot_policy)
+		return eventlogs.RHEL8OtherKernel(), nil
 	case "cos85":
 		return eventlogs.COS85SecureBoot, nil
 	case "ubuntu-no-secure-boot":

@@ -5,11 +5,13 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 
 	"gopkg.in/yaml.v3"
 
 	"github.com/folly-infra/fleetd/config"
+	"github.com/folly-infra/fleetd/dev/swtpm/eventlogs"
 )
 
 // fleetdConfig is what the stack's fleetd.yaml is made from.
@@ -22,9 +24,9 @@ type fleetdConfig struct {
 	talosEndpoint string
 }
 
-// writeFleetdConfig copies examples/classes.json into the state directory and writes fleetd.yaml
-// next to it, every path absolute, then loads it as `fleetd serve` will, so a mistake is
-// reported here with fleetd's own words.
+// writeFleetdConfig copies examples/classes.json into the state directory, learns the boot
+// policy, and writes fleetd.yaml next to them, every path absolute, then loads it as `fleetd
+// serve` will, so a mistake is reported here with fleetd's own words.
 func writeFleetdConfig(p paths, c fleetdConfig) error {
 	classes, err := os.ReadFile(filepath.Join(c.opts.Root, "examples", "classes.json"))
 	if err != nil {
@@ -32,6 +34,9 @@ func writeFleetdConfig(p paths, c fleetdConfig) error {
 	}
 	if err := os.WriteFile(p.classes, classes, 0o644); err != nil {
 		return fmt.Errorf("write classes.json: %w", err)
+	}
+	if err := learnBootPolicy(p, c.opts.FleetdBinary); err != nil {
+		return err
 	}
 	public, err := url.Parse(c.fleetdURL)
 	if err != nil {
@@ -52,7 +57,7 @@ func writeFleetdConfig(p paths, c fleetdConfig) error {
 		"classes_file":  p.classes,
 		"webhooks_file": p.webhooks,
 		"attestation": map[string]any{"ek_policy": "hash+cert", "ek_ca_bundle": p.ekBundle,
-			"token_key_file": p.tokenKey, "token_lifetime": "10m"},
+			"token_key_file": p.tokenKey, "token_lifetime": "10m", "boot_policy_file": p.bootPolicy},
 		"pki": map[string]any{
 			"ldevid": map[string]any{"cert": p.ldevidCert, "key": p.ldevidKey, "lifetime": "2160h"},
 			"lak":    map[string]any{"cert": p.lakCert, "key": p.lakKey, "lifetime": "2160h"},
@@ -77,6 +82,23 @@ func writeFleetdConfig(p paths, c fleetdConfig) error {
 	}
 	if _, err := config.Load(p.fleetdConfig); err != nil {
 		return fmt.Errorf("check the stack's fleetd.yaml: %w", err)
+	}
+	return nil
+}
+
+// learnBootPolicy writes the stack's boot policy as an operator does (docs/security.md): the
+// real `fleetd policy learn` from a known-good netboot's event log, which for the simulated
+// machines is the recorded boot their swtpm replays at every power-on (machinefs.go). A machine
+// netbooted with another log (`--event-log`) is then refused as boot_policy.
+func learnBootPolicy(p paths, fleetd string) error {
+	logFile := filepath.Join(p.dir, "hookos-event-log")
+	if err := os.WriteFile(logFile, eventlogs.RHEL8SecureBoot, 0o644); err != nil {
+		return fmt.Errorf("write the netboot's event log: %w", err)
+	}
+	out, err := exec.Command(fleetd, "policy", "learn", "--policy", p.bootPolicy, "--event-log", logFile,
+		"--name", "fleetsim HookOS (the recorded RHEL 8 boot)").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("fleetd policy learn: %w: %s", err, out)
 	}
 	return nil
 }

@@ -32,6 +32,7 @@ var lifecycleDevices = []stack.SeedDevice{
 	{Name: "life-retire", Class: "nixos-builder"},
 	{Name: "refuse-two-disks", Class: "talos-worker", DuplicateDisk: true},
 	{Name: "refuse-foreign-ek", Class: "talos-worker", ForeignEK: true},
+	{Name: "refuse-other-kernel", Class: "talos-worker"}, // netboots a kernel the boot policy does not allow
 	{Name: "bench-netboot", Class: "talos-worker"}, // BenchmarkNetboot's own machine
 }
 
@@ -291,16 +292,20 @@ func copyDir(t testing.TB, src, dst string) string {
 // (no disk file, no wipe) and the request fails with the reason (docs/design.md §1 step 4, §4).
 func TestMachineRefusedAtEnrollment(t *testing.T) {
 	needStack(t)
-	tests := []struct{ name, device, reason string }{
-		{"refuse/two-disks-with-the-serial", "refuse-two-disks", "2 disks have the declared serial"},
-		{"refuse/ek-not-approved", "refuse-foreign-ek", "is not among the device's approved ek_sha256"},
+	tests := []struct {
+		name, device, reason string
+		boot                 []byte // the netboot's event log; nil is the machine's own (the policy's)
+	}{
+		{"refuse/two-disks-with-the-serial", "refuse-two-disks", "(disk_ambiguous): More than one disk of the machine has the declared disk_serial", nil},
+		{"refuse/ek-not-approved", "refuse-foreign-ek", "(ek_not_approved): The machine's EK is not among the device's approved ek_sha256", nil},
+		{"refuse/a-kernel-the-boot-policy-does-not-allow", "refuse-other-kernel", "(boot_policy): The verified boot is not one the boot policy allows", eventlogs.RHEL8OtherKernel()},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			ask(t, tc.device, "provision")
 			d := accepted(t, tc.device)
-			err := step(t, stack.Netboot, tc.device, stack.StepOptions{})
+			err := step(t, stack.Netboot, tc.device, stack.StepOptions{EventLog: tc.boot})
 			if err == nil || !strings.Contains(err.Error(), "fleetd-enroll FAILED") {
 				t.Fatalf("netboot = %v, want the enrollment to fail", err)
 			}

@@ -22,6 +22,8 @@ type paths struct {
 
 	secrets, netboxToken, adminToken, webhookSecret, operatorToken, tokenKey, talosSecrets string
 
+	bootPolicy string
+
 	ca, ldevidCert, ldevidKey, lakCert, lakKey, ekBundle, ekCA string
 
 	fleetdCA, fleetdTLSCert, fleetdTLSKey string
@@ -37,6 +39,7 @@ func newPaths(dir string) paths {
 		secrets: j("secrets"), netboxToken: j("secrets", "netbox-token"), adminToken: j("secrets", "netbox-admin-token"),
 		webhookSecret: j("secrets", "webhook-secret"), operatorToken: j("secrets", "operator-token"),
 		tokenKey: j("secrets", "attestation-token-key"), talosSecrets: j("secrets", "talos-secrets.yaml"),
+		bootPolicy: j("boot-policy.json"),
 		ca: j("ca"), ldevidCert: j("ca", "ldevid.pem"), ldevidKey: j("ca", "ldevid.key"),
 		lakCert: j("ca", "lak.pem"), lakKey: j("ca", "lak.key"), ekBundle: j("ca", "ek.pem"), ekCA: j("ekca"),
 		fleetdCA: j("ca", "fleetd.pem"), fleetdTLSCert: j("secrets", "fleetd-tls.pem"), fleetdTLSKey: j("secrets", "fleetd-tls.key"),

@@ -6,6 +6,8 @@ package handlerstest
 
 import (
 	"crypto/rand"
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -16,6 +18,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/folly-infra/fleetd/attest"
+	"github.com/folly-infra/fleetd/dev/swtpm/eventlogs"
 	"github.com/folly-infra/fleetd/fleet"
 	"github.com/folly-infra/fleetd/fleet/fleettest"
 	"github.com/folly-infra/fleetd/handlers"
@@ -29,6 +32,9 @@ type Config struct {
 	Devices       []fleet.Device // NetBox's devices
 	EKPolicy      attest.EKPolicy
 	EKBundle      []byte        // manufacturer CAs, for hash+cert
+	// BootPolicy is the HookOS boots that may enroll; default: the boot of every recorded event
+	// log of dev/swtpm/eventlogs (RecordedBoots).
+	BootPolicy *attest.BootPolicy
 	TokenLifetime time.Duration // enrollment tokens and boot-check nonces; default one minute
 	// Gateway is the nodes' gateway the renderer knows; default 10.0.0.1, or 127.0.0.254 when
 	// the first device is on the loopback network (a device this test client, at 127.0.0.1, is).
@@ -83,6 +89,11 @@ func New(tb testing.TB, cfg Config) *Fleetd {
 	must(err)
 	f.Attest.Issuer, err = pki.NewIssuer(pki.IssuerConfig{LDevID: f.LDevIDCA, LAK: f.LAKCA, LDevIDLifetime: time.Hour, LAKLifetime: time.Hour, Rand: rand.Reader, Now: time.Now})
 	must(err)
+	f.Attest.BootPolicy = cfg.BootPolicy
+	if f.Attest.BootPolicy == nil {
+		f.Attest.BootPolicy = BootPolicy(tb, "", eventlogs.RHEL8SecureBoot, eventlogs.COS85SecureBoot,
+			eventlogs.Ubuntu2104NoSecureBoot, eventlogs.Ubuntu2104NoDBX)
+	}
 	f.Attest.EK, err = attest.NewEKVerifier(attest.EKVerifierConfig{Policy: cfg.EKPolicy, BundlePEM: cfg.EKBundle, Now: time.Now})
 	must(err)
 	key := make([]byte, attest.TokenKeySize)
@@ -113,4 +124,27 @@ func New(tb testing.TB, cfg Config) *Fleetd {
 	tb.Cleanup(srv.Close)
 	f.URL = srv.URL
 	return f
+}
+
+// BootPolicy is a boot policy that allows the boots of the given event logs, learned as `fleetd
+// policy learn` learns them, for the fleet (class "") or for one class.
+func BootPolicy(tb testing.TB, class string, logs ...[]byte) *attest.BootPolicy {
+	tb.Helper()
+	var f attest.BootPolicyFile
+	for i, l := range logs {
+		c, err := attest.LearnBoot(l)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		f.Learn(class, fmt.Sprintf("recorded boot %d", i+1), c)
+	}
+	b, err := json.Marshal(f)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	p, err := attest.ParseBootPolicy(b)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return p
 }

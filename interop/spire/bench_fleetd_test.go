@@ -73,7 +73,7 @@ func BenchmarkFleetdEnrollmentSteps(b *testing.B) {
 	f, ch, ev := x.m.fleetd, x.challenge, x.evidence
 	hashes := f.device.Declared.EKHashes
 	binding := attest.Binding{DeviceID: deviceID, Device: deviceName, ApprovedEKs: hashes, ClaimedAKPublic: x.platform.Public}
-	ek, err := f.ek.Verify(ch.EK.Public, ch.EK.Certificate, hashes)
+	ek, err := f.ek.Verify(ch.EK.Public, ch.EK.Certificate, attest.EKApproval{SHA256: hashes})
 	must(b, err)
 	tok, err := f.tokens.Open(ev.Token, binding)
 	must(b, err)
@@ -84,7 +84,10 @@ func BenchmarkFleetdEnrollmentSteps(b *testing.B) {
 	must(b, err)
 	id := pki.Identity{DeviceName: deviceName, DeviceSerial: "SN-1", HWSerialNum: tok.Claims().HWSerialNum}
 	runSteps(b, []step{
-		{"ek-hash+cert", func() error { _, err := f.ek.Verify(ch.EK.Public, ch.EK.Certificate, hashes); return err }},
+		{"ek-hash+cert", func() error {
+			_, err := f.ek.Verify(ch.EK.Public, ch.EK.Certificate, attest.EKApproval{SHA256: hashes})
+			return err
+		}},
 		{"ak-challenge", func() error { _, err := attest.NewAKChallenge(ek, ch.AK.Attest(), rand.Reader); return err }},
 		{"token-open+activation", func() error {
 			t, err := f.tokens.Open(ev.Token, binding)

@@ -122,7 +122,7 @@ func enroll(tb testing.TB) *enrolled {
 	must(tb, err)
 	wf := filepath.Join(root, "workflow")
 	must(tb, os.Mkdir(wf, 0o755))
-	err = agent.Enroll(context.Background(), agent.EnrollConfig{Conn: agent.Conn{FleetdURL: f.url, RetryWait: time.Millisecond}, Device: deviceName, TPM: inst.Spec(), EventLog: logFile,
+	err = agent.Enroll(context.Background(), agent.EnrollConfig{Conn: agent.Conn{FleetdURL: f.url, RetryWait: time.Millisecond}, Device: deviceName, Request: request, TPM: inst.Spec(), EventLog: logFile,
 		SysRoot: sysRoot, DevRoot: devRoot, WorkflowDir: wf, Log: zerolog.Nop()})
 	if err != nil {
 		tb.Fatalf("fleetd enroll: %v (exit %d)", err, agent.ExitCode(err))
