@@ -105,8 +105,8 @@ func TestBootComponentsLeaveOutTheCommandLine(t *testing.T) {
 	}
 	c := attest.NewBootComponents([]ga.Event{
 		{Index: 4, Type: ga.EventType(0x80000003), Digest: []byte{0x01}},
-		tagged(0x8F3B22EC, 0x02), // Linux initrd
-		tagged(0x8F3B22ED, 0x03), // LOADED_IMAGE::LoadOptions
+		tagged(0x8F3B22EC, 0x02),                                   // Linux initrd
+		tagged(0x8F3B22ED, 0x03),                                   // LOADED_IMAGE::LoadOptions
 		{Index: 8, Type: ga.EventType(0x0d), Digest: []byte{0x04}}, // grub's command line
 	})
 	if strings.Join(c.EFIApplications, ",") != "01" || strings.Join(c.LoadedFiles, ",") != "02" {

@@ -15,14 +15,21 @@ import (
 	"github.com/folly-infra/fleetd/fleet/fleettest"
 )
 
-// TestConfigRoutes serves a pending configuration over HTTP: once, to the attested UUID from the
-// device's address (the test client is 127.0.0.1), with the documented refusals.
-func TestConfigRoutes(t *testing.T) {
+// attestedTalos is fleetd with node-a (12) at 127.0.0.1 configuring, attested with machineUUID.
+func attestedTalos(t *testing.T) *fleetdUnderTest {
+	t.Helper()
 	d := fleettest.Declared(12, "node-a")
 	d.Address = netip.MustParsePrefix("127.0.0.1/8")
 	d.Status = fleet.StatusStaged
 	d.Owned = fleet.Owned{State: fleet.StateConfiguring, Request: "provision-k3f9x2mq", Workflow: "node-a-provision-k3f9x2mq"}
 	f := newFleetd(t, catalog(fleet.SecureBootAny), fleettest.Attested(d, machineUUID, time.Now(), time.Hour))
+	return f
+}
+
+// TestConfigRoutes serves a pending configuration over HTTP: once, to the attested UUID from the
+// device's address (the test client is 127.0.0.1), with the documented refusals.
+func TestConfigRoutes(t *testing.T) {
+	f := attestedTalos(t)
 	get := func(path string) (int, string, map[string]string) {
 		t.Helper()
 		resp, err := http.Get(f.url + path)
@@ -71,11 +78,7 @@ func TestConfigRoutes(t *testing.T) {
 // answers must be the same, or the answer would tell a prober which UUIDs have a configuration
 // waiting (issue 11.8); nothing is delivered.
 func TestConfigFetchTellsNothingOfOtherUUIDs(t *testing.T) {
-	d := fleettest.Declared(12, "node-a")
-	d.Address = netip.MustParsePrefix("127.0.0.1/8")
-	d.Status = fleet.StatusStaged
-	d.Owned = fleet.Owned{State: fleet.StateConfiguring, Request: "provision-k3f9x2mq", Workflow: "node-a-provision-k3f9x2mq"}
-	f := newFleetd(t, catalog(fleet.SecureBootAny), fleettest.Attested(d, machineUUID, time.Now(), time.Hour))
+	f := attestedTalos(t)
 	dialer := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}}
 	client := &http.Client{Transport: &http.Transport{DialContext: dialer.DialContext}}
 	answer := func(uuid string) string {

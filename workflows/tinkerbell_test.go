@@ -105,7 +105,7 @@ func TestSimulatedControllerBlocks(t *testing.T) {
 			Spec: tinkv1.WorkflowSpec{TemplateRef: s.Template, HardwareRef: s.Device.Name, HardwareMap: map[string]string(nil),
 				BootOptions: tinkv1.BootOptions{BootMode: tinkv1.BootModeNetboot}}}
 		wf.Spec.HardwareMap = map[string]string{"device_1": "3c:ec:ef:4c:4f:54", "fleetd_url": "u", "device_name": "d",
-			"action": "wipe", "disk_serial": "s", "global_timeout": "60"}
+			"action": "wipe", "disk_serial": "s", "global_timeout": "60", "request": "wipe-nobmc000"}
 		if err := e.c.Create(ctx, wf); err != nil {
 			t.Fatal(err)
 		}

@@ -33,7 +33,7 @@ var lifecycleDevices = []stack.SeedDevice{
 	{Name: "refuse-two-disks", Class: "talos-worker", DuplicateDisk: true},
 	{Name: "refuse-foreign-ek", Class: "talos-worker", ForeignEK: true},
 	{Name: "refuse-other-kernel", Class: "talos-worker"}, // netboots a kernel the boot policy does not allow
-	{Name: "bench-netboot", Class: "talos-worker"}, // BenchmarkNetboot's own machine
+	{Name: "bench-netboot", Class: "talos-worker"},       // BenchmarkNetboot's own machine
 }
 
 // step runs a machine step with its output in the test log.

@@ -28,13 +28,13 @@ import (
 
 // Config says what the fleetd under test knows.
 type Config struct {
-	Catalog       fleet.Catalog  // default fleettest.Catalog()
-	Devices       []fleet.Device // NetBox's devices
-	EKPolicy      attest.EKPolicy
-	EKBundle      []byte        // manufacturer CAs, for hash+cert
+	Catalog  fleet.Catalog  // default fleettest.Catalog()
+	Devices  []fleet.Device // NetBox's devices
+	EKPolicy attest.EKPolicy
+	EKBundle []byte // manufacturer CAs, for hash+cert
 	// BootPolicy is the HookOS boots that may enroll; default: the boot of every recorded event
 	// log of dev/swtpm/eventlogs (RecordedBoots).
-	BootPolicy *attest.BootPolicy
+	BootPolicy    *attest.BootPolicy
 	TokenLifetime time.Duration // enrollment tokens and boot-check nonces; default one minute
 	// Gateway is the nodes' gateway the renderer knows; default 10.0.0.1, or 127.0.0.254 when
 	// the first device is on the loopback network (a device this test client, at 127.0.0.1, is).
