@@ -63,7 +63,19 @@ func BenchmarkEnrollmentSteps(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	boot, err := attest.VerifyPlatform(ak, s.a1.nonce, s.c2.platform)
+	if err != nil {
+		b.Fatal(err)
+	}
+	learned, err := attest.LearnBoot(s.c2.platform.EventLog)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var pf attest.BootPolicyFile
+	pf.Learn("", "bench", learned)
+	policy := policyOf(b, pf)
 	steps := map[string]func() error{
+		"boot-policy": func() error { return policy.Check(boot, "talos-worker") },
 		"ek-hash+cert": func() error {
 			_, err := s.v.ek.Verify(s.c1.ekPub, s.c1.ekCert, attest.EKApproval{SHA256: d.ekHashes})
 			return err

@@ -22,7 +22,7 @@ func bootOf(t *testing.T, log []byte) *attest.VerifiedBoot {
 	return &attest.VerifiedBoot{Events: el.Events(ga.HashSHA256)}
 }
 
-func policyOf(t *testing.T, f attest.BootPolicyFile) *attest.BootPolicy {
+func policyOf(t testing.TB, f attest.BootPolicyFile) *attest.BootPolicy {
 	t.Helper()
 	b, err := json.Marshal(f)
 	if err != nil {
