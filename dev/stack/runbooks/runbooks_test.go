@@ -169,7 +169,7 @@ func TestOperatorDocs(t *testing.T) {
 }
 
 // TestFleetdCheckDoc runs docs/operate.md's `fleetd check` line as written in a copy of what the
-// infrastructure repo holds (the example fleetd.yaml and classes.json, netbox-webhooks.yaml),
+// infrastructure repo holds (the example fleetd.yaml, classes.json and boot-policy.json, netbox-webhooks.yaml),
 // with fleetd on PATH.
 func TestFleetdCheckDoc(t *testing.T) {
 	needStack(t)
@@ -185,7 +185,8 @@ func TestFleetdCheckDoc(t *testing.T) {
 		t.Fatal("docs/operate.md shows no fleetd check command")
 	}
 	repo := t.TempDir()
-	for from, to := range map[string]string{"examples/fleetd.yaml": "fleetd.yaml", "examples/classes.json": "classes.json", "netbox-webhooks.yaml": "netbox-webhooks.yaml"} {
+	for from, to := range map[string]string{"examples/fleetd.yaml": "fleetd.yaml", "examples/classes.json": "classes.json", "netbox-webhooks.yaml": "netbox-webhooks.yaml",
+		"examples/boot-policy.json": "boot-policy.json"} {
 		b, err := os.ReadFile(filepath.Join(root, from))
 		if err != nil {
 			t.Fatal(err)
