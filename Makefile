@@ -86,10 +86,12 @@ fuzz: deps ## run every fuzz target for FUZZTIME each (default 30s); failures la
 	  $(GO) test $$pkg -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) || exit 1; done
 
 LOAD_DEVICES ?= 1000
+# The NetBox emulator's added latency per request in the load test, e.g. 25ms (a real NetBox's pace).
+LOAD_NETBOX_LATENCY ?= 0s
 
 .PHONY: load
 load: deps ## the load test: LOAD_DEVICES (default 1,000) machines, 500-request webhook storms, every boot check (tens of minutes)
-	FLEETD_LOAD=1 LOAD_DEVICES=$(LOAD_DEVICES) $(GO) test -count=1 -timeout 0 -v -run '^TestLoad$$' ./dev/stack/load
+	FLEETD_LOAD=1 LOAD_DEVICES=$(LOAD_DEVICES) LOAD_NETBOX_LATENCY=$(LOAD_NETBOX_LATENCY) $(GO) test -count=1 -timeout 0 -v -run '^TestLoad$$' ./dev/stack/load
 
 .PHONY: vet
 vet: deps ## go vet (both modules)

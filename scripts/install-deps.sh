@@ -13,6 +13,8 @@
 #   systemd             systemd-analyze, which verifies the units (the deploy tests fail without it)
 #   cloud-init          the real cloud-init that validates the cloud-init classes and fleetd's NoCloud seeds
 #   jq, curl            the docs' commands, which the runbook test runs as written
+#   python3-pynetbox    pynetbox, a real NetBox client that drives the NetBox emulator in its tests
+#                       (under Debian's /usr/bin/python3, which sees Debian's Python packages)
 set -eu
 need=""
 have_cmd() { command -v "$1" >/dev/null 2>&1; }
@@ -30,6 +32,7 @@ have_cmd systemd-analyze || need="$need systemd"
 have_cmd cloud-init || need="$need cloud-init"
 have_cmd jq || need="$need jq"
 have_cmd curl || need="$need curl"
+/usr/bin/python3 -c 'import pynetbox' >/dev/null 2>&1 || need="$need python3-pynetbox"
 [ -z "$need" ] && exit 0
 
 echo "install-deps: installing missing Debian packages:$need" >&2

@@ -56,11 +56,12 @@ func startStack(ctx context.Context, cmd, dir string, args []string, stdout, std
 	root := fs.String("root", "", "the fleetd checkout (default: the module root above the working directory)")
 	interval := fs.Duration("reconcile-interval", 30*time.Second, "fleetd's periodic reconcile interval (at least 5s)")
 	level := fs.String("log-level", "info", "fleetd's log level (debug, info, warn, error)")
+	latency := fs.Duration("netbox-latency", 0, "added to every NetBox emulator answer, e.g. 25ms (a real NetBox's pace)")
 	if err := fs.Parse(args); err != nil {
 		return nil, 2
 	}
-	if fs.NArg() > 0 || *extra < 0 {
-		fmt.Fprintf(stderr, "fleetsim %s: takes only flags, and --extra-devices must not be negative\n", cmd)
+	if fs.NArg() > 0 || *extra < 0 || *latency < 0 {
+		fmt.Fprintf(stderr, "fleetsim %s: takes only flags, and --extra-devices and --netbox-latency must not be negative\n", cmd)
 		return nil, 2
 	}
 	bin, err := fleetdBinary(*fleetdBin)
@@ -77,7 +78,7 @@ func startStack(ctx context.Context, cmd, dir string, args []string, stdout, std
 	fmt.Fprintf(stdout, "fleetsim: starting the stack in %s (NetBox emulator, Kubernetes API, %d machines' TPMs, fleetd)...\n",
 		dir, len(stack.Inventory(*extra)))
 	s, err := stack.Start(ctx, stack.Options{Dir: dir, Root: *root, FleetdBinary: bin, ExtraDevices: *extra,
-		ReconcileInterval: *interval, LogLevel: *level, Logger: log})
+		ReconcileInterval: *interval, LogLevel: *level, NetBoxLatency: *latency, Logger: log})
 	if err != nil {
 		fmt.Fprintf(stderr, "fleetsim %s: %v\n", cmd, err)
 		return nil, 1

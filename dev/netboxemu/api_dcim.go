@@ -3,7 +3,6 @@ package netboxemu
 import (
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -43,93 +42,34 @@ func (e *Emulator) ifaceOrder(a, b *iface) bool {
 	return a.name < b.name
 }
 
-func (e *Emulator) listInterfaces(c *reqCtx) {
-	ids, ok1 := c.intFilter("id")
-	devs, ok2 := c.intFilter("device_id")
-	if !ok1 || !ok2 {
-		return
-	}
-	names, mgmt := c.strFilter("name"), c.strFilter("mgmt_only")
-	var match []*iface
-	keep := func(i *iface) bool {
-		return pass(ids, i.id) && pass(devs, i.device) && pass(names, i.name) && pass(mgmt, strconv.FormatBool(i.mgmtOnly))
-	}
-	for _, id := range matchingIDs(e.db.ifaces, keep, e.ifaceOrder) {
-		match = append(match, e.db.ifaces[id])
-	}
-	c.page(len(match), func(n int) obj { return e.renderInterface(c.rc, match[n]) })
-}
-
-func (c *reqCtx) findInterface() *iface {
-	id, ok := c.id()
-	if !ok {
-		return nil
-	}
-	i, found := c.e.db.ifaces[id]
-	if !found {
-		c.detail(http.StatusNotFound, "No Interface matches the given query.")
-		return nil
-	}
-	return i
-}
-
-func (e *Emulator) getInterface(c *reqCtx) {
-	if i := c.findInterface(); i != nil {
-		c.w.Header().Set("ETag", etag(i.lastUpdated))
-		c.write(http.StatusOK, e.renderInterface(c.rc, i))
-	}
-}
-
-func (e *Emulator) createInterface(c *reqCtx) {
-	body := c.body()
-	if body == nil {
-		return
-	}
+func (e *Emulator) newInterface(c *reqCtx, body obj) (int, bool) {
 	i := &iface{enabled: true}
 	if !c.applyInterface(i, body, true) {
-		return
+		return 0, false
 	}
 	i.id = e.db.next("interface")
 	i.created = c.touch(time.Time{})
 	i.lastUpdated = i.created
 	e.db.ifaces[i.id] = i
 	c.enqueue("dcim.interface", i.id, "object_created", nil, e.snapInterface(i), nil)
-	c.w.Header().Set("ETag", etag(i.lastUpdated))
-	c.write(http.StatusCreated, e.renderInterface(c.rc, i))
+	return i.id, true
 }
 
-func (e *Emulator) updateInterface(c *reqCtx) {
-	i := c.findInterface()
-	if i == nil || !c.ifMatch(i.lastUpdated) {
-		return
-	}
-	body := c.body()
-	if body == nil {
-		return
-	}
+func (e *Emulator) saveInterface(c *reqCtx, id int, body obj, partial bool) bool {
+	i := e.db.ifaces[id]
 	next := *i
-	if !c.applyInterface(&next, body, false) {
-		return
+	if !c.applyInterface(&next, body, !partial) {
+		return false
 	}
 	pre := e.snapInterface(i)
 	next.lastUpdated = c.touch(i.lastUpdated)
 	*i = next
 	c.enqueue("dcim.interface", i.id, "object_updated", pre, e.snapInterface(i), nil)
-	c.w.Header().Set("ETag", etag(i.lastUpdated))
-	c.write(http.StatusOK, e.renderInterface(c.rc, i))
-}
-
-func (e *Emulator) deleteInterface(c *reqCtx) {
-	i := c.findInterface()
-	if i == nil || !c.ifMatch(i.lastUpdated) {
-		return
-	}
-	e.removeInterface(c, i)
-	c.write(http.StatusNoContent, nil)
+	return true
 }
 
 // removeInterface deletes an interface and, by cascade, its MACs; its IPs become unassigned.
-func (e *Emulator) removeInterface(c *reqCtx, i *iface) {
+func (e *Emulator) removeInterface(c *reqCtx, i *iface) bool {
 	for id, m := range e.db.macs {
 		if m.iface == i.id {
 			c.enqueue("dcim.macaddress", id, "object_deleted", e.snapMAC(m), nil, e.renderMAC(rc{}, m))
@@ -148,6 +88,7 @@ func (e *Emulator) removeInterface(c *reqCtx, i *iface) {
 	}
 	c.enqueue("dcim.interface", i.id, "object_deleted", e.snapInterface(i), nil, e.renderInterface(rc{}, i))
 	delete(e.db.ifaces, i.id)
+	return true
 }
 
 func (c *reqCtx) applyInterface(i *iface, body obj, creating bool) bool {

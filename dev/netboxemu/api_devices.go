@@ -6,44 +6,8 @@ import (
 	"time"
 )
 
-// /api/dcim/devices/ — NetBox 4.6.8's DeviceViewSet (reference/netbox.md §3.2, §3.7).
-
-func (e *Emulator) listDevices(c *reqCtx) {
-	ids, ok := c.intFilter("id")
-	if !ok {
-		return
-	}
-	names, statuses := c.strFilter("name"), c.strFilter("status")
-	withContext := !strings.Contains(c.r.URL.Query().Get("exclude"), "config_context")
-	var match []*device
-	keep := func(d *device) bool { return pass(ids, d.id) && pass(names, d.name) && pass(statuses, d.status) }
-	for _, id := range matchingIDs(e.db.devices, keep, func(a, b *device) bool { return a.name < b.name }) {
-		match = append(match, e.db.devices[id])
-	}
-	c.page(len(match), func(i int) obj { return e.renderDevice(c.rc, match[i], withContext) })
-}
-
-func (c *reqCtx) findDevice() *device {
-	id, ok := c.id()
-	if !ok {
-		return nil
-	}
-	d, found := c.e.db.devices[id]
-	if !found {
-		c.detail(http.StatusNotFound, "No Device matches the given query.")
-		return nil
-	}
-	return d
-}
-
-func (e *Emulator) getDevice(c *reqCtx) {
-	d := c.findDevice()
-	if d == nil {
-		return
-	}
-	c.w.Header().Set("ETag", etag(d.lastUpdated))
-	c.write(http.StatusOK, e.renderDevice(c.rc, d, true))
-}
+// /api/dcim/devices/ — NetBox 4.6.8's DeviceViewSet (reference/netbox.md §3.2, §3.7): the
+// writes; res_dcim.go declares the resource.
 
 // ifMatch is ETagMixin._validate_etag: with If-Match (other than *) the current ETag must be
 // one of the listed ones, compared as strings; otherwise 412 with the current ETag.
@@ -73,64 +37,49 @@ func (c *reqCtx) touch(prev time.Time) time.Time {
 	return now
 }
 
-func (e *Emulator) updateDevice(c *reqCtx) {
-	d := c.findDevice()
-	if d == nil || !c.ifMatch(d.lastUpdated) {
-		return
-	}
-	body := c.body()
-	if body == nil {
-		return
-	}
+func (e *Emulator) saveDevice(c *reqCtx, id int, body obj, partial bool) bool {
+	d := e.db.devices[id]
 	next := *d
-	next.cf = d.cf
-	if !c.applyDevice(&next, body, c.r.Method == http.MethodPatch, false) {
-		return
+	if !c.applyDevice(&next, body, partial, false) {
+		return false
 	}
 	pre := e.snapDevice(d)
 	next.lastUpdated = c.touch(d.lastUpdated)
 	*d = next
 	c.enqueue("dcim.device", d.id, "object_updated", pre, e.snapDevice(d), nil)
-	c.w.Header().Set("ETag", etag(d.lastUpdated))
-	c.write(http.StatusOK, e.renderDevice(c.rc, d, true))
+	return true
 }
 
-func (e *Emulator) createDevice(c *reqCtx) {
-	body := c.body()
-	if body == nil {
-		return
-	}
+func (e *Emulator) newDevice(c *reqCtx, body obj) (int, bool) {
 	d := &device{status: "active"}
 	if !c.applyDevice(d, body, false, true) {
-		return
+		return 0, false
 	}
 	d.id = e.db.next("device")
 	d.created = c.touch(time.Time{})
 	d.lastUpdated = d.created
 	e.db.devices[d.id] = d
 	c.enqueue("dcim.device", d.id, "object_created", nil, e.snapDevice(d), nil)
-	c.w.Header().Set("ETag", etag(d.lastUpdated))
-	c.write(http.StatusCreated, e.renderDevice(c.rc, d, true))
+	return d.id, true
 }
 
-func (e *Emulator) deleteDevice(c *reqCtx) {
-	d := c.findDevice()
-	if d == nil || !c.ifMatch(d.lastUpdated) {
-		return
-	}
-	for _, id := range sortedIDs(e.db.ifaces, func(a, b *iface) bool { return a.name < b.name }) {
-		if i := e.db.ifaces[id]; i.device == d.id {
+// removeDevice deletes a device with its interfaces (and their MACs) and journal entries.
+func (e *Emulator) removeDevice(c *reqCtx, id int) bool {
+	d := e.db.devices[id]
+	for _, iid := range sortedIDs(e.db.ifaces, func(a, b *iface) bool { return a.name < b.name }) {
+		if i := e.db.ifaces[iid]; i.device == d.id {
 			e.removeInterface(c, i)
 		}
 	}
-	for id, j := range e.db.journal {
-		if j.objType == "dcim.device" && j.objID == d.id {
-			delete(e.db.journal, id)
+	for _, jid := range sortedIDs(e.db.journal, byID[*journalEntry]) {
+		if j := e.db.journal[jid]; j.objType == "dcim.device" && j.objID == d.id {
+			c.enqueue("extras.journalentry", jid, "object_deleted", e.snapJournal(j), nil, e.renderJournal(rc{}, j))
+			delete(e.db.journal, jid)
 		}
 	}
 	c.enqueue("dcim.device", d.id, "object_deleted", e.snapDevice(d), nil, e.renderDevice(rc{}, d, false))
 	delete(e.db.devices, d.id)
-	c.write(http.StatusNoContent, nil)
+	return true
 }
 
 // applyDevice is DeviceSerializer's validation and ValidatedModelSerializer.validate for the

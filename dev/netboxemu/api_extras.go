@@ -8,8 +8,19 @@ import (
 	"time"
 )
 
-// /api/status/, /api/authentication-check/ and /api/extras/journal-entries/
-// (reference/netbox.md §3.4).
+// /api/, /api/status/, /api/authentication-check/ and the writes of
+// /api/extras/journal-entries/ (reference/netbox.md §3.4).
+
+// getRoot is APIRootView (NB@v4.6.8:netbox/netbox/api/views.py): the apps' API roots. With
+// LOGIN_REQUIRED (the default) it needs a token like every other endpoint.
+func (e *Emulator) getRoot(c *reqCtx) {
+	o := obj{}
+	for _, app := range []string{"circuits", "core", "dcim", "extras", "ipam", "plugins", "status", "tenancy",
+		"users", "virtualization", "vpn", "wireless"} {
+		o = append(o, field{app, c.rc.api(app + "/")})
+	}
+	c.write(http.StatusOK, o)
+}
 
 func (e *Emulator) getStatus(c *reqCtx) {
 	c.write(http.StatusOK, obj{{"django-version", "5.2.9"}, {"hostname", "netboxemu"},
@@ -26,87 +37,83 @@ func (e *Emulator) getAuthCheck(c *reqCtx) {
 		{"groups", []any{}}, {"permissions", []any{}}})
 }
 
-func (e *Emulator) listJournal(c *reqCtx) {
-	ids, ok1 := c.intFilter("id")
-	objIDs, ok2 := c.intFilter("assigned_object_id")
-	if !ok1 || !ok2 {
-		return
-	}
-	types, kinds := c.strFilter("assigned_object_type"), c.strFilter("kind")
-	newestFirst := func(a, b *journalEntry) bool { return a.created.After(b.created) }
-	var match []*journalEntry
-	for _, id := range sortedIDs(e.db.journal, newestFirst) {
-		j := e.db.journal[id]
-		if pass(ids, j.id) && pass(objIDs, j.objID) && pass(types, j.objType) && pass(kinds, j.kind) {
-			match = append(match, j)
-		}
-	}
-	c.page(len(match), func(i int) obj { return e.renderJournal(c.rc, match[i]) })
-}
-
-func (e *Emulator) getJournal(c *reqCtx) {
-	id, ok := c.id()
-	if !ok {
-		return
-	}
-	j, found := e.db.journal[id]
-	if !found {
-		c.detail(http.StatusNotFound, "No JournalEntry matches the given query.")
-		return
-	}
-	c.w.Header().Set("ETag", etag(j.lastUpdated))
-	c.write(http.StatusOK, e.renderJournal(c.rc, j))
-}
-
-// createJournal is JournalEntrySerializer: created_by defaults to the token's user, kind to
-// info; the assigned object must exist. A journal entry is its own object: it does not update
-// the device (no dcim.device event).
-func (e *Emulator) createJournal(c *reqCtx) {
-	body := c.body()
-	if body == nil {
-		return
-	}
-	errs := obj{}
+// newJournal is JournalEntrySerializer's create: created_by defaults to the token's user,
+// kind to info; the assigned object must exist. A journal entry is its own object: it does not
+// update the device (no dcim.device event).
+func (e *Emulator) newJournal(c *reqCtx, body obj) (int, bool) {
 	j := &journalEntry{kind: "info", createdBy: c.user.id}
-	t, _ := body.get("assigned_object_type")
-	j.objType, _ = t.(string)
-	if j.objType == "" {
-		errs = append(errs, field{"assigned_object_type", []any{"This field is required."}})
-	} else if !strings.Contains(j.objType, ".") {
-		errs = append(errs, field{"assigned_object_type", []any{"Object type not found: " + j.objType}})
-	}
-	idv, hasID := body.get("assigned_object_id")
-	if id, err := strconv.Atoi(pyStr(idv)); hasID && err == nil {
-		j.objID = id
-	} else {
-		errs = append(errs, field{"assigned_object_id", []any{"A valid integer is required."}})
-	}
-	if v, ok := body.get("kind"); ok {
-		s, _ := v.(string)
-		if _, valid := journalKindLabels[s]; !valid {
-			errs = append(errs, field{"kind", []any{`"` + pyStr(v) + `" is not a valid choice.`}})
-		}
-		j.kind = s
-	}
-	if v, ok := body.get("comments"); !ok {
-		errs = append(errs, field{"comments", []any{"This field is required."}})
-	} else if s, isStr := v.(string); !isStr || strings.TrimSpace(s) == "" {
-		errs = append(errs, field{"comments", []any{"This field may not be blank."}})
-	} else {
-		j.comments = s
-	}
-	if len(errs) > 0 {
-		c.invalid(errs)
-		return
-	}
-	if _, exists := e.db.devices[j.objID]; j.objType != "dcim.device" || !exists {
-		c.invalid(obj{{"non_field_errors", []any{fmt.Sprintf("Invalid assigned_object: %s ID %d", strings.Replace(j.objType, ".", " | ", 1), j.objID)}}})
-		return
+	if !c.applyJournal(j, body, true) {
+		return 0, false
 	}
 	j.id = e.db.next("journalentry")
 	j.created = c.touch(time.Time{})
 	j.lastUpdated = j.created
 	e.db.journal[j.id] = j
-	c.w.Header().Set("ETag", etag(j.lastUpdated))
-	c.write(http.StatusCreated, e.renderJournal(c.rc, j))
+	c.enqueue("extras.journalentry", j.id, "object_created", nil, e.snapJournal(j), nil)
+	return j.id, true
+}
+
+func (e *Emulator) saveJournal(c *reqCtx, id int, body obj, partial bool) bool {
+	j := e.db.journal[id]
+	next := *j
+	if !c.applyJournal(&next, body, !partial) {
+		return false
+	}
+	pre := e.snapJournal(j)
+	next.lastUpdated = c.touch(j.lastUpdated)
+	*j = next
+	c.enqueue("extras.journalentry", j.id, "object_updated", pre, e.snapJournal(j), nil)
+	return true
+}
+
+func (e *Emulator) removeJournal(c *reqCtx, id int) bool {
+	j := e.db.journal[id]
+	c.enqueue("extras.journalentry", j.id, "object_deleted", e.snapJournal(j), nil, e.renderJournal(rc{}, j))
+	delete(e.db.journal, id)
+	return true
+}
+
+// applyJournal validates the writable fields of a journal entry; required is true on create
+// and PUT. It answers 400 and returns false on any error.
+func (c *reqCtx) applyJournal(j *journalEntry, body obj, required bool) bool {
+	errs := obj{}
+	bad := func(k, msg string) { errs = append(errs, field{k, []any{msg}}) }
+	if t, ok := body.get("assigned_object_type"); ok || required {
+		j.objType, _ = t.(string)
+		if j.objType == "" {
+			bad("assigned_object_type", "This field is required.")
+		} else if !strings.Contains(j.objType, ".") {
+			bad("assigned_object_type", "Object type not found: "+j.objType)
+		}
+	}
+	if idv, ok := body.get("assigned_object_id"); ok || required {
+		if id, err := strconv.Atoi(pyStr(idv)); ok && err == nil {
+			j.objID = id
+		} else {
+			bad("assigned_object_id", "A valid integer is required.")
+		}
+	}
+	if v, ok := body.get("kind"); ok {
+		s, _ := v.(string)
+		if _, valid := journalKindLabels[s]; !valid {
+			bad("kind", `"`+pyStr(v)+`" is not a valid choice.`)
+		}
+		j.kind = s
+	}
+	if v, ok := body.get("comments"); !ok && required {
+		bad("comments", "This field is required.")
+	} else if s, isStr := v.(string); ok && (!isStr || strings.TrimSpace(s) == "") {
+		bad("comments", "This field may not be blank.")
+	} else if ok {
+		j.comments = s
+	}
+	if len(errs) > 0 {
+		c.invalid(errs)
+		return false
+	}
+	if _, exists := c.e.db.devices[j.objID]; j.objType != "dcim.device" || !exists {
+		c.invalid(obj{{"non_field_errors", []any{fmt.Sprintf("Invalid assigned_object: %s ID %d", strings.Replace(j.objType, ".", " | ", 1), j.objID)}}})
+		return false
+	}
+	return true
 }

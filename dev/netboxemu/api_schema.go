@@ -2,84 +2,37 @@ package netboxemu
 
 import (
 	"encoding/json"
-	"net/http"
+	"fmt"
 	"regexp"
 	"slices"
 	"time"
-
-	"github.com/folly-infra/fleetd/netbox"
 )
 
-// /api/extras/custom-fields/, custom-field-choice-sets/, webhooks/ and event-rules/: list and
-// create. The same create functions serve LoadSchema, so seeded and API-made objects agree.
+// Writes of /api/extras/custom-fields/ and custom-field-choice-sets/ (CustomFieldSerializer,
+// CustomFieldChoiceSetSerializer at NB@v4.6.8). add* validate and insert without a request, for
+// LoadSchema as for the API; the API's new*/save*/remove* add the change record and the event.
 
 var cfNameRE = regexp.MustCompile(`^[a-z0-9_]+$`)
 
-func (e *Emulator) listCustomFields(c *reqCtx) {
-	ids := sortedIDs(e.db.customFields, func(a, b *customField) bool { return a.name < b.name })
-	c.page(len(ids), func(i int) obj { return e.renderCustomField(c.rc, e.db.customFields[ids[i]]) })
-}
-
-func (e *Emulator) listChoiceSets(c *reqCtx) {
-	ids := sortedIDs(e.db.choiceSets, func(a, b *choiceSet) bool { return a.name < b.name })
-	c.page(len(ids), func(i int) obj { return e.renderChoiceSet(c.rc, e.db.choiceSets[ids[i]]) })
-}
-
-func (e *Emulator) listWebhooks(c *reqCtx) {
-	ids := sortedIDs(e.db.webhooks, func(a, b *webhook) bool { return a.name < b.name })
-	c.page(len(ids), func(i int) obj { return e.renderWebhook(c.rc, e.db.webhooks[ids[i]]) })
-}
-
-func (e *Emulator) listEventRules(c *reqCtx) {
-	ids := sortedIDs(e.db.eventRules, func(a, b *eventRule) bool { return a.name < b.name })
-	c.page(len(ids), func(i int) obj { return e.renderEventRule(c.rc, e.db.eventRules[ids[i]]) })
-}
-
-// create runs a create function on the request body and answers 201 or 400.
-func create[T any](c *reqCtx, fn func(obj, time.Time) (T, obj), render func(T) obj) {
-	body := c.body()
-	if body == nil {
-		return
-	}
-	v, errs := fn(body, c.touch(time.Time{}))
-	if errs != nil {
-		c.invalid(errs)
-		return
-	}
-	c.write(http.StatusCreated, render(v))
-}
-
-func (e *Emulator) createCustomField(c *reqCtx) {
-	create(c, e.addCustomField, func(v *customField) obj { return e.renderCustomField(c.rc, v) })
-}
-
-func (e *Emulator) createChoiceSet(c *reqCtx) {
-	create(c, e.addChoiceSet, func(v *choiceSet) obj { return e.renderChoiceSet(c.rc, v) })
-}
-
-func (e *Emulator) createWebhook(c *reqCtx) {
-	create(c, e.addWebhook, func(v *webhook) obj { return e.renderWebhook(c.rc, v) })
-}
-
-func (e *Emulator) createEventRule(c *reqCtx) {
-	create(c, e.addEventRule, func(v *eventRule) obj { return e.renderEventRule(c.rc, v) })
-}
-
-// input helpers: typed reads of a request body with DRF's messages collected in errs.
+// input reads a request body with DRF's messages collected in errs. full is true on create and
+// PUT: a required field must then be present; an absent field keeps its current value.
 type input struct {
 	body obj
 	errs obj
+	full bool
 }
 
 func (in *input) bad(k, msg string) { in.errs = append(in.errs, field{k, []any{msg}}) }
 
-func (in *input) str(k, def string, required bool) string {
+func (in *input) has(k string) bool { _, ok := in.body.get(k); return ok }
+
+func (in *input) str(k, cur string, required bool) string {
 	v, ok := in.body.get(k)
 	if !ok || v == nil {
-		if required {
+		if required && (in.full || ok) {
 			in.bad(k, "This field is required.")
 		}
-		return def
+		return cur
 	}
 	s, isStr := v.(string)
 	if !isStr {
@@ -91,8 +44,14 @@ func (in *input) str(k, def string, required bool) string {
 	return s
 }
 
-func (in *input) strs(k string) []string {
-	v, _ := in.body.get(k)
+func (in *input) strs(k string, cur []string) []string {
+	v, ok := in.body.get(k)
+	if !ok {
+		if in.full {
+			in.bad(k, "This field is required.")
+		}
+		return cur
+	}
 	list, _ := v.([]any)
 	var out []string
 	for _, item := range list {
@@ -106,10 +65,10 @@ func (in *input) strs(k string) []string {
 	return out
 }
 
-func (in *input) boolean(k string, def bool) bool {
+func (in *input) boolean(k string, cur bool) bool {
 	v, ok := in.body.get(k)
 	if !ok {
-		return def
+		return cur
 	}
 	b, isBool := v.(bool)
 	if !isBool {
@@ -118,10 +77,10 @@ func (in *input) boolean(k string, def bool) bool {
 	return b
 }
 
-func (in *input) integer(k string, def int) int {
+func (in *input) integer(k string, cur int) int {
 	v, ok := in.body.get(k)
 	if !ok {
-		return def
+		return cur
 	}
 	n, isNum := v.(json.Number)
 	i, err := n.Int64()
@@ -131,135 +90,170 @@ func (in *input) integer(k string, def int) int {
 	return int(i)
 }
 
+// choice reads a ChoiceField: the value must be one of labels' keys.
+func (in *input) choice(k, cur string, labels map[string]string) string {
+	s := in.str(k, cur, false)
+	if _, ok := labels[s]; !ok && in.has(k) {
+		in.bad(k, `"`+s+`" is not a valid choice.`)
+	}
+	return s
+}
+
 func (e *Emulator) addChoiceSet(body obj, now time.Time) (*choiceSet, obj) {
-	in := &input{body: body}
-	cs := &choiceSet{name: in.str("name", "", true), description: in.str("description", "", false),
-		created: now, lastUpdated: now}
-	v, _ := body.get("extra_choices")
-	list, _ := v.([]any)
-	for _, item := range list {
-		pair, _ := item.([]any)
-		if len(pair) != 2 {
-			in.bad("extra_choices", "Each choice must be a [value, label] pair.")
-			continue
-		}
-		val, _ := pair[0].(string)
-		label, _ := pair[1].(string)
-		cs.choices = append(cs.choices, [2]string{val, label})
-	}
-	for _, other := range e.db.choiceSets {
-		if other.name == cs.name {
-			in.bad("name", "custom field choice set with this name already exists.")
-		}
-	}
-	if in.errs != nil {
-		return nil, in.errs
+	cs := &choiceSet{created: now, lastUpdated: now}
+	if errs := e.applyChoiceSet(cs, &input{body: body, full: true}); errs != nil {
+		return nil, errs
 	}
 	cs.id = e.db.next("choiceset")
 	e.db.choiceSets[cs.id] = cs
 	return cs, nil
 }
 
+func (e *Emulator) applyChoiceSet(cs *choiceSet, in *input) obj {
+	cs.name = in.str("name", cs.name, true)
+	cs.description = in.str("description", cs.description, false)
+	if v, ok := in.body.get("extra_choices"); ok {
+		list, _ := v.([]any)
+		var choices [][2]string // replaced, never changed in place (db.clone)
+		for _, item := range list {
+			pair, _ := item.([]any)
+			val, okV := pairItem(pair, 0)
+			label, okL := pairItem(pair, 1)
+			if len(pair) != 2 || !okV || !okL {
+				in.bad("extra_choices", "Each choice must be a [value, label] pair.")
+				continue
+			}
+			choices = append(choices, [2]string{val, label})
+		}
+		cs.choices = choices
+	}
+	for _, other := range e.db.choiceSets {
+		if other.name == cs.name && other.id != cs.id {
+			in.bad("name", "custom field choice set with this name already exists.")
+		}
+	}
+	return in.errs
+}
+
+func pairItem(pair []any, i int) (string, bool) {
+	if i >= len(pair) {
+		return "", false
+	}
+	s, ok := pair[i].(string)
+	return s, ok
+}
+
 func (e *Emulator) addCustomField(body obj, now time.Time) (*customField, obj) {
-	in := &input{body: body}
-	cf := &customField{name: in.str("name", "", true), label: in.str("label", "", false),
-		typ: in.str("type", "text", false), objectTypes: in.strs("object_types"),
-		groupName: in.str("group_name", "", false), weight: in.integer("weight", 100),
-		description: in.str("description", "", false), required: in.boolean("required", false),
-		uiVisible: in.str("ui_visible", "always", false), uiEditable: in.str("ui_editable", "yes", false),
-		validationRegex: in.str("validation_regex", "", false), created: now, lastUpdated: now}
-	cf.def, _ = body.get("default")
+	cf := &customField{typ: "text", weight: 100, uiVisible: "always", uiEditable: "yes", filterLogic: "loose",
+		searchWeight: 1000, created: now, lastUpdated: now}
+	if errs := e.applyCustomField(cf, &input{body: body, full: true}, true); errs != nil {
+		return nil, errs
+	}
+	cf.id = e.db.next("customfield")
+	e.db.customFields[cf.id] = cf
+	e.populateDefault(cf)
+	return cf, nil
+}
+
+func (e *Emulator) applyCustomField(cf *customField, in *input, creating bool) obj {
+	typ := in.choice("type", cf.typ, cfTypeLabels)
+	if !creating && typ != cf.typ {
+		in.bad("type", "Changing the type of custom fields is not supported.")
+	}
+	cf.typ = typ
+	cf.name, cf.label = in.str("name", cf.name, true), in.str("label", cf.label, false)
+	cf.objectTypes = in.strs("object_types", cf.objectTypes)
+	cf.groupName, cf.weight = in.str("group_name", cf.groupName, false), in.integer("weight", cf.weight)
+	cf.description, cf.required = in.str("description", cf.description, false), in.boolean("required", cf.required)
+	cf.uiVisible = in.choice("ui_visible", cf.uiVisible, uiVisibleLabels)
+	cf.uiEditable = in.choice("ui_editable", cf.uiEditable, uiEditableLabels)
+	cf.filterLogic = in.choice("filter_logic", cf.filterLogic, filterLogicLabels)
+	cf.searchWeight = in.integer("search_weight", cf.searchWeight)
+	cf.validationRegex = in.str("validation_regex", cf.validationRegex, false)
+	if v, ok := in.body.get("default"); ok {
+		cf.def = v
+	}
 	if !cfNameRE.MatchString(cf.name) {
 		in.bad("name", "Only alphanumeric characters and underscores are allowed.")
 	}
-	if _, ok := cfTypeLabels[cf.typ]; !ok {
-		in.bad("type", `"`+cf.typ+`" is not a valid choice.`)
-	}
-	if v, ok := body.get("choice_set"); ok && v != nil {
-		id, msg := relatedID(v, func(id int) bool { _, ok := e.db.choiceSets[id]; return ok })
-		if msg != "" {
-			in.bad("choice_set", msg)
+	if v, ok := in.body.get("choice_set"); ok {
+		cf.choiceSet = 0
+		if v != nil {
+			id, msg := relatedID(v, func(id int) bool { _, ok := e.db.choiceSets[id]; return ok })
+			if msg != "" {
+				in.bad("choice_set", msg)
+			}
+			cf.choiceSet = id
 		}
-		cf.choiceSet = id
 	}
 	if (cf.typ == "select" || cf.typ == "multiselect") && cf.choiceSet == 0 {
 		in.bad("choice_set", "Selection fields must specify a set of choices.")
 	}
 	for _, other := range e.db.customFields {
-		if other.name == cf.name {
+		if other.name == cf.name && other.id != cf.id {
 			in.bad("name", "custom field with this name already exists.")
 		}
 	}
-	if in.errs != nil {
-		return nil, in.errs
-	}
-	cf.id = e.db.next("customfield")
-	e.db.customFields[cf.id] = cf
-	return cf, nil
+	return in.errs
 }
 
-func (e *Emulator) addWebhook(body obj, now time.Time) (*webhook, obj) {
-	in := &input{body: body}
-	w := &webhook{name: in.str("name", "", true), description: in.str("description", "", false),
-		payloadURL: in.str("payload_url", "", true), httpMethod: in.str("http_method", "POST", false),
-		contentType:       in.str("http_content_type", "application/json", false),
-		additionalHeaders: in.str("additional_headers", "", false), secret: in.str("secret", "", false),
-		sslVerification: in.boolean("ssl_verification", true), created: now, lastUpdated: now}
-	if in.str("body_template", "", false) != "" {
-		in.bad("body_template", "The NetBox emulator does not render Jinja2 templates; leave body_template empty.")
+// populateDefault is CustomField.populate_initial_data: a new field with a default gives every
+// existing object of its types that value (a queryset update: no change record, no event).
+func (e *Emulator) populateDefault(cf *customField) {
+	if cf.def == nil || !slices.Contains(cf.objectTypes, "dcim.device") {
+		return
 	}
-	if !slices.Contains([]string{"GET", "POST", "PUT", "PATCH", "DELETE"}, w.httpMethod) {
-		in.bad("http_method", `"`+w.httpMethod+`" is not a valid choice.`)
-	}
-	for _, other := range e.db.webhooks {
-		if other.name == w.name {
-			in.bad("name", "webhook with this name already exists.")
+	for _, d := range e.db.devices {
+		if _, set := d.cf[cf.name]; !set {
+			d.cf = withKey(d.cf, cf.name, cf.def)
 		}
 	}
-	if in.errs != nil {
-		return nil, in.errs
-	}
-	w.id = e.db.next("webhook")
-	e.db.webhooks[w.id] = w
-	return w, nil
 }
 
-func (e *Emulator) addEventRule(body obj, now time.Time) (*eventRule, obj) {
-	in := &input{body: body}
-	r := &eventRule{name: in.str("name", "", true), description: in.str("description", "", false),
-		objectTypes: in.strs("object_types"), eventTypes: in.strs("event_types"),
-		enabled: in.boolean("enabled", true), created: now, lastUpdated: now}
-	for _, et := range r.eventTypes {
-		if !slices.Contains(netbox.EventTypes, et) {
-			in.bad("event_types", `"`+et+`" is not a valid choice.`)
+// withKey and withoutKey return a changed copy of custom-field data (rows' maps are never
+// changed in place: db.clone).
+func withKey(m map[string]any, k string, v any) map[string]any {
+	out := make(map[string]any, len(m)+1)
+	for key, val := range m {
+		out[key] = val
+	}
+	out[k] = v
+	return out
+}
+
+func withoutKey(m map[string]any, k string) map[string]any {
+	out := make(map[string]any, len(m))
+	for key, val := range m {
+		if key != k {
+			out[key] = val
 		}
 	}
-	if t := in.str("action_type", "webhook", false); t != "webhook" {
-		in.bad("action_type", "The NetBox emulator runs only webhook actions.")
-	}
-	if v, ok := body.get("action_object_id"); ok {
-		r.webhook, _ = relatedID(v, func(id int) bool { _, ok := e.db.webhooks[id]; return ok })
-	}
-	if r.webhook == 0 {
-		in.bad("action_object_id", "Related object not found: give the id of a webhook.")
-	}
-	if v, ok := body.get("conditions"); ok && v != nil {
-		raw, _ := json.Marshal(v)
-		cond, err := netbox.ParseConditions(raw)
-		if err != nil {
-			in.bad("conditions", err.Error())
+	return out
+}
+
+// reshapeData follows a changed custom field in the objects' data, as NetBox's signals do with
+// queryset updates: a rename moves the key, a field no longer on devices leaves them.
+func (e *Emulator) reshapeData(before, after *customField) {
+	for _, d := range e.db.devices {
+		v, set := d.cf[before.name]
+		if !set {
+			continue
 		}
-		r.conditions, r.cond = v, cond
-	}
-	for _, other := range e.db.eventRules {
-		if other.name == r.name {
-			in.bad("name", "event rule with this name already exists.")
+		switch {
+		case !slices.Contains(after.objectTypes, "dcim.device"):
+			d.cf = withoutKey(d.cf, before.name)
+		case after.name != before.name:
+			d.cf = withKey(withoutKey(d.cf, before.name), after.name, v)
 		}
 	}
-	if in.errs != nil {
-		return nil, in.errs
+}
+
+func (e *Emulator) dependents(cs *choiceSet) []string {
+	var out []string
+	for _, id := range sortedIDs(e.db.customFields, byID[*customField]) {
+		if cf := e.db.customFields[id]; cf.choiceSet == cs.id {
+			out = append(out, fmt.Sprintf("%s (%d)", cfDisplay(cf), cf.id))
+		}
 	}
-	r.id = e.db.next("eventrule")
-	e.db.eventRules[r.id] = r
-	return r, nil
+	return out
 }

@@ -6,21 +6,24 @@ import (
 	"time"
 )
 
-// The change log: every save of an object through the API is recorded, as NetBox's change logging
-// records an ObjectChange (NB@v4.6.8:netbox/core/models/change_logging.py): when, by which user,
-// the action, and the object's snapshot before and after. Unlike NetBox's events, changes are not
-// coalesced per request. The emulator keeps them in memory for inspection (Changes); it serves no
-// /api/core/object-changes/ endpoint. A reliability test reads the history of fleetd's custom
-// fields from it: what a device went through, not only where it ended.
+// The change log: every save of an object through the API is recorded as NetBox's change logging
+// records an ObjectChange (NB@v4.6.8:netbox/core/models/change_logging.py, core/signals.py):
+// when, by which user, in which request, the action, the object's representation, the write's
+// changelog_message, and its snapshots before and after. Unlike events, changes are not
+// coalesced per request. It is served at /api/core/object-changes/ (res_changes.go) and read
+// directly with Changes; the reliability tests (dev/stack/chaos) read fleetd's fields' history
+// from it. Seeding (AddDevice, LoadSchema) records nothing, as a NetBox shell without a request.
 
 // ObjectChange is one recorded save.
 type ObjectChange struct {
-	Seq        int64 // order of the saves, from 1
+	Seq        int64 // the record's id, in the order of the saves, from 1
 	Time       time.Time
 	User       string // the token's user
+	RequestID  string
 	ObjectType string // e.g. dcim.device
 	ObjectID   int64
 	Action     string         // create, update or delete
+	Message    string         // the write's changelog_message
 	PreChange  map[string]any // the snapshot before the save; nil on create
 	PostChange map[string]any // the snapshot after the save; nil on delete
 }
@@ -28,10 +31,16 @@ type ObjectChange struct {
 type objectChange struct {
 	seq                   int64
 	time                  time.Time
-	user                  string
+	user                  int // the user's id
+	userName              string
+	requestID             string
 	objectType            string
 	objectID              int
+	relatedType           string // the related object (an interface's device), "" for none
+	relatedID             int
+	repr                  string // str(obj) at the time of the change
 	action                string
+	message               string
 	prechange, postchange any // snapshots (obj) as the events carry them
 }
 
@@ -39,9 +48,20 @@ type objectChange struct {
 var changeActions = map[string]string{"object_created": "create", "object_updated": "update",
 	"object_deleted": "delete"}
 
-// logChange records one save of the current request. As NetBox's handle_changed_object (core/
-// signals.py, ObjectChange.has_changes), a save whose snapshots before and after are equal is
-// not recorded; its event is still sent.
+var changeActionLabels = map[string]string{"create": "Created", "update": "Updated", "delete": "Deleted"}
+
+// requestID is the request's id (Django's request.id), drawn when first needed: the change
+// records and the webhooks of one request share it.
+func (c *reqCtx) requestID() string {
+	if c.reqID == "" {
+		c.reqID = newUUID(c.e.cfg.Rand)
+	}
+	return c.reqID
+}
+
+// logChange records one save of the current request. As NetBox's handle_changed_object
+// (ObjectChange.has_changes), a save whose snapshots before and after are equal is not
+// recorded; its event is still sent.
 func (c *reqCtx) logChange(objectType string, id int, eventType string, pre, post any) {
 	if pre != nil && post != nil {
 		a, errA := json.Marshal(pre)
@@ -50,14 +70,21 @@ func (c *reqCtx) logChange(objectType string, id int, eventType string, pre, pos
 			return
 		}
 	}
-	user := ""
-	if c.user != nil {
-		user = c.user.username
-	}
 	e := c.e
+	ch := &objectChange{time: c.now(), requestID: c.requestID(), objectType: objectType, objectID: id,
+		action: changeActions[eventType], message: c.message, prechange: pre, postchange: post}
+	if c.user != nil {
+		ch.user, ch.userName = c.user.id, c.user.username
+	}
+	if res, ok := e.resources[objectType]; ok {
+		ch.repr = res.repr(id)
+		if res.related != nil {
+			ch.relatedType, ch.relatedID = res.related(id)
+		}
+	}
 	e.changeSeq++
-	e.changes = append(e.changes, &objectChange{seq: e.changeSeq, time: c.now(), user: user,
-		objectType: objectType, objectID: id, action: changeActions[eventType], prechange: pre, postchange: post})
+	ch.seq = e.changeSeq
+	e.changes = append(e.changes, ch)
 }
 
 // Changes returns the recorded saves of one object, oldest first.
@@ -69,8 +96,9 @@ func (e *Emulator) Changes(objectType string, id int64) []ObjectChange {
 		if ch.objectType != objectType || ch.objectID != int(id) {
 			continue
 		}
-		out = append(out, ObjectChange{Seq: ch.seq, Time: ch.time, User: ch.user, ObjectType: ch.objectType,
-			ObjectID: id, Action: ch.action, PreChange: snapshotMap(ch.prechange), PostChange: snapshotMap(ch.postchange)})
+		out = append(out, ObjectChange{Seq: ch.seq, Time: ch.time, User: ch.userName, RequestID: ch.requestID,
+			ObjectType: ch.objectType, ObjectID: id, Action: ch.action, Message: ch.message,
+			PreChange: snapshotMap(ch.prechange), PostChange: snapshotMap(ch.postchange)})
 	}
 	return out
 }

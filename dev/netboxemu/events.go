@@ -54,7 +54,7 @@ func (c *reqCtx) flush() {
 	if len(c.events) == 0 {
 		return
 	}
-	reqID := newUUID(c.e.cfg.Rand)
+	reqID := c.requestID()
 	for _, ev := range c.events {
 		data := ev.data
 		if data == nil {
@@ -75,26 +75,11 @@ func (c *reqCtx) flush() {
 
 // eventData serializes an existing object for an event (webhook data uses no request).
 func (e *Emulator) eventData(objectType string, id int) obj {
-	c := rc{}
-	switch objectType {
-	case "dcim.device":
-		if d, ok := e.db.devices[id]; ok {
-			return e.renderDevice(c, d, false)
-		}
-	case "dcim.interface":
-		if i, ok := e.db.ifaces[id]; ok {
-			return e.renderInterface(c, i)
-		}
-	case "dcim.macaddress":
-		if m, ok := e.db.macs[id]; ok {
-			return e.renderMAC(c, m)
-		}
-	case "ipam.ipaddress":
-		if ip, ok := e.db.ips[id]; ok {
-			return e.renderIP(c, ip)
-		}
+	res, ok := e.resources[objectType]
+	if !ok || !res.has(id) {
+		return nil
 	}
-	return nil
+	return res.dataFor(id)
 }
 
 // rulesFor is EventRule.objects.filter(event_types__contains=[t], object_types=ot, enabled=True),

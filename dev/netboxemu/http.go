@@ -1,8 +1,8 @@
 package netboxemu
 
 import (
+	"context"
 	"crypto/subtle"
-	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -13,14 +13,19 @@ import (
 // reqCtx is one API request being handled: the authenticated user, the event queue NetBox
 // fills while the request saves objects, and the response writer.
 type reqCtx struct {
-	e      *Emulator
-	w      http.ResponseWriter
-	r      *http.Request
-	user   *user
-	rc     rc
-	events []*event // coalesced per object, flushed when the handler returns
-	status int      // the answer, written after the events are flushed
-	resp   []byte
+	e       *Emulator
+	w       http.ResponseWriter
+	r       *http.Request
+	user    *user
+	token   *token
+	rc      rc
+	events  []*event // coalesced per object, flushed when the handler returns
+	status  int      // the answer, written after the events are flushed
+	resp    []byte
+	value   any    // the answer's document, before encoding (bulk creates collect errors from it)
+	raw     []byte // the request body as read (key order of its objects)
+	message string // the write's changelog_message, recorded with its changes
+	reqID   string // the request's id (requestID), shared by its change records and webhooks
 }
 
 // api wraps a handler: fault injection, token authentication (reference/netbox.md §3.1), the
@@ -28,10 +33,11 @@ type reqCtx struct {
 func (e *Emulator) api(write bool, fn func(*reqCtx)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("API-Version", apiVersion)
-		if e.injectAPIFault(w, r) {
+		if e.injectAPIFault(w, r) || !e.wait(r) {
 			return
 		}
-		c := &reqCtx{e: e, w: w, r: r, rc: rc{base: "http://" + r.Host}}
+		c := &reqCtx{e: e, w: w, r: r, rc: rc{base: "http://" + r.Host,
+			noContext: strings.Contains(r.URL.Query().Get("exclude"), "config_context")}}
 		e.mu.Lock()
 		defer e.mu.Unlock()
 		tok, msg := e.authenticate(r.Header.Get("Authorization"))
@@ -49,11 +55,32 @@ func (e *Emulator) api(write bool, fn func(*reqCtx)) http.Handler {
 			c.send()
 			return
 		}
-		c.user = e.db.users[tok.user]
+		c.user, c.token = e.db.users[tok.user], tok
 		fn(c)
 		c.flush() // NetBox queues the request's events before the response leaves
 		c.send()
 	})
+}
+
+// wait spends Config.Latency before the request takes the lock; false means the client went
+// away meanwhile (nothing is answered).
+func (e *Emulator) wait(r *http.Request) bool {
+	if e.cfg.Latency <= 0 {
+		return true
+	}
+	return e.sleep(r.Context(), e.cfg.Latency)
+}
+
+// sleepCtx waits d, or until ctx ends (false).
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // authenticate is NetBox's TokenAuthentication: the keyword (Token or Bearer, any case) only
@@ -95,7 +122,7 @@ func (c *reqCtx) now() time.Time { return c.e.cfg.Clock().UTC().Truncate(time.Mi
 
 // write sets the answer: a JSON document with a status (nil: no body).
 func (c *reqCtx) write(status int, v any) {
-	c.status, c.resp = status, nil
+	c.status, c.resp, c.value = status, nil, v
 	if v != nil {
 		c.resp = encodeREST(v)
 	}
@@ -126,16 +153,41 @@ func (c *reqCtx) invalid(errs obj) {
 
 // body decodes the request's JSON object; on failure it has answered 400 and returns nil.
 func (c *reqCtx) body() obj {
+	v, ok := c.anyBody()
+	if !ok {
+		return nil
+	}
+	return c.objectOf(v)
+}
+
+// anyBody decodes the request's JSON document (object or list); on failure it has answered 400.
+func (c *reqCtx) anyBody() (any, bool) {
 	raw, err := io.ReadAll(http.MaxBytesReader(c.w, c.r.Body, 10<<20))
 	if err != nil {
 		c.detail(http.StatusBadRequest, "JSON parse error - "+err.Error())
-		return nil
+		return nil, false
 	}
+	c.raw = raw
 	v, err := decodeJSON(raw)
 	if err != nil {
 		c.detail(http.StatusBadRequest, "JSON parse error - "+err.Error())
-		return nil
+		return nil, false
 	}
+	return v, true
+}
+
+// optionalBody decodes a body that may be empty (DELETE); nil without one.
+func (c *reqCtx) optionalBody() (obj, bool) {
+	if c.r.ContentLength == 0 {
+		return nil, true
+	}
+	b := c.body()
+	return b, b != nil
+}
+
+// objectOf keeps a decoded JSON object's keys in the order the raw request had them (Python
+// dicts keep it); anything but an object gets DRF's 400.
+func (c *reqCtx) objectOf(v any) obj {
 	m, ok := v.(map[string]any)
 	if !ok {
 		c.invalid(obj{{"non_field_errors", []any{"Invalid data. Expected a dictionary, but got " + pyTypeName(v) + "."}}})
@@ -146,7 +198,7 @@ func (c *reqCtx) body() obj {
 		keys = append(keys, k)
 	}
 	o := obj{}
-	for _, k := range jsonOrder(raw, keys) {
+	for _, k := range jsonOrder(c.raw, keys) {
 		o = append(o, field{k, m[k]})
 	}
 	return o
@@ -191,94 +243,4 @@ func pyTypeName(v any) string {
 		return "NoneType"
 	}
 	return "int"
-}
-
-// Pagination (NetBox's NetBoxPagination, offset mode): PAGINATE_COUNT 50, MAX_PAGE_SIZE 1000,
-// limit=0 means MAX_PAGE_SIZE.
-const (
-	paginateCount = 50
-	maxPageSize   = 1000
-)
-
-// page answers a list request with the items at [offset, offset+limit) of n, rendered by item.
-func (c *reqCtx) page(n int, item func(i int) obj) {
-	q := c.r.URL.Query()
-	limit := paginateCount
-	if l, err := strconv.Atoi(q.Get("limit")); err == nil && l >= 0 {
-		limit = min(l, maxPageSize)
-		if l == 0 {
-			limit = maxPageSize
-		}
-	}
-	offset := 0
-	if o, err := strconv.Atoi(q.Get("offset")); err == nil && o > 0 {
-		offset = o
-	}
-	results := []any{}
-	render := func() {
-		for i := offset; i < n && i < offset+limit; i++ {
-			results = append(results, item(i))
-		}
-	}
-	if min(n, offset+limit)-offset >= indexFrom {
-		c.e.withIndex(render)
-	} else {
-		render()
-	}
-	var next, prev any
-	link := func(off int) string {
-		u := *c.r.URL
-		v := u.Query()
-		v.Set("limit", strconv.Itoa(limit))
-		if off > 0 {
-			v.Set("offset", strconv.Itoa(off))
-		} else {
-			v.Del("offset")
-		}
-		u.RawQuery = v.Encode()
-		return c.rc.base + u.RequestURI()
-	}
-	if offset+limit < n {
-		next = link(offset + limit)
-	}
-	if offset > 0 {
-		prev = link(max(offset-limit, 0))
-	}
-	c.write(http.StatusOK, obj{{"count", n}, {"next", next}, {"previous", prev}, {"results", results}})
-}
-
-// intFilter reads a multi-valued integer filter (?id=1&id=2); on a bad value it has answered 400.
-func (c *reqCtx) intFilter(name string) (set map[int]bool, ok bool) {
-	vals := c.r.URL.Query()[name]
-	if len(vals) == 0 {
-		return nil, true
-	}
-	set = map[int]bool{}
-	for _, v := range vals {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			c.invalid(obj{{name, []any{fmt.Sprintf("Select a valid choice. %s is not one of the available choices.", v)}}})
-			return nil, false
-		}
-		set[n] = true
-	}
-	return set, true
-}
-
-// strFilter reads a multi-valued string filter.
-func (c *reqCtx) strFilter(name string) map[string]bool {
-	vals := c.r.URL.Query()[name]
-	if len(vals) == 0 {
-		return nil
-	}
-	set := map[string]bool{}
-	for _, v := range vals {
-		set[v] = true
-	}
-	return set
-}
-
-// pass reports whether v passes a filter set (a nil set passes everything).
-func pass[K comparable](set map[K]bool, v K) bool {
-	return set == nil || set[v]
 }

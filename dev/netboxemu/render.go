@@ -12,7 +12,8 @@ import (
 // rc is the render context: base is "http://host" for API responses (DRF builds absolute URLs
 // from the request) and "" for webhook data (serialized with request=None: relative URLs).
 type rc struct {
-	base string
+	base      string
+	noContext bool // ?exclude=config_context: devices without config_context
 }
 
 func (c rc) api(path string) string { return c.base + "/api/" + path }

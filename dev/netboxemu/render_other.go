@@ -64,12 +64,17 @@ func (e *Emulator) renderJournal(c rc, j *journalEntry) obj {
 			assigned = e.briefDevice(c, j.objID)
 		}
 	}
-	display := fmt.Sprintf("%s (%s)", j.created.UTC().Format("2006-01-02 15:04"), journalKindLabels[j.kind])
+	display := journalDisplay(j)
 	return obj{{"id", j.id}, {"url", c.api(path)}, {"display_url", c.ui(path)}, {"display", display},
 		{"assigned_object_type", j.objType}, {"assigned_object_id", j.objID}, {"assigned_object", assigned},
 		{"created", restTime(j.created)}, {"created_by", nullableID(j.createdBy)},
 		{"kind", choice(j.kind, journalKindLabels[j.kind])}, {"comments", j.comments}, {"tags", []any{}},
 		{"custom_fields", obj{}}, {"last_updated", restTime(j.lastUpdated)}}
+}
+
+// journalDisplay is JournalEntry.__str__: the local (UTC) date and time to the minute, and the kind.
+func journalDisplay(j *journalEntry) string {
+	return fmt.Sprintf("%s (%s)", j.created.UTC().Format("2006-01-02 15:04"), journalKindLabels[j.kind])
 }
 
 func (e *Emulator) renderChoiceSet(c rc, cs *choiceSet) obj {
@@ -89,7 +94,7 @@ var cfTypeLabels = map[string]string{"text": "Text", "longtext": "Text (long)", 
 	"url": "URL", "json": "JSON", "select": "Selection", "multiselect": "Multiple selection"}
 
 var cfDataTypes = map[string]string{"text": "string", "longtext": "string", "integer": "integer",
-	"decimal": "number", "boolean": "boolean", "date": "string", "datetime": "string", "url": "string",
+	"decimal": "decimal", "boolean": "boolean", "date": "string", "datetime": "string", "url": "string",
 	"json": "object", "select": "string", "multiselect": "array"}
 
 func (e *Emulator) renderCustomField(c rc, cf *customField) obj {
@@ -104,16 +109,21 @@ func (e *Emulator) renderCustomField(c rc, cf *customField) obj {
 		{"object_types", cf.objectTypes}, {"type", choice(cf.typ, cfTypeLabels[cf.typ])},
 		{"related_object_type", nil}, {"data_type", cfDataTypes[cf.typ]}, {"name", cf.name}, {"label", cf.label},
 		{"group_name", cf.groupName}, {"description", cf.description}, {"required", cf.required},
-		{"unique", false}, {"search_weight", 1000}, {"filter_logic", choice("loose", "Loose")},
-		{"ui_visible", choice(cf.uiVisible, uiLabels[cf.uiVisible])},
-		{"ui_editable", choice(cf.uiEditable, uiLabels[cf.uiEditable])}, {"is_cloneable", false},
+		{"unique", false}, {"search_weight", cf.searchWeight},
+		{"filter_logic", choice(cf.filterLogic, filterLogicLabels[cf.filterLogic])},
+		{"ui_visible", choice(cf.uiVisible, uiVisibleLabels[cf.uiVisible])},
+		{"ui_editable", choice(cf.uiEditable, uiEditableLabels[cf.uiEditable])}, {"is_cloneable", false},
 		{"default", cf.def}, {"related_object_filter", nil}, {"weight", cf.weight},
 		{"validation_minimum", nil}, {"validation_maximum", nil}, {"validation_regex", cf.validationRegex},
 		{"validation_schema", nil}, {"choice_set", cs}, {"owner", nil}, {"comments", ""},
 		{"created", restTime(cf.created)}, {"last_updated", restTime(cf.lastUpdated)}}
 }
 
-var uiLabels = map[string]string{"always": "Always", "if-set": "If set", "hidden": "Hidden", "yes": "Yes", "no": "No"}
+var (
+	uiVisibleLabels   = map[string]string{"always": "Always", "if-set": "If set", "hidden": "Hidden"}
+	uiEditableLabels  = map[string]string{"yes": "Yes", "no": "No", "hidden": "Hidden"}
+	filterLogicLabels = map[string]string{"disabled": "Disabled", "loose": "Loose", "exact": "Exact"}
+)
 
 func cfDisplay(cf *customField) string {
 	if cf.label != "" {

@@ -118,6 +118,7 @@ func (e *Emulator) LoadSchema(s netbox.Schema, fleetdURL, secret string) error {
 	for _, r := range s.EventRules {
 		body := obj{{"name", r.Name}, {"description", r.Description}, {"object_types", toAny(r.ObjectTypes)},
 			{"event_types", toAny(r.EventTypes)}, {"enabled", r.Enabled},
+			{"action_type", "webhook"}, {"action_object_type", "extras.webhook"},
 			{"action_object_id", json.Number(fmt.Sprint(ids["webhook/"+r.Webhook]))}}
 		if r.Conditions != nil {
 			raw, _ := json.Marshal(r.Conditions)

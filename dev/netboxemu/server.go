@@ -50,6 +50,11 @@ type Config struct {
 	// Faults decides which requests and deliveries fail; default the built-in *Faults schedule
 	// returned by Emulator.Faults.
 	Faults FaultHook
+	// Latency is added to every API request before it is handled, as a real NetBox takes tens of
+	// milliseconds to answer a device read or write (Django, the serializers, PostgreSQL). It is
+	// spent outside the emulator's lock, so concurrent requests overlap as they do on a NetBox
+	// with several workers; 0 (the default) answers at once.
+	Latency time.Duration
 }
 
 // Emulator is one emulated NetBox. Its methods are safe for concurrent use.
@@ -66,6 +71,8 @@ type Emulator struct {
 	changeSeq int64
 
 	deliveries *deliverer
+	resources  map[string]*resource // by object type (routes)
+	sleep      func(ctx context.Context, d time.Duration) bool // Config.Latency's wait (tests replace it)
 
 	srv *http.Server
 	url string
@@ -91,7 +98,7 @@ func New(cfg Config) *Emulator {
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = &http.Client{Timeout: cfg.DeliveryTimeout}
 	}
-	e := &Emulator{cfg: cfg, db: newDB(), faults: &Faults{}}
+	e := &Emulator{cfg: cfg, db: newDB(), faults: &Faults{}, sleep: sleepCtx}
 	if cfg.Faults == nil {
 		e.cfg.Faults = e.faults
 	}
@@ -141,50 +148,15 @@ func (e *Emulator) Close() error {
 
 func (e *Emulator) routes() {
 	m := http.NewServeMux()
-	h := func(pattern string, write bool, fn func(*reqCtx)) {
-		m.Handle(pattern, e.api(write, fn))
+	e.resources = map[string]*resource{}
+	for _, res := range []*resource{e.deviceResource(), e.interfaceResource(), e.macResource(), e.ipResource(),
+		e.journalResource(), e.customFieldResource(), e.choiceSetResource(), e.webhookResource(),
+		e.eventRuleResource(), e.changeResource()} {
+		e.register(m, res)
 	}
-	h("GET /api/status/", false, e.getStatus)
-	h("GET /api/authentication-check/", false, e.getAuthCheck)
-
-	h("GET /api/dcim/devices/", false, e.listDevices)
-	h("POST /api/dcim/devices/", true, e.createDevice)
-	h("GET /api/dcim/devices/{id}/", false, e.getDevice)
-	h("PATCH /api/dcim/devices/{id}/", true, e.updateDevice)
-	h("PUT /api/dcim/devices/{id}/", true, e.updateDevice)
-	h("DELETE /api/dcim/devices/{id}/", true, e.deleteDevice)
-
-	h("GET /api/dcim/interfaces/", false, e.listInterfaces)
-	h("POST /api/dcim/interfaces/", true, e.createInterface)
-	h("GET /api/dcim/interfaces/{id}/", false, e.getInterface)
-	h("PATCH /api/dcim/interfaces/{id}/", true, e.updateInterface)
-	h("DELETE /api/dcim/interfaces/{id}/", true, e.deleteInterface)
-
-	h("GET /api/dcim/mac-addresses/", false, e.listMACs)
-	h("POST /api/dcim/mac-addresses/", true, e.createMAC)
-	h("GET /api/dcim/mac-addresses/{id}/", false, e.getMAC)
-	h("PATCH /api/dcim/mac-addresses/{id}/", true, e.updateMAC)
-	h("DELETE /api/dcim/mac-addresses/{id}/", true, e.deleteMAC)
-
-	h("GET /api/ipam/ip-addresses/", false, e.listIPs)
-	h("POST /api/ipam/ip-addresses/", true, e.createIP)
-	h("GET /api/ipam/ip-addresses/{id}/", false, e.getIP)
-	h("PATCH /api/ipam/ip-addresses/{id}/", true, e.updateIP)
-	h("DELETE /api/ipam/ip-addresses/{id}/", true, e.deleteIP)
-
-	h("GET /api/extras/journal-entries/", false, e.listJournal)
-	h("POST /api/extras/journal-entries/", true, e.createJournal)
-	h("GET /api/extras/journal-entries/{id}/", false, e.getJournal)
-
-	h("GET /api/extras/custom-fields/", false, e.listCustomFields)
-	h("POST /api/extras/custom-fields/", true, e.createCustomField)
-	h("GET /api/extras/custom-field-choice-sets/", false, e.listChoiceSets)
-	h("POST /api/extras/custom-field-choice-sets/", true, e.createChoiceSet)
-	h("GET /api/extras/webhooks/", false, e.listWebhooks)
-	h("POST /api/extras/webhooks/", true, e.createWebhook)
-	h("GET /api/extras/event-rules/", false, e.listEventRules)
-	h("POST /api/extras/event-rules/", true, e.createEventRule)
-
+	m.Handle("GET /api/{$}", e.api(false, e.getRoot))
+	m.Handle("GET /api/status/", e.api(false, e.getStatus))
+	m.Handle("GET /api/authentication-check/", e.api(false, e.getAuthCheck))
 	m.Handle("/api/", e.api(false, func(c *reqCtx) { c.detail(http.StatusNotFound, "Not found.") }))
 	e.mux = m
 }

@@ -21,7 +21,9 @@ func djangoTime(t time.Time) string {
 }
 
 // contentTypeIDs are the django_content_type ids the emulator reports for GFK fields.
-var contentTypeIDs = map[string]int{"dcim.interface": 37}
+var contentTypeIDs = map[string]int{"dcim.device": 28, "dcim.interface": 37, "dcim.macaddress": 109,
+	"ipam.ipaddress": 64, "extras.customfield": 76, "extras.customfieldchoiceset": 77, "extras.webhook": 80,
+	"extras.eventrule": 82, "extras.journalentry": 83}
 
 func rawCFs(data map[string]any) obj {
 	o := obj{}

@@ -56,6 +56,9 @@ type Options struct {
 	NetBoxRetries int
 	// NetBoxTimeout is fleetd's netbox.timeout, the bound of one NetBox request; default 5 s.
 	NetBoxTimeout time.Duration
+	// NetBoxLatency is added to every request the NetBox emulator answers (netboxemu
+	// Config.Latency), so that fleetd meets NetBox at a real NetBox's pace; default 0.
+	NetBoxLatency time.Duration
 	// LogLevel is fleetd's log.level; default info.
 	LogLevel string
 	// Logger is the stack's own log (deliveries, fleetd restarts).
@@ -213,7 +216,7 @@ func (s *Stack) startNetBox(fleetdURL string, gen *generated) error {
 		return err
 	}
 	s.emu, err = netboxemu.Start(netboxemu.Config{Logger: s.opts.Logger, Rand: s.opts.Rand,
-		DeliveryTimeout: s.opts.DeliveryTimeout})
+		DeliveryTimeout: s.opts.DeliveryTimeout, Latency: s.opts.NetBoxLatency})
 	if err != nil {
 		return fmt.Errorf("start NetBox emulator: %w", err)
 	}

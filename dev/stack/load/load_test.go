@@ -44,7 +44,7 @@ func TestLoad(t *testing.T) {
 		}
 		report = append(report, lines...)
 	}
-	say(fmt.Sprintf("devices=%d (NetBox holds %d), stack started in %s", devices, len(s.Info().Devices), startTook.Round(time.Second)))
+	say(fmt.Sprintf("devices=%d (NetBox holds %d), NetBox latency %s, stack started in %s", devices, len(s.Info().Devices), latency, startTook.Round(time.Second)))
 	idle, _ := vmRSS(s.FleetdPID())
 	say("fleetd RSS at rest with every device declared: " + mib(idle))
 	rss := sampleRSS(s, 250*time.Millisecond)

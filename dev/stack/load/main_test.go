@@ -24,6 +24,7 @@ import (
 var (
 	testStack *stack.Stack
 	devices   int           // LOAD_DEVICES, default 1000
+	latency   time.Duration // LOAD_NETBOX_LATENCY (e.g. 25ms): the emulator's added latency, default 0
 	startTook time.Duration // how long the stack took to start
 )
 
@@ -36,6 +37,14 @@ func TestMain(m *testing.M) {
 	devices = 1000
 	if v, err := strconv.Atoi(os.Getenv("LOAD_DEVICES")); err == nil && v > 0 {
 		devices = v
+	}
+	if v := os.Getenv("LOAD_NETBOX_LATENCY"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			fmt.Fprintf(os.Stderr, "load test: LOAD_NETBOX_LATENCY=%q is not a duration such as 25ms\n", v)
+			os.Exit(2)
+		}
+		latency = d
 	}
 	os.Exit(runWithStack(m))
 }
@@ -57,7 +66,7 @@ func runWithStack(m *testing.M) int {
 	start := time.Now()
 	logw := zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: time.TimeOnly}
 	testStack, err = stack.Start(ctx, stack.Options{Dir: filepath.Join(tmp, "state"), FleetdBinary: bin,
-		ExtraDevices: devices, Logger: zerolog.New(logw).Level(zerolog.ErrorLevel).With().Timestamp().Logger()})
+		ExtraDevices: devices, NetBoxLatency: latency, Logger: zerolog.New(logw).Level(zerolog.ErrorLevel).With().Timestamp().Logger()})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "load test: start the stack:", err)
 		return 1

@@ -1,0 +1,57 @@
+package netboxemu
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+)
+
+// TestLatencyIsSpentOutsideTheLock: two requests are in their latency at the same time. Were
+// the latency spent under the emulator's lock, the second could not start its wait until the
+// first had answered, and the emulator would answer one request per latency at most.
+func TestLatencyIsSpentOutsideTheLock(t *testing.T) {
+	f := newFixture(t)
+	entered := make(chan struct{}, 2)
+	release := make(chan struct{})
+	f.emu.cfg.Latency = 25 * time.Millisecond
+	var waited []time.Duration
+	f.emu.sleep = func(ctx context.Context, d time.Duration) bool {
+		waited = append(waited, d) // under no lock: appended before entered is sent, read after both
+		entered <- struct{}{}
+		select {
+		case <-release:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	done := make(chan int, 2)
+	for range 2 {
+		go func() {
+			status, _, _ := f.do(t, "GET", fmt.Sprintf("/api/dcim/devices/%d/", f.dev), bearer(f.fleetd), "")
+			done <- status
+		}()
+	}
+	for i := range 2 {
+		select {
+		case <-entered:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("only %d of 2 concurrent requests reached their latency: the latency is spent under the lock", i)
+		}
+	}
+	// While both wait, the lock is free: seeding (which takes it) goes through.
+	if _, err := f.emu.AddToken(TokenSpec{User: "latecomer"}); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	for range 2 {
+		if status := <-done; status != http.StatusOK {
+			t.Errorf("GET after the latency = %d, want 200", status)
+		}
+	}
+	if len(waited) != 2 || waited[0] != 25*time.Millisecond || waited[1] != 25*time.Millisecond {
+		t.Errorf("waits = %v, want two of Config.Latency (25ms)", waited)
+	}
+}
