@@ -36,7 +36,7 @@ demo: deps build ## walk one machine of each class kind through its lifecycle ag
 	bin/fleetsim demo
 
 .PHONY: test
-test: deps ## the whole test suite (what CI runs), with a short chaos run
+test: deps tools ## the whole test suite (what CI runs), with a short chaos run
 	$(GO) test $(TEST_FLAGS) $$($(GO) list ./... | grep -v '/dev/stack/chaos$$')
 	cd interop/spire && $(GO) test $(TEST_FLAGS) ./...
 	@$(MAKE) --no-print-directory chaos CHAOS_SEED=$(CHAOS_TEST_SEED) CHAOS_COVERING=1

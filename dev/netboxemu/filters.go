@@ -119,6 +119,9 @@ func (e *Emulator) compileParam(res *resource, defs map[string]*filterDef, param
 		return e.compileCF(res, param, values)
 	}
 	if d, ok := defs[param]; ok {
+		if d.kind == fRange {
+			return nil, notImplemented(param, res.path, "it is a date range: NetBox reads only "+param+"_after and "+param+"_before and would ignore it.")
+		}
 		return d.compile(param, "", values)
 	}
 	for _, d := range res.filters {
@@ -131,7 +134,7 @@ func (e *Emulator) compileParam(res *resource, defs map[string]*filterDef, param
 			if _, has := d.kind.lookups()[lookup]; has && d.base != "icontains" {
 				return d.compile(param, lookup, values)
 			}
-			return nil, notImplemented(param, res.path, "NetBox 4.6.8 has no lookup __"+lookup+" on this filter and would ignore the parameter.")
+			return nil, notImplemented(param, res.path, "the emulator serves no lookup __"+lookup+" on this filter (NetBox 4.6.8 has none, or ignores it here).")
 		}
 	}
 	return nil, notImplemented(param, res.path, "it is not a filter of this endpoint that the emulator serves (NetBox ignores parameters it does not know).")

@@ -241,6 +241,8 @@ func pyTypeName(v any) string {
 		return "bool"
 	case nil:
 		return "NoneType"
+	case map[string]any:
+		return "dict"
 	}
 	return "int"
 }

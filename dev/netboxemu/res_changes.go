@@ -49,9 +49,9 @@ func (e *Emulator) changeResource() *resource {
 			return anyContainsFold(q, ch(id).userName, ch(id).repr, ch(id).message)
 		},
 		ordering: map[string]func(int) any{
-			"id":   func(id int) any { return id },
-			"time": func(id int) any { return ch(id).time },
-			"user_name": func(id int) any { return ch(id).userName },
+			"id":                func(id int) any { return id },
+			"time":              func(id int) any { return ch(id).time },
+			"user_name":         func(id int) any { return ch(id).userName },
 			"changed_object_id": func(id int) any { return ch(id).objectID },
 		},
 		meta: changeMeta,

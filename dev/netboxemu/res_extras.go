@@ -31,7 +31,9 @@ func (e *Emulator) journalResource() *resource {
 	}
 	return &resource{
 		path: "extras/journal-entries", objectType: "extras.journalentry", verbose: "Journal Entry", model: "JournalEntry",
-		ids:         func() []int { return sortedIDs(e.db.journal, func(a, b *journalEntry) bool { return a.created.After(b.created) }) },
+		ids: func() []int {
+			return sortedIDs(e.db.journal, func(a, b *journalEntry) bool { return a.created.After(b.created) })
+		},
 		has:         idExists(func() map[int]*journalEntry { return e.db.journal }),
 		lastUpdated: updated,
 		render:      func(c rc, id int) obj { return e.renderJournal(c, j(id)) },

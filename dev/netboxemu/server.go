@@ -71,7 +71,7 @@ type Emulator struct {
 	changeSeq int64
 
 	deliveries *deliverer
-	resources  map[string]*resource // by object type (routes)
+	resources  map[string]*resource                            // by object type (routes)
 	sleep      func(ctx context.Context, d time.Duration) bool // Config.Latency's wait (tests replace it)
 
 	srv *http.Server

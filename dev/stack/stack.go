@@ -56,6 +56,10 @@ type Options struct {
 	NetBoxRetries int
 	// NetBoxTimeout is fleetd's netbox.timeout, the bound of one NetBox request; default 5 s.
 	NetBoxTimeout time.Duration
+	// ApplySchema, when set, creates netbox-webhooks.yaml's custom fields, choice sets, webhooks
+	// and event rules through the emulator's API (as the OpenTofu root does) instead of the
+	// emulator's LoadSchema. It runs before the inventory is seeded, which needs the fields.
+	ApplySchema func(ctx context.Context, t SchemaTarget) error
 	// NetBoxLatency is added to every request the NetBox emulator answers (netboxemu
 	// Config.Latency), so that fleetd meets NetBox at a real NetBox's pace; default 0.
 	NetBoxLatency time.Duration
@@ -158,7 +162,7 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := s.startNetBox(httpURL, gen); err != nil {
+	if err := s.startNetBox(ctx, httpURL, gen); err != nil {
 		return nil, err
 	}
 	devices := Inventory(o.ExtraDevices, o.MoreDevices...)
@@ -207,10 +211,10 @@ func (s *Stack) startKubeAndMachines(ctx context.Context, devices []SeedDevice) 
 	return seed(s.emu, devices, tpms)
 }
 
-// startNetBox starts the emulator on a free loopback port, loads netbox-webhooks.yaml with
-// payload URLs under fleetdURL (fleetd's plain HTTP listener) and the webhook secret, and creates
-// the two users' tokens.
-func (s *Stack) startNetBox(fleetdURL string, gen *generated) error {
+// startNetBox starts the emulator on a free loopback port, creates the two users' tokens, and
+// loads netbox-webhooks.yaml with payload URLs under fleetdURL (fleetd's plain HTTP listener)
+// and the webhook secret, or has Options.ApplySchema create it through the API.
+func (s *Stack) startNetBox(ctx context.Context, fleetdURL string, gen *generated) error {
 	schema, err := loadSchema(s.opts.Root, s.paths)
 	if err != nil {
 		return err
@@ -220,10 +224,30 @@ func (s *Stack) startNetBox(fleetdURL string, gen *generated) error {
 	if err != nil {
 		return fmt.Errorf("start NetBox emulator: %w", err)
 	}
+	if err := gen.addTokens(s.emu, s.paths); err != nil {
+		return err
+	}
+	if s.opts.ApplySchema != nil {
+		err := s.opts.ApplySchema(ctx, SchemaTarget{NetBoxURL: s.emu.URL(), Token: gen.adminToken,
+			FleetdURL: fleetdURL, WebhookSecret: gen.webhookSecret, File: filepath.Join(s.opts.Root, "netbox-webhooks.yaml")})
+		if err != nil {
+			return fmt.Errorf("apply netbox-webhooks.yaml to the emulator: %w", err)
+		}
+		return nil
+	}
 	if err := s.emu.LoadSchema(schema, fleetdURL, gen.webhookSecret); err != nil {
 		return fmt.Errorf("load netbox-webhooks.yaml into the emulator: %w", err)
 	}
-	return gen.addTokens(s.emu, s.paths)
+	return nil
+}
+
+// SchemaTarget is what Options.ApplySchema is given to create netbox-webhooks.yaml's objects.
+type SchemaTarget struct {
+	NetBoxURL     string // the emulator's base URL
+	Token         string // the owner's API token (may write the extras objects)
+	FleetdURL     string // fleetd's plain HTTP listener: each webhook's payload_url is this plus its path
+	WebhookSecret string // the secret fleetd verifies X-Hook-Signature with
+	File          string // the checkout's netbox-webhooks.yaml
 }
 
 // Info is what stack.json says.
