@@ -166,3 +166,31 @@ func (c *reqCtx) writeList(status int, res *resource, ids []int) {
 	}
 	c.write(status, out)
 }
+
+// clone copies every table (rows by value) for a bulk write to roll back to. Rows' maps and
+// slices are replaced on a save, never changed in place, so sharing them is safe.
+func (d *db) clone() *db {
+	return &db{seq: cloneMap(d.seq), users: cloneRows(d.users), tokens: cloneRows(d.tokens),
+		sites: cloneRows(d.sites), roles: cloneRows(d.roles), mfrs: cloneRows(d.mfrs),
+		deviceTypes: cloneRows(d.deviceTypes), devices: cloneRows(d.devices), ifaces: cloneRows(d.ifaces),
+		macs: cloneRows(d.macs), ips: cloneRows(d.ips), journal: cloneRows(d.journal),
+		choiceSets: cloneRows(d.choiceSets), customFields: cloneRows(d.customFields),
+		webhooks: cloneRows(d.webhooks), eventRules: cloneRows(d.eventRules)}
+}
+
+func cloneMap[K comparable, V any](m map[K]V) map[K]V {
+	out := make(map[K]V, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+func cloneRows[T any](m map[int]*T) map[int]*T {
+	out := make(map[int]*T, len(m))
+	for k, v := range m {
+		row := *v
+		out[k] = &row
+	}
+	return out
+}
