@@ -102,7 +102,7 @@ func wire(ctx context.Context, cfg *config.Config, log zerolog.Logger) (*app, er
 	if err != nil {
 		return nil, fmt.Errorf("netbox: %w", err)
 	}
-	rc, err := kubeConfig(cfg.Path(cfg.Kubernetes.Kubeconfig))
+	rc, err := workflows.LoadRESTConfig(cfg.Path(cfg.Kubernetes.Kubeconfig))
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes.kubeconfig: %w", err)
 	}

@@ -1,4 +1,4 @@
-package main
+package workflows
 
 import (
 	"fmt"
@@ -7,9 +7,10 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 )
 
-// kubeConfig loads the Kubernetes client configuration: the kubeconfig file when one is named,
-// the in-cluster service account otherwise.
-func kubeConfig(path string) (*rest.Config, error) {
+// LoadRESTConfig loads the Kubernetes client configuration for Config.RESTConfig
+// (kubernetes.kubeconfig): the kubeconfig file when one is named, the in-cluster service account
+// otherwise.
+func LoadRESTConfig(path string) (*rest.Config, error) {
 	if path == "" {
 		c, err := rest.InClusterConfig()
 		if err != nil {
