@@ -12,13 +12,13 @@ type Error struct {
 
 func (e *Error) Error() string { return fmt.Sprintf("%s: %s", e.Code, e.Message) }
 
-// Codes the enrollment routes answer with besides the attestation checks. The attestation
-// refusals use the check names of package attest as their code (attest.Check: "ek_not_approved",
-// "quote_invalid", "disk_absent", …).
+// Codes every route may answer with besides the domain's refusals. The attestation refusals use
+// the check names of package attest as their code (attest.Check: "ek_not_approved",
+// "quote_invalid", "disk_absent", …); the domain's others are fleet.Refusal codes.
 const (
-	CodeMalformed     = "malformed"      // the body is not the expected JSON (400)
-	CodeTooLarge      = "too_large"      // the body is over the route's limit (400)
-	CodeUnknownDevice = "unknown_device" // NetBox has no device of that name (404)
-	CodeNotExpected   = "not_expected"   // the device has no request that runs an enrollment now (409)
-	CodeInternal      = "internal"       // fleetd failed; see its log (500)
+	CodeMalformed         = "malformed"          // the body is not the expected JSON (400)
+	CodeTooLarge          = "too_large"          // the body is over the route's limit (413)
+	CodeBadSignature      = "bad_signature"      // a webhook's X-Hook-Signature is missing or wrong (401)
+	CodeNetBoxUnavailable = "netbox_unavailable" // NetBox could not be read or written; retry shortly (503)
+	CodeInternal          = "internal"           // fleetd failed; see its log (500)
 )

@@ -19,6 +19,7 @@ const (
 	RefusedNotFound                          // nothing fleetd knows matches the request
 	RefusedConflict                          // the device is not in a state that allows this now
 	RefusedGone                              // what was asked for existed and is gone for good
+	RefusedTooLarge                          // the request is larger than its route takes
 )
 
 // Refusal is a decision against the caller. Code is a stable machine-readable word

@@ -19,22 +19,28 @@ func TestHTTPEdges(t *testing.T) {
 	f := handlerstest.New(t, handlerstest.Config{Devices: []fleet.Device{fleettest.Declared(12, "node-a")}})
 	rows := []struct {
 		name, method, path, token string
+		body                      string
 		status                    int
 		allow                     string // the Allow header wanted ("" : none)
 		has, hasNot               []string
 	}{
-		{"refuse/405 names the one method", "DELETE", "/v1/devices", "op", 405, "GET",
+		{"refuse/405 names the one method", "DELETE", "/v1/devices", "op", "", 405, "GET",
 			[]string{`"method_not_allowed"`, "takes GET, not DELETE"}, nil},
-		{"refuse/405 on a webhook route", "GET", "/v1/netbox/webhook/provision", "", 405, "POST",
+		{"refuse/405 on a webhook route", "GET", "/v1/netbox/webhook/provision", "", "", 405, "POST",
 			[]string{"takes POST, not GET"}, nil},
-		{"refuse/405 on a templated route", "GET", "/v1/devices/node-a/reconcile", "op", 405, "POST", nil, nil},
-		{"refuse/401 message keeps its angle brackets", "GET", "/v1/devices", "", 401, "",
+		{"refuse/405 on a templated route", "GET", "/v1/devices/node-a/reconcile", "op", "", 405, "POST", nil, nil},
+		{"refuse/401 message keeps its angle brackets", "GET", "/v1/devices", "", "", 401, "",
 			[]string{"Bearer <the token in operator.token_file>"}, []string{`\u003c`, `\u003e`}},
-		{"ok/reconcile with nothing to do has no detail", "POST", "/v1/devices/node-a/reconcile", "op", 200, "",
+		{"ok/reconcile with nothing to do has no detail", "POST", "/v1/devices/node-a/reconcile", "op", "", 200, "",
 			[]string{`"outcome": "nothing-to-do"`}, []string{`"detail"`}},
+		// Every route's body is capped once, by the route table (docs/http.md's limits).
+		{"refuse/413 a webhook over the route's 1 MiB", "POST", "/v1/netbox/webhook/provision", "", `{"pad": "` + strings.Repeat("x", 1<<20) + `"}`,
+			413, "", []string{`"error":"too_large"`, "larger than 1048576 bytes"}, nil},
+		{"refuse/413 a challenge over the route's 64 KiB", "POST", "/v1/attest/challenge", "", `{"device": "` + strings.Repeat("x", 64<<10) + `"}`,
+			413, "", []string{`"error": "too_large"`}, nil},
 	}
 	for _, r := range rows {
-		req, _ := http.NewRequest(r.method, f.URL+r.path, nil)
+		req, _ := http.NewRequest(r.method, f.URL+r.path, strings.NewReader(r.body))
 		if r.token != "" {
 			req.Header.Set("Authorization", "Bearer "+r.token)
 		}

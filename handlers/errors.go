@@ -22,6 +22,8 @@ func statusOf(c fleet.RefusalClass) int {
 		return http.StatusConflict
 	case fleet.RefusedGone:
 		return http.StatusGone
+	case fleet.RefusedTooLarge:
+		return http.StatusRequestEntityTooLarge
 	}
 	return http.StatusBadRequest
 }
@@ -63,7 +65,7 @@ func decodeJSON(r *http.Request, v any) error {
 	if err := dec.Decode(v); err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			return fleet.Refuse(fleet.RefusedInvalid, "too_large", "the request body is larger than %d bytes", tooBig.Limit)
+			return fleet.Refuse(fleet.RefusedTooLarge, api.CodeTooLarge, "the request body is larger than %d bytes", tooBig.Limit)
 		}
 		return fleet.Refuse(fleet.RefusedInvalid, api.CodeMalformed, "the request body is not the expected JSON: %v", err)
 	}

@@ -1,5 +1,5 @@
-// Package webhook is NetBox → fleetd: it caps the body, verifies NetBox's HMAC signature over the
-// raw bytes before anything is parsed, decodes the event in any NetBox 4.3–4.7 shape, and hands a
+// Package webhook is NetBox → fleetd: it reads the body within the cap of its route (the handlers'
+// route table), verifies NetBox's HMAC signature over the raw bytes before anything is parsed, decodes the event in any NetBox 4.3–4.7 shape, and hands a
 // "re-read this device" trigger to the fleet service (docs/design.md §2, §6; reference/netbox.md §1, §7).
 package webhook
 
@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/folly-infra/fleetd/api"
 	"github.com/folly-infra/fleetd/fleet"
 	"github.com/folly-infra/fleetd/netbox"
 )
@@ -40,7 +41,6 @@ type Undoer interface {
 type Config struct {
 	Secret      []byte        // the webhook secret NetBox signs with
 	ServiceUser string        // fleetd's own NetBox user: its device updates are echoes
-	MaxBody     int64         // largest body accepted, in bytes
 	Timeout     time.Duration // how long one webhook may take to re-read and decide
 }
 
@@ -69,9 +69,6 @@ func New(cfg Config, deps Deps) (*Intake, error) {
 	if deps.Reconciler == nil {
 		return nil, errors.New("new webhook intake: no reconciler")
 	}
-	if cfg.MaxBody <= 0 {
-		cfg.MaxBody = 1 << 20
-	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 20 * time.Second
 	}
@@ -90,6 +87,9 @@ func New(cfg Config, deps Deps) (*Intake, error) {
 // Handler serves one webhook route. route names it in logs and metrics ("provision", "attest",
 // "wipe", "retire" for the per-action event rules, "inventory" for the generic one). Every route
 // does the same thing, because a webhook is only a hint: re-read the device and decide.
+//
+// The caller caps the request body (http.MaxBytesReader): the handlers' route table gives every
+// webhook route its limit (docs/http.md), and a body over it is answered 413 too_large here.
 func (in *Intake) Handler(route string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		in.serve(w, r, route)
@@ -99,32 +99,32 @@ func (in *Intake) Handler(route string) http.Handler {
 func (in *Intake) serve(w http.ResponseWriter, r *http.Request, route string) {
 	l := in.deps.Logger.With().Str("request_id", w.Header().Get("X-Request-Id")).Logger()
 	log := &l
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, in.cfg.MaxBody))
+	body, err := io.ReadAll(r.Body) // capped by the route (Handler)
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			in.refuse(w, log, route, http.StatusRequestEntityTooLarge, "too_large",
-				fmt.Sprintf("the webhook body is larger than %d bytes", in.cfg.MaxBody))
+			in.refuse(w, log, route, http.StatusRequestEntityTooLarge, api.CodeTooLarge,
+				fmt.Sprintf("the webhook body is larger than %d bytes", tooBig.Limit))
 			return
 		}
-		in.refuse(w, log, route, http.StatusBadRequest, "malformed", "the webhook body could not be read")
+		in.refuse(w, log, route, http.StatusBadRequest, api.CodeMalformed, "the webhook body could not be read")
 		return
 	}
 	// 1. The signature, over the exact bytes received, before any parsing.
 	if !in.signed(body, r.Header.Get("X-Hook-Signature")) {
-		in.refuse(w, log, route, http.StatusUnauthorized, "bad_signature",
+		in.refuse(w, log, route, http.StatusUnauthorized, api.CodeBadSignature,
 			"X-Hook-Signature is missing or is not the HMAC-SHA512 of the body with the configured webhook secret")
 		return
 	}
 	// 2. The event.
 	var p payload
 	if err := json.Unmarshal(body, &p); err != nil {
-		in.refuse(w, log, route, http.StatusBadRequest, "malformed", "the webhook body is not a NetBox event: "+err.Error())
+		in.refuse(w, log, route, http.StatusBadRequest, api.CodeMalformed, "the webhook body is not a NetBox event: "+err.Error())
 		return
 	}
 	id, err := p.deviceID()
 	if err != nil {
-		in.refuse(w, log, route, http.StatusBadRequest, "malformed", err.Error())
+		in.refuse(w, log, route, http.StatusBadRequest, api.CodeMalformed, err.Error())
 		return
 	}
 	// The device id is not in ev: the decision line's outcome names it (fleet.Outcome), and a
@@ -152,10 +152,10 @@ func (in *Intake) serve(w http.ResponseWriter, r *http.Request, route string) {
 	defer cancel()
 	out, err := in.decide(ctx, &ev, p, id)
 	if errors.Is(err, fleet.ErrInventory) {
-		in.results.WithLabelValues(route, "netbox_unavailable").Inc()
+		in.results.WithLabelValues(route, api.CodeNetBoxUnavailable).Inc()
 		ev.Error().Err(err).EmbedObject(out).Msg("decision")
-		writeJSON(w, http.StatusServiceUnavailable, "netbox_unavailable",
-			"fleetd could not read the device from NetBox; the periodic reconcile will retry")
+		writeBody(w, http.StatusServiceUnavailable, api.Error{Code: api.CodeNetBoxUnavailable,
+			Message: "fleetd could not read the device from NetBox; the periodic reconcile will retry"})
 		return
 	}
 	in.results.WithLabelValues(route, "accepted").Inc()
@@ -232,11 +232,7 @@ func (in *Intake) accept(w http.ResponseWriter, log *zerolog.Logger, route strin
 func (in *Intake) refuse(w http.ResponseWriter, log *zerolog.Logger, route string, status int, code, msg string) {
 	in.results.WithLabelValues(route, code).Inc()
 	log.Warn().Str("route", route).Str("step", "webhook").Str("outcome", code).Str("detail", msg).Msg("decision")
-	writeJSON(w, status, code, msg)
-}
-
-func writeJSON(w http.ResponseWriter, status int, code, msg string) {
-	writeBody(w, status, map[string]string{"error": code, "message": msg})
+	writeBody(w, status, api.Error{Code: code, Message: msg})
 }
 
 // writeBody answers with v as JSON, without encoding/json's HTML escaping (a message keeps its
