@@ -99,39 +99,16 @@ func (in *Intake) Handler(route string) http.Handler {
 func (in *Intake) serve(w http.ResponseWriter, r *http.Request, route string) {
 	l := in.deps.Logger.With().Str("request_id", w.Header().Get("X-Request-Id")).Logger()
 	log := &l
-	body, err := io.ReadAll(r.Body) // capped by the route (Handler)
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			in.refuse(w, log, route, http.StatusRequestEntityTooLarge, api.CodeTooLarge,
-				fmt.Sprintf("the webhook body is larger than %d bytes", tooBig.Limit))
-			return
-		}
-		in.refuse(w, log, route, http.StatusBadRequest, api.CodeMalformed, "the webhook body could not be read")
-		return
-	}
-	// 1. The signature, over the exact bytes received, before any parsing.
-	if !in.signed(body, r.Header.Get("X-Hook-Signature")) {
-		in.refuse(w, log, route, http.StatusUnauthorized, api.CodeBadSignature,
-			"X-Hook-Signature is missing or is not the HMAC-SHA512 of the body with the configured webhook secret")
-		return
-	}
-	// 2. The event.
-	var p payload
-	if err := json.Unmarshal(body, &p); err != nil {
-		in.refuse(w, log, route, http.StatusBadRequest, api.CodeMalformed, "the webhook body is not a NetBox event: "+err.Error())
-		return
-	}
-	id, err := p.deviceID()
-	if err != nil {
-		in.refuse(w, log, route, http.StatusBadRequest, api.CodeMalformed, err.Error())
+	// 1. The signed event (event).
+	p, id, ok := in.event(w, r, log, route)
+	if !ok {
 		return
 	}
 	// The device id is not in ev: the decision line's outcome names it (fleet.Outcome), and a
 	// line that ignores the event adds it itself, so no line carries the key twice.
 	ev := log.With().Str("route", route).Str("event", p.Event).Str("object_type", p.objectType()).
 		Str("netbox_request", p.requestID()).Str("netbox_user", p.user()).Logger()
-	// 3. What it means.
+	// 2. What it means.
 	echo := in.cfg.ServiceUser != "" && p.user() == in.cfg.ServiceUser && p.objectType() == "dcim.device" &&
 		p.onlyOwnedChanged(in.owned)
 	// Anything but fleetd's own echo may change a reservation (a name, a MAC, an address, a device
@@ -147,7 +124,7 @@ func (in *Intake) serve(w http.ResponseWriter, r *http.Request, route string) {
 		in.accept(w, &ev, route, id, "echo", "fleetd's own update; nothing left to do")
 		return
 	}
-	// 4. The same decision the reconciler makes, now.
+	// 3. The same decision the reconciler makes, now.
 	ctx, cancel := context.WithTimeout(r.Context(), in.cfg.Timeout)
 	defer cancel()
 	out, err := in.decide(ctx, &ev, p, id)
@@ -165,6 +142,37 @@ func (in *Intake) serve(w http.ResponseWriter, r *http.Request, route string) {
 	}
 	e.EmbedObject(out).Msg("decision")
 	writeBody(w, http.StatusAccepted, map[string]string{"outcome": out.Result})
+}
+
+// event reads, verifies and decodes a webhook: the body (capped by the route), its signature over
+// the exact bytes received before any parsing, then the NetBox event and the device it concerns.
+// A webhook that fails a step is answered here, and ok is false.
+func (in *Intake) event(w http.ResponseWriter, r *http.Request, log *zerolog.Logger, route string) (p payload, id int64, ok bool) {
+	body, err := io.ReadAll(r.Body) // capped by the route (Handler)
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			in.refuse(w, log, route, http.StatusRequestEntityTooLarge, api.CodeTooLarge,
+				fmt.Sprintf("the webhook body is larger than %d bytes", tooBig.Limit))
+			return p, 0, false
+		}
+		in.refuse(w, log, route, http.StatusBadRequest, api.CodeMalformed, "the webhook body could not be read")
+		return p, 0, false
+	}
+	if !in.signed(body, r.Header.Get("X-Hook-Signature")) {
+		in.refuse(w, log, route, http.StatusUnauthorized, api.CodeBadSignature,
+			"X-Hook-Signature is missing or is not the HMAC-SHA512 of the body with the configured webhook secret")
+		return p, 0, false
+	}
+	if err := json.Unmarshal(body, &p); err != nil {
+		in.refuse(w, log, route, http.StatusBadRequest, api.CodeMalformed, "the webhook body is not a NetBox event: "+err.Error())
+		return p, 0, false
+	}
+	if id, err = p.deviceID(); err != nil {
+		in.refuse(w, log, route, http.StatusBadRequest, api.CodeMalformed, err.Error())
+		return p, 0, false
+	}
+	return p, id, true
 }
 
 // decide first undoes another user's write of fleetd's own fields (a client writing back what it
