@@ -106,22 +106,7 @@ func (j classJSON) class(name string) (Class, []error) {
 		}
 		return c, errs
 	}
-	for key, tpl := range j.Templates {
-		a := Action(key)
-		if !validAction(a) {
-			bad(`"templates" has unknown action %q: use provision, attest, wipe, retire`, key)
-			continue
-		}
-		if !classNameRE.MatchString(tpl) {
-			bad(`template %q for %s is not a valid Kubernetes object name`, tpl, key)
-		}
-		c.Templates[a] = tpl
-	}
-	for _, a := range Actions {
-		if c.Templates[a] == "" {
-			bad(`"templates" names no Template for %s`, a)
-		}
-	}
+	c.Templates = j.templates(bad)
 	if j.Image == "" {
 		bad(`"image" is missing: the install Template needs the OS image URL`)
 	}
@@ -132,36 +117,70 @@ func (j classJSON) class(name string) (Class, []error) {
 	default:
 		bad(`"secure_boot" %q is unknown: use "required" or "any"`, j.SecureBoot)
 	}
-	if j.Netboot != nil {
-		c.Netboot = Netboot{ToggleAllowNetboot: true, BootMode: j.Netboot.BootMode, ISOURL: j.Netboot.ISOURL}
-		if j.Netboot.ToggleAllowNetboot != nil {
-			c.Netboot.ToggleAllowNetboot = *j.Netboot.ToggleAllowNetboot
-		}
-		switch j.Netboot.BootMode {
-		case "", "netboot":
-		case "iso":
-			if j.Netboot.ISOURL == "" {
-				bad(`"netboot.boot_mode" is "iso" but "netboot.iso_url" is empty`)
-			}
-		default:
-			bad(`"netboot.boot_mode" %q is unknown: use "netboot" or "iso"`, j.Netboot.BootMode)
-		}
-	} else {
-		c.Netboot = Netboot{ToggleAllowNetboot: true}
-	}
+	c.Netboot = j.netboot(bad)
 	if j.Timeout != "" {
-		d, err := time.ParseDuration(j.Timeout)
-		switch {
-		case err != nil:
-			bad(`"workflow_timeout" %q is not a duration such as "45m"`, j.Timeout)
-		case d < time.Minute:
-			bad(`"workflow_timeout" %s is shorter than a minute: Tinkerbell would time the Workflow out at once`, d)
-		default:
-			c.Timeout = d
-		}
+		c.Timeout = j.timeout(bad)
 	}
 	errs = append(errs, c.kindConfig(j)...)
 	return c, errs
+}
+
+// templates reads "templates": a valid Template name for every action.
+func (j classJSON) templates(bad func(string, ...any)) map[Action]string {
+	out := map[Action]string{}
+	for key, tpl := range j.Templates {
+		a := Action(key)
+		if !validAction(a) {
+			bad(`"templates" has unknown action %q: use provision, attest, wipe, retire`, key)
+			continue
+		}
+		if !classNameRE.MatchString(tpl) {
+			bad(`template %q for %s is not a valid Kubernetes object name`, tpl, key)
+		}
+		out[a] = tpl
+	}
+	for _, a := range Actions {
+		if out[a] == "" {
+			bad(`"templates" names no Template for %s`, a)
+		}
+	}
+	return out
+}
+
+// netboot reads "netboot": allowNetboot toggled unless it says not, and a boot mode Tinkerbell has.
+func (j classJSON) netboot(bad func(string, ...any)) Netboot {
+	if j.Netboot == nil {
+		return Netboot{ToggleAllowNetboot: true}
+	}
+	nb := Netboot{ToggleAllowNetboot: true, BootMode: j.Netboot.BootMode, ISOURL: j.Netboot.ISOURL}
+	if j.Netboot.ToggleAllowNetboot != nil {
+		nb.ToggleAllowNetboot = *j.Netboot.ToggleAllowNetboot
+	}
+	switch j.Netboot.BootMode {
+	case "", "netboot":
+	case "iso":
+		if j.Netboot.ISOURL == "" {
+			bad(`"netboot.boot_mode" is "iso" but "netboot.iso_url" is empty`)
+		}
+	default:
+		bad(`"netboot.boot_mode" %q is unknown: use "netboot" or "iso"`, j.Netboot.BootMode)
+	}
+	return nb
+}
+
+// timeout reads "workflow_timeout": a duration of at least a minute (DefaultWorkflowTimeout when
+// it is wrong, with the problem reported).
+func (j classJSON) timeout(bad func(string, ...any)) time.Duration {
+	d, err := time.ParseDuration(j.Timeout)
+	switch {
+	case err != nil:
+		bad(`"workflow_timeout" %q is not a duration such as "45m"`, j.Timeout)
+	case d < time.Minute:
+		bad(`"workflow_timeout" %s is shorter than a minute: Tinkerbell would time the Workflow out at once`, d)
+	default:
+		return d
+	}
+	return DefaultWorkflowTimeout
 }
 
 // kindConfig validates the block that belongs to the class's kind and rejects blocks of others.
