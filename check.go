@@ -24,69 +24,96 @@ func check(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("check", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfgPath := fs.String("config", "fleetd.yaml", "the config file")
-	classes := fs.String("classes", "", "classes.json to check (default: the config's classes_file)")
-	webhooks := fs.String("webhooks", "", "netbox-webhooks.yaml to check (default: the config's webhooks_file)")
-	bootPolicy := fs.String("boot-policy", "", "the boot policy to check (default: the config's attestation.boot_policy_file; with --skip-files only when it exists)")
+	var files checkedFiles
+	fs.StringVar(&files.classes, "classes", "", "classes.json to check (default: the config's classes_file)")
+	fs.StringVar(&files.webhooks, "webhooks", "", "netbox-webhooks.yaml to check (default: the config's webhooks_file)")
+	fs.StringVar(&files.bootPolicy, "boot-policy", "", "the boot policy to check (default: the config's attestation.boot_policy_file; with --skip-files only when it exists)")
 	skipFiles := fs.Bool("skip-files", false, "do not require the secret and CA files the config names to exist (CI of the infrastructure repo)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	var problems []string
-	add := func(what string, err error) {
-		for _, line := range strings.Split(err.Error(), "\n") {
-			problems = append(problems, what+": "+line)
-		}
-	}
+	var p problems
 	cfg, err := config.Load(*cfgPath, config.Override{SkipFiles: *skipFiles})
 	if err != nil {
-		add(*cfgPath, errors.Unwrap(err))
+		p.add(*cfgPath, errors.Unwrap(err))
 	}
-	if *classes == "" && cfg != nil {
-		*classes = cfg.Path(cfg.ClassesFile)
-	}
-	if *webhooks == "" && cfg != nil && cfg.Webhooks != "" {
-		*webhooks = cfg.Path(cfg.Webhooks)
-	}
-	explicitPolicy := *bootPolicy != ""
-	if !explicitPolicy && cfg != nil && cfg.Attestation.BootPolicyFile != "" {
-		*bootPolicy = cfg.Path(cfg.Attestation.BootPolicyFile)
-	}
-	var catalog *fleet.Catalog
-	if *classes != "" {
-		cat, err := loadCatalog(*classes)
-		if err != nil {
-			add(*classes, err)
-		} else {
-			catalog = &cat
-		}
-		refused, notes := checkCloudInit(cat)
-		for _, p := range refused {
-			problems = append(problems, *classes+": "+p)
-		}
-		for _, n := range notes {
-			fmt.Fprintln(stdout, "fleetd check: note: "+n)
-		}
-	}
+	files.defaults(cfg)
+	catalog := files.checkClasses(&p, stdout)
 	// A missing policy file is the config's problem (reported above unless --skip-files).
-	if _, err := os.Stat(*bootPolicy); *bootPolicy != "" && (explicitPolicy || err == nil) {
-		if err := checkBootPolicy(*bootPolicy, catalog); err != nil {
-			add(*bootPolicy, err)
+	if _, err := os.Stat(files.bootPolicy); files.bootPolicy != "" && (files.explicitPolicy || err == nil) {
+		if err := checkBootPolicy(files.bootPolicy, catalog); err != nil {
+			p.add(files.bootPolicy, err)
 		}
 	}
-	if *webhooks != "" {
-		if err := checkWebhooks(*webhooks); err != nil {
-			add(*webhooks, err)
+	if files.webhooks != "" {
+		if err := checkWebhooks(files.webhooks); err != nil {
+			p.add(files.webhooks, err)
 		}
 	}
-	if len(problems) > 0 {
-		fmt.Fprintf(stderr, "fleetd check: %d problem(s):\n", len(problems))
-		for _, p := range problems {
-			fmt.Fprintln(stderr, "  "+p)
+	if len(p) > 0 {
+		fmt.Fprintf(stderr, "fleetd check: %d problem(s):\n", len(p))
+		for _, line := range p {
+			fmt.Fprintln(stderr, "  "+line)
 		}
 		return 1
 	}
 	fmt.Fprintln(stdout, "fleetd check: ok")
 	return 0
+}
+
+// problems are fleetd check's findings, one line each, prefixed with the file they are in.
+type problems []string
+
+func (p *problems) add(what string, err error) {
+	for _, line := range strings.Split(err.Error(), "\n") {
+		*p = append(*p, what+": "+line)
+	}
+}
+
+// checkedFiles are the files fleetd check reads besides the config: named by a flag, or else by
+// the config.
+type checkedFiles struct {
+	classes, webhooks, bootPolicy string
+	explicitPolicy                bool // --boot-policy was given: the file must exist
+}
+
+func (f *checkedFiles) defaults(cfg *config.Config) {
+	f.explicitPolicy = f.bootPolicy != ""
+	if cfg == nil {
+		return
+	}
+	if f.classes == "" {
+		f.classes = cfg.Path(cfg.ClassesFile)
+	}
+	if f.webhooks == "" && cfg.Webhooks != "" {
+		f.webhooks = cfg.Path(cfg.Webhooks)
+	}
+	if !f.explicitPolicy && cfg.Attestation.BootPolicyFile != "" {
+		f.bootPolicy = cfg.Path(cfg.Attestation.BootPolicyFile)
+	}
+}
+
+// checkClasses loads classes.json and runs cloud-init over its cloud-init classes; it returns the
+// catalog the boot policy is checked against (nil when classes.json is unreadable or wrong).
+func (f *checkedFiles) checkClasses(p *problems, stdout io.Writer) *fleet.Catalog {
+	if f.classes == "" {
+		return nil
+	}
+	var catalog *fleet.Catalog
+	cat, err := loadCatalog(f.classes)
+	if err != nil {
+		p.add(f.classes, err)
+	} else {
+		catalog = &cat
+	}
+	refused, notes := checkCloudInit(cat)
+	for _, r := range refused {
+		*p = append(*p, f.classes+": "+r)
+	}
+	for _, n := range notes {
+		fmt.Fprintln(stdout, "fleetd check: note: "+n)
+	}
+	return catalog
 }
 
 // checkCloudInit runs the real `cloud-init schema` over the user-data of every cloud-init-nocloud
