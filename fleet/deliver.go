@@ -37,13 +37,16 @@ func (s *Service) FetchConfig(ctx context.Context, f ConfigFetch) (NodeConfig, O
 		return NodeConfig{}, out, s.fetchRefused(f, Refuse(RefusedInvalid, "missing_uuid",
 			"the query has no uuid: fetch with ?uuid=<SMBIOS system UUID>"))
 	}
-	d, err := s.inv.DeviceByAddress(ctx, f.RemoteAddr)
+	d, err := s.deviceAt(ctx, f.RemoteAddr)
 	if errors.Is(err, ErrNotFound) {
 		return NodeConfig{}, out, s.fetchRefused(f, Refuse(RefusedNotFound, "unknown_address",
 			"no NetBox device has the address %s as its primary IPv4, so no configuration is served to it", f.RemoteAddr))
 	}
+	if r, ok := AsRefusal(err); ok {
+		return NodeConfig{}, out, s.fetchRefused(f, r)
+	}
 	if err != nil {
-		return NodeConfig{}, out, fmt.Errorf("look up the device at %s: %w: %w", f.RemoteAddr, ErrInventory, err)
+		return NodeConfig{}, out, fmt.Errorf("look up the device at %s: %w", f.RemoteAddr, inventoryErr(err))
 	}
 	unlock := s.locks.lock(d.ID) // an optimization: the conditional write below is what decides
 	defer unlock()

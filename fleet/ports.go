@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"net/netip"
 	"time"
 )
 
@@ -34,9 +33,6 @@ type Inventory interface {
 	Device(ctx context.Context, id int64) (Device, error)
 	// DeviceByName reads one device by its exact NetBox name.
 	DeviceByName(ctx context.Context, name string) (Device, error)
-	// DeviceByAddress reads the device whose primary IPv4 address is addr (a configuration
-	// fetch comes from it); ErrNotFound when none has it.
-	DeviceByAddress(ctx context.Context, addr netip.Addr) (Device, error)
 	// Devices lists every device (the reconcile and the Kea reservations read it).
 	Devices(ctx context.Context) ([]Device, error)
 	// Update writes only the keys the patch sets. It returns the device as NetBox has it after

@@ -55,6 +55,7 @@ var publicSentences = map[string]string{
 	// The configuration fetch (docs/http.md).
 	"missing_uuid":      "The query has no uuid: fetch with ?uuid=<SMBIOS system UUID>.",
 	"unknown_address":   "No configuration is served to this address for this UUID.",
+	"address_shared":    "More than one NetBox device has this address as its primary IPv4: give each machine its own address.",
 	"wrong_kind":        "The configuration pending for this machine is of another class kind: fetch it from its own route.",
 	"wrong_uuid":        "The uuid in the query is not the SMBIOS UUID the machine attested with.",
 	"config_expired":    "The configuration expired before it was fetched: provision the device again.",

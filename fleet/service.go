@@ -43,8 +43,9 @@ type Deps struct {
 
 // Service is the orchestration of docs/design.md §1: it takes requests from NetBox, drives them through the
 // lifecycle, and records every decision in NetBox. It keeps no state of its own beyond the
-// per-device locks, which only spare it conflicting writes: every decision is a conditional write
-// in NetBox, so several instances may serve at once (docs/design.md §9).
+// per-device locks, which only spare it conflicting writes, and the address index, a cache of
+// NetBox that decides nothing: every decision is a conditional write in NetBox, so several
+// instances may serve at once (docs/design.md §9).
 type Service struct {
 	cfg      Config
 	inv      Inventory
@@ -57,6 +58,7 @@ type Service struct {
 	log      zerolog.Logger
 	metrics  *metrics
 	locks    deviceLocks
+	addrs    *addrIndex // where a configuration fetch finds its device (addrindex.go)
 }
 
 // NewService checks the dependencies and builds the service.
@@ -90,9 +92,10 @@ func NewService(cfg Config, deps Deps) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("new service: %w", err)
 	}
-	return &Service{cfg: cfg, inv: cappedInventory{deps.Inventory}, inst: deps.Installer, catalog: deps.Catalog,
-		clock: deps.Clock, rnd: &lockedReader{r: deps.Random}, renderer: deps.Renderer, attest: deps.Attest,
-		log: deps.Logger, metrics: m}, nil
+	addrs := newAddrIndex()
+	return &Service{cfg: cfg, inv: cappedInventory{indexedInventory{Inventory: deps.Inventory, idx: addrs}}, inst: deps.Installer,
+		catalog: deps.Catalog, clock: deps.Clock, rnd: &lockedReader{r: deps.Random}, renderer: deps.Renderer, attest: deps.Attest,
+		log: deps.Logger, metrics: m, addrs: addrs}, nil
 }
 
 // lockedReader serialises reads of a randomness source that is not safe for concurrent use (a

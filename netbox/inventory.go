@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/netip"
 	"net/url"
 	"strconv"
 	"time"
@@ -234,51 +233,4 @@ func truncate(b []byte) string {
 		return string(b[:300]) + "…"
 	}
 	return string(b)
-}
-
-// ipJSON is the part of an IP address fleetd reads to find its device.
-type ipJSON struct {
-	Address            string `json:"address"`
-	AssignedObjectType string `json:"assigned_object_type"`
-	AssignedObject     *struct {
-		Device *struct {
-			ID int64 `json:"id"`
-		} `json:"device"`
-	} `json:"assigned_object"`
-}
-
-// DeviceByAddress finds the device whose primary IPv4 is addr: the IP addresses with that host
-// (any mask: NetBox's address filter without a mask matches the host), the devices of the
-// interfaces they are assigned to, and of those the one whose primary IPv4 it is.
-func (c *Client) DeviceByAddress(ctx context.Context, addr netip.Addr) (fleet.Device, error) {
-	var page struct {
-		Results []ipJSON `json:"results"`
-	}
-	q := url.Values{"address": {addr.Unmap().String()}, "limit": {"50"}}
-	if err := c.getJSON(ctx, "ip_by_address", "/api/ipam/ip-addresses/", q, &page); err != nil {
-		return fleet.Device{}, fmt.Errorf("find the device at %s: %w", addr, err)
-	}
-	var found []fleet.Device
-	seen := map[int64]bool{}
-	for _, ip := range page.Results {
-		if ip.AssignedObjectType != "dcim.interface" || ip.AssignedObject == nil || ip.AssignedObject.Device == nil || seen[ip.AssignedObject.Device.ID] {
-			continue
-		}
-		seen[ip.AssignedObject.Device.ID] = true
-		d, err := c.Device(ctx, ip.AssignedObject.Device.ID)
-		if err != nil {
-			return fleet.Device{}, fmt.Errorf("find the device at %s: %w", addr, err)
-		}
-		if d.IP() == addr.Unmap() {
-			found = append(found, d)
-		}
-	}
-	switch len(found) {
-	case 0:
-		return fleet.Device{}, fmt.Errorf("find the device at %s: no device has it as its primary IPv4: %w", addr, fleet.ErrNotFound)
-	case 1:
-		return found[0], nil
-	}
-	return fleet.Device{}, fmt.Errorf("find the device at %s: %d devices (%s, %s) have it as their primary IPv4; give each machine its own address",
-		addr, len(found), found[0].Name, found[1].Name)
 }

@@ -8,7 +8,6 @@ import (
 	"math/rand"
 	"net/http"
 	"net/http/httptest"
-	"net/netip"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -357,22 +356,5 @@ func TestUpdateIdentity(t *testing.T) {
 	}
 	if cf, _ := e.emu.CustomFieldData(e.node1); cf["fleet_identity"] != nil {
 		t.Errorf("cleared fleet_identity stored as %#v, want null", cf["fleet_identity"])
-	}
-}
-
-// DeviceByAddress finds the device whose primary IPv4 is the fetch's source, whatever the
-// address's mask, and says ErrNotFound for an address no device has.
-func TestDeviceByAddress(t *testing.T) {
-	e := newEnv(t, 3)
-	ctx := context.Background()
-	d, err := e.client.DeviceByAddress(ctx, netip.MustParseAddr("10.0.0.21"))
-	if err != nil || d.ID != e.node1 || d.Version == "" || len(d.MACs) != 3 {
-		t.Fatalf("DeviceByAddress(10.0.0.21) = %d (version %q, %d MACs), %v; want node1 with its ETag and MACs", d.ID, d.Version, len(d.MACs), err)
-	}
-	if d, err := e.client.DeviceByAddress(ctx, netip.MustParseAddr("10.1.0.2")); err != nil || d.Name != "gen0001" {
-		t.Errorf("DeviceByAddress(10.1.0.2) = %q, %v; want gen0001", d.Name, err)
-	}
-	if _, err := e.client.DeviceByAddress(ctx, netip.MustParseAddr("10.0.0.99")); !errors.Is(err, fleet.ErrNotFound) {
-		t.Errorf("an address no device has: %v, want ErrNotFound", err)
 	}
 }

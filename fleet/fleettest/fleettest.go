@@ -72,19 +72,6 @@ func (m *Inventory) DeviceByName(_ context.Context, name string) (fleet.Device, 
 	return fleet.Device{}, fmt.Errorf("device %q: %w", name, fleet.ErrNotFound)
 }
 
-// DeviceByAddress implements fleet.Inventory.
-func (m *Inventory) DeviceByAddress(_ context.Context, addr netip.Addr) (fleet.Device, error) {
-	m.Calls.Add(1)
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for id, d := range m.devices {
-		if d.IP() == addr.Unmap() {
-			return m.get(id)
-		}
-	}
-	return fleet.Device{}, fmt.Errorf("device at %s: %w", addr, fleet.ErrNotFound)
-}
-
 // Devices implements fleet.Inventory. Like NetBox's list, it carries no versions.
 func (m *Inventory) Devices(context.Context) ([]fleet.Device, error) {
 	m.Calls.Add(1)
