@@ -22,14 +22,28 @@ import (
 // for a nonce, quotes every PCR bank over it, and sends the quotes, the event log and the LAK
 // certificate (lak.pem). It returns nil when fleetd recorded the boot as ok, a *DriftError when
 // fleetd recorded drift, and otherwise an error whose type ExitCode maps to the exit code
-// (*UsageError, *RefusedError, *FleetdError, *TPMError, or another for a local failure). It
-// writes nothing.
+// (*UsageError, *RefusedError, *FleetdError, *TPMError, or another for a local failure).
+//
+// Before the check it installs the LDevID files a Talos config delivered in their text form and
+// the node directory does not hold yet (InstallDelivered; a failure there is a local failure and
+// nothing is checked). With InstallOnly it stops after that, without the TPM or fleetd: SPIRE's
+// agent pod runs it so before the agent starts (deploy/kubernetes/spire-agent-daemonset.yaml).
 func BootCheck(ctx context.Context, cfg BootCheckConfig) error {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return err
 	}
 	log := cfg.Log.With().Str("step", "boot-check").Logger()
+	installed, err := InstallDelivered(cfg.Dir)
+	if err != nil {
+		return err
+	}
+	if len(installed) > 0 {
+		log.Info().Str("dir", cfg.Dir).Strs("files", installed).Msg("installed the LDevID files from their delivered text form")
+	}
+	if cfg.InstallOnly {
+		return nil
+	}
 	chain, blob, err := readLAK(cfg.Dir)
 	if err != nil {
 		return err

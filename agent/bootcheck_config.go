@@ -21,6 +21,9 @@ type BootCheckConfig struct {
 	TPM      string // "" is /dev/tpmrm0; a device path, or "swtpm:HOST:PORT" (FLEETD_TPM)
 	EventLog string // "" is /sys/kernel/security/tpm0/binary_bios_measurements (FLEETD_EVENT_LOG)
 	Dir      string // "" is DefaultNodeDir: holds lak.pem and lak.blob (FLEETD_NODE_DIR)
+	// InstallOnly installs the node files delivered in their text form and checks nothing
+	// (--install-only): no TPM, no fleetd URL needed.
+	InstallOnly bool
 
 	// Channel, when set, is the TPM to use instead of opening TPM (tests use the simulator). It
 	// is closed by BootCheck.
@@ -35,6 +38,9 @@ func (c BootCheckConfig) withDefaults() (BootCheckConfig, error) {
 	}
 	if c.EventLog == "" {
 		c.EventLog = tpmconn.DefaultEventLog
+	}
+	if c.InstallOnly {
+		return c, nil
 	}
 	problems := c.Conn.defaults()
 	if len(problems) > 0 {
@@ -55,6 +61,7 @@ func ParseBootCheckArgs(args []string, getenv func(string) string, stderr io.Wri
 	fs.StringVar(&c.TPM, "tpm", getenv("FLEETD_TPM"), "TPM device path or swtpm:HOST:PORT; /dev/tpmrm0 when empty (FLEETD_TPM)")
 	fs.StringVar(&c.EventLog, "event-log", getenv("FLEETD_EVENT_LOG"), "measured-boot event log file; the kernel's when empty (FLEETD_EVENT_LOG)")
 	fs.StringVar(&c.Dir, "dir", getenv("FLEETD_NODE_DIR"), "the directory holding lak.pem and lak.blob from the enrollment; "+DefaultNodeDir+" when empty (FLEETD_NODE_DIR)")
+	fs.BoolVar(&c.InstallOnly, "install-only", false, "only install the LDevID files the configuration delivered in their text form (Talos), without a check")
 	err := c.Conn.parseFlags(fs, args) // before c is returned: it sets Retries
 	return c, err
 }

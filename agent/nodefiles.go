@@ -1,0 +1,118 @@
+package agent
+
+import (
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// NodeFile is one file of an installed node's directory (DefaultNodeDir): a plain file name, its
+// permission bits and its bytes.
+type NodeFile struct {
+	Name string
+	Mode fs.FileMode
+	Data []byte
+}
+
+// InstallNodeFiles installs files into dir, the node directory, creating it (0755) when missing.
+// Each file replaces its name atomically (a temporary file in dir, written with its mode set
+// first, synced, renamed over the name, then the directory synced), so SPIRE's agent or a boot
+// check reading it sees the old bytes or the new, never a part, and a blob is never readable
+// beyond its mode. The set is checked as a whole before anything is written: a plain name (no
+// path, no leading dot, which the temporary files use), permission bits only, some bytes, each
+// name once; a bad set writes nothing. The files are installed in the order given, so a caller
+// that needs one to follow another (a certificate after the key blob it certifies) lists them so;
+// a failure part way leaves the files before it installed and the rest as they were.
+//
+// It is what `fleetd boot-check` installs node files with: a Talos node's LDevID from the text
+// form its machine config delivers, and renewed certificates (docs/boot-checks.md).
+func InstallNodeFiles(dir string, files []NodeFile) error {
+	if err := checkNodeFiles(files); err != nil {
+		return fmt.Errorf("install node files in %s: %w", dir, err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("install node files: %w", err)
+	}
+	for _, f := range files {
+		if err := writeFile(dir, f.Name, f.Data, f.Mode); err != nil {
+			return fmt.Errorf("install node files in %s: %w", dir, err)
+		}
+	}
+	return nil
+}
+
+func checkNodeFiles(files []NodeFile) error {
+	seen := map[string]bool{}
+	var problems []error
+	for _, f := range files {
+		switch {
+		case f.Name == "" || strings.ContainsAny(f.Name, `/\`) || strings.HasPrefix(f.Name, "."):
+			problems = append(problems, fmt.Errorf("%q is not a plain file name", f.Name))
+		case seen[f.Name]:
+			problems = append(problems, fmt.Errorf("%s is given twice", f.Name))
+		case f.Mode&^fs.ModePerm != 0:
+			problems = append(problems, fmt.Errorf("%s has mode %v: only permission bits can be installed", f.Name, f.Mode))
+		case len(f.Data) == 0:
+			problems = append(problems, fmt.Errorf("%s is empty", f.Name))
+		}
+		seen[f.Name] = true
+	}
+	return errors.Join(problems...)
+}
+
+// TextFormSuffix names a node file's text form, as a Talos config delivers the LDevID files
+// (docs/enrollment.md): name + TextFormSuffix holds name's bytes in standard base64, with name's
+// mode.
+const TextFormSuffix = ".b64"
+
+// textForms are the node files a configuration may deliver in their text form, in the order they
+// are installed: the key blobs before the certificate of the key.
+var textForms = []string{FileLDevIDPub, FileLDevIDPriv, FileLDevIDCert}
+
+// InstallDelivered installs, from its text form in dir, each LDevID file that dir does not hold
+// (InstallNodeFiles: atomically, with the text form's mode), and returns the names it installed.
+// A file dir already holds is left as it is: it was installed at an earlier boot, or renewed since,
+// and Talos writes the text forms from its config again at every boot. A text form that is not
+// base64 installs nothing and is an error naming it; so is one that cannot be read.
+func InstallDelivered(dir string) ([]string, error) {
+	var files []NodeFile
+	for _, name := range textForms {
+		if _, err := os.Lstat(filepath.Join(dir, name)); err == nil {
+			continue
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("install %s from its text form: %w", name, err)
+		}
+		text := filepath.Join(dir, name+TextFormSuffix)
+		st, err := os.Stat(text)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("install %s from its text form: %w", name, err)
+		}
+		raw, err := os.ReadFile(text)
+		if err != nil {
+			return nil, fmt.Errorf("install %s from its text form: %w", name, err)
+		}
+		data, err := base64.StdEncoding.DecodeString(strings.TrimSpace(string(raw)))
+		if err != nil {
+			return nil, fmt.Errorf("install %s: its text form %s is not base64 (%v): the node's configuration is damaged; provision it again", name, text, err)
+		}
+		files = append(files, NodeFile{Name: name, Mode: st.Mode().Perm(), Data: data})
+	}
+	if len(files) == 0 {
+		return nil, nil
+	}
+	if err := InstallNodeFiles(dir, files); err != nil {
+		return nil, err
+	}
+	names := make([]string, len(files))
+	for i, f := range files {
+		names[i] = f.Name
+	}
+	return names, nil
+}
