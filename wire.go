@@ -73,7 +73,8 @@ func newAttestation(cfg *config.Config, tokenKey []byte, clock fleet.Clock) (fle
 		return fleet.Attestation{}, fmt.Errorf("pki.lak: %w", err)
 	}
 	issuer, err := pki.NewIssuer(pki.IssuerConfig{LDevID: ldevid, LAK: lak, LDevIDLifetime: cfg.PKI.LDevID.Lifetime.D(),
-		LAKLifetime: cfg.PKI.LAK.Lifetime.D(), Rand: rand.Reader, Now: clock.Now})
+		LAKLifetime: cfg.PKI.LAK.Lifetime.D(), LDevIDRenewAfter: cfg.PKI.LDevID.RenewAfter.D(), LAKRenewAfter: cfg.PKI.LAK.RenewAfter.D(),
+		Rand: rand.Reader, Now: clock.Now})
 	if err != nil {
 		return fleet.Attestation{}, fmt.Errorf("pki: %w", err)
 	}

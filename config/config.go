@@ -97,11 +97,14 @@ type PKI struct {
 }
 
 // CA is one issuing CA: its certificate chain (issuing CA first, then up to the root), its key,
-// and the lifetime of the certificates it issues.
+// the lifetime of the certificates it issues, and their renewal point: how old a certificate
+// gets before an accepted boot check renews it (docs/enrollment.md, "Renewal"); half the
+// lifetime when unset.
 type CA struct {
-	Cert     string   `yaml:"cert"`
-	Key      string   `yaml:"key"`
-	Lifetime Duration `yaml:"lifetime"`
+	Cert       string   `yaml:"cert"`
+	Key        string   `yaml:"key"`
+	Lifetime   Duration `yaml:"lifetime"`
+	RenewAfter Duration `yaml:"renew_after"`
 }
 
 // Delivery is the one-time configuration delivery.
@@ -250,11 +253,15 @@ func (c *Config) defaults() {
 		c.Attestation.EKPolicy = "hash+cert"
 	}
 	def(&c.Attestation.TokenLifetime, 10*time.Minute)
-	// Certificates are renewed only by provisioning again. The LAK is cut off the moment the
-	// device's lak_serial changes (reprovision, wipe, retirement), so it may live long; an LDevID
-	// is accepted by SPIRE until it expires, so its lifetime bounds what a retired machine can do.
-	def(&c.PKI.LDevID.Lifetime, 365*24*time.Hour)
-	def(&c.PKI.LAK.Lifetime, 5*365*24*time.Hour)
+	// Accepted boot checks renew both certificates from their renewal point (half the lifetime
+	// by default), so they can be short. An LDevID is accepted by SPIRE until it expires, and a
+	// retired or wiped node's is never renewed, so its lifetime bounds what such a machine can
+	// do; the LAK is cut off by lak_serial anyway, and lives longer so that a node whose LDevID
+	// lapsed while spore was down still passes its checks and is renewed (docs/enrollment.md).
+	def(&c.PKI.LDevID.Lifetime, 7*24*time.Hour)
+	def(&c.PKI.LAK.Lifetime, 30*24*time.Hour)
+	def(&c.PKI.LDevID.RenewAfter, c.PKI.LDevID.Lifetime.D()/2)
+	def(&c.PKI.LAK.RenewAfter, c.PKI.LAK.Lifetime.D()/2)
 	def(&c.Delivery.PendingTTL, 4*time.Hour)
 	def(&c.Reconcile.Interval, 2*time.Minute)
 	def(&c.BootCheck.MissingAfter, 2*time.Hour)

@@ -55,7 +55,9 @@ func TestParseDefaults(t *testing.T) {
 		{"ek_policy default", c.Attestation.EKPolicy, "hash+cert"},
 		{"namespace default", c.Kubernetes.Namespace, "tink-system"},
 		{"ldevid lifetime as written", c.PKI.LDevID.Lifetime.D(), 720 * time.Hour},
-		{"lak lifetime default", c.PKI.LAK.Lifetime.D(), 5 * 365 * 24 * time.Hour},
+		{"lak lifetime default", c.PKI.LAK.Lifetime.D(), 30 * 24 * time.Hour},
+		{"ldevid renewal point default: half its lifetime", c.PKI.LDevID.RenewAfter.D(), 360 * time.Hour},
+		{"lak renewal point default: half its lifetime", c.PKI.LAK.RenewAfter.D(), 15 * 24 * time.Hour},
 		{"relative path resolved", c.Path(c.ClassesFile), filepath.Join(dir, "classes.json")},
 	}
 	for _, ch := range checks {
@@ -86,7 +88,8 @@ func TestParseRefusals(t *testing.T) {
 			s = strings.Replace(s, "token_file: nb-token", "token_file: missing-token", 1)
 			s = strings.Replace(s, "gateway: 10.0.0.1", "gateway: ten", 1)
 			s = strings.Replace(s, "subnet: 10.0.0.0/24", "subnet: 10.0.0.0", 1)
-			s = strings.Replace(s, "lifetime: 720h", "lifetime: 1m", 1)
+			s = strings.Replace(s, "lifetime: 720h", "lifetime: 30s", 1)
+			s = strings.Replace(s, "lak: {cert: lak.pem, key: lak.key}", "lak: {cert: lak.pem, key: lak.key, lifetime: 24h, renew_after: 24h}", 1)
 			s = strings.Replace(s, "attestation: {", "attestation: {ek_policy: trust-me, ", 1)
 			return s + "log: {level: loud}\n"
 		}, []string{
@@ -94,7 +97,8 @@ func TestParseRefusals(t *testing.T) {
 			"netbox.token_file: cannot read",
 			`seed.gateway: "ten" is not an IP address`,
 			`kea.subnet: "10.0.0.0" is not an IPv4 prefix`,
-			"pki.ldevid.lifetime: 1m0s is shorter than 1h0m0s",
+			"pki.ldevid.lifetime: 30s is shorter than 1m0s",
+			"pki.lak.renew_after: 24h0m0s is not within the lifetime 24h0m0s",
 			`attestation.ek_policy: "trust-me" is unknown`,
 			`log.level: "loud" is unknown`,
 		}},

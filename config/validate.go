@@ -89,7 +89,10 @@ func (c *Config) validate() error {
 	for key, ca := range map[string]CA{"pki.ldevid": c.PKI.LDevID, "pki.lak": c.PKI.LAK} {
 		file(key+".cert", ca.Cert)
 		file(key+".key", ca.Key)
-		positive(key+".lifetime", ca.Lifetime, time.Hour)
+		positive(key+".lifetime", ca.Lifetime, time.Minute)
+		if ca.RenewAfter.D() <= 0 || ca.RenewAfter.D() >= ca.Lifetime.D() {
+			bad(key+".renew_after", "%s is not within the lifetime %s: a certificate must be renewed before it expires", ca.RenewAfter.D(), ca.Lifetime.D())
+		}
 	}
 	positive("config_delivery.pending_ttl", c.Delivery.PendingTTL, time.Minute)
 

@@ -57,8 +57,12 @@ type Identity struct {
 type IssuerConfig struct {
 	LDevID, LAK                 *CA
 	LDevIDLifetime, LAKLifetime time.Duration
-	Rand                        io.Reader        // serial numbers (crypto/rand.Reader in production)
-	Now                         func() time.Time // the clock
+	// LDevIDRenewAfter and LAKRenewAfter are each profile's renewal point: how old a certificate
+	// may get before the boot check renews it (RenewalDue). Zero is half the lifetime; otherwise
+	// it must be shorter than the lifetime.
+	LDevIDRenewAfter, LAKRenewAfter time.Duration
+	Rand                            io.Reader        // serial numbers (crypto/rand.Reader in production)
+	Now                             func() time.Time // the clock
 }
 
 // Issuer issues LDevID and LAK certificates.
@@ -76,7 +80,73 @@ func NewIssuer(cfg IssuerConfig) (*Issuer, error) {
 	case cfg.Rand == nil || cfg.Now == nil:
 		return nil, errors.New("new issuer: Rand and Now are needed")
 	}
+	if cfg.LDevIDRenewAfter == 0 {
+		cfg.LDevIDRenewAfter = cfg.LDevIDLifetime / 2
+	}
+	if cfg.LAKRenewAfter == 0 {
+		cfg.LAKRenewAfter = cfg.LAKLifetime / 2
+	}
+	if cfg.LDevIDRenewAfter < 0 || cfg.LDevIDRenewAfter >= cfg.LDevIDLifetime || cfg.LAKRenewAfter < 0 || cfg.LAKRenewAfter >= cfg.LAKLifetime {
+		return nil, fmt.Errorf("new issuer: a renewal point must lie within the lifetime (LDevID %s of %s, LAK %s of %s)",
+			cfg.LDevIDRenewAfter, cfg.LDevIDLifetime, cfg.LAKRenewAfter, cfg.LAKLifetime)
+	}
 	return &Issuer{cfg: cfg}, nil
+}
+
+// Profile names one of the two certificate profiles an Issuer issues.
+type Profile string
+
+const (
+	ProfileLDevID Profile = "ldevid"
+	ProfileLAK    Profile = "lak"
+)
+
+// RenewalDue reports whether cert, a certificate of profile p this fleet issued, has passed its
+// renewal point now: it is at least renew_after old, or what is left of it is at most what the
+// profile leaves after its renewal point (lifetime - renew_after). The second test renews in
+// time a certificate issued under a longer lifetime than today's; the first, one issued under a
+// shorter one. A certificate is not due when one issued now would be capped by the CA's own
+// expiry at no later than its own end (renewing it every hour would gain nothing).
+func (i *Issuer) RenewalDue(p Profile, cert *x509.Certificate) bool {
+	ca, lifetime, after := i.profile(p)
+	now := i.cfg.Now()
+	age := now.Sub(cert.NotBefore.Add(clockSkew))
+	left := cert.NotAfter.Sub(now)
+	if now.Add(lifetime).After(ca.Cert.NotAfter) && !ca.Cert.NotAfter.After(cert.NotAfter) {
+		return false // a new certificate would be capped at the CA's NotAfter, where this one ends
+	}
+	return age >= after || left <= lifetime-after
+}
+
+// RenewalPoint is the time from which RenewalDue reports cert due, for the node's log and the
+// journal (the earlier of its two tests).
+func (i *Issuer) RenewalPoint(p Profile, cert *x509.Certificate) time.Time {
+	_, lifetime, after := i.profile(p)
+	byAge := cert.NotBefore.Add(clockSkew + after)
+	byLeft := cert.NotAfter.Add(-(lifetime - after))
+	if byLeft.Before(byAge) {
+		return byLeft
+	}
+	return byAge
+}
+
+func (i *Issuer) profile(p Profile) (*CA, time.Duration, time.Duration) {
+	if p == ProfileLAK {
+		return i.cfg.LAK, i.cfg.LAKLifetime, i.cfg.LAKRenewAfter
+	}
+	return i.cfg.LDevID, i.cfg.LDevIDLifetime, i.cfg.LDevIDRenewAfter
+}
+
+// RenewIdentity is the identity a renewal issues for: the device as NetBox names it now, and the
+// hwSerialNum of the certificate being renewed, which fleetd derived from the EK it approved at
+// the enrollment (the boot check has no EK to derive it again). cert must be one this fleet
+// issued.
+func RenewIdentity(deviceName, deviceSerial string, cert *x509.Certificate) (Identity, error) {
+	_, hw, _, err := HardwareModuleName(cert)
+	if err != nil {
+		return Identity{}, fmt.Errorf("read the hwSerialNum of the certificate to renew: %w", err)
+	}
+	return Identity{DeviceName: deviceName, DeviceSerial: deviceSerial, HWSerialNum: hw}, nil
 }
 
 // Certificate is an issued leaf and the chain it is sent with (issuing CA and intermediates).
