@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	"github.com/google/go-tpm/legacy/tpm2"
 	"github.com/rs/zerolog"
@@ -20,9 +21,13 @@ import (
 // BootCheck runs `fleetd boot-check` (docs/design.md §5), the node's hourly check, from a systemd timer, a
 // cron job or a Kubernetes CronJob: it reloads the AK the enrollment left (lak.blob), asks fleetd
 // for a nonce, quotes every PCR bank over it, and sends the quotes, the event log and the LAK
-// certificate (lak.pem). It returns nil when fleetd recorded the boot as ok, a *DriftError when
-// fleetd recorded drift, and otherwise an error whose type ExitCode maps to the exit code
-// (*UsageError, *RefusedError, *FleetdError, *TPMError, or another for a local failure).
+// certificate (lak.pem). When the node has its LDevID (ldevid.pem, ldevid.pub, ldevid.priv) the
+// AK also certifies the LDevID key over the same nonce, so fleetd can renew it. Certificates
+// fleetd renewed in its answer replace ldevid.pem and lak.pem atomically (renew.go). It returns
+// nil when fleetd recorded the boot as ok, a *DriftError when fleetd recorded drift, a
+// *NotRenewedError when a due certificate was not renewed, and otherwise an error whose type
+// ExitCode maps to the exit code (*UsageError, *RefusedError, *FleetdError, *TPMError, or another
+// for a local failure).
 //
 // Before the check it installs the LDevID files a Talos config delivered in their text form and
 // the node directory does not hold yet (InstallDelivered; a failure there is a local failure and
@@ -60,22 +65,30 @@ func BootCheck(ctx context.Context, cfg BootCheckConfig) error {
 		return &TPMError{Op: "open TPM", Err: err}
 	}
 	defer tpm.Close()
-	c := cfg.Conn.client(log)
-	res, err := bootCheck(ctx, tpm, c, chain, blob)
+	ld, err := readLDevID(cfg.Dir)
 	if err != nil {
+		return err
+	}
+	c := cfg.Conn.client(log)
+	res, err := bootCheck(ctx, log, tpm, c, chain, blob, ld)
+	if err != nil {
+		return err
+	}
+	if err := installRenewal(cfg.Install, cfg.Dir, res.Renewal, blob, ld); err != nil {
 		return err
 	}
 	return report(log, res)
 }
 
 // bootCheck is the check proper, on an open TPM.
-func bootCheck(ctx context.Context, tpm *TPM, c *client, chain [][]byte, blob []byte) (*api.BootCheckResponse, error) {
+func bootCheck(ctx context.Context, log zerolog.Logger, tpm *TPM, c *client, chain [][]byte, blob []byte, ld *ldevidFiles) (*api.BootCheckResponse, error) {
 	// Step 1: the AK, which must be the key lak.pem certifies.
 	ak, err := tpm.Attest().LoadAK(blob)
 	if err != nil {
 		return nil, &TPMError{Op: "load the AK from " + FileLAKBlob, Err: err}
 	}
-	defer ak.Close(tpm.Attest())
+	closeAK := sync.OnceValue(func() error { return ak.Close(tpm.Attest()) })
+	defer closeAK()
 	pub, err := tpm2.DecodePublic(ak.AttestationParameters().Public) // a loaded AK's Public() is nil
 	if err != nil {
 		return nil, fmt.Errorf("decode the AK public area of %s: %w", FileLAKBlob, err)
@@ -97,22 +110,38 @@ func bootCheck(ctx context.Context, tpm *TPM, c *client, chain [][]byte, blob []
 	if err != nil {
 		return nil, &TPMError{Op: "quote PCRs", Err: err}
 	}
-	// Step 4: the check.
-	var res api.BootCheckResponse
 	req := api.BootCheckRequest{Token: n.Token, LAKChain: chain, Platform: api.NewPlatform(pp)}
+	// Step 4: the LDevID key, certified by the same AK over the same nonce. A key that cannot be
+	// certified fails only its renewal (fleetd answers ldevid_unproven), never the check.
+	if ld != nil {
+		req.LDevID = &api.BootCheckLDevID{Chain: ld.chain}
+		if ld.pub != nil {
+			_ = closeAK() // the TPM has room for few objects: the certification loads its own
+			cert, err := tpm.CertifyLDevID(blob, ld.pub, ld.priv, n.Nonce)
+			if err != nil {
+				log.Warn().Err(err).Msg("the LDevID key could not be certified: fleetd cannot renew the LDevID")
+			} else {
+				req.LDevID.Certification = api.NewCertification(*cert)
+			}
+		}
+	}
+	// Step 5: the check.
+	var res api.BootCheckResponse
 	if err := c.post(ctx, api.PathBootCheck, req, &res); err != nil {
 		return nil, err
 	}
 	return &res, nil
 }
 
-// report logs fleetd's answer and turns drift into a *DriftError.
+// report logs fleetd's answer and turns drift into a *DriftError, a due certificate fleetd did
+// not renew into a *NotRenewedError (drift, the worse news, wins).
 func report(log zerolog.Logger, res *api.BootCheckResponse) error {
+	notRenewed := reportRenewal(log, res)
 	switch res.Outcome {
 	case api.BootCheckOK:
 		log.Info().Str("device", res.Device).Str("outcome", "ok").Bool("baseline_taken", res.BaselineTaken).
 			Str("secure_boot", res.SecureBoot).Time("checked_at", res.CheckedAt).Msg("boot check accepted")
-		return nil
+		return notRenewed
 	case api.BootCheckDrift:
 		log.Warn().Str("device", res.Device).Str("outcome", "drift").Strs("changes", res.Changes).
 			Time("checked_at", res.CheckedAt).Msg("boot check accepted: the boot differs from the baseline")

@@ -29,12 +29,18 @@ type BootCheckConfig struct {
 	// is closed by BootCheck.
 	Channel attest.CommandChannelTPM20
 	Log     zerolog.Logger
+	// Install, when set, writes renewed certificates into Dir instead of the atomic writer
+	// (InstallNodeFiles); tests cut a renewal with it.
+	Install func(dir string, files []NodeFile) error
 }
 
 // withDefaults fills in the defaults and validates the configuration.
 func (c BootCheckConfig) withDefaults() (BootCheckConfig, error) {
 	if c.Dir == "" {
 		c.Dir = DefaultNodeDir
+	}
+	if c.Install == nil {
+		c.Install = InstallNodeFiles
 	}
 	if c.EventLog == "" {
 		c.EventLog = tpmconn.DefaultEventLog

@@ -15,6 +15,7 @@ const (
 	ExitFleetd  = 4 // fleetd could not be reached or failed (connection error, timeout, 5xx after retries)
 	ExitTPM     = 5 // the TPM could not be opened or a TPM command failed
 	ExitDrift   = 6 // boot check only: accepted and recorded as drift (the boot differs from the baseline)
+	// ExitNotRenewed (7, renew.go): boot check only: accepted as ok, but a due certificate was not renewed.
 )
 
 // ExitCode maps an error of Enroll or BootCheck to the process exit code.
@@ -25,6 +26,7 @@ func ExitCode(err error) int {
 		fleetd  *FleetdError
 		tpm     *TPMError
 		drift   *DriftError
+		renew   *NotRenewedError
 	)
 	switch {
 	case err == nil:
@@ -39,6 +41,8 @@ func ExitCode(err error) int {
 		return ExitTPM
 	case errors.As(err, &drift):
 		return ExitDrift
+	case errors.As(err, &renew):
+		return ExitNotRenewed
 	default:
 		return ExitFailure
 	}

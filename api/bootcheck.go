@@ -34,6 +34,18 @@ type BootCheckRequest struct {
 	Token    string   `json:"token"`
 	LAKChain [][]byte `json:"lak_chain"` // DER certificates as lak.pem holds them: the LAK leaf first (only the leaf is used)
 	Platform Platform `json:"platform"`  // quotes by the LAK's AK over the nonce, PCRs, event log
+	// LDevID is the node's proof that it still holds its LDevID key in the same TPM, sent when
+	// the node has ldevid.pem, ldevid.pub and ldevid.priv; fleetd renews the LDevID only with it
+	// (docs/enrollment.md, "Renewal").
+	LDevID *BootCheckLDevID `json:"ldevid,omitempty"`
+}
+
+// BootCheckLDevID is the LDevID part of a boot check.
+type BootCheckLDevID struct {
+	Chain [][]byte `json:"chain"` // ldevid.pem as DER, the leaf first: its serial says which LDevID the node holds
+	// Certification is a TPM2_Certify of the key loaded from ldevid.pub and ldevid.priv, signed
+	// by the LAK's AK with the check's nonce as qualifying data.
+	Certification Certification `json:"certification"`
 }
 
 // Outcomes of an accepted boot check (NetBox boot_check). A check that fails verification is a
@@ -51,4 +63,18 @@ type BootCheckResponse struct {
 	Changes       []string  `json:"changes,omitempty"` // for drift: how the boot differs from the baseline, one sentence per event
 	SecureBoot    string    `json:"secure_boot"`       // "enabled", "disabled" or "unknown (…)", from the verified events
 	CheckedAt     time.Time `json:"checked_at"`        // the time recorded as last_boot_check
+	// Renewal is set when a certificate of the node had passed its renewal point, or the node
+	// still holds one a renewal replaced: the new certificates, or why they were not issued.
+	Renewal *Renewal `json:"renewal,omitempty"`
+}
+
+// Renewal is what an accepted boot check did about the node's certificates (docs/enrollment.md,
+// "Renewal"). A chain that is set replaces the node's file (ldevid.pem, lak.pem) as it is, leaf
+// first; the TPM keys and their blobs stay. Refused is set when a due certificate was not renewed:
+// the node keeps the one it has until it expires.
+type Renewal struct {
+	LDevIDChain [][]byte `json:"ldevid_chain,omitempty"`
+	LAKChain    [][]byte `json:"lak_chain,omitempty"`
+	Refused     string   `json:"refused,omitempty"` // a code of docs/enrollment.md's renewal refusals
+	Message     string   `json:"message,omitempty"` // why, and what to do
 }

@@ -75,6 +75,7 @@ type VerifiedLAK struct {
 	Device    string // the subject CN: the NetBox device name the LAK was issued to
 	SerialHex string // the serial, lowercase hex as NetBox's lak_serial holds it
 	Public    crypto.PublicKey
+	Cert      *x509.Certificate // the verified leaf (its validity decides the renewal point)
 }
 
 // Verify checks a claimed LAK certificate chain (DER, leaf first, as lak.pem holds it): the leaf
@@ -110,7 +111,7 @@ func (v *LAKVerifier) Verify(claimedChain [][]byte) (*VerifiedLAK, error) {
 	if leaf.Subject.CommonName == "" {
 		return nil, refuse(CheckLAKUntrusted, "the LAK certificate (serial %s) names no device (empty subject CN)", serial)
 	}
-	return &VerifiedLAK{Device: leaf.Subject.CommonName, SerialHex: serial, Public: leaf.PublicKey}, nil
+	return &VerifiedLAK{Device: leaf.Subject.CommonName, SerialHex: serial, Public: leaf.PublicKey, Cert: leaf}, nil
 }
 
 // AK returns the attestation key the LAK certifies, for VerifyPlatform, after checking that the

@@ -10,6 +10,7 @@ import (
 	goattest "github.com/google/go-attestation/attest"
 
 	"github.com/folly-infra/fleetd/attest"
+	"github.com/folly-infra/fleetd/pki"
 )
 
 // The hourly boot check (docs/design.md §5). A running node asks for a nonce, quotes its PCRs over it with
@@ -33,6 +34,7 @@ type BootCheckInput struct {
 	Token    string   // the sealed nonce token from BootCheckNonce
 	LAKChain [][]byte // DER, the LAK leaf first
 	Platform goattest.PlatformParameters
+	LDevID   *LDevIDProof // nil when the node sent none (renew.go)
 }
 
 // BootCheckResult is an accepted boot check.
@@ -43,6 +45,7 @@ type BootCheckResult struct {
 	Changes       []string // drift: the differences from the baseline, one sentence per event
 	SecureBoot    string
 	CheckedAt     time.Time // recorded as last_boot_check
+	Renewal       Renewed   // certificates renewed in this check, or why a due one was not
 }
 
 // BootCheckNonce issues the nonce of a boot check and the token that carries it.
@@ -92,7 +95,7 @@ func (s *Service) BootCheck(ctx context.Context, in BootCheckInput) (BootCheckRe
 	}
 	unlock := s.locks.lock(d.ID)
 	defer unlock()
-	c := bootCheck{nonce: nonce, lak: lak, platform: in.Platform}
+	c := bootCheck{nonce: nonce, lak: lak, platform: in.Platform, ldevid: in.LDevID}
 	for attempt := 0; ; attempt++ {
 		// The device read before the lock is used when it carries a version: the conditional
 		// write then fails if anyone changed it since, and the retry reads it again.
@@ -116,8 +119,11 @@ type bootCheck struct {
 	nonce    attest.BootNonce
 	lak      *attest.VerifiedLAK
 	platform goattest.PlatformParameters
+	ldevid   *LDevIDProof
+	ak       *attest.VerifiedAK // the LAK's key, once the quote verified under it
 	boot     *attest.VerifiedBoot
 	failure  error // a verification failure of the identified device
+	renewed  map[pki.Profile]*pki.Certificate
 }
 
 // bootCheckDevice runs the checks that depend on the device as NetBox has it now, then records
@@ -139,9 +145,12 @@ func (s *Service) bootCheckDevice(ctx context.Context, d Device, c *bootCheck) (
 }
 
 // bootCheckAllowed refuses a check by a key that is no longer the device's, for a device that is
-// not a running node, or made before the last accepted check.
+// not a running node, or made before the last accepted check. The LAK a renewal replaced
+// (lak_serial_previous) is the device's until the node presents the new one (renew.go).
 func bootCheckAllowed(d Device, c *bootCheck) error {
-	if d.Owned.LAKSerial == "" || !strings.EqualFold(c.lak.SerialHex, d.Owned.LAKSerial) {
+	current := d.Owned.LAKSerial != "" && strings.EqualFold(c.lak.SerialHex, d.Owned.LAKSerial)
+	previous := d.Owned.LAKSerial != "" && d.Owned.LAKSerialPrevious != "" && strings.EqualFold(c.lak.SerialHex, d.Owned.LAKSerialPrevious)
+	if !current && !previous {
 		current := d.Owned.LAKSerial
 		if current == "" {
 			current = "none"
@@ -186,7 +195,7 @@ func (s *Service) verifyBoot(d Device, c *bootCheck) error {
 		c.failure = err
 		return nil
 	}
-	c.boot = boot
+	c.boot, c.ak = boot, ak
 	return nil
 }
 

@@ -53,18 +53,26 @@ func (s *Service) recordBootCheck(ctx context.Context, d Device, out Outcome, c 
 			kind, msg = bootCheckChanged(d, res)
 		}
 	}
+	renewal, renewMsg := s.renew(d, c, res.Outcome, &p)
 	if _, err := s.inv.Update(ctx, d.ID, p); err != nil {
 		return BootCheckResult{}, out, fmt.Errorf("record the boot check of %s: %w", d.Name, inventoryErr(err))
 	}
 	if msg != "" {
 		s.journal(ctx, d, kind, msg)
 	}
+	if renewMsg != "" {
+		s.journal(ctx, d, JournalInfo, renewMsg)
+	}
+	res.Renewal = renewal
 	s.metrics.bootCheckRuns.WithLabelValues(string(res.Outcome)).Inc()
 	out.Result = string(res.Outcome)
 	if res.BaselineTaken {
 		out.Detail = "baseline taken"
 	} else if len(res.Changes) > 0 {
 		out.Detail = summarize(res.Changes, maxDriftSentences)
+	}
+	if d := renewalDetail(renewal); d != "" {
+		out.Detail = strings.TrimPrefix(out.Detail+"; "+d, "; ")
 	}
 	return res, out, nil
 }

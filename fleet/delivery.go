@@ -96,10 +96,10 @@ func endsRequest(d Device, now time.Time) (Event, string, bool) {
 
 // identityFor is the identity material a provision's attestation records: the certificates just
 // issued, the blobs the attested agent sent (the LDevID public area is the one its certification
-// verified), and the UUID's hash.
-func identityFor(d Device, p provisioned, in EvidenceInput, now time.Time, ttl time.Duration) IdentityMaterial {
+// verified), the UUID's hash and the approved EK's.
+func identityFor(d Device, p provisioned, in EvidenceInput, ekSHA256 string, now time.Time, ttl time.Duration) IdentityMaterial {
 	return IdentityMaterial{Version: IdentityVersion, Request: d.Owned.Request, Issued: now.UTC(), Expires: now.Add(ttl).UTC(),
-		UUIDSHA256: UUIDHash(in.SMBIOSUUID), SMBIOSSerial: in.SMBIOSSerial,
+		UUIDSHA256: UUIDHash(in.SMBIOSUUID), SMBIOSSerial: in.SMBIOSSerial, EKSHA256: ekSHA256,
 		LAK:    LAKMaterial{Chain: p.lak.DER(), Blob: in.LAKBlob},
 		LDevID: LDevIDMaterial{Chain: p.ldevid.DER(), Public: in.LDevID.Public}}
 }

@@ -40,15 +40,20 @@ type Declaration struct {
 
 // Owned is the state fleetd writes on the device (docs/design.md §2, "Written by fleetd").
 type Owned struct {
-	State         State
-	Message       string
-	Request       string // id of the request being carried out
-	Workflow      string // name of the Tinkerbell Workflow carrying it out
-	LDevIDSerial  string
-	LAKSerial     string
-	BootBaseline  string
-	LastBootCheck time.Time // zero when the device never passed a boot check
-	BootCheck     BootCheck
+	State        State
+	Message      string
+	Request      string // id of the request being carried out
+	Workflow     string // name of the Tinkerbell Workflow carrying it out
+	LDevIDSerial string
+	LAKSerial    string
+	// LDevIDSerialPrevious and LAKSerialPrevious are the serials a boot check's renewal replaced,
+	// kept until the node first presents the new ones, so a renewal whose answer was lost never
+	// leaves the node unable to pass its next check (renew.go).
+	LDevIDSerialPrevious string
+	LAKSerialPrevious    string
+	BootBaseline         string
+	LastBootCheck        time.Time // zero when the device never passed a boot check
+	BootCheck            BootCheck
 	// Identity is what the current provision's configuration carries (identity.go); empty
 	// outside a provision and after a wipe or retirement.
 	Identity IdentityMaterial

@@ -48,7 +48,7 @@ func (s *Service) EnrollEvidence(ctx context.Context, in EvidenceInput) (Enrolle
 	// agent gets a 5xx, its Workflow fails, and nothing is wiped; the certificates are unused.
 	msg, patch := attestedRecord(d, action, v, p)
 	if action == ActionProvision {
-		m := identityFor(d, p, in, s.clock.Now(), s.cfg.ConfigTTL)
+		m := identityFor(d, p, in, v.token.EKSHA256, s.clock.Now(), s.cfg.ConfigTTL)
 		patch.Identity = &m
 	}
 	if out, err = s.applyWith(ctx, d, action, EventAttested, msg, patch); err != nil {
@@ -164,6 +164,8 @@ func attestedRecord(d Device, action Action, v verified, prov provisioned) (stri
 	if prov.ldevid != nil {
 		ls, ks := prov.ldevid.SerialHex(), prov.lak.SerialHex()
 		p.LDevIDSerial, p.LAKSerial = &ls, &ks
+		none := "" // a renewal's handover does not outlive a new installation
+		p.LDevIDSerialPrevious, p.LAKSerialPrevious = &none, &none
 		msg += fmt.Sprintf("; issued LDevID %s and LAK %s", ls, ks)
 	}
 	if action == ActionProvision || action == ActionAttest {

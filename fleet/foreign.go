@@ -46,6 +46,8 @@ func ownedFieldTable() []ownedField {
 		str("fleet_workflow", func(o Owned) string { return o.Workflow }, func(p *Patch, v string) { p.Workflow = &v }),
 		str("ldevid_serial", func(o Owned) string { return o.LDevIDSerial }, func(p *Patch, v string) { p.LDevIDSerial = &v }),
 		str("lak_serial", func(o Owned) string { return o.LAKSerial }, func(p *Patch, v string) { p.LAKSerial = &v }),
+		str("ldevid_serial_previous", func(o Owned) string { return o.LDevIDSerialPrevious }, func(p *Patch, v string) { p.LDevIDSerialPrevious = &v }),
+		str("lak_serial_previous", func(o Owned) string { return o.LAKSerialPrevious }, func(p *Patch, v string) { p.LAKSerialPrevious = &v }),
 		str("boot_baseline", func(o Owned) string { return o.BootBaseline }, func(p *Patch, v string) { p.BootBaseline = &v }),
 		{name: "last_boot_check", same: func(a, b Owned) bool { return a.LastBootCheck.Equal(b.LastBootCheck) },
 			restore: func(p *Patch, o Owned) { v := o.LastBootCheck; p.LastBootCheck = &v }},

@@ -40,6 +40,9 @@ type IdentityMaterial struct {
 	// FetchSecretSHA256 is the hex SHA-256 of a per-request fetch secret, when the enrollment
 	// hands one to the node; empty when none is used.
 	FetchSecretSHA256 string `json:"fetch_secret_sha256,omitempty"`
+	// EKSHA256 is the lowercase hex SHA-256 of the EK the enrollment approved: a boot check
+	// renews the certificates only while it is among the device's ek_sha256 (renew.go).
+	EKSHA256 string `json:"ek_sha256,omitempty"`
 
 	LAK    LAKMaterial    `json:"lak"`
 	LDevID LDevIDMaterial `json:"ldevid"`

@@ -53,22 +53,26 @@ type Patch struct {
 	ClearDesiredAction bool
 	Status             Status // "" leaves the status alone
 
-	State         *State
-	Message       *string
-	Request       *string
-	Workflow      *string
-	LDevIDSerial  *string
-	LAKSerial     *string
-	BootBaseline  *string
-	LastBootCheck *time.Time
-	BootCheck     *BootCheck
-	Identity      *IdentityMaterial // a pointer to the zero value clears fleet_identity
+	State        *State
+	Message      *string
+	Request      *string
+	Workflow     *string
+	LDevIDSerial *string
+	LAKSerial    *string
+	// The serials a renewal replaced (Owned.LAKSerialPrevious); "" clears them.
+	LDevIDSerialPrevious *string
+	LAKSerialPrevious    *string
+	BootBaseline         *string
+	LastBootCheck        *time.Time
+	BootCheck            *BootCheck
+	Identity             *IdentityMaterial // a pointer to the zero value clears fleet_identity
 }
 
 // Empty reports whether the patch writes nothing.
 func (p Patch) Empty() bool {
 	return !p.ClearDesiredAction && p.Status == "" && p.State == nil && p.Message == nil &&
 		p.Request == nil && p.Workflow == nil && p.LDevIDSerial == nil && p.LAKSerial == nil &&
+		p.LDevIDSerialPrevious == nil && p.LAKSerialPrevious == nil &&
 		p.BootBaseline == nil && p.LastBootCheck == nil && p.BootCheck == nil && p.Identity == nil
 }
 

@@ -234,6 +234,7 @@ func withTransition(p Patch, d Device, t Transition, msg string) Patch {
 	if t.ClearCerts {
 		empty := ""
 		p.LDevIDSerial, p.LAKSerial, p.Identity = &empty, &empty, &IdentityMaterial{}
+		p.LDevIDSerialPrevious, p.LAKSerialPrevious = &empty, &empty
 	}
 	return p
 }

@@ -32,12 +32,31 @@ func (s *Server) bootCheck(w http.ResponseWriter, r *http.Request) {
 			fleet.Refuse(fleet.RefusedInvalid, api.CodeMalformed, "%v", err))
 		return
 	}
-	res, out, err := s.deps.Service.BootCheck(r.Context(), fleet.BootCheckInput{Token: req.Token, LAKChain: req.LAKChain, Platform: platform})
+	in := fleet.BootCheckInput{Token: req.Token, LAKChain: req.LAKChain, Platform: platform}
+	if req.LDevID != nil {
+		in.LDevID = &fleet.LDevIDProof{Chain: req.LDevID.Chain, Certification: req.LDevID.Certification.Attest()}
+	}
+	res, out, err := s.deps.Service.BootCheck(r.Context(), in)
 	if err != nil {
 		s.nodeError(w, out, err)
 		return
 	}
 	s.decision(w, out, nil)
 	writeJSON(w, http.StatusOK, api.BootCheckResponse{Device: res.Device, Outcome: string(res.Outcome), BaselineTaken: res.BaselineTaken,
-		Changes: res.Changes, SecureBoot: res.SecureBoot, CheckedAt: res.CheckedAt})
+		Changes: res.Changes, SecureBoot: res.SecureBoot, CheckedAt: res.CheckedAt, Renewal: renewal(res.Renewal)})
+}
+
+// renewal is the answer's account of a renewal, nil when the check had none.
+func renewal(r fleet.Renewed) *api.Renewal {
+	if !r.Any() {
+		return nil
+	}
+	out := &api.Renewal{Refused: r.Refused, Message: r.Message}
+	if r.LDevID != nil {
+		out.LDevIDChain = r.LDevID.DER()
+	}
+	if r.LAK != nil {
+		out.LAKChain = r.LAK.DER()
+	}
+	return out
 }

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -31,6 +32,7 @@ import (
 	"github.com/folly-infra/fleetd/fleet/fleettest"
 	"github.com/folly-infra/fleetd/handlers"
 	"github.com/folly-infra/fleetd/netbox"
+	"github.com/folly-infra/fleetd/pki"
 	"github.com/folly-infra/fleetd/webhook"
 )
 
@@ -44,6 +46,8 @@ import (
 
 type bootBench struct {
 	f      *fleetdUnderTest
+	ch     channel // the node's TPM
+	dir    string  // its node directory
 	req    api.BootCheckRequest
 	device fleet.Device // node-a as NetBox holds it after its first accepted check
 	issued time.Time    // the nonce's issue time
@@ -56,7 +60,7 @@ func newBootBench(b *testing.B) *bootBench {
 	if err := agent.BootCheck(b.Context(), agent.BootCheckConfig{Conn: agent.Conn{FleetdURL: f.url}, Dir: dir, Channel: ch, Log: zerolog.Nop()}); err != nil {
 		b.Fatal(err)
 	}
-	bb := &bootBench{f: f, device: f.inv.Get(12), req: node{ch: ch, dir: dir, url: f.url}.request(b)}
+	bb := &bootBench{f: f, ch: ch, dir: dir, device: f.inv.Get(12), req: node{ch: ch, dir: dir, url: f.url}.request(b)}
 	n, err := nonces().Open(bb.req.Token)
 	if err != nil {
 		b.Fatal(err)
@@ -210,13 +214,96 @@ func BenchmarkBootCheckHTTP(b *testing.B) {
 	})
 }
 
+// BenchmarkBootCheckRenewal is one whole check through the handlers and the fleet service on the
+// in-memory NetBox, the node sending its LDevID certification as `fleetd boot-check` does:
+// without-renewal is the hourly check (the certificates not due), with-renewal a check that
+// renews both (the LDevID certification verified, two certificates signed, fleet_identity
+// rewritten, a journal entry). The device presents its replaced serials every time, so every
+// iteration of with-renewal renews again.
+func BenchmarkBootCheckRenewal(b *testing.B) {
+	bb := newBootBench(b)
+	req := bb.withLDevID(b)
+	frozen := fleettest.NewClock(bb.issued.Add(-time.Second))
+	for _, r := range []struct {
+		name   string
+		now    func() time.Time // the issuer's clock: before or past the renewal point
+		renews bool
+	}{
+		{"without-renewal", time.Now, false},
+		{"with-renewal", func() time.Time { return time.Now().Add(pastRenewalPoint) }, true},
+	} {
+		b.Run(r.name, func(b *testing.B) {
+			d := bb.device
+			d.Owned.LastBootCheck = frozen.Now().Add(-time.Hour)
+			iss, err := pki.NewIssuer(pki.IssuerConfig{LDevID: bb.f.cas[0], LAK: bb.f.cas[1], LDevIDLifetime: time.Hour, LAKLifetime: time.Hour,
+				Rand: rand.Reader, Now: r.now})
+			if err != nil {
+				b.Fatal(err)
+			}
+			url := benchServiceWith(b, bb.f, fleettest.NewInventory(d), frozen, iss)
+			body := mustJSON(b, req)
+			for b.Loop() {
+				resp, err := http.Post(url+api.PathBootCheck, "application/json", bytes.NewReader(body))
+				if err != nil {
+					b.Fatal(err)
+				}
+				var res api.BootCheckResponse
+				err = json.NewDecoder(resp.Body).Decode(&res)
+				resp.Body.Close()
+				if err != nil || resp.StatusCode != http.StatusOK {
+					b.Fatalf("status %d: %v", resp.StatusCode, err)
+				}
+				if renewed := res.Renewal != nil && len(res.Renewal.LDevIDChain) > 0 && len(res.Renewal.LAKChain) > 0; renewed != r.renews {
+					b.Fatalf("renewed both: %v, want %v (%+v)", renewed, r.renews, res.Renewal)
+				}
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "checks/s")
+		})
+	}
+}
+
+// withLDevID is the bench's check with the certification of the node's LDevID key by its AK
+// over the same nonce, as `fleetd boot-check` sends it.
+func (bb *bootBench) withLDevID(b *testing.B) api.BootCheckRequest {
+	b.Helper()
+	n, err := nonces().Open(bb.req.Token)
+	if err != nil {
+		b.Fatal(err)
+	}
+	tpm, err := agent.OpenTPM(bb.ch)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer tpm.Close()
+	read := func(name string) []byte {
+		raw, err := os.ReadFile(filepath.Join(bb.dir, name))
+		if err != nil {
+			b.Fatal(err)
+		}
+		return raw
+	}
+	cert, err := tpm.CertifyLDevID(read(agent.FileLAKBlob), read(agent.FileLDevIDPub), read(agent.FileLDevIDPriv), n.Nonce)
+	if err != nil {
+		b.Fatal(err)
+	}
+	req := bb.req
+	req.LDevID = &api.BootCheckLDevID{Chain: derChain(b, filepath.Join(bb.dir, agent.FileLDevIDCert)), Certification: api.NewCertification(*cert)}
+	return req
+}
+
 // benchService is the fleet service and handlers on the given inventory and clock, with the
 // attestation parts of the fleetd under test.
 func benchService(b *testing.B, f *fleetdUnderTest, inv fleet.Inventory, clock fleet.Clock) string {
 	b.Helper()
+	return benchServiceWith(b, f, inv, clock, nil)
+}
+
+// benchServiceWith is benchService with a certificate issuer, so that checks can renew.
+func benchServiceWith(b *testing.B, f *fleetdUnderTest, inv fleet.Inventory, clock fleet.Clock, issuer *pki.Issuer) string {
+	b.Helper()
 	lakv, _ := attest.NewLAKVerifier(attest.LAKVerifierConfig{Issuer: f.cas[1].Cert, Above: f.cas[1].Above, Now: time.Now})
 	svc, err := fleet.NewService(fleet.Config{FleetdURL: "http://spore"}, fleet.Deps{Inventory: inv, Installer: fleettest.NewInstaller(),
-		Catalog: catalog(fleet.SecureBootRequired), Attest: fleet.Attestation{LAK: lakv, BootNonces: nonces()},
+		Catalog: catalog(fleet.SecureBootRequired), Attest: fleet.Attestation{LAK: lakv, BootNonces: nonces(), Issuer: issuer},
 		Clock: clock, Random: rand.Reader, Logger: zerolog.Nop()})
 	if err != nil {
 		b.Fatal(err)

@@ -25,6 +25,7 @@ import (
 	"github.com/folly-infra/fleetd/dev/swtpm/eventlogs"
 	"github.com/folly-infra/fleetd/fleet"
 	"github.com/folly-infra/fleetd/fleet/fleettest"
+	"github.com/folly-infra/fleetd/handlers/handlerstest"
 	"github.com/folly-infra/fleetd/pki"
 )
 
@@ -33,10 +34,18 @@ import (
 // lak.blob, which the installed node's boot check reads.
 func enrollActive(t testing.TB, cat fleet.Catalog, ekSHA256 string, cfg agent.EnrollConfig) (*fleetdUnderTest, string) {
 	t.Helper()
+	return enrollActiveOn(t, handlerstest.Config{Catalog: cat}, ekSHA256, cfg)
+}
+
+// enrollActiveOn is enrollActive on a fleetd configured by hc (its devices are set here).
+func enrollActiveOn(t testing.TB, hc handlerstest.Config, ekSHA256 string, cfg agent.EnrollConfig) (*fleetdUnderTest, string) {
+	t.Helper()
 	d := fleettest.Declared(12, "node-a")
 	d.Declared.EKHashes = []string{ekSHA256}
 	d.Owned = fleet.Owned{State: fleet.StatePending, Request: "provision-k3f9x2mq", Workflow: "node-a-provision-k3f9x2mq"}
-	f := newFleetd(t, cat, d)
+	hc.Devices = []fleet.Device{d}
+	h := handlerstest.New(t, hc)
+	f := &fleetdUnderTest{inv: h.Inv, cas: [2]*pki.CA{h.LDevIDCA, h.LAKCA}, url: h.URL, reg: h.Registry}
 	disk := fakehw.Disk{Dev: "nvme0n1", Serial: "S4EWNX0R123456", Model: "Samsung_SSD_980_1TB", Bus: "nvme"}
 	sysRoot, devRoot, err := fakehw.Write(t.TempDir(), fakehw.Machine{UUID: machineUUID, Serial: "SN-1", TPMMajor: "2", Disks: []fakehw.Disk{disk}})
 	if err != nil {

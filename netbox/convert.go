@@ -76,6 +76,7 @@ func toDevice(d deviceJSON, macs []fleet.MAC, version string) (fleet.Device, err
 		EKCert: fleet.EKCert(cf(CFEKCertificate)), DesiredAction: fleet.Action(cf(CFDesiredAction))}
 	dev.Owned = fleet.Owned{State: fleet.State(cf(CFState)), Message: cf(CFMessage), Request: cf(CFRequest),
 		Workflow: cf(CFWorkflow), LDevIDSerial: cf(CFLDevIDSerial), LAKSerial: cf(CFLAKSerial),
+		LDevIDSerialPrevious: cf(CFLDevIDSerialPrevious), LAKSerialPrevious: cf(CFLAKSerialPrevious),
 		BootBaseline: cf(CFBootBaseline), BootCheck: fleet.BootCheck(cf(CFBootCheck))}
 	if s := cf(CFLastBootCheck); s != "" {
 		t, err := time.Parse(time.RFC3339Nano, s)
@@ -145,6 +146,8 @@ func patchBody(p fleet.Patch) (map[string]any, string) {
 	str(CFWorkflow, p.Workflow)
 	str(CFLDevIDSerial, p.LDevIDSerial)
 	str(CFLAKSerial, p.LAKSerial)
+	str(CFLDevIDSerialPrevious, p.LDevIDSerialPrevious)
+	str(CFLAKSerialPrevious, p.LAKSerialPrevious)
 	str(CFBootBaseline, p.BootBaseline)
 	if p.LastBootCheck != nil {
 		s := ""

@@ -18,16 +18,20 @@ const (
 	CFEKCertificate = "ek_certificate"
 	CFDesiredAction = "desired_action"
 	// Written by fleetd.
-	CFState         = "fleet_state"
-	CFMessage       = "fleet_message"
-	CFRequest       = "fleet_request"
-	CFWorkflow      = "fleet_workflow"
-	CFLDevIDSerial  = "ldevid_serial"
-	CFLAKSerial     = "lak_serial"
-	CFBootBaseline  = "boot_baseline"
-	CFLastBootCheck = "last_boot_check"
-	CFBootCheck     = "boot_check"
-	CFIdentity      = "fleet_identity" // JSON: fleet.IdentityMaterial
+	CFState        = "fleet_state"
+	CFMessage      = "fleet_message"
+	CFRequest      = "fleet_request"
+	CFWorkflow     = "fleet_workflow"
+	CFLDevIDSerial = "ldevid_serial"
+	CFLAKSerial    = "lak_serial"
+	// The serials a renewal replaced, accepted until the node first presents the new ones
+	// (docs/enrollment.md, "Renewal").
+	CFLDevIDSerialPrevious = "ldevid_serial_previous"
+	CFLAKSerialPrevious    = "lak_serial_previous"
+	CFBootBaseline         = "boot_baseline"
+	CFLastBootCheck        = "last_boot_check"
+	CFBootCheck            = "boot_check"
+	CFIdentity             = "fleet_identity" // JSON: fleet.IdentityMaterial
 )
 
 // DeviceStatuses are NetBox's device status values (dcim DeviceStatusChoices, 4.6).
@@ -68,6 +72,8 @@ func fleetdFields() []fleetdField {
 		{name: CFWorkflow, typ: "text", written: true},
 		{name: CFLDevIDSerial, typ: "text", written: true},
 		{name: CFLAKSerial, typ: "text", written: true},
+		{name: CFLDevIDSerialPrevious, typ: "text", written: true},
+		{name: CFLAKSerialPrevious, typ: "text", written: true},
 		{name: CFBootBaseline, typ: "text", written: true},
 		{name: CFLastBootCheck, typ: "text", written: true},
 		{name: CFBootCheck, typ: "select", written: true, choices: []string{string(fleet.BootCheckOK),

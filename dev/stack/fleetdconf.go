@@ -59,8 +59,8 @@ func writeFleetdConfig(p paths, c fleetdConfig) error {
 		"attestation": map[string]any{"ek_policy": "hash+cert", "ek_ca_bundle": p.ekBundle,
 			"token_key_file": p.tokenKey, "token_lifetime": "10m", "boot_policy_file": p.bootPolicy},
 		"pki": map[string]any{
-			"ldevid": map[string]any{"cert": p.ldevidCert, "key": p.ldevidKey, "lifetime": "2160h"},
-			"lak":    map[string]any{"cert": p.lakCert, "key": p.lakKey, "lifetime": "2160h"},
+			"ldevid": map[string]any{"cert": p.ldevidCert, "key": p.ldevidKey, "lifetime": c.opts.CertLifetime.String()},
+			"lak":    map[string]any{"cert": p.lakCert, "key": p.lakKey, "lifetime": c.opts.CertLifetime.String()},
 		},
 		"config_delivery": map[string]any{"pending_ttl": "4h"},
 		"talos": map[string]any{"secrets_file": p.talosSecrets, "cluster_name": "fleetsim",

@@ -63,6 +63,9 @@ type Options struct {
 	// NetBoxLatency is added to every request the NetBox emulator answers (netboxemu
 	// Config.Latency), so that fleetd meets NetBox at a real NetBox's pace; default 0.
 	NetBoxLatency time.Duration
+	// CertLifetime is fleetd's pki.ldevid.lifetime and pki.lak.lifetime, each renewed from half
+	// of it by boot checks (renewal tests); default 2160h (90 days), at least a minute.
+	CertLifetime time.Duration
 	// LogLevel is fleetd's log.level; default info.
 	LogLevel string
 	// Logger is the stack's own log (deliveries, fleetd restarts).
@@ -92,6 +95,9 @@ func (o *Options) defaults() error {
 	}
 	if o.Namespace == "" {
 		o.Namespace = "tink-system"
+	}
+	if o.CertLifetime == 0 {
+		o.CertLifetime = 2160 * time.Hour
 	}
 	if o.ReconcileInterval == 0 {
 		o.ReconcileInterval = 30 * time.Second

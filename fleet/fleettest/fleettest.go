@@ -29,6 +29,16 @@ type Inventory struct {
 	// ConflictOnce makes the next conditional update of a device fail with ErrConflict after
 	// applying someone else's change to it (a concurrent writer).
 	ConflictOnce map[int64]func(*fleet.Device)
+	failUpdate   func(id int64, p fleet.Patch) (applied bool, err error)
+}
+
+// FailUpdates sets (nil: clears) what is asked before each update: a non-nil error is returned
+// for it, after the update is applied when applied is true (NetBox wrote it and its answer was
+// lost) or without applying it (a 5xx).
+func (m *Inventory) FailUpdates(f func(id int64, p fleet.Patch) (applied bool, err error)) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.failUpdate = f
 }
 
 // NewInventory holds the given devices.
@@ -105,9 +115,19 @@ func (m *Inventory) Update(_ context.Context, id int64, p fleet.Patch) (fleet.De
 	if p.IfVersion != "" && p.IfVersion != d.Version {
 		return fleet.Device{}, fmt.Errorf("PATCH device %d: 412: %w", id, fleet.ErrConflict)
 	}
+	var fail error
+	if m.failUpdate != nil {
+		var applied bool
+		if applied, fail = m.failUpdate(id, p); fail != nil && !applied {
+			return fleet.Device{}, fail
+		}
+	}
 	Apply(&d, p)
 	m.devices[id] = d
 	m.versions[id]++
+	if fail != nil {
+		return fleet.Device{}, fail
+	}
 	d, err = m.get(id)
 	d.MACs = nil // as the NetBox adapter: Update does not read the MACs again
 	return d, err
@@ -134,6 +154,8 @@ func Apply(d *fleet.Device, p fleet.Patch) {
 	set(&d.Owned.Workflow, p.Workflow)
 	set(&d.Owned.LDevIDSerial, p.LDevIDSerial)
 	set(&d.Owned.LAKSerial, p.LAKSerial)
+	set(&d.Owned.LDevIDSerialPrevious, p.LDevIDSerialPrevious)
+	set(&d.Owned.LAKSerialPrevious, p.LAKSerialPrevious)
 	set(&d.Owned.BootBaseline, p.BootBaseline)
 	if p.LastBootCheck != nil {
 		d.Owned.LastBootCheck = *p.LastBootCheck

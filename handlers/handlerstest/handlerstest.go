@@ -41,7 +41,14 @@ type Config struct {
 	Gateway netip.Addr
 	// Wrap, when set, wraps the handler (a test that records requests).
 	Wrap func(http.Handler) http.Handler
+	// Now, when set, is the clock of the service, the CAs' issuer and every verifier (a test of
+	// renewal moves it); default time.Now.
+	Now func() time.Time
 }
+
+type clockFunc func() time.Time
+
+func (c clockFunc) Now() time.Time { return c() }
 
 // Fleetd is the running fleetd under test.
 type Fleetd struct {
@@ -80,28 +87,31 @@ func New(tb testing.TB, cfg Config) *Fleetd {
 			cfg.Gateway = netip.MustParseAddr("127.0.0.254")
 		}
 	}
-	clock := fleet.SystemClock{}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	clock := clockFunc(cfg.Now)
 	f := &Fleetd{Inv: fleettest.NewInventory(cfg.Devices...), Installer: fleettest.NewInstaller(), Registry: prometheus.NewRegistry()}
 	var err error
-	f.LDevIDCA, _, err = pki.NewCA(pki.NewCAConfig{Name: "fleetd LDevID", Lifetime: 24 * time.Hour, Rand: rand.Reader, Now: time.Now})
+	f.LDevIDCA, _, err = pki.NewCA(pki.NewCAConfig{Name: "fleetd LDevID", Lifetime: 24 * time.Hour, Rand: rand.Reader, Now: cfg.Now})
 	must(err)
-	f.LAKCA, _, err = pki.NewCA(pki.NewCAConfig{Name: "fleetd LAK", Lifetime: 24 * time.Hour, Rand: rand.Reader, Now: time.Now})
+	f.LAKCA, _, err = pki.NewCA(pki.NewCAConfig{Name: "fleetd LAK", Lifetime: 24 * time.Hour, Rand: rand.Reader, Now: cfg.Now})
 	must(err)
-	f.Attest.Issuer, err = pki.NewIssuer(pki.IssuerConfig{LDevID: f.LDevIDCA, LAK: f.LAKCA, LDevIDLifetime: time.Hour, LAKLifetime: time.Hour, Rand: rand.Reader, Now: time.Now})
+	f.Attest.Issuer, err = pki.NewIssuer(pki.IssuerConfig{LDevID: f.LDevIDCA, LAK: f.LAKCA, LDevIDLifetime: time.Hour, LAKLifetime: time.Hour, Rand: rand.Reader, Now: cfg.Now})
 	must(err)
 	f.Attest.BootPolicy = cfg.BootPolicy
 	if f.Attest.BootPolicy == nil {
 		f.Attest.BootPolicy = BootPolicy(tb, "", eventlogs.RHEL8SecureBoot, eventlogs.COS85SecureBoot,
 			eventlogs.Ubuntu2104NoSecureBoot, eventlogs.Ubuntu2104NoDBX)
 	}
-	f.Attest.EK, err = attest.NewEKVerifier(attest.EKVerifierConfig{Policy: cfg.EKPolicy, BundlePEM: cfg.EKBundle, Now: time.Now})
+	f.Attest.EK, err = attest.NewEKVerifier(attest.EKVerifierConfig{Policy: cfg.EKPolicy, BundlePEM: cfg.EKBundle, Now: cfg.Now})
 	must(err)
 	key := make([]byte, attest.TokenKeySize)
-	f.Attest.Tokens, err = attest.NewTokenSealer(attest.TokenConfig{Key: key, Lifetime: cfg.TokenLifetime, Rand: rand.Reader, Now: time.Now})
+	f.Attest.Tokens, err = attest.NewTokenSealer(attest.TokenConfig{Key: key, Lifetime: cfg.TokenLifetime, Rand: rand.Reader, Now: cfg.Now})
 	must(err)
-	f.Attest.LAK, err = attest.NewLAKVerifier(attest.LAKVerifierConfig{Issuer: f.LAKCA.Cert, Above: f.LAKCA.Above, Now: time.Now})
+	f.Attest.LAK, err = attest.NewLAKVerifier(attest.LAKVerifierConfig{Issuer: f.LAKCA.Cert, Above: f.LAKCA.Above, Now: cfg.Now})
 	must(err)
-	f.Attest.BootNonces, err = attest.NewBootNonceSealer(attest.BootNonceConfig{TokenKey: key, Lifetime: cfg.TokenLifetime, Rand: rand.Reader, Now: time.Now})
+	f.Attest.BootNonces, err = attest.NewBootNonceSealer(attest.BootNonceConfig{TokenKey: key, Lifetime: cfg.TokenLifetime, Rand: rand.Reader, Now: cfg.Now})
 	must(err)
 	secrets, err := fleet.GenerateTalosSecrets(clock)
 	must(err)

@@ -1,0 +1,277 @@
+package fleet
+
+import (
+	"bytes"
+	"crypto"
+	"crypto/x509"
+	"fmt"
+	"slices"
+	"strings"
+
+	goattest "github.com/google/go-attestation/attest"
+
+	"github.com/folly-infra/fleetd/attest"
+	"github.com/folly-infra/fleetd/pki"
+)
+
+// Renewal through the boot check (docs/enrollment.md, "Renewal"). An accepted check (ok) of a
+// node that should run — NetBox status active, fleet_state active, no desired_action, not
+// decommissioning, its EK still approved — whose LDevID or LAK passed its renewal point gets new
+// certificates for the same TPM keys in the answer. The LAK's AK proves itself by the check's
+// quote; the LDevID key by a TPM2_Certify by that AK over the same nonce, whose key must be the
+// one fleetd issued the device's LDevID for (fleet_identity).
+//
+// The handover: the write that records the renewal moves the serials the node presented into
+// ldevid_serial_previous and lak_serial_previous, which stay accepted until the node first
+// presents the new ones (then they are cleared). A renewal cut anywhere — the answer lost, the
+// node down before it writes its files, fleetd killed after the NetBox write, NetBox failing the
+// write — leaves the node with certificates fleetd still accepts, and its next check renews them
+// again. A certificate issued in a renewal whose answer never arrived is not presented by anyone:
+// it certifies the node's own keys and expires within its lifetime.
+//
+// Refusals are the node's business, not NetBox's: the check is recorded as usual and the answer
+// says which code kept the certificates from being renewed; no journal entry is written for it.
+
+// The codes of a due certificate that was not renewed (api.Renewal.Refused).
+const (
+	RenewRefusedDrift       = "drift"              // the boot differs from its baseline
+	RenewRefusedNotActive   = "device_not_active"  // NetBox status is not active
+	RenewRefusedAction      = "action_pending"     // the owner set desired_action
+	RenewRefusedIdentity    = "identity_missing"   // fleet_identity holds no readable certificates
+	RenewRefusedEKChanged   = "ek_changed"         // the EK the identity was issued for is no longer approved
+	RenewRefusedLDevIDOld   = "ldevid_not_current" // the node's LDevID is neither the current nor the previous one
+	RenewRefusedLDevIDProof = "ldevid_unproven"    // no proof, or a proof that does not verify, of the LDevID key
+	RenewRefusedError       = "renewal_failed"     // fleetd could not issue (its log says why)
+)
+
+// LDevIDProof is the LDevID part of a boot check, in go-attestation's types (api.BootCheckLDevID).
+// Both fields are claims until verified.
+type LDevIDProof struct {
+	Chain         [][]byte // DER, leaf first: which LDevID the node holds
+	Certification goattest.CertificationParameters
+}
+
+// Renewed is what a boot check did about the node's certificates: the certificates it issued
+// (nil when not), or the code and message of why a due one was not renewed.
+type Renewed struct {
+	LDevID, LAK *pki.Certificate
+	Refused     string
+	Message     string
+}
+
+// Any reports whether the answer has something to say about the certificates.
+func (r Renewed) Any() bool { return r.LDevID != nil || r.LAK != nil || r.Refused != "" }
+
+// heldCerts is which of the device's certificates the node presented, and whether each is due.
+type heldCerts struct {
+	lakPrevious, lakDue bool
+	ldevidSerial        string // "" when the node sent no LDevID
+	ldevidPrevious      bool
+	ldevidDue           bool
+	ldevidStale         bool // neither the current nor the previous serial
+}
+
+// held reads what the node presented: its LAK (verified, current or previous) and its LDevID's
+// serial (a claim: it only chooses between the two serials fleetd accepts, and the renewal point
+// is read from fleetd's own copy of the current LDevID when the serial is that one).
+func (s *Service) held(d Device, c *bootCheck) heldCerts {
+	var h heldCerts
+	h.lakPrevious = !strings.EqualFold(c.lak.SerialHex, d.Owned.LAKSerial)
+	h.lakDue = h.lakPrevious || s.attest.Issuer.RenewalDue(pki.ProfileLAK, c.lak.Cert)
+	if c.ldevid == nil || len(c.ldevid.Chain) == 0 {
+		return h
+	}
+	leaf, err := x509.ParseCertificate(c.ldevid.Chain[0])
+	if err != nil {
+		h.ldevidSerial, h.ldevidStale = "unreadable", true
+		return h
+	}
+	h.ldevidSerial = fmt.Sprintf("%x", leaf.SerialNumber.Bytes())
+	switch {
+	case d.Owned.LDevIDSerial != "" && strings.EqualFold(h.ldevidSerial, d.Owned.LDevIDSerial):
+		if cur := currentLDevID(d); cur != nil {
+			leaf = cur
+		}
+		h.ldevidDue = s.attest.Issuer.RenewalDue(pki.ProfileLDevID, leaf)
+	case d.Owned.LDevIDSerialPrevious != "" && strings.EqualFold(h.ldevidSerial, d.Owned.LDevIDSerialPrevious):
+		h.ldevidPrevious, h.ldevidDue = true, true
+	default:
+		h.ldevidStale = true
+	}
+	return h
+}
+
+// currentLDevID is fleetd's own copy of the device's current LDevID (fleet_identity), or nil.
+func currentLDevID(d Device) *x509.Certificate {
+	ch := d.Owned.Identity.LDevID.Chain
+	if len(ch) == 0 {
+		return nil
+	}
+	leaf, err := x509.ParseCertificate(ch[0])
+	if err != nil || !strings.EqualFold(fmt.Sprintf("%x", leaf.SerialNumber.Bytes()), d.Owned.LDevIDSerial) {
+		return nil
+	}
+	return leaf
+}
+
+// renew decides a recorded check's renewal and adds it to p: the serials the node now presents
+// as current clear the previous ones, and due certificates are issued and recorded with the
+// identity material. It returns what the answer carries and the journal entry of a renewal ("" for
+// none). Issued certificates are kept in c, so a re-run after a conflicting write issues none again.
+func (s *Service) renew(d Device, c *bootCheck, outcome BootCheck, p *Patch) (Renewed, string) {
+	if s.attest.Issuer == nil {
+		return Renewed{}, "" // a fleetd wired for boot checks alone (benchmarks) issues nothing
+	}
+	h := s.held(d, c)
+	empty := ""
+	if !h.lakPrevious && d.Owned.LAKSerialPrevious != "" {
+		p.LAKSerialPrevious = &empty // the node holds the renewed LAK: the old one is no longer accepted
+	}
+	if h.ldevidSerial != "" && !h.ldevidPrevious && !h.ldevidStale && d.Owned.LDevIDSerialPrevious != "" {
+		p.LDevIDSerialPrevious = &empty
+	}
+	var out Renewed
+	if h.ldevidStale {
+		out.Refused, out.Message = RenewRefusedLDevIDOld, fmt.Sprintf("the node's LDevID %s is not %s's current LDevID (ldevid_serial %s): it is not renewed and lapses at its expiry; provision the device again for a new one",
+			h.ldevidSerial, d.Name, orNone(d.Owned.LDevIDSerial))
+	}
+	if !h.lakDue && !h.ldevidDue {
+		return out, ""
+	}
+	if r := renewalRefusal(d, outcome); r != nil {
+		return Renewed{Refused: r.Code, Message: r.Msg}, ""
+	}
+	id, err := pki.RenewIdentity(d.Name, d.Serial, c.lak.Cert)
+	if err != nil {
+		return s.renewFailed(d, err), ""
+	}
+	if h.ldevidDue {
+		key, r := s.provenLDevID(d, c)
+		if r != nil {
+			out.Refused, out.Message = r.Code, r.Msg
+		} else if out.LDevID, err = c.issued(pki.ProfileLDevID, func() (*pki.Certificate, error) { return s.attest.Issuer.IssueLDevID(id, key) }); err != nil {
+			return s.renewFailed(d, err), ""
+		}
+	}
+	if h.lakDue {
+		if out.LAK, err = c.issued(pki.ProfileLAK, func() (*pki.Certificate, error) { return s.attest.Issuer.IssueLAK(id, c.lak.Public) }); err != nil {
+			return s.renewFailed(d, err), ""
+		}
+	}
+	if out.LDevID == nil && out.LAK == nil {
+		return out, ""
+	}
+	return out, s.renewalPatch(d, c, h, out, p)
+}
+
+// renewalPatch records issued certificates on p and says so for the journal.
+func (s *Service) renewalPatch(d Device, c *bootCheck, h heldCerts, out Renewed, p *Patch) string {
+	m := d.Owned.Identity
+	var parts []string
+	if out.LDevID != nil {
+		ns, prev := out.LDevID.SerialHex(), strings.ToLower(h.ldevidSerial)
+		p.LDevIDSerial, p.LDevIDSerialPrevious = &ns, &prev
+		m.LDevID.Chain = out.LDevID.DER()
+		parts = append(parts, fmt.Sprintf("LDevID %s (replacing %s, valid until %s)", ns, prev, out.LDevID.Leaf.NotAfter.UTC().Format("2006-01-02T15:04:05Z")))
+	}
+	if out.LAK != nil {
+		ns, prev := out.LAK.SerialHex(), strings.ToLower(c.lak.SerialHex)
+		p.LAKSerial, p.LAKSerialPrevious = &ns, &prev
+		m.LAK.Chain = out.LAK.DER()
+		parts = append(parts, fmt.Sprintf("LAK %s (replacing %s, valid until %s)", ns, prev, out.LAK.Leaf.NotAfter.UTC().Format("2006-01-02T15:04:05Z")))
+	}
+	p.Identity = &m
+	return fmt.Sprintf("Boot check of %s renewed its %s for the same TPM keys; the replaced serials stay accepted until the node presents the new ones.",
+		d.Name, strings.Join(parts, " and "))
+}
+
+// renewalRefusal is why a node whose check was recorded gets no renewal, or nil.
+func renewalRefusal(d Device, outcome BootCheck) *Refusal {
+	switch {
+	case outcome != BootCheckOK:
+		return Refuse(RefusedConflict, RenewRefusedDrift,
+			"%s's boot differs from its baseline: certificates are renewed only after a boot that matches it; set desired_action=attest if the change was intended", d.Name)
+	case d.Status != StatusActive:
+		return Refuse(RefusedConflict, RenewRefusedNotActive,
+			"%s's NetBox status is %s: certificates are renewed only for active devices; set the status to active if the node should run", d.Name, d.Status)
+	case d.Declared.DesiredAction != ActionNone:
+		return Refuse(RefusedConflict, RenewRefusedAction,
+			"%s has desired_action=%s waiting: certificates are not renewed until the request is taken and ends", d.Name, d.Declared.DesiredAction)
+	case len(d.Owned.Identity.LAK.Chain) == 0 || len(d.Owned.Identity.LDevID.Chain) == 0:
+		return Refuse(RefusedConflict, RenewRefusedIdentity,
+			"%s's fleet_identity holds no certificates to renew from: provision the device again", d.Name)
+	case d.Owned.Identity.EKSHA256 == "" || !slices.ContainsFunc(d.Declared.EKHashes, func(h string) bool { return strings.EqualFold(h, d.Owned.Identity.EKSHA256) }):
+		return Refuse(RefusedConflict, RenewRefusedEKChanged,
+			"the EK %s's certificates were issued for (fleet_identity ek_sha256 %s) is not among its approved ek_sha256: certificates are not renewed for another TPM; provision the device again",
+			d.Name, orNone(d.Owned.Identity.EKSHA256))
+	}
+	return nil
+}
+
+// provenLDevID verifies the node's proof that it holds the device's LDevID key: a certification
+// by the AK that quoted (attest.VerifyLDevIDKey: the key profile, the AK's signature, the check's
+// nonce), of the key fleetd issued the current LDevID for (fleet_identity's chain and public area).
+func (s *Service) provenLDevID(d Device, c *bootCheck) (crypto.PublicKey, *Refusal) {
+	if c.ak == nil || c.ldevid == nil {
+		return nil, Refuse(RefusedInvalid, RenewRefusedLDevIDProof, "the check carried no certification of the LDevID key: run a fleetd boot-check as new as fleetd")
+	}
+	v, err := attest.VerifyLDevIDKey(c.ak, c.nonce.Nonce, c.ldevid.Certification)
+	if err != nil {
+		return nil, Refuse(RefusedInvalid, RenewRefusedLDevIDProof, "the LDevID key's certification does not verify: %v", err)
+	}
+	cur, err := x509.ParseCertificate(d.Owned.Identity.LDevID.Chain[0])
+	k, ok := v.Public.(interface{ Equal(crypto.PublicKey) bool })
+	if err != nil || !ok || !k.Equal(cur.PublicKey) {
+		return nil, Refuse(RefusedInvalid, RenewRefusedLDevIDProof,
+			"the certified key is not the key of %s's LDevID: the node's ldevid.pub and ldevid.priv are not the ones its LDevID was issued for", d.Name)
+	}
+	if pub := d.Owned.Identity.LDevID.Public; len(pub) > 0 && !bytes.Equal(pub, c.ldevid.Certification.Public) {
+		return nil, Refuse(RefusedInvalid, RenewRefusedLDevIDProof,
+			"the certified key's public area is not the one %s's LDevID was issued for (fleet_identity)", d.Name)
+	}
+	return v.Public, nil
+}
+
+// renewFailed is fleetd's own failure to issue: logged in full, the node told to look there.
+func (s *Service) renewFailed(d Device, err error) Renewed {
+	s.log.Error().Err(err).Str("device", d.Name).Str("step", "boot-check").Msg("renewal failed")
+	return Renewed{Refused: RenewRefusedError, Message: "fleetd could not issue the renewed certificates; its log says why, and the next check tries again"}
+}
+
+// issued returns the certificate this check already issued for profile p, or issues it.
+func (c *bootCheck) issued(p pki.Profile, issue func() (*pki.Certificate, error)) (*pki.Certificate, error) {
+	if c.renewed == nil {
+		c.renewed = map[pki.Profile]*pki.Certificate{}
+	}
+	if got, ok := c.renewed[p]; ok {
+		return got, nil
+	}
+	got, err := issue()
+	if err != nil {
+		return nil, err
+	}
+	c.renewed[p] = got
+	return got, nil
+}
+
+// renewalDetail is the decision log line's word on the renewal ("" when there was none).
+func renewalDetail(r Renewed) string {
+	var parts []string
+	if r.LDevID != nil {
+		parts = append(parts, "renewed LDevID "+r.LDevID.SerialHex())
+	}
+	if r.LAK != nil {
+		parts = append(parts, "renewed LAK "+r.LAK.SerialHex())
+	}
+	if r.Refused != "" {
+		parts = append(parts, "not renewed ("+r.Refused+")")
+	}
+	return strings.Join(parts, ", ")
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}

@@ -1,0 +1,386 @@
+package handlers_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/x509"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/folly-infra/fleetd/agent"
+	"github.com/folly-infra/fleetd/api"
+	"github.com/folly-infra/fleetd/fleet"
+	"github.com/folly-infra/fleetd/handlers/handlerstest"
+	"github.com/folly-infra/fleetd/pki"
+)
+
+// offsetClock is the wall clock moved forward by the test: certificates of the fleetd under test
+// (one hour, renewed from half an hour) reach their renewal point without waiting.
+type offsetClock struct {
+	mu  sync.Mutex
+	off time.Duration
+}
+
+func (c *offsetClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Now().Add(c.off)
+}
+
+func (c *offsetClock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.off += d
+}
+
+// pastRenewalPoint is past the renewal point of the handlerstest certificates (one hour: half of
+// it) and well within their lifetime.
+const pastRenewalPoint = 35 * time.Minute
+
+// dropAnswer lets fleetd decide and record a boot check, then closes the connection without an
+// answer, once, when armed: the answer is lost, as when fleetd is killed after its NetBox write.
+func dropAnswer(armed *atomic.Bool) func(http.Handler) http.Handler {
+	return func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path != api.PathBootCheck || !armed.CompareAndSwap(true, false) {
+				h.ServeHTTP(w, r)
+				return
+			}
+			h.ServeHTTP(httptest.NewRecorder(), r)
+			if conn, _, err := w.(http.Hijacker).Hijack(); err == nil {
+				conn.Close()
+			}
+		})
+	}
+}
+
+// renewalNode is node-a enrolled through the real agent on the simulator, active, on a fleetd
+// whose clock the test moves.
+type renewalNode struct {
+	f     *fleetdUnderTest
+	clock *offsetClock
+	drop  *atomic.Bool
+	dir   string
+	cfg   agent.BootCheckConfig
+	log   *bytes.Buffer
+}
+
+func newRenewalNode(t *testing.T, ch channel) *renewalNode {
+	t.Helper()
+	n := &renewalNode{clock: &offsetClock{}, drop: &atomic.Bool{}, log: &bytes.Buffer{}}
+	hc := handlerstest.Config{Catalog: catalog(fleet.SecureBootRequired), Now: n.clock.Now, Wrap: dropAnswer(n.drop)}
+	n.f, n.dir = enrollActiveOn(t, hc, simulatorEK(t, ch), agent.EnrollConfig{Channel: ch})
+	n.cfg = agent.BootCheckConfig{Conn: agent.Conn{FleetdURL: n.f.url, RetryWait: time.Millisecond, Retries: -1}, Dir: n.dir, Channel: ch,
+		Log: zerolog.New(n.log)}
+	return n
+}
+
+// check runs `fleetd boot-check` once, with install as its file writer (nil: the real one).
+func (n *renewalNode) check(install func(string, []agent.NodeFile) error) error {
+	cfg := n.cfg
+	cfg.Install = install
+	n.log.Reset()
+	return agent.BootCheck(context.Background(), cfg)
+}
+
+// files are the serials of the node's ldevid.pem and lak.pem.
+func (n *renewalNode) files(t *testing.T) (ldevid, lak string) {
+	t.Helper()
+	return fileSerial(t, filepath.Join(n.dir, agent.FileLDevIDCert)), fileSerial(t, filepath.Join(n.dir, agent.FileLAKCert))
+}
+
+func fileSerial(t *testing.T, path string) string {
+	t.Helper()
+	der := derChain(t, path)
+	c, err := x509.ParseCertificate(der[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(c.SerialNumber.Bytes())
+}
+
+// settled checks that NetBox and the node agree: the node's files are the device's current
+// certificates, no previous serial is kept, and fleet_identity carries the same chains.
+func (n *renewalNode) settled(t *testing.T, when string) fleet.Device {
+	t.Helper()
+	d := n.f.inv.Get(12)
+	ld, lak := n.files(t)
+	if d.Owned.LDevIDSerial != ld || d.Owned.LAKSerial != lak {
+		t.Errorf("%s: NetBox ldevid_serial %s lak_serial %s, the node holds %s and %s", when, d.Owned.LDevIDSerial, d.Owned.LAKSerial, ld, lak)
+	}
+	if d.Owned.LDevIDSerialPrevious != "" || d.Owned.LAKSerialPrevious != "" {
+		t.Errorf("%s: previous serials kept after the node presented the new ones: %q %q", when, d.Owned.LDevIDSerialPrevious, d.Owned.LAKSerialPrevious)
+	}
+	id := d.Owned.Identity
+	if len(id.LDevID.Chain) == 0 || len(id.LAK.Chain) == 0 || serialOfDER(t, id.LDevID.Chain[0]) != ld || serialOfDER(t, id.LAK.Chain[0]) != lak {
+		t.Errorf("%s: fleet_identity does not carry the current certificates", when)
+	}
+	return d
+}
+
+func serialOfDER(t *testing.T, der []byte) string {
+	t.Helper()
+	c, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(c.SerialNumber.Bytes())
+}
+
+// TestRenewal runs the real `fleetd boot-check` against the real handlers and service on the
+// TPM simulator: a check before the renewal point renews nothing; the first after it renews
+// both certificates for the same TPM keys, installs them, moves the old serials into
+// ldevid_serial_previous and lak_serial_previous and journals it once; the next check clears
+// them; then every cut of a renewal leaves a node that passes its next check and is renewed by
+// it (docs/enrollment.md, "Renewal"; issue 10.2, 10.3).
+func TestRenewal(t *testing.T) {
+	sim, ch := simulatorBoot(t)
+	defer sim.Close()
+	n := newRenewalNode(t, ch)
+
+	// ok/not due: the first check takes the baseline and renews nothing.
+	if err := n.check(nil); err != nil {
+		t.Fatalf("first check: exit %d: %v", agent.ExitCode(err), err)
+	}
+	before := n.settled(t, "before the renewal point")
+	journal := len(n.f.inv.JournalOf(12))
+	pubBefore, _ := os.ReadFile(filepath.Join(n.dir, agent.FileLDevIDPub))
+
+	// ok/renewed: past the renewal point, both certificates are renewed.
+	n.clock.advance(pastRenewalPoint)
+	if err := n.check(nil); err != nil {
+		t.Fatalf("check past the renewal point: exit %d: %v", agent.ExitCode(err), err)
+	}
+	after := n.f.inv.Get(12)
+	ld, lak := n.files(t)
+	if ld == before.Owned.LDevIDSerial || lak == before.Owned.LAKSerial || after.Owned.LDevIDSerial != ld || after.Owned.LAKSerial != lak {
+		t.Fatalf("after the renewal: the node holds %s %s, NetBox has %s %s, before %s %s", ld, lak,
+			after.Owned.LDevIDSerial, after.Owned.LAKSerial, before.Owned.LDevIDSerial, before.Owned.LAKSerial)
+	}
+	if after.Owned.LDevIDSerialPrevious != before.Owned.LDevIDSerial || after.Owned.LAKSerialPrevious != before.Owned.LAKSerial {
+		t.Errorf("previous serials %q %q, want the replaced %s %s", after.Owned.LDevIDSerialPrevious, after.Owned.LAKSerialPrevious,
+			before.Owned.LDevIDSerial, before.Owned.LAKSerial)
+	}
+	if pub, _ := os.ReadFile(filepath.Join(n.dir, agent.FileLDevIDPub)); !bytes.Equal(pub, pubBefore) {
+		t.Error("the renewal changed ldevid.pub: it must renew the certificate of the same key")
+	}
+	for _, f := range []string{agent.FileLDevIDCert, agent.FileLAKCert} {
+		if st, err := os.Stat(filepath.Join(n.dir, f)); err != nil || st.Mode().Perm() != 0o644 {
+			t.Errorf("%s after the renewal: %v %v, want mode 0644", f, st.Mode(), err)
+		}
+	}
+	j := n.f.inv.JournalOf(12)
+	if len(j) != journal+1 || !strings.Contains(j[journal], "renewed its LDevID "+ld+" (replacing "+before.Owned.LDevIDSerial) ||
+		!strings.Contains(j[journal], "LAK "+lak) {
+		t.Errorf("journal after the renewal: %q", j[journal:])
+	}
+	if !strings.Contains(n.log.String(), `"message":"certificates renewed`) {
+		t.Errorf("the node's log does not say it renewed: %s", n.log)
+	}
+
+	// ok/handover done: the next check presents the new certificates, which clears the old ones.
+	if err := n.check(nil); err != nil {
+		t.Fatalf("check after the renewal: exit %d: %v", agent.ExitCode(err), err)
+	}
+	n.settled(t, "after the renewal")
+	if j := n.f.inv.JournalOf(12); len(j) != journal+1 {
+		t.Errorf("a check after the renewal wrote a journal entry: %q", j[journal+1:])
+	}
+	t.Run("cuts", func(t *testing.T) { testRenewalCuts(t, n) })
+}
+
+// testRenewalCuts cuts a renewal at each point: the cut check may fail, the node's next check
+// must pass and renew, and the one after it settle the handover.
+func testRenewalCuts(t *testing.T, n *renewalNode) {
+	errPower := errors.New("power lost")
+	rows := []struct {
+		name    string
+		arm     func()
+		install func(string, []agent.NodeFile) error
+		exit    int
+	}{
+		{name: "cut/answer lost after the NetBox write (fleetd killed)", arm: func() { n.drop.Store(true) }, exit: agent.ExitFleetd},
+		{name: "cut/node down before it writes", install: func(string, []agent.NodeFile) error { return errPower }, exit: agent.ExitFailure},
+		{name: "cut/node down between its two files", install: func(dir string, fs []agent.NodeFile) error {
+			if err := agent.InstallNodeFiles(dir, fs[:1]); err != nil {
+				return err
+			}
+			return errPower
+		}, exit: agent.ExitFailure},
+		{name: "cut/NetBox 5xx on the write", arm: func() {
+			n.f.inv.FailUpdates(func(int64, fleet.Patch) (bool, error) { return false, errors.New("503 Service Unavailable") })
+		}, exit: agent.ExitFleetd},
+		{name: "cut/NetBox wrote and its answer was lost", arm: func() {
+			n.f.inv.FailUpdates(func(int64, fleet.Patch) (bool, error) { return true, errors.New("read: connection reset") })
+		}, exit: agent.ExitFleetd},
+	}
+	for _, r := range rows {
+		t.Run(r.name, func(t *testing.T) {
+			n.clock.advance(pastRenewalPoint)
+			before := n.f.inv.Get(12)
+			if r.arm != nil {
+				r.arm()
+			}
+			err := n.check(r.install)
+			n.f.inv.FailUpdates(nil)
+			if got := agent.ExitCode(err); got != r.exit {
+				t.Errorf("the cut check: exit %d (%v), want %d", got, err, r.exit)
+			}
+			if err := n.check(nil); err != nil {
+				t.Fatalf("the check after the cut: exit %d: %v", agent.ExitCode(err), err)
+			}
+			ld, lak := n.files(t)
+			if lak == before.Owned.LAKSerial || ld == before.Owned.LDevIDSerial {
+				t.Errorf("after the check that followed the cut the node still holds %s %s", ld, lak)
+			}
+			if err := n.check(nil); err != nil {
+				t.Fatalf("the second check after the cut: exit %d: %v", agent.ExitCode(err), err)
+			}
+			n.settled(t, "after the cut")
+		})
+	}
+}
+
+// TestRenewalRefusals: a due certificate is not renewed for a node that should not run, and the
+// node's exit code and log say why; NetBox's serials and files stay, and no journal entry is
+// written for it. A check that is itself refused renews nothing (issue 10.4).
+func TestRenewalRefusals(t *testing.T) {
+	sim, ch := simulatorBoot(t)
+	defer sim.Close()
+	n := newRenewalNode(t, ch)
+	if err := n.check(nil); err != nil {
+		t.Fatalf("first check: exit %d: %v", agent.ExitCode(err), err)
+	}
+	n.clock.advance(pastRenewalPoint)
+	good := n.f.inv.Get(12)
+	ldevidPEM, _ := os.ReadFile(filepath.Join(n.dir, agent.FileLDevIDCert))
+	privBefore, _ := os.ReadFile(filepath.Join(n.dir, agent.FileLDevIDPriv))
+	rows := []struct {
+		name  string
+		edit  func(d *fleet.Device)
+		files func(t *testing.T) // alters the node's files; restored after the row
+		exit  int
+		code  string // the renewal refusal the node logs, or the check's refusal
+		// lakRenewed: the refusal is the LDevID's alone, and the due LAK is renewed.
+		lakRenewed bool
+	}{
+		{name: "refuse/device not active in NetBox", edit: func(d *fleet.Device) { d.Status = fleet.StatusOffline },
+			exit: agent.ExitNotRenewed, code: fleet.RenewRefusedNotActive},
+		{name: "refuse/desired_action waiting", edit: func(d *fleet.Device) { d.Declared.DesiredAction = fleet.ActionWipe },
+			exit: agent.ExitNotRenewed, code: fleet.RenewRefusedAction},
+		{name: "refuse/EK changed", edit: func(d *fleet.Device) { d.Declared.EKHashes = []string{strings.Repeat("ab", 32)} },
+			exit: agent.ExitNotRenewed, code: fleet.RenewRefusedEKChanged},
+		{name: "refuse/drift", edit: func(d *fleet.Device) { d.Owned.BootBaseline = "fleetd-baseline/1\nnot a baseline" },
+			exit: agent.ExitDrift, code: fleet.RenewRefusedDrift},
+		{name: "refuse/no identity to renew from", edit: func(d *fleet.Device) { d.Owned.Identity = fleet.IdentityMaterial{} },
+			exit: agent.ExitNotRenewed, code: fleet.RenewRefusedIdentity},
+		{name: "refuse/retired: the check itself is refused", edit: func(d *fleet.Device) {
+			d.Status, d.Owned.State = fleet.StatusDecommissioning, fleet.StateRetired
+		}, exit: agent.ExitRefused, code: "not_active"},
+		{name: "refuse/wiped: its LAK is no longer the device's", edit: func(d *fleet.Device) {
+			d.Owned.State, d.Owned.LDevIDSerial, d.Owned.LAKSerial, d.Owned.Identity = fleet.StateWiped, "", "", fleet.IdentityMaterial{}
+		}, exit: agent.ExitRefused, code: "lak_not_current"},
+		{name: "refuse/an LDevID fleetd does not know", files: func(t *testing.T) {
+			if err := os.WriteFile(filepath.Join(n.dir, agent.FileLDevIDCert), issueLDevID(t, n), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}, exit: agent.ExitNotRenewed, code: fleet.RenewRefusedLDevIDOld, lakRenewed: true},
+		{name: "refuse/an LDevID key that does not load", files: func(t *testing.T) {
+			if err := os.WriteFile(filepath.Join(n.dir, agent.FileLDevIDPriv), []byte("not a key"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}, exit: agent.ExitNotRenewed, code: fleet.RenewRefusedLDevIDProof},
+	}
+	for _, r := range rows {
+		t.Run(r.name, func(t *testing.T) {
+			base := n.f.inv.Get(12)
+			d := base
+			if r.edit != nil {
+				r.edit(&d)
+			}
+			n.f.inv.Set(d)
+			if r.files != nil {
+				r.files(t)
+			}
+			ldFile, lakFile := n.files(t)
+			journal := len(n.f.inv.JournalOf(12))
+			err := n.check(nil)
+			if got := agent.ExitCode(err); got != r.exit {
+				t.Errorf("exit %d (%v), want %d", got, err, r.exit)
+			}
+			if !strings.Contains(n.log.String(), r.code) && (err == nil || !strings.Contains(err.Error(), r.code)) {
+				t.Errorf("neither the node's log nor its error names %s: %v; %s", r.code, err, n.log)
+			}
+			after := n.f.inv.Get(12)
+			if after.Owned.LDevIDSerial != d.Owned.LDevIDSerial || after.Owned.LDevIDSerialPrevious != "" {
+				t.Errorf("NetBox's LDevID serial changed: %s (previous %q), was %s", after.Owned.LDevIDSerial, after.Owned.LDevIDSerialPrevious, d.Owned.LDevIDSerial)
+			}
+			ld, lak := n.files(t)
+			if ld != ldFile {
+				t.Errorf("the node's ldevid.pem changed: %s, was %s", ld, ldFile)
+			}
+			if lakChanged := after.Owned.LAKSerial != d.Owned.LAKSerial; lakChanged != r.lakRenewed || (lak != lakFile) != r.lakRenewed || lak != after.Owned.LAKSerial && r.lakRenewed {
+				t.Errorf("LAK renewed %v (NetBox %s, node %s, was %s), want %v", lakChanged, after.Owned.LAKSerial, lak, lakFile, r.lakRenewed)
+			}
+			for _, e := range n.f.inv.JournalOf(12)[journal:] {
+				if strings.Contains(e, "renewed its LDevID") || !r.lakRenewed && strings.Contains(e, "renew") {
+					t.Errorf("a refused renewal wrote a journal entry: %q", e)
+				}
+			}
+			// Restore the node and the device for the next row, keeping what the check wrote.
+			_ = os.WriteFile(filepath.Join(n.dir, agent.FileLDevIDCert), ldevidPEM, 0o644)
+			_ = os.WriteFile(filepath.Join(n.dir, agent.FileLDevIDPriv), privBefore, 0o600)
+			restore := base
+			restore.Owned.LastBootCheck = after.Owned.LastBootCheck
+			if r.lakRenewed {
+				restore.Owned.LAKSerial, restore.Owned.LAKSerialPrevious, restore.Owned.Identity = after.Owned.LAKSerial, after.Owned.LAKSerialPrevious, after.Owned.Identity
+			}
+			n.f.inv.Set(restore)
+		})
+	}
+	// ok/the same node, restored, is renewed: the refusals were the rows', not the node's.
+	if err := n.check(nil); err != nil {
+		t.Fatalf("the restored node: exit %d: %v", agent.ExitCode(err), err)
+	}
+	if d := n.f.inv.Get(12); d.Owned.LDevIDSerial == good.Owned.LDevIDSerial {
+		t.Errorf("the restored node's LDevID was not renewed: %s", d.Owned.LDevIDSerial)
+	}
+	n.check(nil)
+	n.settled(t, "the restored node, renewed")
+}
+
+// issueLDevID is an LDevID of the fleet's CA that NetBox does not record (for the node's key).
+func issueLDevID(t *testing.T, n *renewalNode) []byte {
+	t.Helper()
+	der := derChain(t, filepath.Join(n.dir, agent.FileLDevIDCert))
+	cur, err := x509.ParseCertificate(der[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	iss, err := pki.NewIssuer(pki.IssuerConfig{LDevID: n.f.cas[0], LAK: n.f.cas[1], LDevIDLifetime: time.Hour, LAKLifetime: time.Hour,
+		Rand: strings.NewReader(strings.Repeat("r", 4096)), Now: n.clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := pki.RenewIdentity("node-a", "", cur)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := iss.IssueLDevID(id, cur.PublicKey)
+	if err != nil {
+		t.Fatal(fmt.Errorf("issue a stray LDevID: %w", err))
+	}
+	return c.PEM()
+}
