@@ -7,8 +7,10 @@ VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo de
 LDFLAGS   := -s -w -X main.version=$(VERSION)
 FLEETSIM_DIR ?= $(CURDIR)/.fleetsim
 export FLEETSIM_DIR
-# Tests that start a TPM simulator need cgo; the production binary does not.
-TEST_FLAGS ?= -count=1 -timeout 30m
+# Tests that start a TPM simulator need cgo; the production binary does not. The timeout is per
+# package: TestRelease's cold cross-builds of fleetd for two architectures took over 30 minutes on
+# a fresh, busy 2-core machine, and CI's own limit (90 minutes for everything) is the one that counts.
+TEST_FLAGS ?= -count=1 -timeout 60m
 
 .PHONY: help
 help: ## list the targets
