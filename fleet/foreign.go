@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 )
 
 // The fields fleetd owns survive clients that write back what they read (docs/design.md §9, "How
@@ -26,35 +27,44 @@ type ForeignWrite struct {
 }
 
 // ownedField is one field fleetd owns: its NetBox name (docs/design.md §2), whether two devices
-// hold the same value in it, and how a patch puts a device's value back.
+// hold the same value in it, how a patch puts a device's value back, and how one device's value is
+// copied into another's (the change log's backstop composes a write from several saves).
 type ownedField struct {
 	name    string
 	same    func(a, b Owned) bool
 	restore func(p *Patch, from Owned)
+	set     func(dst *Owned, src Owned)
 }
 
-func ownedFieldTable() []ownedField {
-	str := func(name string, get func(Owned) string, set func(*Patch, string)) ownedField {
-		return ownedField{name: name, same: func(a, b Owned) bool { return get(a) == get(b) },
-			restore: func(p *Patch, o Owned) { set(p, get(o)) }}
+// field is the ownedField of the value at(o) holds, which a patch writes through in(p).
+func field[T any](name string, at func(*Owned) *T, in func(*Patch) **T, eq func(a, b T) bool) ownedField {
+	return ownedField{name: name,
+		same:    func(a, b Owned) bool { return eq(*at(&a), *at(&b)) },
+		restore: func(p *Patch, o Owned) { v := *at(&o); *in(p) = &v },
+		set:     func(dst *Owned, src Owned) { *at(dst) = *at(&src) },
 	}
+}
+
+func equal[T comparable](a, b T) bool { return a == b }
+
+func ownedFieldTable() []ownedField {
 	return []ownedField{
-		{name: "fleet_state", same: func(a, b Owned) bool { return a.State == b.State },
-			restore: func(p *Patch, o Owned) { v := o.State; p.State = &v }},
-		str("fleet_message", func(o Owned) string { return o.Message }, func(p *Patch, v string) { p.Message = &v }),
-		str("fleet_request", func(o Owned) string { return o.Request }, func(p *Patch, v string) { p.Request = &v }),
-		str("fleet_workflow", func(o Owned) string { return o.Workflow }, func(p *Patch, v string) { p.Workflow = &v }),
-		str("ldevid_serial", func(o Owned) string { return o.LDevIDSerial }, func(p *Patch, v string) { p.LDevIDSerial = &v }),
-		str("lak_serial", func(o Owned) string { return o.LAKSerial }, func(p *Patch, v string) { p.LAKSerial = &v }),
-		str("ldevid_serial_previous", func(o Owned) string { return o.LDevIDSerialPrevious }, func(p *Patch, v string) { p.LDevIDSerialPrevious = &v }),
-		str("lak_serial_previous", func(o Owned) string { return o.LAKSerialPrevious }, func(p *Patch, v string) { p.LAKSerialPrevious = &v }),
-		str("boot_baseline", func(o Owned) string { return o.BootBaseline }, func(p *Patch, v string) { p.BootBaseline = &v }),
-		{name: "last_boot_check", same: func(a, b Owned) bool { return a.LastBootCheck.Equal(b.LastBootCheck) },
-			restore: func(p *Patch, o Owned) { v := o.LastBootCheck; p.LastBootCheck = &v }},
-		{name: "boot_check", same: func(a, b Owned) bool { return a.BootCheck == b.BootCheck },
-			restore: func(p *Patch, o Owned) { v := o.BootCheck; p.BootCheck = &v }},
-		{name: "fleet_identity", same: func(a, b Owned) bool { return identityEqual(a.Identity, b.Identity) },
-			restore: func(p *Patch, o Owned) { v := o.Identity; p.Identity = &v }},
+		field("fleet_state", func(o *Owned) *State { return &o.State }, func(p *Patch) **State { return &p.State }, equal[State]),
+		field("fleet_message", func(o *Owned) *string { return &o.Message }, func(p *Patch) **string { return &p.Message }, equal[string]),
+		field("fleet_request", func(o *Owned) *string { return &o.Request }, func(p *Patch) **string { return &p.Request }, equal[string]),
+		field("fleet_workflow", func(o *Owned) *string { return &o.Workflow }, func(p *Patch) **string { return &p.Workflow }, equal[string]),
+		field("ldevid_serial", func(o *Owned) *string { return &o.LDevIDSerial }, func(p *Patch) **string { return &p.LDevIDSerial }, equal[string]),
+		field("lak_serial", func(o *Owned) *string { return &o.LAKSerial }, func(p *Patch) **string { return &p.LAKSerial }, equal[string]),
+		field("ldevid_serial_previous", func(o *Owned) *string { return &o.LDevIDSerialPrevious },
+			func(p *Patch) **string { return &p.LDevIDSerialPrevious }, equal[string]),
+		field("lak_serial_previous", func(o *Owned) *string { return &o.LAKSerialPrevious },
+			func(p *Patch) **string { return &p.LAKSerialPrevious }, equal[string]),
+		field("boot_baseline", func(o *Owned) *string { return &o.BootBaseline }, func(p *Patch) **string { return &p.BootBaseline }, equal[string]),
+		field("last_boot_check", func(o *Owned) *time.Time { return &o.LastBootCheck }, func(p *Patch) **time.Time { return &p.LastBootCheck },
+			func(a, b time.Time) bool { return a.Equal(b) }),
+		field("boot_check", func(o *Owned) *BootCheck { return &o.BootCheck }, func(p *Patch) **BootCheck { return &p.BootCheck }, equal[BootCheck]),
+		field("fleet_identity", func(o *Owned) *IdentityMaterial { return &o.Identity }, func(p *Patch) **IdentityMaterial { return &p.Identity },
+			identityEqual),
 	}
 }
 

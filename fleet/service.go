@@ -22,6 +22,10 @@ type Config struct {
 	// ConfigTTL is how long a provision's configuration waits for its one fetch after the
 	// attestation (config_delivery.pending_ttl); 0 means DefaultConfigTTL.
 	ConfigTTL time.Duration
+	// ServiceUser is fleetd's own NetBox user (netbox.service_user): a save of a device by any
+	// other user that wrote a field fleetd owns is undone (docs/design.md §9). Empty: nobody can
+	// be told from fleetd, and the change log is not read.
+	ServiceUser string
 }
 
 // DefaultConfigTTL is how long a configuration waits for its fetch when Config sets no TTL: an
@@ -31,6 +35,7 @@ const DefaultConfigTTL = 4 * time.Hour
 // Deps are the service's collaborators, wired by main.
 type Deps struct {
 	Inventory Inventory
+	ChangeLog ChangeLog // may be nil: then only webhooks undo others' writes of fleetd's fields
 	Installer Installer
 	Catalog   Catalog
 	Renderer  *Renderer // renders configurations: checked at attestation, served at fetch
@@ -59,6 +64,8 @@ type Service struct {
 	metrics  *metrics
 	locks    deviceLocks
 	addrs    *addrIndex // where a configuration fetch finds its device (addrindex.go)
+	changes  ChangeLog
+	logMark  changeLogMark // where the next reconcile reads the change log from (changelog.go)
 }
 
 // NewService checks the dependencies and builds the service.
@@ -95,7 +102,7 @@ func NewService(cfg Config, deps Deps) (*Service, error) {
 	addrs := newAddrIndex()
 	return &Service{cfg: cfg, inv: cappedInventory{indexedInventory{Inventory: deps.Inventory, idx: addrs}}, inst: deps.Installer,
 		catalog: deps.Catalog, clock: deps.Clock, rnd: &lockedReader{r: deps.Random}, renderer: deps.Renderer, attest: deps.Attest,
-		log: deps.Logger, metrics: m, addrs: addrs}, nil
+		log: deps.Logger, metrics: m, addrs: addrs, changes: deps.ChangeLog}, nil
 }
 
 // lockedReader serialises reads of a randomness source that is not safe for concurrent use (a
@@ -226,9 +233,15 @@ func (s *Service) problems(d Device, action Action) []string {
 }
 
 // ReconcileAll lists every device and reconciles those that need attention, so a lost webhook
-// delays a request but never loses it (docs/design.md §2). It returns the listed devices for the callers
+// delays a request but never loses it (docs/design.md §2). First it undoes, from NetBox's change
+// log, what other users wrote of fleetd's fields and whose webhook was lost (changelog.go), so
+// that a written-back request is not taken again. It returns the listed devices for the callers
 // that derive other state from the inventory (Kea reservations, boot-check ages).
 func (s *Service) ReconcileAll(ctx context.Context) ([]Device, error) {
+	var errs []error
+	if err := s.undoLoggedWrites(ctx); err != nil {
+		errs = append(errs, err)
+	}
 	devices, err := s.inv.Devices(ctx)
 	if err != nil {
 		s.metrics.reconcileRuns.WithLabelValues("error").Inc()
@@ -236,7 +249,6 @@ func (s *Service) ReconcileAll(ctx context.Context) ([]Device, error) {
 	}
 	s.metrics.bootChecks.observe(devices)
 	s.metrics.observePending(devices, s.clock.Now())
-	var errs []error
 	listed := s.listWorkflows(ctx, devices)
 	for _, d := range devices {
 		if !NeedsAttention(d) {

@@ -45,9 +45,12 @@ func TestDeliveryFaults(t *testing.T) {
 	f.idle(t)
 	f.patchDevice(t, "Token "+f.admin, `{}`)
 	f.idle(t)
-	d := f.emu.Deliveries()
+	d := ofRule(f.emu.Deliveries(), "fleetd-provision")
 	if len(d) != 2 || !d[0].Dropped || d[0].StatusCode != 0 || d[1].Dropped || !d[1].OK() {
-		t.Fatalf("deliveries = %+v", d)
+		t.Fatalf("provision deliveries: %d, want the first dropped and the second delivered", len(d))
+	}
+	if n := len(ofRule(f.emu.Deliveries(), "fleetd-device-changed")); n != 2 {
+		t.Errorf("fleetd-device-changed deliveries: %d, want 2 (no rule faulted them)", n)
 	}
 	if n := len(f.deliveredTo("/v1/netbox/webhook/provision")); n != 1 {
 		t.Errorf("receiver got %d, want 1 (the first was dropped)", n)

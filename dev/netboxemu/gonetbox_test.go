@@ -183,7 +183,7 @@ func TestGoNetboxDecodesExtras(t *testing.T) {
 		t.Fatalf("webhooks: %v, %v", hooks, err)
 	}
 	rules, _, err := f.client.ExtrasAPI.ExtrasEventRulesList(ctx).Execute()
-	if err != nil || rules.Count != 6 {
+	if err != nil || rules.Count != 7 {
 		t.Fatalf("event rules: %v, %v", rules, err)
 	}
 	st, _, err := f.client.StatusAPI.StatusRetrieve(ctx).Execute()

@@ -12,6 +12,18 @@ import (
 	"testing"
 )
 
+// ofRule returns the delivery records of one event rule, in order: every device update also
+// fires fleetd-device-changed (netbox-webhooks.yaml), so a test of another rule counts its own.
+func ofRule(ds []Delivery, rule string) []Delivery {
+	var out []Delivery
+	for _, d := range ds {
+		if d.EventRule == rule {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
 // deliveredTo returns the deliveries to one webhook path, in arrival order.
 func (f *fixture) deliveredTo(path string) []received {
 	var out []received
@@ -50,10 +62,14 @@ func TestWebhookFiresOnNoOpPatch(t *testing.T) {
 	if strings.Join(users, ",") != "admin,fleetd" {
 		t.Errorf("request.user = %v, want the token's user of each PATCH", users)
 	}
-	// No other rule matched: attest, wipe, retire stay silent; the inventory rules do not
-	// cover device updates.
-	if n := len(f.rcv.received()); n != 2 {
-		t.Errorf("%d deliveries in all, want 2", n)
+	// No other rule matched but fleetd-device-changed, which sees every update of a fleet device
+	// (fleetd's own come back too: fleetd counts them as echoes): attest, wipe, retire stay
+	// silent, and the inventory rules do not cover device updates.
+	if n := len(f.deliveredTo("/v1/netbox/webhook")); n != 2 {
+		t.Errorf("%d deliveries of fleetd-device-changed, want 2 (one per PATCH)", n)
+	}
+	if n := len(f.rcv.received()); n != 4 {
+		t.Errorf("%d deliveries in all, want 4", n)
 	}
 	// Once desired_action is cleared the condition is false again.
 	f.patchDevice(t, bearer(f.fleetd), `{"custom_fields": {"desired_action": null}}`)
@@ -183,8 +199,8 @@ func TestWebhookFailureIsNotRetried(t *testing.T) {
 	f.rcv.mu.Unlock()
 	f.patchDevice(t, "Token "+f.admin, `{"custom_fields": {"desired_action": "wipe"}}`)
 	f.idle(t)
-	d := f.emu.Deliveries()
-	if len(d) != 1 || d[0].OK() || d[0].StatusCode != 500 || d[0].Err == "" || len(f.rcv.received()) != 1 {
-		t.Errorf("deliveries %+v, received %d: want one failed attempt, no retry", d, len(f.rcv.received()))
+	d := ofRule(f.emu.Deliveries(), "fleetd-wipe")
+	if len(d) != 1 || d[0].OK() || d[0].StatusCode != 500 || d[0].Err == "" || len(f.deliveredTo("/v1/netbox/webhook/wipe")) != 1 {
+		t.Errorf("wipe deliveries %+v, received %d: want one failed attempt, no retry", len(d), len(f.deliveredTo("/v1/netbox/webhook/wipe")))
 	}
 }

@@ -1,0 +1,80 @@
+package netbox
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/folly-infra/fleetd/fleet"
+)
+
+// changeJSON is the part of an ObjectChange fleetd reads (NB@v4.6.8:netbox/core/api/
+// serializers_/change_logging.py): the pre- and post-change data are the model's snapshots, whose
+// custom_fields is the raw custom_field_data (select values as their raw strings).
+type changeJSON struct {
+	Time      string         `json:"time"`
+	UserName  string         `json:"user_name"`
+	ObjectID  int64          `json:"changed_object_id"`
+	PreChange map[string]any `json:"prechange_data"`
+	PostData  map[string]any `json:"postchange_data"`
+}
+
+// DeviceChanges lists the updates of devices in NetBox's change log (/api/core/object-changes/,
+// NetBox 4.1 and later) that q selects, oldest first, in pages of 1,000 (fleet.ChangeLog). The
+// filters are NetBox's own: changed_object_type, action, time_after (inclusive),
+// changed_object_id and user_name__n.
+func (c *Client) DeviceChanges(ctx context.Context, q fleet.ChangeQuery) ([]fleet.DeviceChange, error) {
+	v := url.Values{"changed_object_type": {"dcim.device"}, "action": {"update"}, "ordering": {"time"},
+		"time_after": {q.Since.UTC().Format(time.RFC3339Nano)}, "limit": {strconv.Itoa(pageSize)}}
+	if q.DeviceID != 0 {
+		v.Set("changed_object_id", strconv.FormatInt(q.DeviceID, 10))
+	}
+	if q.ExceptUser != "" {
+		v.Set("user_name__n", q.ExceptUser)
+	}
+	var out []fleet.DeviceChange
+	for offset := 0; ; {
+		v.Set("offset", strconv.Itoa(offset))
+		var page struct {
+			Count   int          `json:"count"`
+			Results []changeJSON `json:"results"`
+		}
+		if err := c.getJSON(ctx, "object_changes", "/api/core/object-changes/", v, &page); err != nil {
+			return nil, fmt.Errorf("list device changes since %s: %w", q.Since.UTC().Format(time.RFC3339), err)
+		}
+		for _, ch := range page.Results {
+			dc, err := toDeviceChange(ch)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, dc)
+		}
+		offset += len(page.Results)
+		if len(page.Results) == 0 || offset >= page.Count {
+			return out, nil
+		}
+	}
+}
+
+func toDeviceChange(ch changeJSON) (fleet.DeviceChange, error) {
+	t, err := time.Parse(time.RFC3339Nano, ch.Time)
+	if err != nil {
+		return fleet.DeviceChange{}, fmt.Errorf("change of device %d: time %q: %w", ch.ObjectID, ch.Time, err)
+	}
+	before, err := FieldsOf(asMap(ch.PreChange["custom_fields"]))
+	if err != nil {
+		return fleet.DeviceChange{}, fmt.Errorf("change of device %d at %s, before: %w", ch.ObjectID, ch.Time, err)
+	}
+	after, err := FieldsOf(asMap(ch.PostData["custom_fields"]))
+	if err != nil {
+		return fleet.DeviceChange{}, fmt.Errorf("change of device %d at %s, after: %w", ch.ObjectID, ch.Time, err)
+	}
+	return fleet.DeviceChange{DeviceID: ch.ObjectID, User: ch.UserName, Time: t, Before: before, After: after}, nil
+}
+
+func asMap(v any) map[string]any {
+	m, _ := v.(map[string]any)
+	return m
+}

@@ -1,0 +1,99 @@
+package netbox_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/folly-infra/fleetd/fleet"
+	"github.com/folly-infra/fleetd/fleet/fleettest"
+	"github.com/folly-infra/fleetd/netbox"
+)
+
+// ownerSave is an owner's client saving a copy of the device it read earlier as pynetbox's
+// Record.save() does: the whole custom_fields object, every key with the value it read.
+func (e *env) ownerSave(t *testing.T, copyCF map[string]any) {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"custom_fields": copyCF})
+	req, _ := http.NewRequest("PATCH", fmt.Sprintf("%s/api/dcim/devices/%d/", e.emu.URL(), e.node1), strings.NewReader(string(body)))
+	req.Header.Set("Authorization", "Token "+e.admin)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("owner's save: %v %v", resp, err)
+	}
+	resp.Body.Close()
+}
+
+// TestChangeLogBackstop: a stale full write whose webhook NetBox dropped is undone by the next
+// periodic reconcile from NetBox's change log (/api/core/object-changes/ as the emulator serves
+// it with NetBox's filters): fleetd's fields are put back, the written-back desired_action is not
+// taken as a new request, and the journal names the writer.
+func TestChangeLogBackstop(t *testing.T) {
+	e := newEnv(t, 0)
+	ctx := context.Background()
+	// The owner's copy, as the REST representation has it (every custom field, null when unset):
+	// desired_action provision, no request yet.
+	copyCF, _ := e.emu.CustomFieldData(e.node1)
+	for _, f := range netbox.OwnedFields() {
+		if _, ok := copyCF[f]; !ok {
+			copyCF[f] = nil
+		}
+	}
+	// fleetd claims the provision and records it (as its claim and attestation would).
+	state, req, lak := fleet.StateActive, "provision-aaaaaaaa", "0c2d"
+	if _, err := e.client.Update(ctx, e.node1, fleet.Patch{ClearDesiredAction: true, State: &state, Request: &req, LAKSerial: &lak}); err != nil {
+		t.Fatal(err)
+	}
+	since := time.Now().Add(-time.Minute)
+	e.ownerSave(t, copyCF)
+
+	changes, err := e.client.DeviceChanges(ctx, fleet.ChangeQuery{Since: since, ExceptUser: "fleetd"})
+	if err != nil || len(changes) != 1 {
+		t.Fatalf("others' changes = %+v, %v; want the owner's save", changes, err)
+	}
+	ch := changes[0]
+	if ch.User != "admin" || ch.DeviceID != e.node1 || ch.Before.Owned.Request != req || ch.After.Owned.Request != "" ||
+		ch.After.Declared.DesiredAction != fleet.ActionProvision || ch.Before.Owned.LAKSerial != lak {
+		t.Errorf("the owner's change = %+v", ch)
+	}
+	all, err := e.client.DeviceChanges(ctx, fleet.ChangeQuery{Since: since, DeviceID: e.node1})
+	if err != nil || len(all) != 2 || all[0].User != "fleetd" || all[1].User != "admin" {
+		t.Fatalf("the device's changes = %+v, %v; want fleetd's then the owner's, oldest first", all, err)
+	}
+
+	inst := fleettest.NewInstaller()
+	s, err := fleet.NewService(fleet.Config{FleetdURL: "http://spore:8080", ServiceUser: "fleetd"},
+		fleet.Deps{Inventory: e.client, ChangeLog: e.client, Installer: inst, Catalog: fleettest.Catalog(),
+			Clock: fleet.SystemClock{}, Random: rand.New(rand.NewSource(1)), Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ReconcileAll(ctx); err != nil {
+		t.Fatalf("ReconcileAll: %v", err)
+	}
+	cf, _ := e.emu.CustomFieldData(e.node1)
+	if cf["fleet_request"] != req || cf["fleet_state"] != "active" || cf["lak_serial"] != lak || cf["desired_action"] != nil {
+		t.Errorf("after the reconcile: %v; want fleetd's request, state and LAK serial back and desired_action cleared", cf)
+	}
+	if inst.Creates() != 0 {
+		t.Errorf("%d Workflows created: the written-back provision was taken as a new request", inst.Creates())
+	}
+	journal := e.emu.Journal(e.node1)
+	if len(journal) != 1 || journal[0].CreatedBy != "fleetd" || journal[0].Kind != "warning" ||
+		!strings.Contains(journal[0].Comments, "written by admin (fleet_state, fleet_request, lak_serial): restored") ||
+		!strings.Contains(journal[0].Comments, "desired_action=provision from a copy read before request provision-aaaaaaaa") {
+		t.Errorf("journal %+v", journal)
+	}
+	// The next run reads the change log again (with its overlap) and finds fleetd's restore last.
+	if _, err := s.ReconcileAll(ctx); err != nil || len(e.emu.Journal(e.node1)) != 1 {
+		t.Errorf("second reconcile: %v, journal %+v; want nothing more", err, e.emu.Journal(e.node1))
+	}
+}
