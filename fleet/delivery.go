@@ -30,6 +30,12 @@ const (
 // its install Workflow; another node may boot before Tinkerbell reports the Workflow's success)
 // or configuring is it open.
 // The move to active is the conditional write that exactly one fetch wins (FetchConfig).
+//
+// That write also moves the device status, a top-level field, to active, which no client writing
+// back custom_fields it read sends (pynetbox's save() sends only the top-level fields it changed;
+// docs/design.md §9): a provision's claim sets the status staged, so a running provision whose
+// status is active was delivered, whatever its fleet_state says (a copy read before the delivery
+// writes fleet_state configuring back, and fleet_identity with it).
 func delivery(d Device, now time.Time) deliveryState {
 	id := d.Owned.Identity
 	provision := RequestAction(d.Owned.Request) == ActionProvision
@@ -37,7 +43,7 @@ func delivery(d Device, now time.Time) deliveryState {
 	switch {
 	case !provision:
 		return deliveryNone
-	case d.Owned.State == StateActive:
+	case d.Owned.State == StateActive, running && d.Status == StatusActive:
 		return deliveryDelivered
 	case running && id.Empty():
 		return deliveryLost

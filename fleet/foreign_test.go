@@ -76,3 +76,41 @@ func TestUndoForeignWrite(t *testing.T) {
 		}
 	})
 }
+
+// TestWrittenBackRequestNotCarriedOutTwice: the owner's copy read before fleetd claimed its
+// provision (desired_action provision, no fleet_request) is saved whole after the claim. Through
+// the webhook (UndoForeignWrite, then the reconcile) the written-back desired_action is cleared
+// with fleetd's fields put back: the request keeps its one Workflow, and no second request starts.
+func TestWrittenBackRequestNotCarriedOutTwice(t *testing.T) {
+	d := fleettest.Declared(12, "node-a")
+	d.Declared.DesiredAction = ActionProvision
+	copyRead := d // the owner's copy, read before the claim
+	inv := fleettest.NewInventory(d)
+	inst := fleettest.NewInstaller()
+	s := newTestService(inv, inst)
+	ctx := context.Background()
+	if _, err := s.Reconcile(ctx, 12); err != nil {
+		t.Fatal(err)
+	}
+	claimed := inv.Get(12)
+	if inst.Creates() != 1 || claimed.Owned.Request == "" || claimed.Declared.DesiredAction != ActionNone {
+		t.Fatalf("after the claim: %d Workflows, request %q, desired_action %q", inst.Creates(), claimed.Owned.Request, claimed.Declared.DesiredAction)
+	}
+	// The owner's save: every custom field as it was read.
+	written := claimed
+	written.Owned, written.Declared = copyRead.Owned, copyRead.Declared
+	inv.Set(written)
+	if _, err := s.UndoForeignWrite(ctx, ForeignWrite{DeviceID: 12, User: "owner", Before: claimed, After: written}); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // the webhook's reconcile, and the periodic one
+		if _, err := s.Reconcile(ctx, 12); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := inv.Get(12)
+	if inst.Creates() != 1 || got.Owned.Request != claimed.Owned.Request || got.Declared.DesiredAction != ActionNone {
+		t.Errorf("after the written-back copy: %d Workflows, request %q (want %q), desired_action %q; want the one request, not a second",
+			inst.Creates(), got.Owned.Request, claimed.Owned.Request, got.Declared.DesiredAction)
+	}
+}
