@@ -34,6 +34,7 @@ func TestDeployFlagsExist(t *testing.T) {
 	}{
 		{cmd: "serve", flags: []string{"--config", "--listen-http", "--listen-https"}, where: "deploy/systemd/fleetd.service and deploy/nixos/fleetd.nix (services.fleetd.listen.http/https)"},
 		{cmd: "boot-check", flags: bootCheckArgs[1:], where: "every boot check file in deploy/ (bootCheckArgs)"},
+		{cmd: "boot-check", flags: []string{"--install-only", "--dir"}, where: "deploy/kubernetes/spire-agent-daemonset.yaml"},
 		{cmd: "enroll", flags: []string{"--tpm", "--workflow-dir", "--ca-file"}, where: "deploy/README.md"},
 	} {
 		t.Run(tc.cmd, func(t *testing.T) {

@@ -154,7 +154,7 @@ func TestBootCheckCronJob(t *testing.T) {
 // TestAgentImageVersion: every file that names the agent image names the same version, so a
 // release bumps all of them together.
 func TestAgentImageVersion(t *testing.T) {
-	texts := map[string]string{cronJobPath: readFile(t, cronJobPath), "README.md": readFile(t, "README.md")}
+	texts := map[string]string{cronJobPath: readFile(t, cronJobPath), daemonSetPath: readFile(t, daemonSetPath), "README.md": readFile(t, "README.md")}
 	examples, err := fs.Glob(exampletemplates.FS, "*.yaml")
 	if err != nil || len(examples) == 0 {
 		t.Fatalf("no example Template: %v", err)

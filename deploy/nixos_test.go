@@ -68,6 +68,7 @@ type nixosConfig struct {
 	Systemd struct {
 		Services map[string]nixosUnit `json:"services"`
 		Timers   map[string]nixosUnit `json:"timers"`
+		Paths    map[string]nixosUnit `json:"paths"`
 		Tmpfiles struct {
 			Rules []string `json:"rules"`
 		} `json:"tmpfiles"`
@@ -89,6 +90,7 @@ type nixosUnit struct {
 	UnitConfig    map[string]any `json:"unitConfig"`
 	ServiceConfig map[string]any `json:"serviceConfig"`
 	TimerConfig   map[string]any `json:"timerConfig"`
+	PathConfig    map[string]any `json:"pathConfig"`
 }
 
 // render writes a NixOS unit the way NixOS does: lists as one line per element, booleans as

@@ -4,7 +4,9 @@
 #                              user, no capabilities, the file system read-only except the Kea
 #                              reservations directory, secrets passed as systemd credentials.
 #   services.fleetd-boot-check the node's hourly boot check (`fleetd boot-check`, docs/design.md §5) for
-#                              NixOS nodes: a oneshot service and its timer.
+#                              NixOS nodes: a oneshot service and its timer; with spireAgent.enable,
+#                              SPIRE's agent attesting the node with tpm_devid from the LDevID files
+#                              in `dir`, restarted by a path unit when they are renewed.
 #
 # fleetd is not in nixpkgs; `package` is usually the release binary wrapped by ./package.nix
 # (see deploy/README.md). Secrets never enter the Nix store: `secretFiles` names files on the host,
@@ -181,6 +183,20 @@ in
       default = "hourly";
       description = "When to check (systemd.time(7)); fleetd reports a node missing after 2 h.";
     };
+
+    spireAgent = {
+      enable = mkEnableOption "SPIRE's agent, attesting the node with tpm_devid from the LDevID files in `dir` (docs/enrollment.md)";
+
+      package = mkOption {
+        type = types.package;
+        description = "The SPIRE package; its bin/spire-agent is run.";
+      };
+
+      configFile = mkOption {
+        type = types.path;
+        description = "The agent's configuration (deploy/spire/agent.conf): its tpm_devid plugin reads ldevid.pem, ldevid.pub and ldevid.priv in `dir`.";
+      };
+    };
   };
 
   config = lib.mkMerge [
@@ -258,6 +274,50 @@ in
           OnCalendar = check.onCalendar;
           RandomizedDelaySec = "5min";
           Persistent = true;
+        };
+      };
+    })
+
+    (mkIf (check.enable && check.spireAgent.enable) {
+      # The agent reads the LDevID files once, at start, and each renewal attests as a new agent
+      # ID (entries hang off a node alias, deploy/spire/README.md).
+      systemd.services.spire-agent = {
+        description = "SPIRE agent: the node's identity from its fleetd LDevID (tpm_devid)";
+        wantedBy = [ "multi-user.target" ];
+        wants = [ "network-online.target" ];
+        after = [ "network-online.target" ];
+        unitConfig.ConditionPathExists = [ check.tpm "${check.dir}/ldevid.pem" ];
+        serviceConfig = {
+          ExecStart = lib.escapeShellArgs [ "${check.spireAgent.package}/bin/spire-agent" "run" "-config" "${check.spireAgent.configFile}" ];
+          Restart = "on-failure";
+          RestartSec = "10s";
+          User = "root";
+          StateDirectory = "spire/agent";
+          RuntimeDirectory = "spire/agent/public";
+          RuntimeDirectoryPreserve = true;
+          DevicePolicy = "closed";
+          DeviceAllow = [ "${check.tpm} rw" ];
+          NoNewPrivileges = true;
+          ProtectSystem = "strict";
+          ProtectHome = true;
+          PrivateTmp = true;
+        };
+      };
+      # `fleetd boot-check` renames renewed files into place: restart the agent so that it
+      # presents them.
+      systemd.paths.spire-agent-ldevid = {
+        description = "Restart the SPIRE agent when the node's LDevID files change";
+        wantedBy = [ "multi-user.target" ];
+        pathConfig = {
+          PathChanged = map (f: "${check.dir}/${f}") [ "ldevid.pem" "ldevid.pub" "ldevid.priv" ];
+          Unit = "spire-agent-ldevid.service";
+        };
+      };
+      systemd.services.spire-agent-ldevid = {
+        description = "Restart the SPIRE agent with the node's renewed LDevID files";
+        serviceConfig = {
+          Type = "oneshot";
+          ExecStart = "/run/current-system/systemd/bin/systemctl try-restart spire-agent.service";
         };
       };
     })
