@@ -90,7 +90,7 @@ func (s *Service) EnrollChallenge(ctx context.Context, in ChallengeInput) (Chall
 	}
 	ch, err := s.challenge(d, in)
 	if err != nil {
-		return Challenge{}, s.enrollRefused(ctx, d, out, err), AsEnrollRefusal(err)
+		return Challenge{}, s.enrollRefused(ctx, d, out, err, false), AsEnrollRefusal(err)
 	}
 	out.Result = "challenged"
 	s.metrics.enrollments.WithLabelValues(string(action), "challenge", "ok").Inc()
@@ -161,12 +161,17 @@ func (s *Service) lookupDevice(ctx context.Context, name, step string) (Device, 
 	return d, out, nil
 }
 
-// enrollRefused turns an attest refusal into fleet's and records it on the device: a journal
-// entry and fleet_message say why, in the check's fixed sentence (never what the caller sent),
-// and the request stays pending, so a stray or forged request cannot end an owner's request; the
-// real agent exits non-zero, its Workflow fails, and that ends it (follow) — before anything is
-// wiped.
-func (s *Service) enrollRefused(ctx context.Context, d Device, out Outcome, err error) Outcome {
+// enrollRefused turns an attest refusal into fleet's. A refusal before credential activation
+// (the challenge; the token or the activation of the evidence) is logged and counted and its code
+// kept in memory, and nothing is written to NetBox: whoever sent it proved nothing, and a flood
+// of them must not race the real machine's writes or fill the device's journal (refusals.go). A
+// refusal after activation came from the TPM of an approved EK: fleet_message and a journal entry
+// say why, in the check's fixed sentence (never what the caller sent), in a conditional write
+// that applies only while the request is unchanged. Either way the request stays pending, so a
+// stray or forged request cannot end an owner's request; the real agent exits non-zero, its
+// Workflow fails, and that ends it (follow) — before anything is wiped — with the last refusal's
+// sentence.
+func (s *Service) enrollRefused(ctx context.Context, d Device, out Outcome, err error, activated bool) Outcome {
 	ar, ok := attest.AsRefusal(err)
 	if !ok {
 		out.Result = "error"
@@ -174,11 +179,23 @@ func (s *Service) enrollRefused(ctx context.Context, d Device, out Outcome, err 
 	}
 	out.Check = string(ar.Check)
 	s.metrics.enrollments.WithLabelValues(string(out.Action), out.Step, string(ar.Check)).Inc()
-	msg := fmt.Sprintf("%s%s refused (%s): %s", refusedPrefix, d.Name, ar.Check, PublicSentence(string(ar.Check)))
-	if _, uerr := s.inv.Update(ctx, d.ID, Patch{Message: &msg}); uerr != nil {
+	s.refusals.note(d.ID, d.Owned.Request, string(ar.Check))
+	if !activated {
+		return out
+	}
+	msg, req := refusalSentence(d.Name, string(ar.Check)), d.Owned.Request
+	d, wrote, uerr := UpdateIfMatch(ctx, s.inv, d, func(d Device) (Patch, bool, error) {
+		if d.Owned.Request != req || d.Owned.State != StatePending {
+			return Patch{}, false, nil // the request moved on: its refusal is no longer news
+		}
+		return Patch{Message: &msg}, true, nil
+	})
+	if uerr != nil {
 		s.log.Warn().Err(uerr).Str("device", d.Name).Msg("record attestation refusal")
 	}
-	s.journal(ctx, d, JournalDanger, msg)
+	if wrote {
+		s.journal(ctx, d, JournalDanger, msg)
+	}
 	return out
 }
 

@@ -146,6 +146,7 @@ func (s *Service) WorkflowChanged(ctx context.Context, id int64, ws WorkflowStat
 }
 
 func (s *Service) workflowEnded(ctx context.Context, d Device, action Action, ws WorkflowStatus) (Outcome, error) {
+	refused := s.refusals.take(d.ID, d.Owned.Request)
 	if ws.Phase == WorkflowSucceeded {
 		msg := succeededMessage(d, action, ws)
 		return s.apply(ctx, d, action, EventWorkflowSucceeded, msg)
@@ -158,8 +159,12 @@ func (s *Service) workflowEnded(ctx context.Context, d Device, action Action, ws
 		msg += ": " + ws.Message
 	}
 	msg += "."
-	if d.Owned.State == StatePending && strings.HasPrefix(d.Owned.Message, refusedPrefix) {
-		msg += " " + d.Owned.Message // why the agent failed, as fleetd refused it
+	switch { // why the agent failed, as fleetd refused it: the last refusal this fleetd saw, or the one NetBox holds
+	case d.Owned.State != StatePending:
+	case refused != "":
+		msg += " " + refusalSentence(d.Name, refused)
+	case strings.HasPrefix(d.Owned.Message, refusedPrefix):
+		msg += " " + d.Owned.Message
 	}
 	msg += " " + retryHint(action)
 	return s.apply(ctx, d, action, EventWorkflowFailed, msg)
@@ -196,14 +201,25 @@ func (s *Service) apply(ctx context.Context, d Device, action Action, ev Event, 
 
 func (s *Service) applyWith(ctx context.Context, d Device, action Action, ev Event, msg string, p Patch) (Outcome, error) {
 	out := outcomeFor(d, action, string(ev), "no-change")
-	t, ok := Next(d.Owned.State, action, ev)
-	if !ok {
-		return out, nil
-	}
-	p = withTransition(p, d, t, msg)
-	p.IfVersion = d.Version
-	if _, err := s.inv.Update(ctx, d.ID, p); err != nil {
+	req := d.Owned.Request
+	var t Transition
+	got, wrote, err := UpdateIfMatch(ctx, s.inv, d, func(d Device) (Patch, bool, error) {
+		// The event is the request's: after a conflict it applies only while the device is on
+		// the same request, and only if it still means a move from the state it is in now.
+		var ok bool
+		if d.Owned.Request != req {
+			return Patch{}, false, nil
+		}
+		if t, ok = Next(d.Owned.State, action, ev); !ok {
+			return Patch{}, false, nil
+		}
+		return withTransition(p, d, t, msg), true, nil
+	})
+	if err != nil {
 		return out, fmt.Errorf("record %s of %s: %w", ev, d.Name, inventoryErr(err))
+	}
+	if !wrote {
+		return out, nil
 	}
 	if t.To.Terminal() {
 		result := "succeeded"
@@ -212,7 +228,7 @@ func (s *Service) applyWith(ctx context.Context, d Device, action Action, ev Eve
 		}
 		s.metrics.requests.WithLabelValues(string(action), result).Inc()
 	}
-	s.journal(ctx, d, t.Journal, msg)
+	s.journal(ctx, got, t.Journal, msg)
 	out.Result, out.Detail = string(t.To), msg
 	return out, nil
 }

@@ -66,6 +66,7 @@ type Service struct {
 	addrs    *addrIndex // where a configuration fetch finds its device (addrindex.go)
 	changes  ChangeLog
 	logMark  changeLogMark // where the next reconcile reads the change log from (changelog.go)
+	refusals lastRefusals
 }
 
 // NewService checks the dependencies and builds the service.

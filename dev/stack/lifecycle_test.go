@@ -34,6 +34,7 @@ var lifecycleDevices = []stack.SeedDevice{
 	{Name: "refuse-foreign-ek", Class: "talos-worker", ForeignEK: true},
 	{Name: "refuse-other-kernel", Class: "talos-worker"}, // netboots a kernel the boot policy does not allow
 	{Name: "bench-netboot", Class: "talos-worker"},       // BenchmarkNetboot's own machine
+	{Name: "forged-flood", Class: "talos-worker"},        // enrolls under a flood of forged challenges
 }
 
 // step runs a machine step with its output in the test log.

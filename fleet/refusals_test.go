@@ -1,0 +1,99 @@
+package fleet_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	. "github.com/folly-infra/fleetd/fleet"
+	"github.com/folly-infra/fleetd/fleet/fleettest"
+)
+
+// TestRefusalsBeforeActivationWriteNothing: challenges refused before credential activation —
+// a TPM 1.2, a stale Workflow's request — write nothing to NetBox however many come, and when the
+// request's Workflow fails its message names the last refusal's code in its fixed sentence
+// (issue 11.1). A refusal kept for an older request is not quoted for a newer one.
+func TestRefusalsBeforeActivationWriteNothing(t *testing.T) {
+	d := fleettest.Declared(12, "node-a")
+	d.Status = StatusStaged
+	d.Owned = Owned{State: StatePending, Request: "provision-aaaaaaaa", Workflow: WorkflowName("node-a", "provision-aaaaaaaa")}
+	inv, inst := fleettest.NewInventory(d), fleettest.NewInstaller()
+	s := newTestService(inv, inst)
+	ctx := context.Background()
+	before := inv.Get(12).Version
+	for i := range 200 {
+		in := ChallengeInput{ClaimedDevice: "node-a", ClaimedRequest: d.Owned.Request, ClaimedTPMVersion: "1.2"}
+		if i%2 == 1 {
+			in.ClaimedRequest = "wipe-bbbbbbbb" // refused as request_mismatch: not a refusal of this request's machine
+		}
+		if _, out, err := s.EnrollChallenge(ctx, in); err == nil || out.Result != "refused" {
+			t.Fatalf("challenge %d: %+v %v, want a refusal", i, out, err)
+		}
+	}
+	if got := inv.Get(12); got.Version != before || got.Owned.Message != "" || len(inv.JournalOf(12)) != 0 {
+		t.Fatalf("after 200 refused challenges NetBox changed: version %s → %s, message %q, journal %q",
+			before, got.Version, got.Owned.Message, inv.JournalOf(12))
+	}
+	inst.Set(d.Owned.Workflow, WorkflowStatus{Phase: WorkflowFailed, FailedAction: "fleetd-enroll"})
+	if _, err := s.Reconcile(ctx, 12); err != nil {
+		t.Fatal(err)
+	}
+	got := inv.Get(12)
+	want := "Attestation of node-a refused (tpm_unsupported): " + PublicSentence("tpm_unsupported")
+	if got.Owned.State != StateFailed || !strings.Contains(got.Owned.Message, want) || len(got.Owned.Message) > MaxMessage {
+		t.Errorf("failed request: state %q message %q, want failed with %q within %d bytes", got.Owned.State, got.Owned.Message, want, MaxMessage)
+	}
+	if j := inv.JournalOf(12); len(j) != 1 || !strings.Contains(j[0], want) {
+		t.Errorf("journal %q, want the failure with the refusal's sentence", j)
+	}
+
+	// A refusal noted for request a is not quoted when request b's Workflow fails.
+	d2 := fleettest.Declared(13, "node-b")
+	d2.Owned = Owned{State: StatePending, Request: "provision-aaaaaaaa", Workflow: WorkflowName("node-b", "provision-aaaaaaaa")}
+	inv.Set(d2)
+	if _, _, err := s.EnrollChallenge(ctx, ChallengeInput{ClaimedDevice: "node-b", ClaimedRequest: d2.Owned.Request, ClaimedTPMVersion: "1.2"}); err == nil {
+		t.Fatal("a TPM 1.2 was not refused")
+	}
+	d2.Owned.Request, d2.Owned.Workflow = "provision-cccccccc", WorkflowName("node-b", "provision-cccccccc")
+	inv.Set(d2)
+	inst.Set(d2.Owned.Workflow, WorkflowStatus{Phase: WorkflowFailed, FailedAction: "fleetd-enroll"})
+	if _, err := s.Reconcile(ctx, 13); err != nil {
+		t.Fatal(err)
+	}
+	if got := inv.Get(13); got.Owned.State != StateFailed || strings.Contains(got.Owned.Message, "refused (") {
+		t.Errorf("request c failed with %q (state %q): an older request's refusal is quoted", got.Owned.Message, got.Owned.State)
+	}
+}
+
+// TestLifecycleWriteConflicts: a lifecycle event's write that meets another writer's change
+// (NetBox answers 412) is re-read and applied again while the device is on the same request, and
+// dropped once the request moved on (issue 11.1: every enrollment write is conditional).
+func TestLifecycleWriteConflicts(t *testing.T) {
+	for _, r := range []struct {
+		name      string
+		other     func(*Device)
+		wantState State
+		wantJourn int
+	}{
+		{"ok/the owner edited another field: re-read, applied", func(d *Device) { d.Serial = "CHASSIS-2" }, StateFailed, 1},
+		{"ok/the request moved on: nothing applied", func(d *Device) {
+			d.Owned.Request, d.Owned.Workflow, d.Owned.State = "wipe-bbbbbbbb", WorkflowName("node-a", "wipe-bbbbbbbb"), StatePending
+		}, StatePending, 0},
+	} {
+		t.Run(r.name, func(t *testing.T) {
+			d := fleettest.Declared(12, "node-a")
+			d.Owned = Owned{State: StatePending, Request: "provision-aaaaaaaa", Workflow: WorkflowName("node-a", "provision-aaaaaaaa")}
+			inv, inst := fleettest.NewInventory(d), fleettest.NewInstaller()
+			s := newTestService(inv, inst)
+			inst.Set(d.Owned.Workflow, WorkflowStatus{Phase: WorkflowFailed, FailedAction: "fleetd-enroll"})
+			inv.ConflictOnce[12] = r.other
+			if _, err := s.Reconcile(context.Background(), 12); err != nil {
+				t.Fatal(err)
+			}
+			got := inv.Get(12)
+			if got.Owned.State != r.wantState || len(inv.JournalOf(12)) != r.wantJourn {
+				t.Errorf("state %q journal %q, want %q and %d entries", got.Owned.State, inv.JournalOf(12), r.wantState, r.wantJourn)
+			}
+		})
+	}
+}
