@@ -148,6 +148,9 @@ func wire(ctx context.Context, cfg *config.Config, log zerolog.Logger) (*app, er
 		return nil, err
 	}
 	a.servers = []listener{{key: "listen.http", srv: newHTTPServer(ctx, cfg.Listen.HTTP, h, log)}}
+	if cfg.TLS.PlaintextForDevelopment { // config.Validate allows it only without tls.cert
+		log.Warn().Str("listen", cfg.Listen.HTTP).Msg("tls.plaintext_for_development is set: node routes are served on plain HTTP; never on a lab network")
+	}
 	if cfg.TLS.Cert != "" {
 		cert, err := tls.LoadX509KeyPair(cfg.Path(cfg.TLS.Cert), cfg.Path(cfg.TLS.Key))
 		if err != nil {

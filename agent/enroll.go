@@ -59,13 +59,16 @@ func Enroll(ctx context.Context, cfg EnrollConfig) error {
 	return e.run(ctx, tpm)
 }
 
-// clearDisk removes a disk authorization an earlier run left, and makes sure the directory exists.
+// clearDisk removes the disk authorization and the fetch secret an earlier run left, and makes
+// sure the directory exists.
 func clearDisk(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("prepare the workflow directory: %w", err)
 	}
-	if err := os.Remove(filepath.Join(dir, FileDisk)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("remove the previous disk authorization: %w", err)
+	for _, name := range []string{FileDisk, FileFetchSecret} {
+		if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("remove the previous run's %s: %w", name, err)
+		}
 	}
 	return nil
 }
@@ -191,14 +194,14 @@ func (e *enrollment) write(res api.EvidenceResponse, ld *LDevIDKey, ak *attest.A
 	if err != nil {
 		return &FleetdError{Op: "check the LAK certificate", Err: err}
 	}
-	files := []struct {
-		name string
-		data []byte
-		mode os.FileMode
-	}{
+	files := []workflowFile{
 		{FileLDevIDCert, ldevidPEM, 0o644}, {FileLDevIDPub, ld.Public, 0o644}, {FileLDevIDPriv, ld.Private, 0o600},
-		{FileLAKCert, lakPEM, 0o644}, {FileLAKBlob, blob, 0o600}, {FileDisk, []byte(res.Disk + "\n"), 0o644},
+		{FileLAKCert, lakPEM, 0o644}, {FileLAKBlob, blob, 0o600},
 	}
+	if res.FetchSecret != "" {
+		files = append(files, workflowFile{FileFetchSecret, []byte(res.FetchSecret + "\n"), 0o600})
+	}
+	files = append(files, workflowFile{FileDisk, []byte(res.Disk + "\n"), 0o644}) // last: the install's actions wait for it
 	for _, f := range files {
 		if err := writeFile(e.cfg.WorkflowDir, f.name, f.data, f.mode); err != nil {
 			return err
@@ -206,6 +209,13 @@ func (e *enrollment) write(res api.EvidenceResponse, ld *LDevIDKey, ak *attest.A
 	}
 	e.log.Info().Str("step", "write").Str("outcome", "ok").Str("dir", e.cfg.WorkflowDir).Msg("enrolled")
 	return nil
+}
+
+// workflowFile is one file the agent writes into the Workflow's shared directory.
+type workflowFile struct {
+	name string
+	data []byte
+	mode os.FileMode
 }
 
 // chainPEM checks that a chain's leaf certifies key and encodes the chain as PEM, leaf first.

@@ -16,6 +16,9 @@ const (
 	FileLAKCert    = "lak.pem"     // LAK leaf then its chain, PEM
 	FileLAKBlob    = "lak.blob"    // go-attestation's AK.Marshal(): reloaded with attest.TPM.LoadAK
 	FileDisk       = "disk"        // the declared disk's /dev/disk/by-id path, one line
+	// FileFetchSecret is a provision's one-time fetch secret, one line, for a class kind whose
+	// install carries it to the configuration fetch (the Fleetd-Fetch-Secret header).
+	FileFetchSecret = "fetch-secret"
 )
 
 // writeFile replaces dir/name atomically: a temporary file in dir, written, synced and renamed,

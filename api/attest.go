@@ -218,4 +218,11 @@ type EvidenceResponse struct {
 	LDevIDChain [][]byte `json:"ldevid_chain"` // DER certificates, the LDevID leaf first, then its chain
 	LAKChain    [][]byte `json:"lak_chain"`    // DER certificates, the LAK leaf first, then its chain
 	Disk        string   `json:"disk"`         // the by-id path of the declared disk
+	// FetchSecret is a provision's one-time secret for its configuration fetch, for a class kind
+	// whose install carries it (cloud-init-nocloud, nixos-image, alpine-image); the agent writes
+	// it to the Workflow's fetch-secret file, and the fetch presents it in HeaderFetchSecret.
+	FetchSecret string `json:"fetch_secret,omitempty"`
 }
+
+// HeaderFetchSecret is the request header a configuration fetch presents its fetch secret in.
+const HeaderFetchSecret = "Fleetd-Fetch-Secret"

@@ -51,10 +51,16 @@ type Listen struct {
 }
 
 // TLS is fleetd's server certificate for the node-facing routes (the configurations it serves
-// hold cluster secrets). When set, node routes are refused on the plain listener.
+// hold cluster secrets, the enrollment hands out fetch secrets). It is required: node routes are
+// refused on the plain listener, and fleetd does not start without a certificate unless
+// PlaintextForDevelopment says, explicitly, that this is a development setup
+// (docs/security.md, "Transport and abuse").
 type TLS struct {
 	Cert string `yaml:"cert"` // PEM: the server certificate, then its chain
 	Key  string `yaml:"key"`
+	// PlaintextForDevelopment lets fleetd start without tls.cert and serve node routes on the
+	// plain listener: a development stack on one host only, never a lab network.
+	PlaintextForDevelopment bool `yaml:"plaintext_for_development"`
 }
 
 // Limits bound what one source address may ask of the node-facing routes.

@@ -17,14 +17,15 @@ func validConfig(t *testing.T) (string, string) {
 func validConfigDir(t testing.TB) (string, string) {
 	dir := t.TempDir()
 	for _, f := range []string{"nb-token", "wh-secret", "classes.json", "ek.pem", "tok-key", "ldevid.pem", "ldevid.key",
-		"lak.pem", "lak.key", "talos-secrets", "op-token", "kubeconfig", "boot-policy.json"} {
+		"lak.pem", "lak.key", "talos-secrets", "op-token", "kubeconfig", "boot-policy.json", "tls.crt", "tls.key"} {
 		if err := os.WriteFile(filepath.Join(dir, f), []byte("x\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
 	return dir, `
-listen: {http: "127.0.0.1:8080"}
-public_url: http://spore.lan:8080
+listen: {http: "127.0.0.1:8080", https: ":8443"}
+public_url: https://spore.lan:8443
+tls: {cert: tls.crt, key: tls.key}
 netbox: {url: "https://netbox.lan", token_file: nb-token, webhook_secret_file: wh-secret, service_user: fleetd}
 kubernetes: {kubeconfig: kubeconfig}
 classes_file: classes.json
@@ -84,7 +85,7 @@ func TestParseRefusals(t *testing.T) {
 		{"refuse/bad duration", func(s string) string { return s + "reconcile: {interval: soon}\n" },
 			[]string{`"soon" is not a duration`}},
 		{"refuse/every problem listed", func(s string) string {
-			s = strings.Replace(s, "public_url: http://spore.lan:8080", "public_url: spore", 1)
+			s = strings.Replace(s, "public_url: https://spore.lan:8443", "public_url: spore", 1)
 			s = strings.Replace(s, "token_file: nb-token", "token_file: missing-token", 1)
 			s = strings.Replace(s, "gateway: 10.0.0.1", "gateway: ten", 1)
 			s = strings.Replace(s, "subnet: 10.0.0.0/24", "subnet: 10.0.0.0", 1)
@@ -111,6 +112,18 @@ func TestParseRefusals(t *testing.T) {
 		{"refuse/no boot policy", func(s string) string {
 			return strings.Replace(s, ", boot_policy_file: boot-policy.json", "", 1)
 		}, []string{"attestation.boot_policy_file: is required"}},
+		{"refuse/no TLS for the node routes", func(s string) string {
+			return strings.Replace(s, "tls: {cert: tls.crt, key: tls.key}\n", "", 1)
+		}, []string{"tls.cert: is not set: fleetd serves the node routes (enrollment, configurations, boot checks) over TLS only",
+			"tls.plaintext_for_development: true"}},
+		{"ok/a development stack's explicit opt-out", func(s string) string {
+			s = strings.Replace(s, "tls: {cert: tls.crt, key: tls.key}\n", "tls: {plaintext_for_development: true}\n", 1)
+			s = strings.Replace(s, `, https: ":8443"`, "", 1)
+			return strings.Replace(s, "public_url: https://spore.lan:8443", "public_url: http://127.0.0.1:8080", 1)
+		}, nil},
+		{"refuse/TLS and the opt-out at once", func(s string) string {
+			return strings.Replace(s, "tls: {cert: tls.crt, key: tls.key}", "tls: {cert: tls.crt, key: tls.key, plaintext_for_development: true}", 1)
+		}, []string{"tls.plaintext_for_development: is true while tls.cert is set"}},
 		{"ok/hash policy needs no CA bundle", func(s string) string {
 			return strings.Replace(s, "attestation: {ek_ca_bundle: ek.pem, ", "attestation: {ek_policy: hash, ", 1)
 		}, nil},

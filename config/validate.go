@@ -44,6 +44,13 @@ func (c *Config) validate() error {
 			bad("public_url", "%v", err)
 		}
 	}
+	switch {
+	case c.TLS.Cert == "" && c.TLS.Key == "" && !c.TLS.PlaintextForDevelopment:
+		bad("tls.cert", "is not set: fleetd serves the node routes (enrollment, configurations, boot checks) over TLS only; "+
+			"set tls.cert, tls.key and listen.https (a development stack on one host may set tls.plaintext_for_development: true instead)")
+	case c.TLS.Cert != "" && c.TLS.PlaintextForDevelopment:
+		bad("tls.plaintext_for_development", "is true while tls.cert is set: choose one (a fleet on a lab network needs TLS)")
+	}
 	if c.TLS.Cert != "" || c.TLS.Key != "" || c.Listen.HTTPS != "" {
 		file("tls.cert", c.TLS.Cert)
 		file("tls.key", c.TLS.Key)

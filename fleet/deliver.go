@@ -10,16 +10,19 @@ import (
 )
 
 // ConfigFetch is one node's request for its configuration (docs/design.md §6 GET /v1/config/...).
-// Both values are claims: the UUID is whatever the query says, the address is the connection's
-// source. The address finds the device (its NetBox primary IPv4); the UUID must hash to the one
-// its attestation recorded (IdentityMaterial.UUIDSHA256). Neither is a secret nor a proof: a
-// UUID can be read off the machine and an address spoofed on the local network; they bind
-// delivery to the machine as well as the network does, and keep a mistaken or stale node from
-// taking another's configuration. A claim that fails consumes nothing.
+// Every value is a claim: the UUID and the secret are whatever the request says, the address is
+// the connection's source. The address finds the device (its NetBox primary IPv4); the UUID must
+// hash to the one its attestation recorded (IdentityMaterial.UUIDSHA256), and, when the
+// attestation handed out a fetch secret, the secret to its hash (FetchSecretSHA256). The UUID and
+// the address are no secrets — a UUID is broadcast at every PXE boot and an address can be taken
+// over while the machine reboots —; the fetch secret is, and only the attested exchange gave it
+// out (docs/security.md). A claim that fails consumes nothing. The UUID is never written into
+// NetBox, a journal entry or an answer.
 type ConfigFetch struct {
 	Kind          Kind
 	ClaimedUUID   string
 	ClaimedSerial string // Talos sends ${serial}; logged, not checked (SMBIOS serials are often blank)
+	ClaimedSecret string // the fetch secret the attestation handed out (Fleetd-Fetch-Secret), "" when none is sent
 	RemoteAddr    netip.Addr
 }
 
@@ -80,7 +83,7 @@ func (s *Service) FetchConfig(ctx context.Context, f ConfigFetch) (NodeConfig, O
 			}
 			return Patch{}, false, fmt.Errorf("render the configuration of %s: %w", d.Name, err)
 		}
-		msg = fmt.Sprintf("Delivered %s to %s at %s (SMBIOS UUID %s) for request %s.", cfg.Summary, d.Name, f.RemoteAddr, node.UUID, d.Owned.Request)
+		msg = fmt.Sprintf("Delivered %s to %s at %s for request %s%s.", cfg.Summary, d.Name, f.RemoteAddr, d.Owned.Request, boundBy(d.Owned.Identity))
 		return transitionPatch(d, t, msg), true, nil
 	})
 	out = outcomeFor(delivered, RequestAction(delivered.Owned.Request), "deliver", "refused")
@@ -116,6 +119,14 @@ func (s *Service) refuseFetch(ctx context.Context, d Device, f ConfigFetch, r *R
 func (s *Service) fetchRefused(f ConfigFetch, r *Refusal) error {
 	s.metrics.deliveries.WithLabelValues(string(f.Kind), r.Code).Inc()
 	return r
+}
+
+// boundBy is what the delivery journal says bound the fetch: never the UUID itself.
+func boundBy(m IdentityMaterial) string {
+	if m.FetchSecretSHA256 != "" {
+		return ", bound by the attested SMBIOS UUID and the one-time fetch secret"
+	}
+	return ", bound by the attested SMBIOS UUID"
 }
 
 func stateWord(st State) string {

@@ -71,6 +71,17 @@ func TestFetchConfig(t *testing.T) {
 		{name: "refuse/identity written by a newer fleetd: named, not served", state: StateConfiguring, attested: true,
 			mod:   func(d *Device) { d.Owned.Identity.Version = 2 },
 			fetch: talos(attestedUUID), wantCode: "identity_unreadable", wantState: StateConfiguring, wantStatus: StatusStaged},
+		{name: "ok/with the fetch secret the attestation handed out", state: StateConfiguring, attested: true,
+			mod:   func(d *Device) { d.Owned.Identity.FetchSecretSHA256 = FetchSecretHash("s3cr3t") },
+			fetch: ConfigFetch{Kind: KindTalos, ClaimedUUID: attestedUUID, ClaimedSecret: "s3cr3t", RemoteAddr: home},
+			wantState: StateActive, wantStatus: StatusActive, wantJourn: "bound by the attested SMBIOS UUID and the one-time fetch secret."},
+		{name: "refuse/no fetch secret where one was handed out: not consumed", state: StateConfiguring, attested: true,
+			mod:   func(d *Device) { d.Owned.Identity.FetchSecretSHA256 = FetchSecretHash("s3cr3t") },
+			fetch: talos(attestedUUID), wantCode: "fetch_secret_missing", wantState: StateConfiguring, wantStatus: StatusStaged},
+		{name: "refuse/another fetch secret: not consumed", state: StateConfiguring, attested: true,
+			mod:   func(d *Device) { d.Owned.Identity.FetchSecretSHA256 = FetchSecretHash("s3cr3t") },
+			fetch: ConfigFetch{Kind: KindTalos, ClaimedUUID: attestedUUID, ClaimedSecret: "s3cr3T", RemoteAddr: home},
+			wantCode: "wrong_fetch_secret", wantState: StateConfiguring, wantStatus: StatusStaged},
 		{name: "refuse/no request", state: StateNone,
 			fetch: talos(attestedUUID), wantCode: "no_pending_config", wantState: StateNone, wantStatus: StatusStaged},
 	}
@@ -118,6 +129,11 @@ func TestFetchConfig(t *testing.T) {
 			j := inv.JournalOf(12)
 			if r.wantJourn == "" && len(j) != 0 || r.wantJourn != "" && (len(j) != 1 || !strings.Contains(j[0], r.wantJourn)) {
 				t.Errorf("journal %q, want %q", j, r.wantJourn)
+			}
+			for _, w := range append(j, got.Owned.Message) {
+				if strings.Contains(strings.ToLower(w), attestedUUID) {
+					t.Errorf("NetBox holds the SMBIOS UUID: %q (issue 11.4: it is not published)", w)
+				}
 			}
 		})
 	}

@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -10,8 +11,8 @@ import (
 // attestation recorded. Nothing is held in memory between the attestation and the fetch, so a
 // restart of fleetd, or another fleetd instance, serves the same configuration.
 //
-// Trust: the device and its fields are read from NetBox; the fetch's UUID and source address are
-// claims checked against them (ConfigFetch).
+// Trust: the device and its fields are read from NetBox; the fetch's UUID, fetch secret and source
+// address are claims checked against them (ConfigFetch).
 
 // deliveryState is where a device's configuration is, read from its fields.
 type deliveryState int
@@ -79,6 +80,12 @@ func fetchRefusal(d Device, class Class, f ConfigFetch, now time.Time) *Refusal 
 	case !d.Owned.Identity.MatchesUUID(f.ClaimedUUID):
 		return Refuse(RefusedForbidden, "wrong_uuid",
 			"the uuid in the query is not the SMBIOS UUID the machine at %s attested with", f.RemoteAddr)
+	case d.Owned.Identity.FetchSecretSHA256 != "" && strings.TrimSpace(f.ClaimedSecret) == "":
+		return Refuse(RefusedForbidden, "fetch_secret_missing",
+			"the fetch from %s presents no fetch secret, and the attestation of %s handed one out: the install must pass the agent's fetch-secret file to the fetch", f.RemoteAddr, d.Name)
+	case d.Owned.Identity.FetchSecretSHA256 != "" && !d.Owned.Identity.MatchesFetchSecret(f.ClaimedSecret):
+		return Refuse(RefusedForbidden, "wrong_fetch_secret",
+			"the fetch secret presented from %s is not the one the attestation of %s handed out", f.RemoteAddr, d.Name)
 	case class.Kind.Route() != f.Kind.Route():
 		return Refuse(RefusedNotFound, "wrong_kind",
 			"the configuration pending for %s is a %s configuration: fetch it from /v1/config/%s", d.Name, class.Kind, class.Kind.Route())

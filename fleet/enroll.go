@@ -62,12 +62,15 @@ type EvidenceInput struct {
 }
 
 // Enrolled is the second round trip's answer: the certificates (for a provision only: an attest
-// leaves the node its own, a wipe or a retirement ends the device's identity) and the by-id path
-// of the disk the Workflow may wipe.
+// leaves the node its own, a wipe or a retirement ends the device's identity), the by-id path
+// of the disk the Workflow may wipe, and a provision's fetch secret.
 type Enrolled struct {
 	LDevIDChain [][]byte
 	LAKChain    [][]byte
 	Disk        string
+	// FetchSecret is a provision's one-time secret for its configuration fetch, for a class kind
+	// whose install carries it (Kind.CarriesFetchSecret); NetBox holds only its hash.
+	FetchSecret string
 }
 
 // EnrollChallenge answers the first round trip: the device must have an accepted request that

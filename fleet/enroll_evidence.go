@@ -49,6 +49,7 @@ func (s *Service) EnrollEvidence(ctx context.Context, in EvidenceInput) (Enrolle
 	msg, patch := attestedRecord(d, action, v, p)
 	if action == ActionProvision {
 		m := identityFor(d, p, in, v.token.EKSHA256, s.clock.Now(), s.cfg.ConfigTTL)
+		m.FetchSecretSHA256 = p.fetchSecretHash()
 		patch.Identity = &m
 	}
 	if out, err = s.applyWith(ctx, d, action, EventAttested, msg, patch); err != nil {
@@ -56,7 +57,7 @@ func (s *Service) EnrollEvidence(ctx context.Context, in EvidenceInput) (Enrolle
 	}
 	out.Step, out.Result = "evidence", "attested"
 	s.metrics.enrollments.WithLabelValues(string(action), "evidence", "ok").Inc()
-	res := Enrolled{Disk: v.disk.Path}
+	res := Enrolled{Disk: v.disk.Path, FetchSecret: p.fetchSecret}
 	if p.ldevid != nil {
 		res.LDevIDChain, res.LAKChain = p.ldevid.DER(), p.lak.DER()
 	}
@@ -68,12 +69,21 @@ func (s *Service) EnrollEvidence(ctx context.Context, in EvidenceInput) (Enrolle
 type provisioned struct {
 	ldevid, lak *pki.Certificate
 	cfg         NodeConfig
+	fetchSecret string // "" when the class kind's install cannot carry one
+}
+
+func (p provisioned) fetchSecretHash() string {
+	if p.fetchSecret == "" {
+		return ""
+	}
+	return FetchSecretHash(p.fetchSecret)
 }
 
 // provision issues a provision's LDevID and LAK in memory, then renders the node's configuration
 // with the LAK files (lak.pem: the new LAK and its chain; lak.blob: the AK blob the agent sent),
-// so the installed node can run its boot checks (docs/design.md §5). A rejected configuration ends the
-// request (renderFailed); the certificates are then dropped.
+// so the installed node can run its boot checks (docs/design.md §5), and draws the fetch secret
+// when the class kind's install carries one. A rejected configuration ends the request
+// (renderFailed); the certificates are then dropped.
 func (s *Service) provision(ctx context.Context, d Device, class Class, v verified, in EvidenceInput, out *Outcome) (provisioned, error) {
 	if len(in.LAKBlob) == 0 {
 		return provisioned{}, Refuse(RefusedInvalid, "lak_blob_missing",
@@ -91,6 +101,11 @@ func (s *Service) provision(ctx context.Context, d Device, class Class, v verifi
 	node := NodeIdentity{UUID: in.SMBIOSUUID, Serial: in.SMBIOSSerial, Files: LAKFiles(p.lak, in.LAKBlob)}
 	if p.cfg, err = s.renderer.Render(d, class, node); err != nil {
 		return provisioned{}, s.renderFailed(ctx, d, ActionProvision, out, err)
+	}
+	if class.Kind.CarriesFetchSecret() {
+		if p.fetchSecret, err = newFetchSecret(s.rnd); err != nil {
+			return provisioned{}, fmt.Errorf("enroll %s: %w", d.Name, err)
+		}
 	}
 	return p, nil
 }

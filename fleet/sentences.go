@@ -53,16 +53,18 @@ var publicSentences = map[string]string{
 	"not_active":                     "The device is not an active node: boot checks are taken only from active devices.",
 	"replayed":                       "The nonce was issued before the device's last accepted boot check: ask for a new nonce.",
 	// The configuration fetch (docs/http.md).
-	"missing_uuid":      "The query has no uuid: fetch with ?uuid=<SMBIOS system UUID>.",
-	"unknown_address":   "No configuration is served to this address for this UUID.",
-	"address_shared":    "More than one NetBox device has this address as its primary IPv4: give each machine its own address.",
-	"wrong_kind":        "The configuration pending for this machine is of another class kind: fetch it from its own route.",
-	"wrong_uuid":        "The uuid in the query is not the SMBIOS UUID the machine attested with.",
-	"config_expired":    "The configuration expired before it was fetched: provision the device again.",
-	"config_lost":       "The pending configuration was lost when fleetd restarted: provision the device again.",
-	"config_delivered":  "The configuration was already delivered and is served only once: provision the device again for a new one.",
-	"no_pending_config": "No configuration is pending for this machine: it is rendered when a provision request attests.",
-	"bad_peer":          "fleetd cannot read the request's source address.",
+	"missing_uuid":         "The query has no uuid: fetch with ?uuid=<SMBIOS system UUID>.",
+	"unknown_address":      "No configuration is served to this address for this UUID.",
+	"address_shared":       "More than one NetBox device has this address as its primary IPv4: give each machine its own address.",
+	"wrong_kind":           "The configuration pending for this machine is of another class kind: fetch it from its own route.",
+	"wrong_uuid":           "The uuid in the query is not the SMBIOS UUID the machine attested with.",
+	"fetch_secret_missing": "The fetch presents no fetch secret, and the machine's attestation handed one out: pass the agent's fetch-secret file to the fetch.",
+	"wrong_fetch_secret":   "The fetch secret is not the one the machine's attestation handed out.",
+	"config_expired":       "The configuration expired before it was fetched: provision the device again.",
+	"config_lost":          "The pending configuration was lost when fleetd restarted: provision the device again.",
+	"config_delivered":     "The configuration was already delivered and is served only once: provision the device again for a new one.",
+	"no_pending_config":    "No configuration is pending for this machine: it is rendered when a provision request attests.",
+	"bad_peer":             "fleetd cannot read the request's source address.",
 }
 
 // unknownSentence answers a refusal code the table lacks (a new code added without its sentence).

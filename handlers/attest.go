@@ -61,7 +61,7 @@ func (s *Server) evidence(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.decision(w, out, nil)
-	writeJSON(w, http.StatusOK, api.EvidenceResponse{LDevIDChain: res.LDevIDChain, LAKChain: res.LAKChain, Disk: res.Disk})
+	writeJSON(w, http.StatusOK, api.EvidenceResponse{LDevIDChain: res.LDevIDChain, LAKChain: res.LAKChain, Disk: res.Disk, FetchSecret: res.FetchSecret})
 }
 
 // nodeError logs the decision line of a refused or failed node request and answers it. A node

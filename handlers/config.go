@@ -6,11 +6,13 @@ import (
 	"net/netip"
 	"strconv"
 
+	"github.com/folly-infra/fleetd/api"
 	"github.com/folly-infra/fleetd/fleet"
 )
 
 // config serves GET /v1/config/{talos,seed,nocloud.tar}: the node's configuration, once, to the
-// machine that attested with the query's SMBIOS UUID and only from its NetBox address (docs/design.md §6).
+// machine that attested with the query's SMBIOS UUID, only from its NetBox address, and with the
+// fetch secret its attestation handed out in the Fleetd-Fetch-Secret header (docs/design.md §6).
 // The source address is the TCP peer's; fleetd serves nodes directly, so no forwarding header is
 // trusted.
 func (s *Server) config(kind fleet.Kind) http.Handler {
@@ -22,7 +24,8 @@ func (s *Server) config(kind fleet.Kind) http.Handler {
 			s.nodeError(w, out, fleet.Refuse(fleet.RefusedInvalid, "bad_peer", "fleetd cannot read the request's source address"))
 			return
 		}
-		f := fleet.ConfigFetch{Kind: kind, ClaimedUUID: q.Get("uuid"), ClaimedSerial: q.Get("serial"), RemoteAddr: remote}
+		f := fleet.ConfigFetch{Kind: kind, ClaimedUUID: q.Get("uuid"), ClaimedSerial: q.Get("serial"),
+			ClaimedSecret: r.Header.Get(api.HeaderFetchSecret), RemoteAddr: remote}
 		cfg, out, err := s.deps.Service.FetchConfig(r.Context(), f)
 		if err != nil {
 			s.nodeError(w, out, err)

@@ -90,3 +90,31 @@ func CheckTemplate(name string, r Rendered, hardwareMap map[string]string) error
 	}
 	return nil
 }
+
+// FetchSecretEnv marks the action that carries the fetch secret from the agent to the
+// configuration fetch (docs/security.md, "The configuration fetch"): a provision's attestation
+// hands the agent a one-time secret, which it writes into the Workflow's shared directory as
+// FetchSecretFile (agent.FileFetchSecret), for a class kind whose install can carry it
+// (fleet.Kind.CarriesFetchSecret). The action that fetches the NoCloud seed, or that writes the
+// secret into a seed image, names the file in its environment; without one the node could never
+// fetch its configuration, and the request would end only when the configuration expires.
+const (
+	FetchSecretEnv  = "FLEETD_FETCH_SECRET_FILE"
+	FetchSecretFile = "fetch-secret"
+)
+
+// CheckFetchSecret refuses a provision Template of a kind whose install carries the fetch
+// secret when no action after the agent has FetchSecretEnv=FetchSecretFile.
+func CheckFetchSecret(name string, r Rendered, action fleet.Action, kind fleet.Kind) error {
+	if action != fleet.ActionProvision || !kind.CarriesFetchSecret() || len(r.Tasks) != 1 {
+		return nil
+	}
+	task := r.Tasks[0]
+	for _, a := range task.Actions[1:] {
+		if MergedEnv(task, a)[FetchSecretEnv] == FetchSecretFile {
+			return nil
+		}
+	}
+	return refuse(name, "no action after the agent has %s=%s: a %s node fetches its configuration with the fetch secret the agent writes there, so an action must carry it to the fetch",
+		FetchSecretEnv, FetchSecretFile, kind)
+}

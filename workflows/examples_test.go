@@ -26,8 +26,8 @@ func TestExampleTemplates(t *testing.T) {
 		actions  []string
 	}{
 		{"talos-provision", fleet.KindTalos, fleet.ActionProvision, []string{"fleetd-enroll", "wipe-disk", "write-image", "reboot"}},
-		{"nixos-image-provision", fleet.KindNixOS, fleet.ActionProvision, []string{"fleetd-enroll", "wipe-disk", "write-image", "reboot"}},
-		{"alpine-image-provision", fleet.KindAlpine, fleet.ActionProvision, []string{"fleetd-enroll", "wipe-disk", "write-image", "reboot"}},
+		{"nixos-image-provision", fleet.KindNixOS, fleet.ActionProvision, []string{"fleetd-enroll", "wipe-disk", "write-image", "write-fetch-secret", "reboot"}},
+		{"alpine-image-provision", fleet.KindAlpine, fleet.ActionProvision, []string{"fleetd-enroll", "wipe-disk", "write-image", "write-fetch-secret", "reboot"}},
 		{"cloud-init-nocloud-provision", fleet.KindCloudInit, fleet.ActionProvision, []string{"fleetd-enroll", "wipe-disk", "write-image", "write-nocloud-seed", "reboot"}},
 		{"attest", fleet.KindTalos, fleet.ActionAttest, []string{"fleetd-enroll", "reboot"}},
 		{"wipe", fleet.KindTalos, fleet.ActionWipe, []string{"fleetd-enroll", "wipe-disk"}},

@@ -53,7 +53,7 @@ func (in *Installer) Install(ctx context.Context, w fleet.WorkflowSpec) error {
 	}
 	hw := desiredHardware(existing, w, in.ns, boot)
 	hm := HardwareMap(w)
-	if err := in.checkTemplate(ctx, w.Template, hm, hw); err != nil {
+	if err := in.checkTemplate(ctx, w, hm, hw); err != nil {
 		log.Warn().Str("outcome", "refused").Err(err).Msg("request refused")
 		return err
 	}
@@ -117,7 +117,8 @@ func validNames(w fleet.WorkflowSpec) error {
 
 // checkTemplate reads the Template and renders it exactly as tink-controller will, then applies
 // fleetd's requirements.
-func (in *Installer) checkTemplate(ctx context.Context, name string, hm map[string]string, hw *tinkv1.Hardware) error {
+func (in *Installer) checkTemplate(ctx context.Context, w fleet.WorkflowSpec, hm map[string]string, hw *tinkv1.Hardware) error {
+	name := w.Template
 	tpl := &tinkv1.Template{}
 	err := in.observe("get_template", in.c.Get(ctx, client.ObjectKey{Namespace: in.ns, Name: name}, tpl))
 	switch {
@@ -133,7 +134,10 @@ func (in *Installer) checkTemplate(ctx context.Context, name string, hm map[stri
 	if err != nil {
 		return refuse(name, "it does not render as Tinkerbell would render it: %v", err)
 	}
-	return CheckTemplate(name, r, hm)
+	if err := CheckTemplate(name, r, hm); err != nil {
+		return err
+	}
+	return CheckFetchSecret(name, r, w.Action, w.Class.Kind)
 }
 
 // bootOptions derives the Workflow's bootOptions from the class (docs/design.md §3: netboot via BMC where

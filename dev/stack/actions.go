@@ -26,6 +26,7 @@ import (
 //     partitions appear;
 //   - write-nocloud-seed: the Template's steps, with the fetch from the machine's address and the
 //     root file system as the machine's disk/ directory;
+//   - write-fetch-secret: the fetch secret copied into the image (the machine's disk/ directory);
 //   - waitdaemon (reboot, power-off): records it.
 //
 // Anything else fails, naming the action: pretending it succeeded would hide a Template change.
@@ -39,6 +40,8 @@ func (mc *machine) runAction(ctx context.Context, wf *tinkv1.Workflow, a tinkerb
 		return mc.writeImage(wf, a)
 	case isShell(a) && a.Name == "write-nocloud-seed":
 		return mc.writeNoCloudSeed(ctx, wf, a)
+	case isShell(a) && a.Name == "write-fetch-secret":
+		return mc.writeFetchSecret(a)
 	case strings.Contains(a.Image, "waitdaemon"):
 		what := strings.Join(a.Command, " ")
 		mc.say("%s: the machine would %s once the Workflow is done", a.Name, what)

@@ -23,8 +23,8 @@ func (mc *machine) nodeDir() string { return mc.path(MachineDiskDir, fleet.NodeD
 // Boot is `fleetsim machine NAME boot` (docs/design.md §8): the installed OS's first boot. It fetches the
 // configuration the way its class does, from the machine's own address — Talos its machine
 // config (talos.config=…?uuid=…&serial=…; one try, where Talos would retry a non-200 for 3 h),
-// a nixos-image or alpine-image node its seed, a cloud-init node nothing (its seed was written
-// onto the disk by the install Workflow) — and writes the node files the configuration carries
+// a nixos-image or alpine-image node its seed with the fetch secret its install wrote into the
+// image, a cloud-init node nothing (its seed was written onto the disk by the install Workflow) — and writes the node files the configuration carries
 // into /var/lib/fleetd-node on its disk, as the OS does.
 func Boot(ctx context.Context, info Info, name string, o StepOptions) error {
 	mc, err := openMachine(info, name, "boot", o.Out)
@@ -91,15 +91,23 @@ func (mc *machine) fetchConfig(ctx context.Context, kind fleet.Kind) ([]byte, er
 	switch kind {
 	case fleet.KindTalos:
 		q.Set("serial", mc.m.SMBIOSSerial)
-		body, err := mc.fetch(ctx, base+"talos?"+q.Encode())
+		body, err := mc.fetch(ctx, base+"talos?"+q.Encode(), "")
 		if err != nil {
 			return nil, fmt.Errorf("Talos fetched no machine config (it would retry every non-200 for up to 3 h): %w", err)
 		}
 		return body, mc.keep("talos-machine-config.yaml", body)
 	case fleet.KindNixOS, fleet.KindAlpine:
-		body, err := mc.fetch(ctx, base+"seed?"+q.Encode())
+		secretFile := mc.path(MachineDiskDir, imageFetchSecret)
+		secret, err := readSecret(secretFile)
+		if err != nil {
+			return nil, fmt.Errorf("the image holds no fetch secret (/%s: %w): its install did not write it", imageFetchSecret, err)
+		}
+		body, err := mc.fetch(ctx, base+"seed?"+q.Encode(), secret)
 		if err != nil {
 			return nil, fmt.Errorf("the seed fetch failed: %w", err)
+		}
+		if err := os.Remove(secretFile); err != nil { // as the first-boot service does once the seed is in
+			return nil, err
 		}
 		return body, mc.keep("fleet-seed.json", body)
 	case fleet.KindCloudInit:

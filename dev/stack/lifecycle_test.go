@@ -35,6 +35,7 @@ var lifecycleDevices = []stack.SeedDevice{
 	{Name: "refuse-other-kernel", Class: "talos-worker"}, // netboots a kernel the boot policy does not allow
 	{Name: "bench-netboot", Class: "talos-worker"},       // BenchmarkNetboot's own machine
 	{Name: "forged-flood", Class: "talos-worker"},        // enrolls under a flood of forged challenges
+	{Name: "fetch-secret", Class: "alpine-edge"},         // its seed is fetched only with the fetch secret
 }
 
 // step runs a machine step with its output in the test log.

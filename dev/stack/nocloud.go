@@ -15,6 +15,7 @@ import (
 
 	tinkv1 "github.com/tinkerbell/tink/api/v1alpha1"
 
+	"github.com/folly-infra/fleetd/api"
 	"github.com/folly-infra/fleetd/dev/tinkerbell"
 )
 
@@ -24,8 +25,9 @@ const nocloudDir = "var/lib/cloud/seed/nocloud"
 // writeNoCloudSeed does what the Template's write-nocloud-seed script does, with the machine's
 // disk/ directory standing for the mounted root partition: it finds the partition ROOT_PARTITION
 // of the disk wipe-disk selected, reads the SMBIOS UUID from sysfs (lowercased, as the agent
-// reports it), fetches the NoCloud tar once from fleetd from the machine's own address, checks
-// its members, and extracts it into /var/lib/cloud/seed/nocloud.
+// reports it), fetches the NoCloud tar once from fleetd from the machine's own address with the
+// agent's fetch secret (then removed), checks its members, and extracts it into
+// /var/lib/cloud/seed/nocloud.
 func (mc *machine) writeNoCloudSeed(ctx context.Context, wf *tinkv1.Workflow, a tinkerbell.Action) (string, error) {
 	disk, err := filepath.EvalSymlinks(mc.devPath("/dev/fleetd-disk"))
 	if err != nil {
@@ -41,9 +43,17 @@ func (mc *machine) writeNoCloudSeed(ctx context.Context, wf *tinkv1.Workflow, a 
 		return "", errors.New("/sys/class/dmi/id/product_uuid is unreadable: the SMBIOS UUID fleetd attested cannot be read")
 	}
 	uuid := strings.ToLower(strings.TrimSpace(string(b)))
+	secretFile := mc.path(MachineWorkflowDir, a.Env["FLEETD_FETCH_SECRET_FILE"])
+	secret, err := readSecret(secretFile)
+	if err != nil || a.Env["FLEETD_FETCH_SECRET_FILE"] == "" {
+		return "", fmt.Errorf("/workflow/%s is missing: the fleetd agent handed over no fetch secret, and fleetd serves the seed only with it", a.Env["FLEETD_FETCH_SECRET_FILE"])
+	}
 	u := a.Env["FLEETD_URL"] + "/v1/config/nocloud.tar?uuid=" + url.QueryEscape(uuid)
-	body, err := mc.fetch(ctx, u)
+	body, err := mc.fetch(ctx, u, secret)
 	if err != nil {
+		return "", err
+	}
+	if err := os.Remove(secretFile); err != nil {
 		return "", err
 	}
 	dir := mc.path(MachineDiskDir, nocloudDir)
@@ -55,8 +65,51 @@ func (mc *machine) writeNoCloudSeed(ctx context.Context, wf *tinkv1.Workflow, a 
 	return fmt.Sprintf("wrote the NoCloud seed (%s) to /%s on /dev/%s", strings.Join(names, ", "), nocloudDir, part), nil
 }
 
-// fetch GETs a URL from the machine's address and returns the body of a 200 answer.
-func (mc *machine) fetch(ctx context.Context, u string) ([]byte, error) {
+// writeFetchSecret does what the seed images' write-fetch-secret action does, with the machine's
+// disk/ directory standing for the mounted root partition: it copies the agent's fetch secret
+// into the image as /var/lib/fleetd-node/fetch-secret, for the first boot's seed fetch, and
+// removes it from /workflow.
+func (mc *machine) writeFetchSecret(a tinkerbell.Action) (string, error) {
+	if _, err := filepath.EvalSymlinks(mc.devPath("/dev/fleetd-disk")); err != nil {
+		return "", errors.New("/dev/fleetd-disk is missing: wipe-disk did not select the disk")
+	}
+	src := mc.path(MachineWorkflowDir, a.Env["FLEETD_FETCH_SECRET_FILE"])
+	secret, err := readSecret(src)
+	if err != nil || a.Env["FLEETD_FETCH_SECRET_FILE"] == "" {
+		return "", fmt.Errorf("/workflow/%s is missing: the fleetd agent handed over no fetch secret, and fleetd serves the seed only with it", a.Env["FLEETD_FETCH_SECRET_FILE"])
+	}
+	dst := mc.path(MachineDiskDir, imageFetchSecret)
+	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(dst, []byte(secret+"\n"), 0o600); err != nil {
+		return "", err
+	}
+	if err := os.Remove(src); err != nil {
+		return "", err
+	}
+	return "wrote the fetch secret to /" + imageFetchSecret + " (simulated)", nil
+}
+
+// imageFetchSecret is where a seed image keeps the fetch secret for its first boot's fetch.
+const imageFetchSecret = "var/lib/fleetd-node/fetch-secret"
+
+// readSecret reads a one-line secret file.
+func readSecret(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	s := strings.TrimSpace(string(b))
+	if s == "" {
+		return "", fmt.Errorf("%s is empty", path)
+	}
+	return s, nil
+}
+
+// fetch GETs a URL from the machine's address, with the fetch secret when one is given, and
+// returns the body of a 200 answer.
+func (mc *machine) fetch(ctx context.Context, u, secret string) ([]byte, error) {
 	c, err := mc.httpClient()
 	if err != nil {
 		return nil, err
@@ -64,6 +117,9 @@ func (mc *machine) fetch(ctx context.Context, u string) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return nil, fmt.Errorf("GET %s: %w", u, err)
+	}
+	if secret != "" {
+		req.Header.Set(api.HeaderFetchSecret, secret)
 	}
 	resp, err := c.Do(req)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/folly-infra/fleetd/dev/tinkerbell"
 	exampletemplates "github.com/folly-infra/fleetd/examples/tinkerbell"
+	"github.com/folly-infra/fleetd/fleet"
 	"github.com/folly-infra/fleetd/workflows"
 )
 
@@ -38,6 +39,14 @@ func scripts(t *testing.T) []script {
 		}
 		if err := workflows.CheckTemplate(tpl.Name, r, hm); err != nil {
 			t.Fatalf("check %s: %v", tpl.Name, err)
+		}
+		for kind, tplName := range map[fleet.Kind]string{fleet.KindCloudInit: "cloud-init-nocloud-provision",
+			fleet.KindNixOS: "nixos-image-provision", fleet.KindAlpine: "alpine-image-provision", fleet.KindTalos: "talos-provision"} {
+			if tplName == tpl.Name {
+				if err := workflows.CheckFetchSecret(tpl.Name, r, fleet.ActionProvision, kind); err != nil {
+					t.Fatalf("check %s: %v", tpl.Name, err)
+				}
+			}
 		}
 		for _, a := range r.Tasks[0].Actions {
 			if len(a.Command) == 3 && a.Command[0] == "/bin/sh" && a.Command[1] == "-c" {
@@ -75,6 +84,10 @@ func TestScriptsParseAndAgree(t *testing.T) {
 				t.Errorf("%s/wipe-disk differs from wipe/wipe-disk; keep one script", s.template)
 			}
 		}
+	}
+	secret := find(t, all, "nixos-image-provision", "write-fetch-secret")
+	if find(t, all, "alpine-image-provision", "write-fetch-secret").body != secret.body {
+		t.Errorf("alpine-image-provision/write-fetch-secret differs from nixos-image-provision's; keep one script")
 	}
 	if wipers != 6 {
 		t.Errorf("%d Templates run wipe-disk, want 6 (four provisions, wipe, retire)", wipers)
@@ -134,4 +147,35 @@ func (m machine) run(s script, env map[string]string) (string, error) {
 	}
 	out, err := cmd.CombinedOutput()
 	return strings.TrimSpace(string(out)), err
+}
+
+// TestFetchSecretCarried: a provision Template of a kind whose install carries the fetch secret
+// is refused when no action takes the agent's fetch-secret file to the fetch (the Talos
+// Template, which has none, for a nixos-image class); a Talos class needs none (issue 11.4).
+func TestFetchSecretCarried(t *testing.T) {
+	tpls, err := tinkerbell.LoadTemplates(exampletemplates.FS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hm := map[string]string{"device_1": "3c:ec:ef:4c:4f:54", "disk_serial": serial, "fleetd_url": "https://spore.folly:8443",
+		"device_name": "node-a", "device_id": "1", "request": "provision-aaaaaaaa", "action": "provision",
+		"image_url": "https://images.folly/os.raw.zst", "global_timeout": "3600"}
+	for _, tpl := range tpls {
+		if tpl.Name != "talos-provision" {
+			continue
+		}
+		r, err := workflows.RenderTemplate(*tpl.Spec.Data, hm, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = workflows.CheckFetchSecret(tpl.Name, r, fleet.ActionProvision, fleet.KindNixOS)
+		if err == nil || !strings.Contains(err.Error(), "no action after the agent has FLEETD_FETCH_SECRET_FILE=fetch-secret") {
+			t.Errorf("talos-provision for a nixos-image class: %v, want the missing fetch secret refused", err)
+		}
+		if err := workflows.CheckFetchSecret(tpl.Name, r, fleet.ActionProvision, fleet.KindTalos); err != nil {
+			t.Errorf("talos-provision for a talos class: %v", err)
+		}
+		return
+	}
+	t.Fatal("no talos-provision Template")
 }

@@ -93,10 +93,15 @@ func TestNoCloudSeedFindsItsInputs(t *testing.T) {
 		setup func(t *testing.T, m machine)
 		want  string
 	}{
-		{name: "ok/root-partition-and-uuid", setup: func(t *testing.T, m machine) {
+		{name: "ok/root-partition-uuid-and-fetch-secret", setup: func(t *testing.T, m machine) {
 			disk(t, m)
 			write(t, filepath.Join(m.sys, "class/dmi/id/product_uuid"), strings.ToUpper(uuid)+"\n")
-		}, want: "would fetch https://spore.folly:8443/v1/config/nocloud.tar?uuid=" + uuid + " into /var/lib/cloud/seed/nocloud on DEV/nvme0n1p1"},
+			write(t, filepath.Join(m.wf, "fetch-secret"), "s3cr3t\n")
+		}, want: "would fetch https://spore.folly:8443/v1/config/nocloud.tar?uuid=" + uuid + " with the fetch secret into /var/lib/cloud/seed/nocloud on DEV/nvme0n1p1"},
+		{name: "refuse/no-fetch-secret", setup: func(t *testing.T, m machine) {
+			disk(t, m)
+			write(t, filepath.Join(m.sys, "class/dmi/id/product_uuid"), uuid)
+		}, want: "fetch-secret is missing: the fleetd agent handed over no fetch secret"},
 		{name: "refuse/no-uuid", setup: disk, want: "product_uuid is unreadable: the SMBIOS UUID fleetd attested cannot be read"},
 		{name: "refuse/not-a-uuid", setup: func(t *testing.T, m machine) {
 			disk(t, m)
@@ -115,6 +120,47 @@ func TestNoCloudSeedFindsItsInputs(t *testing.T) {
 			failed := err != nil
 			if failed != strings.HasPrefix(tc.name, "refuse/") || !strings.Contains(out, tc.want) {
 				t.Errorf("write-nocloud-seed: %v, output %q; want %q", err, out, tc.want)
+			}
+		})
+	}
+}
+
+// TestFetchSecretIntoImage runs write-fetch-secret (DRY_RUN) up to the write: the root partition
+// of the selected disk and the agent's fetch secret; without the secret it fails before anything
+// is mounted (issue 11.4).
+func TestFetchSecretIntoImage(t *testing.T) {
+	action := find(t, scripts(t), "alpine-image-provision", "write-fetch-secret")
+	disk := func(t *testing.T, m machine) {
+		write(t, filepath.Join(m.dev, "sda"), "")
+		write(t, filepath.Join(m.sys, "block/sda/sda1/partition"), "1\n")
+		write(t, filepath.Join(m.sys, "block/sda/sda2/partition"), "2\n")
+		if err := os.Symlink(filepath.Join(m.dev, "sda"), filepath.Join(m.dev, "fleetd-disk")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tests := []struct {
+		name  string
+		setup func(t *testing.T, m machine)
+		want  string
+	}{
+		{name: "ok/root-partition-and-secret", setup: func(t *testing.T, m machine) {
+			disk(t, m)
+			write(t, filepath.Join(m.wf, "fetch-secret"), "s3cr3t\n")
+		}, want: "would write the fetch secret to /var/lib/fleetd-node/fetch-secret on DEV/sda2"},
+		{name: "refuse/no-fetch-secret", setup: disk, want: "fetch-secret is missing: the fleetd agent handed over no fetch secret"},
+		{name: "refuse/no-selected-disk", setup: func(t *testing.T, m machine) {
+			write(t, filepath.Join(m.wf, "fetch-secret"), "s3cr3t\n")
+		}, want: "fleetd-disk is missing: wipe-disk did not select the disk"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newMachine(t)
+			tc.setup(t, m)
+			out, err := m.run(action, nil)
+			out = strings.ReplaceAll(out, m.dev, "DEV")
+			failed := err != nil
+			if failed != strings.HasPrefix(tc.name, "refuse/") || !strings.Contains(out, tc.want) || strings.Contains(out, "s3cr3t") {
+				t.Errorf("write-fetch-secret: %v, output %q; want %q and never the secret", err, out, tc.want)
 			}
 		})
 	}
