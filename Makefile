@@ -35,7 +35,7 @@ run: deps build ## run the development stack in the foreground (state in $FLEETS
 
 .PHONY: demo
 demo: deps build ## walk one machine of each class kind through its lifecycle against the dev stack
-	bin/fleetsim demo
+	bin/fleetsim demo --cert-lifetime 4m
 
 .PHONY: test
 # The packages with locks and goroutines run under the race detector in make test (it needs cgo:

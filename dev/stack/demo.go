@@ -2,12 +2,18 @@ package stack
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/folly-infra/fleetd/fleet"
+	"github.com/folly-infra/fleetd/pki"
 )
 
 // demoWait bounds how long the demo waits for fleetd to record one step in NetBox.
@@ -24,6 +30,9 @@ func Demo(ctx context.Context, info Info, out io.Writer) error {
 		if err := d.install(ctx, name); err != nil {
 			return err
 		}
+	}
+	if err := d.renew(ctx, "lab-1"); err != nil {
+		return err
 	}
 	if err := d.erase(ctx, "worker-1", map[string]any{"custom_fields": map[string]any{"desired_action": "wipe"}}, "wiped"); err != nil {
 		return err
@@ -74,6 +83,64 @@ func (d *demo) install(ctx context.Context, name string) error {
 	}
 	d.say("%s: boot_check ok at %s", name, dev.Field("last_boot_check"))
 	return nil
+}
+
+// demoRenewWithin is the longest certificate lifetime the demo waits out the renewal point of
+// (half of it); `make demo` runs the stack with --cert-lifetime 4m.
+const demoRenewWithin = 10 * time.Minute
+
+// renew waits for the renewal point of name's LAK (half the stack's certificate lifetime after
+// its issue) and runs its boot check, which must renew it: a new lak_serial in NetBox and in the
+// node's lak.pem, and a new ldevid_serial when the node holds its LDevID (docs/enrollment.md,
+// "Renewal").
+func (d *demo) renew(ctx context.Context, name string) error {
+	lifetime := d.info.Fleetd.CertLifetime
+	if lifetime <= 0 || lifetime > demoRenewWithin {
+		d.say("%s: renewal not shown: certificates live %s here (fleetsim demo --cert-lifetime 4m shows one)", name, lifetime)
+		return nil
+	}
+	before, err := d.owner.Device(ctx, name)
+	if err != nil {
+		return err
+	}
+	lak, err := readCertFile(filepath.Join(d.info.Machines[name].Dir, MachineDiskDir, fleet.NodeDir, fleet.NodeFileLAKCert))
+	if err != nil {
+		return fmt.Errorf("demo %s: %w", name, err)
+	}
+	due := lak.NotBefore.Add(5*time.Minute + lifetime/2 + 2*time.Second) // pki's clock skew, then half the lifetime
+	d.say("%s: waiting %s for its certificates' renewal point (half of %s)", name, time.Until(due).Round(time.Second), lifetime)
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(time.Until(due)):
+	}
+	if err := BootCheck(ctx, d.info, name, StepOptions{Out: d.out}); err != nil {
+		return err
+	}
+	after, err := d.owner.Device(ctx, name)
+	if err != nil {
+		return err
+	}
+	if after.Field("lak_serial") == before.Field("lak_serial") || after.Field("lak_serial_previous") != before.Field("lak_serial") {
+		return fmt.Errorf("demo %s: the boot check past the renewal point did not renew the LAK: lak_serial %s (was %s), lak_serial_previous %q",
+			name, after.Field("lak_serial"), before.Field("lak_serial"), after.Field("lak_serial_previous"))
+	}
+	d.say("%s: renewed for the same TPM keys: lak_serial %s → %s, ldevid_serial %s → %s (the old ones stay accepted until the node presents the new)",
+		name, before.Field("lak_serial"), after.Field("lak_serial"), before.Field("ldevid_serial"), after.Field("ldevid_serial"))
+	return nil
+}
+
+// readCertFile parses the first certificate of a PEM file.
+func readCertFile(path string) (*x509.Certificate, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	certs, err := pki.ParseCertificatesPEM(raw)
+	if err != nil || len(certs) == 0 {
+		return nil, fmt.Errorf("read %s: no certificate (%v)", path, err)
+	}
+	return certs[0], nil
 }
 
 // erase is a wipe or a retirement of an installed machine: the request, then netboot.

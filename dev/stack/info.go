@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // InfoFile is the name of the stack description in the state directory (docs/design.md §8).
@@ -51,6 +52,8 @@ type FleetdInfo struct {
 	PIDFile       string `json:"pid_file"`
 	Log           string `json:"log"`
 	Binary        string `json:"binary"`
+	// CertLifetime is the LDevID and LAK lifetime fleetd issues with (Options.CertLifetime).
+	CertLifetime time.Duration `json:"cert_lifetime"`
 }
 
 // KubernetesInfo is the API server with the Tinkerbell CRDs.

@@ -183,7 +183,7 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 	s.info = Info{Dir: o.Dir,
 		NetBox: NetBoxInfo{URL: s.emu.URL(), Token: gen.adminToken, ServiceTokenFile: s.paths.netboxToken},
 		Fleetd: FleetdInfo{URL: fleetdURL, HTTPURL: httpURL, OperatorToken: gen.operatorToken, Config: s.paths.fleetdConfig,
-			PIDFile: s.paths.fleetdPID, Log: s.paths.fleetdLog, Binary: o.FleetdBinary},
+			PIDFile: s.paths.fleetdPID, Log: s.paths.fleetdLog, Binary: o.FleetdBinary, CertLifetime: o.CertLifetime},
 		WebhookSecret: gen.webhookSecret, Kubeconfig: s.paths.kubeconfig, Namespace: o.Namespace,
 		Kubernetes: KubernetesInfo{URL: s.kubeURL(), Dir: s.paths.kube},
 		CA:         CAInfo{LDevID: s.paths.ldevidCert, LAK: s.paths.lakCert, EK: s.paths.ekBundle, Fleetd: s.paths.fleetdCA},

@@ -41,6 +41,10 @@ type Config struct {
 	Gateway netip.Addr
 	// Wrap, when set, wraps the handler (a test that records requests).
 	Wrap func(http.Handler) http.Handler
+	// CertLifetime is both certificates' lifetime, one hour by default; RenewAfter their
+	// renewal point, half the lifetime by default (a renewal test with the real clock sets a few
+	// seconds).
+	CertLifetime, RenewAfter time.Duration
 	// Now, when set, is the clock of the service, the CAs' issuer and every verifier (a test of
 	// renewal moves it); default time.Now.
 	Now func() time.Time
@@ -90,6 +94,9 @@ func New(tb testing.TB, cfg Config) *Fleetd {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.CertLifetime == 0 {
+		cfg.CertLifetime = time.Hour
+	}
 	clock := clockFunc(cfg.Now)
 	f := &Fleetd{Inv: fleettest.NewInventory(cfg.Devices...), Installer: fleettest.NewInstaller(), Registry: prometheus.NewRegistry()}
 	var err error
@@ -97,7 +104,8 @@ func New(tb testing.TB, cfg Config) *Fleetd {
 	must(err)
 	f.LAKCA, _, err = pki.NewCA(pki.NewCAConfig{Name: "fleetd LAK", Lifetime: 24 * time.Hour, Rand: rand.Reader, Now: cfg.Now})
 	must(err)
-	f.Attest.Issuer, err = pki.NewIssuer(pki.IssuerConfig{LDevID: f.LDevIDCA, LAK: f.LAKCA, LDevIDLifetime: time.Hour, LAKLifetime: time.Hour, Rand: rand.Reader, Now: cfg.Now})
+	f.Attest.Issuer, err = pki.NewIssuer(pki.IssuerConfig{LDevID: f.LDevIDCA, LAK: f.LAKCA, LDevIDLifetime: cfg.CertLifetime, LAKLifetime: cfg.CertLifetime,
+		LDevIDRenewAfter: cfg.RenewAfter, LAKRenewAfter: cfg.RenewAfter, Rand: rand.Reader, Now: cfg.Now})
 	must(err)
 	f.Attest.BootPolicy = cfg.BootPolicy
 	if f.Attest.BootPolicy == nil {

@@ -58,13 +58,19 @@ type fleetd struct {
 
 func newFleetd(tb testing.TB) *fleetd {
 	tb.Helper()
+	return newFleetdWith(tb, handlerstest.Config{})
+}
+
+// newFleetdWith is newFleetd with the certificate settings of hc (CertLifetime, RenewAfter).
+func newFleetdWith(tb testing.TB, hc handlerstest.Config) *fleetd {
+	tb.Helper()
 	d := fleettest.Declared(deviceID, deviceName)
 	d.Declared.EKHashes = []string{tpm.EKSHA256}
 	d.Owned = fleet.Owned{State: fleet.StatePending, Request: request, Workflow: deviceName + "-" + request}
 	f := &fleetd{device: d, body: map[string][]byte{}}
 	// A token lives an hour, so a benchmark can replay the recorded exchange for as long as it runs.
 	ft := handlerstest.New(tb, handlerstest.Config{Devices: []fleet.Device{d}, EKPolicy: attest.EKPolicyHashCert,
-		EKBundle: ekCA.BundlePEM(), TokenLifetime: time.Hour,
+		EKBundle: ekCA.BundlePEM(), TokenLifetime: time.Hour, CertLifetime: hc.CertLifetime, RenewAfter: hc.RenewAfter,
 		Wrap: func(h http.Handler) http.Handler { f.handler = h; return http.HandlerFunc(f.record) }})
 	f.inv, f.ldevidCA, f.url = ft.Inv, ft.LDevIDCA, ft.URL
 	f.ek, f.tokens, f.issuer = ft.Attest.EK, ft.Attest.Tokens, ft.Attest.Issuer
@@ -103,13 +109,19 @@ type enrolled struct {
 	fleetd      *fleetd
 	tpm         *swtpm.Instance
 	workflowDir string
+	eventLog    string // the boot's event log file, as the kernel exposes it
 }
 
 // enroll starts the swtpm as after a power-on, replays the boot log into its PCRs, and runs the
 // real agent against it and fleetd. The swtpm keeps running until the test ends.
 func enroll(tb testing.TB) *enrolled {
 	tb.Helper()
-	f := newFleetd(tb)
+	return enrollOn(tb, newFleetd(tb))
+}
+
+// enrollOn is enroll against f.
+func enrollOn(tb testing.TB, f *fleetd) *enrolled {
+	tb.Helper()
 	inst, err := swtpm.Start(context.Background(), tpmDir)
 	must(tb, err)
 	tb.Cleanup(func() { _ = inst.Stop() })
@@ -127,7 +139,7 @@ func enroll(tb testing.TB) *enrolled {
 	if err != nil {
 		tb.Fatalf("fleetd enroll: %v (exit %d)", err, agent.ExitCode(err))
 	}
-	return &enrolled{fleetd: f, tpm: inst, workflowDir: wf}
+	return &enrolled{fleetd: f, tpm: inst, workflowDir: wf, eventLog: logFile}
 }
 
 // file is the path of one of the files the agent wrote.
