@@ -137,3 +137,46 @@ func TestWorkflowChangedIgnoresOldWorkflows(t *testing.T) {
 		t.Fatalf("current Workflow's failure: state %q, want failed", got.Owned.State)
 	}
 }
+
+// TestQueuedRequest: a desired_action set while another request runs waits for it; fleetd journals
+// it once (not at every reconcile), names it in the device view, and says how to cancel it.
+func TestQueuedRequest(t *testing.T) {
+	d := fleettest.Declared(12, "node-a")
+	d.Status = StatusStaged
+	d.Owned = Owned{State: StateInstalling, Request: "provision-aaaaaaaa", Workflow: "node-a-provision-aaaaaaaa"}
+	d = attested(d)
+	d.Declared.DesiredAction = ActionWipe
+	inv := fleettest.NewInventory(d)
+	inst := fleettest.NewInstaller()
+	inst.Set("node-a-provision-aaaaaaaa", WorkflowStatus{Phase: WorkflowRunning, CurrentAction: "stream-image"})
+	s := newTestService(inv, inst)
+	ctx := context.Background()
+	for range 2 {
+		if _, err := s.Reconcile(ctx, 12); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := "info: wipe waits for provision request provision-aaaaaaaa (fleet_state installing): it starts when that request ends; clear desired_action to cancel it before then."
+	if j := inv.JournalOf(12); len(j) != 1 || j[0] != want {
+		t.Errorf("journal %q, want once %q", j, want)
+	}
+	if got := inv.Get(12); got.Owned.Request != "provision-aaaaaaaa" || got.Declared.DesiredAction != ActionWipe || inst.Creates() != 0 {
+		t.Errorf("the queued wipe started or was dropped: request %q desired_action %q, %d Workflows", got.Owned.Request, got.Declared.DesiredAction, inst.Creates())
+	}
+	v, err := s.View(ctx, "node-a")
+	if err != nil || v.Queued != ActionWipe {
+		t.Errorf("View: queued %q, %v; want wipe", v.Queued, err)
+	}
+	t.Run("ok/nothing queued: no entry, nothing in the view", func(t *testing.T) {
+		d := d
+		d.Declared.DesiredAction = ActionNone
+		inv := fleettest.NewInventory(d)
+		s := newTestService(inv, inst)
+		if _, err := s.Reconcile(ctx, 12); err != nil {
+			t.Fatal(err)
+		}
+		if v, _ := s.View(ctx, "node-a"); len(inv.JournalOf(12)) != 0 || v.Queued != ActionNone {
+			t.Errorf("journal %q, queued %q", inv.JournalOf(12), v.Queued)
+		}
+	})
+}

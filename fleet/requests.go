@@ -97,6 +97,7 @@ func (s *Service) follow(ctx context.Context, d Device, listed workflowListing) 
 			d.Owned.State, d.Owned.Request)
 		return s.apply(ctx, d, action, EventWorkflowFailed, msg)
 	}
+	s.noteQueued(ctx, d, action)
 	ws, err := s.workflow(ctx, d.Owned.Workflow, listed)
 	switch {
 	case errors.Is(err, ErrNotFound) && d.Owned.State == StatePending:
@@ -281,4 +282,26 @@ func retryHint(action Action) string {
 		return "To retry the retirement, set desired_action=wipe on the decommissioning device."
 	}
 	return fmt.Sprintf("To try again, fix the cause and set desired_action=%s.", action)
+}
+
+// noteQueued journals a request the owner made while another runs (a desired_action, or the
+// status decommissioning): it waits, and starts when the running one ends, so the journal says so
+// and how to cancel it before then. Once per running request and queued action in this process
+// (a restart or another instance says it once more). A desired_action a client wrote back with an
+// old copy is cleared before this runs (the webhook's and the reconcile's undo, foreign.go and
+// changelog.go), so it never passes for a queued request.
+func (s *Service) noteQueued(ctx context.Context, d Device, running Action) {
+	q := requested(d)
+	if q == ActionNone {
+		return
+	}
+	if _, seen := s.queued.LoadOrStore(fmt.Sprintf("%d %s %s", d.ID, d.Owned.Request, q), true); seen {
+		return
+	}
+	cancel := "clear desired_action to cancel it before then"
+	if q == ActionRetire && d.Declared.DesiredAction == ActionNone {
+		cancel = "set the status back from decommissioning to cancel it before then"
+	}
+	s.journal(ctx, d, JournalInfo, fmt.Sprintf("%s waits for %s request %s (fleet_state %s): it starts when that request ends; %s.",
+		q, running, d.Owned.Request, d.Owned.State, cancel))
 }

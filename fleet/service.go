@@ -67,6 +67,7 @@ type Service struct {
 	changes  ChangeLog
 	logMark  changeLogMark // where the next reconcile reads the change log from (changelog.go)
 	refusals lastRefusals
+	queued   sync.Map // "id request action": queued requests already journaled (noteQueued)
 }
 
 // NewService checks the dependencies and builds the service.

@@ -103,13 +103,14 @@ func TestReconcileClaims(t *testing.T) {
 				return d
 			},
 			wantState: StateRejected, wantStatus: StatusDecommissioning, wantJournal: "set its status back to planned"},
-		{name: "ok/a request waits while another runs",
+		{name: "ok/a request waits while another runs, and the journal says so",
 			device: func(d Device) Device {
 				d.Declared.DesiredAction, d.Owned.State = ActionProvision, StateWiping
 				d.Owned.Request, d.Owned.Workflow = "wipe-aaaaaaaa", "node-a-wipe-aaaaaaaa"
 				return d
 			},
-			wantState: StateWiping, wantStatus: StatusPlanned},
+			wantState: StateWiping, wantStatus: StatusPlanned,
+			wantJournal: "info: provision waits for wipe request wipe-aaaaaaaa (fleet_state wiping): it starts when that request ends; clear desired_action to cancel it"},
 	}
 	for _, r := range rows {
 		t.Run(r.name, func(t *testing.T) {

@@ -12,6 +12,9 @@ type DeviceView struct {
 	Workflow      *WorkflowStatus // the current request's Workflow, when it could be read
 	WorkflowError string          // why it could not be read
 	PendingConfig bool            // a configuration waits for its one fetch (fleet_identity, in time)
+	// Queued is a request the owner made while the current one runs (desired_action, or the
+	// status decommissioning): it starts when the current one ends. ActionNone for none.
+	Queued Action
 	// BootCheckMissing: the device is an active node whose last accepted boot check (or, before
 	// the first, whose activation) is older than the configured limit (docs/design.md §5).
 	BootCheckMissing bool
@@ -47,6 +50,9 @@ func (s *Service) ViewAll(ctx context.Context) ([]DeviceView, error) {
 
 func (s *Service) view(ctx context.Context, d Device, readWorkflow bool, listed workflowListing) DeviceView {
 	v := DeviceView{Device: d, PendingConfig: delivery(d, s.clock.Now()) == deliveryOpen, BootCheckMissing: s.bootCheckMissing(d)}
+	if !d.Owned.State.Terminal() {
+		v.Queued = requested(d)
+	}
 	if !readWorkflow || d.Owned.Workflow == "" {
 		return v
 	}

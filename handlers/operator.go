@@ -47,6 +47,8 @@ type deviceJSON struct {
 		Missing     bool   `json:"missing"`
 	} `json:"boot_check"`
 	PendingConfig bool `json:"pending_config"`
+	// QueuedAction is a request the owner made while the current one runs; it starts after it.
+	QueuedAction string `json:"queued_action,omitempty"`
 }
 
 type workflowJSON struct {
@@ -90,6 +92,7 @@ func toJSON(v fleet.DeviceView) deviceJSON {
 	j.BootCheck.HasBaseline = v.Owned.BootBaseline != ""
 	j.BootCheck.Missing = v.BootCheckMissing
 	j.PendingConfig = v.PendingConfig
+	j.QueuedAction = string(v.Queued)
 	return j
 }
 
