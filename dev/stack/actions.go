@@ -3,6 +3,7 @@ package stack
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -200,7 +201,27 @@ func startAndWait(ctx context.Context, cmd *exec.Cmd) error {
 	}
 }
 
+// lastLine is the agent's last log line, in words when it is the JSON line a failed run ends
+// with ("fleetd enroll: fleetd refused (400 …): …"), as it is otherwise.
 func lastLine(s string) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
-	return strings.TrimSpace(lines[len(lines)-1])
+	last := strings.TrimSpace(lines[len(lines)-1])
+	if f, ok := failureLine(last); ok {
+		return "fleetd " + f.Cmd + ": " + f.Error
+	}
+	return last
+}
+
+// agentFailure is the line a failed `fleetd enroll` or `fleetd boot-check` ends its log with.
+type agentFailure struct {
+	Cmd   string `json:"cmd"`
+	Error string `json:"error"`
+}
+
+func failureLine(line string) (agentFailure, bool) {
+	var f agentFailure
+	if json.Unmarshal([]byte(line), &f) != nil || f.Error == "" || f.Cmd == "" {
+		return agentFailure{}, false
+	}
+	return f, true
 }

@@ -196,6 +196,11 @@ func BootCheck(ctx context.Context, info Info, name string, o StepOptions) error
 	return nil
 }
 
+func isFailureLine(line string) bool {
+	_, ok := failureLine(line)
+	return ok
+}
+
 // summary is the agent's last log line in words: its message and fleetd's outcome.
 func summary(out string) string {
 	var l struct {
@@ -206,7 +211,7 @@ func summary(out string) string {
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	i := len(lines) - 1
-	for i >= 0 && (json.Unmarshal([]byte(lines[i]), &l) != nil || l.Message == "") {
+	for i >= 0 && (json.Unmarshal([]byte(lines[i]), &l) != nil || l.Message == "" || isFailureLine(lines[i])) {
 		i--
 	}
 	if i < 0 {
