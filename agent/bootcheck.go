@@ -30,9 +30,11 @@ import (
 // for a local failure).
 //
 // Before the check it installs the LDevID files a Talos config delivered in their text form and
-// the node directory does not hold yet (InstallDelivered; a failure there is a local failure and
-// nothing is checked). With InstallOnly it stops after that, without the TPM or fleetd: SPIRE's
-// agent pod runs it so before the agent starts (deploy/kubernetes/spire-agent-daemonset.yaml).
+// the node directory does not hold yet (InstallDelivered). With InstallOnly it stops after that,
+// without the TPM or fleetd, and a failure to install is its error (exit 1): SPIRE's agent pod
+// runs it so before the agent starts (deploy/kubernetes/spire-agent-daemonset.yaml). In a check,
+// a failure to install is logged and the check goes on: the files are SPIRE's, not the check's,
+// and the hourly CronJob mounts the node directory read-only.
 func BootCheck(ctx context.Context, cfg BootCheckConfig) error {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -40,10 +42,12 @@ func BootCheck(ctx context.Context, cfg BootCheckConfig) error {
 	}
 	log := cfg.Log.With().Str("step", "boot-check").Logger()
 	installed, err := InstallDelivered(cfg.Dir)
-	if err != nil {
+	switch {
+	case err != nil && cfg.InstallOnly:
 		return err
-	}
-	if len(installed) > 0 {
+	case err != nil:
+		log.Error().Err(err).Str("dir", cfg.Dir).Msg("the LDevID files for SPIRE are not installed; the boot check goes on")
+	case len(installed) > 0:
 		log.Info().Str("dir", cfg.Dir).Strs("files", installed).Msg("installed the LDevID files from their delivered text form")
 	}
 	if cfg.InstallOnly {

@@ -159,7 +159,7 @@ func (e *enrollment) answer(tpm *TPM, ak *attest.AK, ch api.ChallengeResponse) (
 		return nil, nil, &TPMError{Op: "marshal AK", Err: err}
 	}
 	ev := &api.EvidenceRequest{Device: e.cfg.Device, Token: ch.Token, Secret: secret,
-		Platform: api.NewPlatform(pp), LDevID: api.NewCertification(ld.Certification), LAKBlob: blob}
+		Platform: api.NewPlatform(pp), LDevID: api.NewCertification(ld.Certification), LAKBlob: blob, LDevIDPrivate: ld.Private}
 	return ev, ld, nil
 }
 

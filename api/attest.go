@@ -118,6 +118,14 @@ type EvidenceRequest struct {
 	// fleetd does not interpret it. Untrusted: a blob that does not hold the certified AK makes
 	// only that node's boot checks fail, on the node, before anything is sent.
 	LAKBlob []byte `json:"lak_blob"`
+	// LDevIDPrivate is the LDevID key's TPM2B_PRIVATE contents without size prefix, what the
+	// agent writes to ldevid.priv (its public area is LDevID.Public, written to ldevid.pub): like
+	// LAKBlob, wrapped by the TPM's storage key and loadable only in that TPM. For a provision
+	// fleetd puts both, with the LDevID certificate, into the node's configuration, which delivers
+	// them to the installed node for SPIRE's tpm_devid agent (docs/enrollment.md); fleetd does not
+	// interpret it. Untrusted: a blob that does not load makes only that node's SPIRE attestation
+	// fail.
+	LDevIDPrivate []byte `json:"ldevid_private"`
 }
 
 // Platform is go-attestation's PlatformParameters: quotes of every PCR bank by the AK.

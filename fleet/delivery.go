@@ -111,8 +111,16 @@ func endsRequest(d Device, now time.Time) (Event, string, bool) {
 // issued, the blobs the attested agent sent (the LDevID public area is the one its certification
 // verified), the UUID's hash and the approved EK's.
 func identityFor(d Device, p provisioned, in EvidenceInput, ekSHA256 string, now time.Time, ttl time.Duration) IdentityMaterial {
-	return IdentityMaterial{Version: IdentityVersion, Request: d.Owned.Request, Issued: now.UTC(), Expires: now.Add(ttl).UTC(),
-		UUIDSHA256: UUIDHash(in.SMBIOSUUID), SMBIOSSerial: in.SMBIOSSerial, EKSHA256: ekSHA256,
+	m := nodeMaterial(p, in)
+	m.Version, m.Request, m.Issued, m.Expires = IdentityVersion, d.Owned.Request, now.UTC(), now.Add(ttl).UTC()
+	m.UUIDSHA256, m.SMBIOSSerial, m.EKSHA256 = UUIDHash(in.SMBIOSUUID), in.SMBIOSSerial, ekSHA256
+	return m
+}
+
+// nodeMaterial is the part of the identity material the node files are made of (NodeFiles), the
+// same at the enrollment's render and at the fetch's.
+func nodeMaterial(p provisioned, in EvidenceInput) IdentityMaterial {
+	return IdentityMaterial{
 		LAK:    LAKMaterial{Chain: p.lak.DER(), Blob: in.LAKBlob},
-		LDevID: LDevIDMaterial{Chain: p.ldevid.DER(), Public: in.LDevID.Public}}
+		LDevID: LDevIDMaterial{Chain: p.ldevid.DER(), Public: in.LDevID.Public, Private: in.LDevIDPrivate}}
 }

@@ -59,6 +59,9 @@ type EvidenceInput struct {
 	SMBIOSSerial  string
 	Disks         []attest.Disk
 	LAKBlob       []byte // the AK as the agent's TPM wrapped it (api.EvidenceRequest.LAKBlob); opaque
+	// LDevIDPrivate is the LDevID key's TPM2B_PRIVATE contents (api.EvidenceRequest.LDevIDPrivate);
+	// opaque. Its public area is LDevID.Public, which the certification verified.
+	LDevIDPrivate []byte
 }
 
 // Enrolled is the second round trip's answer: the certificates (for a provision only: an attest

@@ -80,14 +80,20 @@ func (p provisioned) fetchSecretHash() string {
 }
 
 // provision issues a provision's LDevID and LAK in memory, then renders the node's configuration
-// with the LAK files (lak.pem: the new LAK and its chain; lak.blob: the AK blob the agent sent),
-// so the installed node can run its boot checks (docs/design.md §5), and draws the fetch secret
-// when the class kind's install carries one. A rejected configuration ends the request
-// (renderFailed); the certificates are then dropped.
+// with the node files (lak.pem: the new LAK and its chain; lak.blob: the AK blob the agent sent;
+// ldevid.pem, ldevid.pub, ldevid.priv: the new LDevID and its chain, the key blobs the agent
+// sent), so the installed node can run its boot checks (docs/design.md §5) and SPIRE's tpm_devid
+// agent (docs/enrollment.md), and draws the fetch secret when the class kind's install carries
+// one. A rejected configuration ends the request (renderFailed); the certificates are then
+// dropped.
 func (s *Service) provision(ctx context.Context, d Device, class Class, v verified, in EvidenceInput, out *Outcome) (provisioned, error) {
 	if len(in.LAKBlob) == 0 {
 		return provisioned{}, Refuse(RefusedInvalid, "lak_blob_missing",
 			"the evidence has no lak_blob, which a provision delivers to the node for its boot checks: run an agent image as new as fleetd")
+	}
+	if len(in.LDevIDPrivate) == 0 {
+		return provisioned{}, Refuse(RefusedInvalid, "ldevid_private_missing",
+			"the evidence has no ldevid_private, which a provision delivers to the node for SPIRE's tpm_devid agent: run an agent image as new as fleetd")
 	}
 	var p provisioned
 	var err error
@@ -98,7 +104,7 @@ func (s *Service) provision(ctx context.Context, d Device, class Class, v verifi
 	if p.lak, err = s.attest.Issuer.IssueLAK(id, v.ak.Public); err != nil {
 		return provisioned{}, fmt.Errorf("enroll %s: %w", d.Name, err)
 	}
-	node := NodeIdentity{UUID: in.SMBIOSUUID, Serial: in.SMBIOSSerial, Files: LAKFiles(p.lak, in.LAKBlob)}
+	node := NodeIdentity{UUID: in.SMBIOSUUID, Serial: in.SMBIOSSerial, Files: nodeMaterial(p, in).NodeFiles()}
 	if p.cfg, err = s.renderer.Render(d, class, node); err != nil {
 		return provisioned{}, s.renderFailed(ctx, d, ActionProvision, out, err)
 	}

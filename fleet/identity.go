@@ -107,12 +107,18 @@ func (m IdentityMaterial) Check() error {
 }
 
 // NodeFiles are the files the configuration delivers into NodeDir: lak.pem (the LAK chain as
-// PEM) and lak.blob (LAKFiles).
+// PEM) and lak.blob (LAKFiles), and the LDevID's ldevid.pem (its chain as PEM), ldevid.pub and
+// ldevid.priv (LDevIDFiles), when the material holds both LDevID blobs (an older fleetd did not
+// record the private one).
 func (m IdentityMaterial) NodeFiles() []NodeFile {
-	return []NodeFile{
+	files := []NodeFile{
 		{Name: NodeFileLAKCert, Mode: 0o644, Data: chainPEM(m.LAK.Chain)},
 		{Name: NodeFileLAKBlob, Mode: 0o600, Data: m.LAK.Blob},
 	}
+	if len(m.LDevID.Chain) > 0 && len(m.LDevID.Public) > 0 && len(m.LDevID.Private) > 0 {
+		files = append(files, LDevIDFiles(chainPEM(m.LDevID.Chain), m.LDevID.Public, m.LDevID.Private)...)
+	}
+	return files
 }
 
 func chainPEM(chain [][]byte) []byte {

@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -10,28 +11,58 @@ import (
 )
 
 // Node files are what a node's one-time configuration delivers besides the OS's own settings:
-// the LAK certificate and the AK blob that `fleetd boot-check` reads (docs/design.md §5). The enrollment
-// agent writes them into HookOS's /workflow, which lives in RAM and is gone after the reboot,
-// and Talos has no writable root file system that an action in HookOS could copy them into
-// (its STATE and EPHEMERAL partitions are created at its first boot). So every class kind carries
-// them in its configuration, and the node's OS writes them into NodeDir on its first boot: Talos
-// from machine.files, nixos-image and alpine-image nodes from the seed's files, cloud-init from
-// the NoCloud seed's vendor-data (render_talos.go, render_seed.go, render_nocloud.go).
+// the LAK certificate and the AK blob that `fleetd boot-check` reads (docs/design.md §5), and the
+// LDevID certificate and key blobs that SPIRE's tpm_devid agent reads (devid_cert_path,
+// devid_pub_path, devid_priv_path; docs/enrollment.md). The enrollment agent writes them into
+// HookOS's /workflow, which lives in RAM and is gone after the reboot, and Talos has no writable
+// root file system that an action in HookOS could copy them into (its STATE and EPHEMERAL
+// partitions are created at its first boot). So every class kind carries them in its
+// configuration, and the node's OS writes them into NodeDir on its first boot: nixos-image and
+// alpine-image nodes from the seed's files, cloud-init from the NoCloud seed's vendor-data, Talos
+// from machine.files (render_talos.go, render_seed.go, render_nocloud.go). Talos writes a machine
+// file as a UTF-8 string, and rewrites it from the config at every boot: the LDevID files go there
+// in their text form (TextForm), and `fleetd boot-check` installs each file from it when the file
+// is missing, so a renewed certificate is not put back to the delivered one at the next boot.
 //
-// Trust: the LAK certificate is fleetd's own; the blob is what the attested agent sent, opaque to
-// fleetd. Neither is a secret: the certificate is public and the blob is wrapped by the TPM's
+// Trust: the certificates are fleetd's own; the blobs are what the attested agent sent, opaque to
+// fleetd. None is a secret: the certificates are public and the blobs are wrapped by the TPM's
 // storage key, usable only in that TPM.
 
 // NodeDir is where an installed node keeps its node files: the default of `fleetd boot-check
 // --dir` (agent.DefaultNodeDir). It is under /var because Talos writes machine files nowhere else.
 const NodeDir = "/var/lib/fleetd-node"
 
-// The names of the LAK files in NodeDir, as the agent names them (agent.FileLAKCert,
-// agent.FileLAKBlob).
+// The names of the node files in NodeDir, as the agent names them (agent.FileLAKCert,
+// agent.FileLAKBlob, agent.FileLDevIDCert, agent.FileLDevIDPub, agent.FileLDevIDPriv).
 const (
-	NodeFileLAKCert = "lak.pem"
-	NodeFileLAKBlob = "lak.blob"
+	NodeFileLAKCert    = "lak.pem"
+	NodeFileLAKBlob    = "lak.blob"
+	NodeFileLDevIDCert = "ldevid.pem"  // the LDevID leaf then its chain, PEM
+	NodeFileLDevIDPub  = "ldevid.pub"  // TPMT_PUBLIC, no size prefix
+	NodeFileLDevIDPriv = "ldevid.priv" // TPM2B_PRIVATE contents, no size prefix
 )
+
+// TextFormSuffix names a node file's text form: name + TextFormSuffix holds the file's bytes in
+// standard base64 on one line, with the file's mode. A Talos config delivers the LDevID files so
+// (TalosTextForm), and `fleetd boot-check` installs name from it when name is missing
+// (agent.InstallDelivered).
+const TextFormSuffix = ".b64"
+
+// TalosTextForm reports whether a Talos config delivers the node file in its text form: the
+// LDevID files, two of which are binary and all of which a renewal replaces. The LAK files are
+// UTF-8 (a PEM chain, go-attestation's JSON) and delivered as they are.
+func TalosTextForm(name string) bool {
+	switch name {
+	case NodeFileLDevIDCert, NodeFileLDevIDPub, NodeFileLDevIDPriv:
+		return true
+	}
+	return false
+}
+
+// TextForm is f in its text form (TextFormSuffix), with f's mode.
+func (f NodeFile) TextForm() NodeFile {
+	return NodeFile{Name: f.Name + TextFormSuffix, Mode: f.Mode, Data: []byte(base64.StdEncoding.EncodeToString(f.Data) + "\n")}
+}
 
 // NodeFile is one file a node's configuration delivers into NodeDir, owned by root.
 type NodeFile struct {
@@ -51,6 +82,19 @@ func LAKFiles(lak *pki.Certificate, blob []byte) []NodeFile {
 	return []NodeFile{
 		{Name: NodeFileLAKCert, Mode: 0o644, Data: lak.PEM()},
 		{Name: NodeFileLAKBlob, Mode: 0o600, Data: blob},
+	}
+}
+
+// LDevIDFiles are the files SPIRE's tpm_devid agent reads (docs/enrollment.md): ldevid.pem, the
+// LDevID leaf then its chain (public, 0644), and the key's blobs ldevid.pub (TPMT_PUBLIC) and
+// ldevid.priv (TPM2B_PRIVATE contents), both without size prefix and 0600 (wrapped by the TPM's
+// storage key; nothing but root's SPIRE agent needs them). They are the bytes the enrollment agent
+// wrote into /workflow under the same names.
+func LDevIDFiles(chainPEM, public, private []byte) []NodeFile {
+	return []NodeFile{
+		{Name: NodeFileLDevIDCert, Mode: 0o644, Data: chainPEM},
+		{Name: NodeFileLDevIDPub, Mode: 0o600, Data: public},
+		{Name: NodeFileLDevIDPriv, Mode: 0o600, Data: private},
 	}
 }
 

@@ -2,6 +2,7 @@ package fleet_test
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"strings"
 	"testing"
@@ -12,27 +13,42 @@ import (
 	"github.com/folly-infra/fleetd/fleet"
 )
 
-// TestRenderDeliversNodeFiles renders every kind with the LAK files and reads them back the way
-// the node's OS finds them: each kind delivers exactly the files, bytes and modes given, at
-// /var/lib/fleetd-node/<name> (docs/design.md §5: what `fleetd boot-check` reads).
+// deliveredFiles are the LAK files and the LDevID files (binary blobs among them) a provision's
+// configuration carries; asText is what a Talos config carries of them, the LDevID files in their
+// text form.
+var (
+	ldevidFiles = fleet.LDevIDFiles([]byte("-----BEGIN CERTIFICATE-----\nMIIBtjCCAVygAwIBAgIR: #ld\n-----END CERTIFICATE-----\n"),
+		[]byte{0x00, 0x23, 0x00, 0x0b, 0x00, 0x04, 0x00, 0x72, 0xff, 0xfe}, []byte{0x00, 0x20, 0x80, 0x00, 0xc3, 0x28})
+	deliveredFiles = append(append([]fleet.NodeFile{}, renderFiles...), ldevidFiles...)
+	asText         = append(append([]fleet.NodeFile{}, renderFiles...), ldevidFiles[0].TextForm(), ldevidFiles[1].TextForm(), ldevidFiles[2].TextForm())
+)
+
+// TestRenderDeliversNodeFiles renders every kind with the LAK and LDevID files and reads them back
+// the way the node's OS finds them: each kind delivers exactly the files, bytes and modes given,
+// at /var/lib/fleetd-node/<name> (docs/design.md §5: what `fleetd boot-check` reads; docs/enrollment.md:
+// what SPIRE's tpm_devid agent reads), Talos the LDevID files in their text form, one base64
+// line each with the file's mode, which is what `fleetd boot-check` installs them from.
 func TestRenderDeliversNodeFiles(t *testing.T) {
 	r := newTestRenderer(t, nil)
+	id := renderID
+	id.Files = deliveredFiles
 	d := renderDevice("node-a", "3c:ec:ef:4c:4f:54", "10.0.0.5/24", "S123")
 	classFile := patch(t, `{"machine":{"files":[{"path":"/var/lib/class/motd","op":"create","permissions":420,"content":"hello"}]}}`)
 	cases := []struct {
 		name  string
 		class fleet.Class
+		want  []fleet.NodeFile
 		raw   func(t *testing.T, body []byte) // what the kind's own reader sees
 	}{
-		{"ok/talos: machine.files, op create, validates in metal mode", talosWorker, checkTalosFiles(1)},
-		{"ok/talos: the class's own machine.files stay next to the node files", withPatches(talosCP, classFile), checkTalosFiles(2)},
-		{"ok/nixos-image: seed files", nixosClass, nil}, // the exact JSON is TestRenderSeed's
-		{"ok/alpine-image: seed files", alpineClass, nil},
-		{"ok/cloud-init-nocloud: vendor-data write_files", nocloudClass, checkVendorData},
+		{"ok/talos: machine.files, op create, validates in metal mode", talosWorker, asText, checkTalosFiles(1)},
+		{"ok/talos: the class's own machine.files stay next to the node files", withPatches(talosCP, classFile), asText, checkTalosFiles(2)},
+		{"ok/nixos-image: seed files", nixosClass, deliveredFiles, nil}, // the exact JSON is TestRenderSeed's
+		{"ok/alpine-image: seed files", alpineClass, deliveredFiles, nil},
+		{"ok/cloud-init-nocloud: vendor-data write_files", nocloudClass, deliveredFiles, checkVendorData},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			nc, err := r.Render(d, tc.class, renderID)
+			nc, err := r.Render(d, tc.class, id)
 			if err != nil {
 				t.Fatalf("Render: %v", err)
 			}
@@ -40,7 +56,7 @@ func TestRenderDeliversNodeFiles(t *testing.T) {
 			if err != nil {
 				t.Fatalf("DeliveredFiles: %v", err)
 			}
-			if diff := cmp.Diff(renderFiles, got); diff != "" {
+			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("delivered node files (-given +delivered):\n%s", diff)
 			}
 			for _, f := range got {
@@ -70,8 +86,8 @@ func checkTalosFiles(otherFiles int) func(t *testing.T, body []byte) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(files) != otherFiles-1+len(renderFiles) {
-			t.Errorf("%d machine files, want %d", len(files), otherFiles-1+len(renderFiles))
+		if len(files) != otherFiles-1+len(asText) {
+			t.Errorf("%d machine files, want %d", len(files), otherFiles-1+len(asText))
 		}
 		for _, f := range files {
 			if f.Op() != "create" || !strings.HasPrefix(f.Path(), "/var/") {
@@ -89,13 +105,13 @@ func checkVendorData(t *testing.T, body []byte) {
 		t.Fatalf("vendor-data does not start with #cloud-config:\n%s", vd)
 	}
 	wf, _ := yamlMap(t, []byte(vd))["write_files"].([]any)
-	if len(wf) != len(renderFiles) {
-		t.Fatalf("vendor-data write_files = %v, want %d entries", wf, len(renderFiles))
+	if len(wf) != len(deliveredFiles) {
+		t.Fatalf("vendor-data write_files = %v, want %d entries", wf, len(deliveredFiles))
 	}
 	for i, e := range wf {
 		m, _ := e.(map[string]any)
-		want := map[string]any{"path": renderFiles[i].Path(), "owner": "root:root", "encoding": "b64",
-			"permissions": []string{"0644", "0600"}[i]}
+		want := map[string]any{"path": deliveredFiles[i].Path(), "owner": "root:root", "encoding": "b64",
+			"permissions": []string{"0644", "0600", "0644", "0600", "0600"}[i]}
 		for k, v := range want {
 			if m[k] != v {
 				t.Errorf("write_files[%d].%s = %v, want %v (a string: cloud-init reads permissions as octal text)", i, k, m[k], v)
@@ -188,5 +204,30 @@ func TestDeliveredFilesRefusals(t *testing.T) {
 				t.Errorf("DeliveredFiles = %v, %v; want an error saying %q", files, err, tc.want)
 			}
 		})
+	}
+}
+
+// TestIdentityNodeFiles: recorded identity material gives the LAK files and, when both LDevID
+// blobs were recorded, the LDevID files (an older fleetd recorded no private blob: its nodes get
+// the LAK files only, as before).
+func TestIdentityNodeFiles(t *testing.T) {
+	m := fleet.IdentityMaterial{
+		LAK:    fleet.LAKMaterial{Chain: [][]byte{[]byte("lak leaf"), []byte("lak ca")}, Blob: []byte(`{"KeyEncoding":1}`)},
+		LDevID: fleet.LDevIDMaterial{Chain: [][]byte{[]byte("ldevid leaf"), []byte("ldevid ca")}, Public: []byte{0, 0x23}, Private: []byte{0, 0x20}},
+	}
+	var names []string
+	for _, f := range m.NodeFiles() {
+		names = append(names, fmt.Sprintf("%s %04o", f.Name, f.Mode))
+	}
+	want := []string{"lak.pem 0644", "lak.blob 0600", "ldevid.pem 0644", "ldevid.pub 0600", "ldevid.priv 0600"}
+	if diff := cmp.Diff(want, names); diff != "" {
+		t.Errorf("node files (-want +got):\n%s", diff)
+	}
+	if got := string(m.NodeFiles()[2].Data); strings.Count(got, "-----BEGIN CERTIFICATE-----") != 2 {
+		t.Errorf("ldevid.pem is not the LDevID chain as PEM, leaf first:\n%s", got)
+	}
+	m.LDevID.Private = nil
+	if got := m.NodeFiles(); len(got) != 2 {
+		t.Errorf("without the private blob: %d node files, want the 2 LAK files", len(got))
 	}
 }

@@ -206,7 +206,8 @@ func (r *Renderer) talosPatches(d Device, c Class, files []NodeFile) ([]configpa
 // talosNodePatch is what only this node has: its hostname, the install disk selected by the
 // declared serial, a static address on the interface with the device's primary MAC, and its node
 // files. Talos writes each machine file at every boot (op create replaces it) with its content
-// as a string, so a file must be UTF-8 text to survive the YAML (the agent's AK blob is JSON).
+// as a string, so a file must be UTF-8 text to survive the YAML (the agent's AK blob is JSON); the
+// LDevID files go in their text form (TalosTextForm), which `fleetd boot-check` installs from.
 func (r *Renderer) talosNodePatch(d Device, files []NodeFile) (map[string]any, error) {
 	network := map[string]any{
 		"hostname":    d.Name,
@@ -228,6 +229,9 @@ func (r *Renderer) talosNodePatch(d Device, files []NodeFile) (map[string]any, e
 	if len(files) > 0 {
 		var mf []any
 		for _, f := range files {
+			if TalosTextForm(f.Name) {
+				f = f.TextForm()
+			}
 			if !utf8.Valid(f.Data) {
 				return nil, fmt.Errorf("%w: node file %s is not UTF-8 text, which a Talos machine file must be", ErrConfigRejected, f.Name)
 			}

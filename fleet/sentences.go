@@ -40,6 +40,7 @@ var publicSentences = map[string]string{
 	string(attest.CheckDiskAmbiguous): "More than one disk of the machine has the declared disk_serial: nothing is wiped.",
 	string(attest.CheckDiskMalformed): "A disk path the machine sent is not a clean absolute path.",
 	"lak_blob_missing":                "A provision's evidence needs lak_blob: run an agent image as new as fleetd.",
+	"ldevid_private_missing":          "A provision's evidence needs ldevid_private: run an agent image as new as fleetd.",
 	"config_rejected":                 "The node's configuration would be rejected by its OS, so the request failed and nothing was wiped.",
 	"malformed":                       "The request body is not the expected JSON.",
 	"too_large":                       "The request body is larger than the route allows.",

@@ -62,7 +62,7 @@ func provisionNode(t *testing.T, class fleet.Class) provisioned {
 		SysRoot: sysRoot, DevRoot: devRoot, WorkflowDir: p.workflow, Log: zerolog.Nop()}); err != nil {
 		t.Fatalf("enroll: %v", err)
 	}
-	body := fetchConfig(t, p.f.url, class.Kind)
+	body := fetchConfig(t, p.f.url, class.Kind, filepath.Join(p.workflow, agent.FileFetchSecret))
 	files, err := fleet.DeliveredFiles(class.Kind, body)
 	if err != nil {
 		t.Fatal(err)
@@ -80,14 +80,21 @@ func provisionNode(t *testing.T, class fleet.Class) provisioned {
 }
 
 // fetchConfig fetches the pending configuration over HTTP, as the node (or, for NoCloud, the
-// install Workflow in HookOS) does.
-func fetchConfig(t *testing.T, base string, kind fleet.Kind) []byte {
+// install Workflow in HookOS) does, with the fetch secret the agent wrote when there is one.
+func fetchConfig(t *testing.T, base string, kind fleet.Kind, secretFile string) []byte {
 	t.Helper()
 	q := url.Values{"uuid": {machineUUID}}
 	if kind == fleet.KindTalos {
 		q.Set("serial", "SN-1")
 	}
-	resp, err := http.Get(base + "/v1/config/" + kind.Route() + "?" + q.Encode())
+	req, err := http.NewRequest(http.MethodGet, base+"/v1/config/"+kind.Route()+"?"+q.Encode(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if secret, err := os.ReadFile(secretFile); err == nil {
+		req.Header.Set(api.HeaderFetchSecret, strings.TrimSpace(string(secret)))
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +109,10 @@ func fetchConfig(t *testing.T, base string, kind fleet.Kind) []byte {
 // TestDeliveredLAKFilesPassTheBootCheck provisions node-a once per class kind and runs the real
 // `fleetd boot-check` against the node directory filled from the delivered configuration alone:
 // the configuration carries exactly the LAK files the agent wrote in HookOS, with the modes the
-// agent gives them, and they are what the boot check needs (docs/design.md §1 step 6, §5).
+// agent gives them, and they are what the boot check needs (docs/design.md §1 step 6, §5). It also
+// carries the LDevID files, which every kind ends with in the node directory byte for byte as the
+// agent wrote them in /workflow (Talos once the boot check installed them from their text form):
+// what SPIRE's tpm_devid agent reads (docs/enrollment.md).
 func TestDeliveredLAKFilesPassTheBootCheck(t *testing.T) {
 	if fleet.NodeDir != agent.DefaultNodeDir || fleet.NodeFileLAKCert != agent.FileLAKCert || fleet.NodeFileLAKBlob != agent.FileLAKBlob {
 		t.Fatalf("fleet delivers %s/{%s,%s}, the boot check reads %s/{%s,%s}", fleet.NodeDir, fleet.NodeFileLAKCert, fleet.NodeFileLAKBlob,
@@ -115,8 +125,8 @@ func TestDeliveredLAKFilesPassTheBootCheck(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(entries) != 2 {
-				t.Errorf("the configuration delivered %d node files, want lak.pem and lak.blob: %v", len(entries), entries)
+			if len(entries) != 5 {
+				t.Errorf("the configuration delivered %d node files, want the two LAK files and the three LDevID files: %v", len(entries), entries)
 			}
 			for name, mode := range map[string]os.FileMode{agent.FileLAKCert: 0o644, agent.FileLAKBlob: 0o600} {
 				got, err := os.ReadFile(filepath.Join(p.nodeDir, name))
@@ -139,6 +149,18 @@ func TestDeliveredLAKFilesPassTheBootCheck(t *testing.T) {
 			}
 			if got := p.f.inv.Get(12); got.Owned.BootCheck != fleet.BootCheckOK || got.Owned.BootBaseline == "" {
 				t.Errorf("after the boot check: boot_check %q, baseline taken %v", got.Owned.BootCheck, got.Owned.BootBaseline != "")
+			}
+			for name, mode := range map[string]os.FileMode{agent.FileLDevIDCert: 0o644, agent.FileLDevIDPub: 0o600, agent.FileLDevIDPriv: 0o600} {
+				got, err := os.ReadFile(filepath.Join(p.nodeDir, name))
+				if err != nil {
+					t.Fatalf("the node has no %s after its first boot check: %v", name, err)
+				}
+				if want, _ := os.ReadFile(filepath.Join(p.workflow, name)); !bytes.Equal(got, want) {
+					t.Errorf("the node's %s differs from the one the agent wrote in /workflow", name)
+				}
+				if st, _ := os.Stat(filepath.Join(p.nodeDir, name)); st.Mode().Perm() != mode {
+					t.Errorf("the node's %s has mode %v, want %v", name, st.Mode().Perm(), mode)
+				}
 			}
 		})
 	}
@@ -192,10 +214,17 @@ func TestAttestKeepsTheNodesLAK(t *testing.T) {
 	}
 }
 
-// TestProvisionWithoutLAKBlob: evidence without lak_blob (an agent older than fleetd) cannot
-// give the node its boot-check files, so a provision is refused before anything is issued,
-// recorded or authorized, and the request stays pending.
+// TestProvisionWithoutLAKBlob: evidence without lak_blob or ldevid_private (an agent older than
+// fleetd) cannot give the node its boot-check or SPIRE files, so a provision is refused before
+// anything is issued, recorded or authorized, and the request stays pending.
 func TestProvisionWithoutLAKBlob(t *testing.T) {
+	t.Run("refuse/no lak_blob", func(t *testing.T) { provisionWithout(t, false, "lak_blob_missing") })
+	t.Run("refuse/no ldevid_private", func(t *testing.T) { provisionWithout(t, true, "ldevid_private_missing") })
+}
+
+// provisionWithout runs the agent's exchange by hand, with lak_blob when withBlob and never with
+// ldevid_private, and expects the refusal code.
+func provisionWithout(t *testing.T, withBlob bool, code string) {
 	sim, ch := simulatorBoot(t)
 	defer sim.Close()
 	d := fleettest.Declared(12, "node-a")
@@ -238,9 +267,14 @@ func TestProvisionWithoutLAKBlob(t *testing.T) {
 	req := api.EvidenceRequest{Device: "node-a", Token: chal.Token, Secret: secret, Platform: api.NewPlatform(pp),
 		LDevID: api.NewCertification(ld.Certification), SMBIOS: api.SMBIOS{UUID: machineUUID, Serial: "SN-1"},
 		Disks: []api.Disk{{Serial: "S4EWNX0R123456", Path: "/dev/disk/by-id/nvme-Samsung_SSD_980_1TB_S4EWNX0R123456"}}}
+	if withBlob {
+		if req.LAKBlob, err = ak.Marshal(); err != nil {
+			t.Fatal(err)
+		}
+	}
 	var e api.Error
-	if status := postJSON(t, f.url+api.PathAttestEvidence, req, &e); status != http.StatusBadRequest || e.Code != "lak_blob_missing" {
-		t.Fatalf("evidence without lak_blob: %d %+v, want 400 lak_blob_missing", status, e)
+	if status := postJSON(t, f.url+api.PathAttestEvidence, req, &e); status != http.StatusBadRequest || e.Code != code {
+		t.Fatalf("evidence: %d %+v, want 400 %s", status, e, code)
 	}
 	got := f.inv.Get(12)
 	if got.Owned.State != fleet.StatePending || got.Owned.LAKSerial != "" || got.Owned.LDevIDSerial != "" {

@@ -17,15 +17,19 @@ import (
 )
 
 // nodeDir is fleet.NodeDir under the machine's install disk: where the node keeps the files its
-// configuration delivered (lak.pem, lak.blob) for `fleetd boot-check`.
+// configuration delivered: lak.pem and lak.blob for `fleetd boot-check`, ldevid.pem, ldevid.pub
+// and ldevid.priv for SPIRE's tpm_devid agent.
 func (mc *machine) nodeDir() string { return mc.path(MachineDiskDir, fleet.NodeDir) }
 
 // Boot is `fleetsim machine NAME boot` (docs/design.md §8): the installed OS's first boot. It fetches the
 // configuration the way its class does, from the machine's own address — Talos its machine
 // config (talos.config=…?uuid=…&serial=…; one try, where Talos would retry a non-200 for 3 h),
 // a nixos-image or alpine-image node its seed with the fetch secret its install wrote into the
-// image, a cloud-init node nothing (its seed was written onto the disk by the install Workflow) — and writes the node files the configuration carries
-// into /var/lib/fleetd-node on its disk, as the OS does.
+// image, a cloud-init node nothing (its seed was written onto the disk by the install Workflow) —
+// and writes the node files the configuration carries into /var/lib/fleetd-node on its disk, as
+// the OS does. A Talos node's LDevID files arrive in their text form; the real
+// `fleetd boot-check --install-only` installs them, as the init container of the node's SPIRE
+// agent pod does (deploy/kubernetes/spire-agent-daemonset.yaml).
 func Boot(ctx context.Context, info Info, name string, o StepOptions) error {
 	mc, err := openMachine(info, name, "boot", o.Out)
 	if err != nil {
@@ -58,8 +62,36 @@ func Boot(ctx context.Context, info Info, name string, o StepOptions) error {
 		}
 		mc.say("wrote %s (%d bytes) from its configuration", f.Path(), len(f.Data))
 	}
+	if kind == fleet.KindTalos {
+		cmd := exec.Command(mc.info.Fleetd.Binary, "boot-check", "--install-only", "--dir", mc.nodeDir())
+		if out, err := mc.run(ctx, cmd, nil); err != nil {
+			return fmt.Errorf("boot %s: fleetd boot-check --install-only: %w: %s", name, err, lastLine(out))
+		}
+		mc.say("fleetd boot-check --install-only installed the LDevID files from their text form")
+	}
 	mc.say("%s node up", kind)
 	return nil
+}
+
+// LDevIDFiles are the LDevID files SPIRE's tpm_devid agent reads, as the installed node holds them
+// in /var/lib/fleetd-node after its first boot, by name: nothing for a name it does not hold.
+func LDevIDFiles(info Info, name string) (map[string][]byte, error) {
+	m, ok := info.Machines[name]
+	if !ok {
+		return nil, fmt.Errorf("no machine %s in the stack", name)
+	}
+	out := map[string][]byte{}
+	for _, f := range []string{fleet.NodeFileLDevIDCert, fleet.NodeFileLDevIDPub, fleet.NodeFileLDevIDPriv} {
+		b, err := os.ReadFile(filepath.Join(m.Dir, MachineDiskDir, fleet.NodeDir, f))
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		out[f] = b
+	}
+	return out, nil
 }
 
 // classKind is the kind of the device's class, from NetBox and the stack's classes.json.

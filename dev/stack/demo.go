@@ -71,6 +71,9 @@ func (d *demo) install(ctx context.Context, name string) error {
 	if err := d.machineStep(ctx, Boot, name, "active"); err != nil {
 		return err
 	}
+	if err := d.ldevid(name); err != nil {
+		return err
+	}
 	if err := BootCheck(ctx, d.info, name, StepOptions{Out: d.out}); err != nil {
 		return err
 	}
@@ -141,6 +144,25 @@ func readCertFile(path string) (*x509.Certificate, error) {
 		return nil, fmt.Errorf("read %s: no certificate (%v)", path, err)
 	}
 	return certs[0], nil
+}
+
+// ldevid prints the LDevID files the node's first boot left for SPIRE, and fails unless all
+// three are there.
+func (d *demo) ldevid(name string) error {
+	files, err := LDevIDFiles(d.info, name)
+	if err != nil {
+		return err
+	}
+	var parts []string
+	for _, f := range []string{"ldevid.pem", "ldevid.pub", "ldevid.priv"} {
+		b, ok := files[f]
+		if !ok {
+			return fmt.Errorf("demo %s: its first boot left no %s in /var/lib/fleetd-node for SPIRE's tpm_devid agent", name, f)
+		}
+		parts = append(parts, fmt.Sprintf("%s (%d bytes)", f, len(b)))
+	}
+	d.say("%s: the LDevID for SPIRE's tpm_devid agent is in /var/lib/fleetd-node: %s", name, strings.Join(parts, ", "))
+	return nil
 }
 
 // erase is a wipe or a retirement of an installed machine: the request, then netboot.

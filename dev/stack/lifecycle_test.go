@@ -143,6 +143,7 @@ func TestMachineLifecycle(t *testing.T) {
 					t.Errorf("machine file %s: %v", f, err)
 				}
 			}
+			checkLDevIDOnNode(t, name)
 			log := readFile(t, filepath.Join(dir, "log"))
 			if want := "erased (simulated) " + filepath.Join(dir, "dev", "sda"); !strings.Contains(log, want) {
 				t.Errorf("the machine's log does not say %q:\n%s", want, log)
@@ -160,6 +161,33 @@ func TestMachineLifecycle(t *testing.T) {
 					d.Field("boot_check"), d.Field("boot_baseline") != "", d.Field("last_boot_check"))
 			}
 		})
+	}
+}
+
+// checkLDevIDOnNode: after its first boot the installed node holds the LDevID files SPIRE's
+// tpm_devid agent reads in /var/lib/fleetd-node, byte for byte what the enrollment agent wrote
+// into /workflow, the blobs 0600 (docs/enrollment.md).
+func checkLDevIDOnNode(t *testing.T, name string) {
+	t.Helper()
+	dir := testStack.Info().Machines[name].Dir
+	files, err := stack.LDevIDFiles(testStack.Info(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for f, mode := range map[string]os.FileMode{"ldevid.pem": 0o644, "ldevid.pub": 0o600, "ldevid.priv": 0o600} {
+		got, ok := files[f]
+		if !ok {
+			t.Errorf("after its first boot the node has no %s in /var/lib/fleetd-node", f)
+			continue
+		}
+		if want := readFile(t, filepath.Join(dir, "workflow", f)); string(got) != want {
+			t.Errorf("the node's %s (%d bytes) differs from the one the agent wrote into /workflow (%d bytes)", f, len(got), len(want))
+		}
+		if st, err := os.Stat(filepath.Join(dir, "disk/var/lib/fleetd-node", f)); err != nil {
+			t.Error(err)
+		} else if st.Mode().Perm() != mode {
+			t.Errorf("the node's %s has mode %v, want %v", f, st.Mode().Perm(), mode)
+		}
 	}
 }
 
