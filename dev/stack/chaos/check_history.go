@@ -2,9 +2,13 @@ package chaos
 
 import (
 	"fmt"
+	"maps"
+	"reflect"
+	"slices"
 	"time"
 
 	"github.com/folly-infra/fleetd/dev/stack"
+	"github.com/folly-infra/fleetd/netbox"
 )
 
 // The history of a device is its change log in NetBox (every save, by whom, before and after).
@@ -49,10 +53,12 @@ func (e *evidence) history(d stack.OwnerDevice) *history {
 		return h
 	}
 	h := &history{attested: map[string]time.Time{}, issued: map[string]bool{}}
+	standing := map[string]foreignSave{} // a field fleetd owns → another user's save that changed it last
 	for _, ch := range e.src.NetBox.Changes("dcim.device", d.ID) {
 		if ch.Action != "update" {
 			continue
 		}
+		trackOwned(standing, ch.User == e.src.ServiceUser, ch.User, ch.Time, ch.PreChange, ch.PostChange)
 		pre, post := snapOf(ch.PreChange), snapOf(ch.PostChange)
 		if ch.User != e.src.ServiceUser {
 			if pre.status != "decommissioning" && post.status == "decommissioning" {
@@ -62,8 +68,40 @@ func (e *evidence) history(d stack.OwnerDevice) *history {
 		}
 		h.fleetdSave(d, ch.Time, pre, post)
 	}
+	for _, k := range slices.Sorted(maps.Keys(standing)) {
+		w := standing[k]
+		h.bad(PartConsistent, d, w.at, "%s keeps the value %v that %s wrote, not fleetd: a field fleetd owns must keep what fleetd wrote (docs/design.md §9)", k, w.value, w.user)
+	}
 	e.histories[d.ID] = h
 	return h
+}
+
+// foreignSave is a save by another user than fleetd of a field fleetd owns.
+type foreignSave struct {
+	user  string
+	at    time.Time
+	value any
+}
+
+// ownedByFleetd are the custom fields fleetd writes (netbox.OwnedFields without desired_action,
+// which is the owner's and which fleetd only clears).
+var ownedByFleetd = slices.DeleteFunc(netbox.OwnedFields(), func(f string) bool { return f == netbox.CFDesiredAction })
+
+// trackOwned follows, field by field, who changed a field fleetd owns last: a save by another user
+// stands until a save by fleetd changes the field again (puts its value back, or moves on).
+func trackOwned(standing map[string]foreignSave, byFleetd bool, user string, at time.Time, pre, post map[string]any) {
+	preCF, _ := pre["custom_fields"].(map[string]any)
+	postCF, _ := post["custom_fields"].(map[string]any)
+	for _, k := range ownedByFleetd {
+		if reflect.DeepEqual(preCF[k], postCF[k]) {
+			continue
+		}
+		if byFleetd {
+			delete(standing, k)
+		} else {
+			standing[k] = foreignSave{user: user, at: at, value: postCF[k]}
+		}
+	}
 }
 
 func (h *history) bad(part string, d stack.OwnerDevice, at time.Time, format string, args ...any) {

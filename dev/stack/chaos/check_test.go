@@ -61,6 +61,15 @@ func promiseRows() []plantRow {
 	return []plantRow{
 		{"ok/a clean provision", true, func(f *fixture) { f.cleanProvision(r1) }, "", ""},
 		{"ok/a clean provision, then a clean wipe", true, func(f *fixture) { f.cleanProvision(r1); f.cleanWipe(w1) }, "", ""},
+		{"ok/another user wrote a field fleetd owns, and fleetd put its value back", true, func(f *fixture) {
+			f.cleanProvision(r1)
+			f.owner(`{"custom_fields": {"lak_serial": "0bad"}}`)
+			f.fleetd(`{"custom_fields": {"lak_serial": "0a02"}}`)
+		}, "", ""},
+		{"refuse/a field fleetd owns keeps a value another user wrote", true, func(f *fixture) {
+			f.cleanProvision(r1)
+			f.owner(`{"custom_fields": {"lak_serial": "0bad"}}`)
+		}, chaos.PartConsistent, "lak_serial keeps the value 0bad that admin wrote, not fleetd"},
 		{"refuse/a second request for one owner request", true, func(f *fixture) {
 			f.cleanProvision(r1)
 			f.claim(r2, "")

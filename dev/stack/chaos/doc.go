@@ -6,7 +6,8 @@
 //	(c) no disk is wiped or written without a verified attestation of the declared machine and
 //	    its declared disk serial, for the same request;
 //	(d) no LDevID or LAK is issued for an unapproved EK;
-//	(e) nothing fleetd owns in NetBox is left inconsistent.
+//	(e) nothing fleetd owns in NetBox is left inconsistent, and no field fleetd owns keeps a value
+//	    another NetBox user wrote (docs/design.md §9).
 //
 // A Schedule (Generate) is a sequence of steps over a few machines, drawn from a seed: the
 // owner's requests through NetBox's REST API, the machines' netboot, first boot and boot checks,
