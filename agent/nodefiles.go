@@ -64,16 +64,17 @@ func checkNodeFiles(files []NodeFile) error {
 	return errors.Join(problems...)
 }
 
-// TextFormSuffix names a node file's text form, as a Talos config delivers the LDevID files
+// TextFormSuffix names a node file's text form, as a Talos config delivers the LDevID files and lak.pem
 // (docs/enrollment.md): name + TextFormSuffix holds name's bytes in standard base64, with name's
 // mode.
 const TextFormSuffix = ".b64"
 
 // textForms are the node files a configuration may deliver in their text form, in the order they
-// are installed: the key blobs before the certificate of the key.
-var textForms = []string{FileLDevIDPub, FileLDevIDPriv, FileLDevIDCert}
+// are installed: the key blobs before the certificate of the key. lak.pem is one too, since a
+// renewal replaces it and Talos rewrites its text form at every boot.
+var textForms = []string{FileLDevIDPub, FileLDevIDPriv, FileLDevIDCert, FileLAKCert}
 
-// InstallDelivered installs, from its text form in dir, each LDevID file that dir does not hold
+// InstallDelivered installs, from its text form in dir, each of those files that dir does not hold
 // (InstallNodeFiles: atomically, with the text form's mode), and returns the names it installed.
 // A file dir already holds is left as it is: it was installed at an earlier boot, or renewed since,
 // and Talos writes the text forms from its config again at every boot. A text form that is not

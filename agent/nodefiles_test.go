@@ -106,6 +106,8 @@ func TestInstallDelivered(t *testing.T) {
 	writeTextForm(t, dir, agent.FileLDevIDPub, pub, 0o600)
 	writeTextForm(t, dir, agent.FileLDevIDPriv, priv, 0o600)
 	writeTextForm(t, dir, agent.FileLDevIDCert, []byte("-----BEGIN CERTIFICATE-----\ndelivered\n"), 0o644)
+	lak := []byte("-----BEGIN CERTIFICATE-----\nlak\n")
+	writeTextForm(t, dir, agent.FileLAKCert, lak, 0o644)
 	if err := os.WriteFile(filepath.Join(dir, agent.FileLDevIDCert), renewed, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -119,9 +121,18 @@ func TestInstallDelivered(t *testing.T) {
 	checkNodeFile(t, dir, agent.NodeFile{Name: agent.FileLDevIDPub, Mode: 0o600, Data: pub})
 	checkNodeFile(t, dir, agent.NodeFile{Name: agent.FileLDevIDPriv, Mode: 0o600, Data: priv})
 	checkNodeFile(t, dir, agent.NodeFile{Name: agent.FileLDevIDCert, Mode: 0o644, Data: renewed})
+	checkNodeFile(t, dir, agent.NodeFile{Name: agent.FileLAKCert, Mode: 0o644, Data: lak})
+	// A renewal replaced lak.pem; the next boot rewrites its text form from the config and must
+	// not put the enrollment's LAK back (the node would present a LAK fleetd no longer accepts).
+	renewedLAK := []byte("-----BEGIN CERTIFICATE-----\nrenewed lak\n")
+	if err := agent.InstallNodeFiles(dir, []agent.NodeFile{{Name: agent.FileLAKCert, Mode: 0o644, Data: renewedLAK}}); err != nil {
+		t.Fatal(err)
+	}
+	writeTextForm(t, dir, agent.FileLAKCert, lak, 0o644)
 	if got, err := agent.InstallDelivered(dir); err != nil || len(got) != 0 {
 		t.Errorf("a second boot installed %v (%v), want nothing", got, err)
 	}
+	checkNodeFile(t, dir, agent.NodeFile{Name: agent.FileLAKCert, Mode: 0o644, Data: renewedLAK})
 	empty := filepath.Join(t.TempDir(), "none")
 	if got, err := agent.InstallDelivered(empty); err != nil || len(got) != 0 {
 		t.Errorf("a node without text forms: installed %v (%v), want nothing", got, err)

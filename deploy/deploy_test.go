@@ -96,13 +96,14 @@ var serviceRules = append([]directive{
 	{section: "Service", key: "DeviceAllow", absent: true},
 }, hardened...)
 
-// bootCheckRules: the node's check reaches the TPM and nothing else, and writes nothing.
+// bootCheckRules: the node's check reaches the TPM and nothing else, and writes only the node
+// directory, where it installs renewed certificates.
 var bootCheckRules = append([]directive{
 	{section: "Service", key: "Type", want: "oneshot"},
 	{section: "Service", key: "DevicePolicy", want: "closed"},
 	{section: "Service", key: "DeviceAllow", want: "/dev/tpmrm0 rw"},
 	{section: "Service", key: "PrivateDevices", absent: true}, // it would hide /dev/tpmrm0
-	{section: "Service", key: "ReadWritePaths", absent: true},
+	{section: "Service", key: "ReadWritePaths", want: "/var/lib/fleetd-node"},
 }, hardened...)
 
 func checkDirectives(u unit, rules []directive) []string {

@@ -30,7 +30,7 @@ type hostMount struct {
 var bootCheckMounts = []hostMount{
 	{path: "/dev/tpmrm0", kind: corev1.HostPathCharDev},
 	{path: "/sys/kernel/security", kind: corev1.HostPathDirectory, readOnly: true},
-	{path: "/var/lib/fleetd-node", kind: corev1.HostPathDirectory, readOnly: true},
+	{path: "/var/lib/fleetd-node", kind: corev1.HostPathDirectory, readOnly: false}, // renewals are installed there
 }
 
 // decodeCronJobFile decodes the manifest's documents strictly (an unknown field is an error).
@@ -130,7 +130,7 @@ func TestBootCheckCronJob(t *testing.T) {
 		{name: "ok/as-shipped", text: base},
 		{name: "refuse/no-tpm", text: replace("mountPath: /dev/tpmrm0", "mountPath: /dev/tpm0"), want: "nothing is mounted at /dev/tpmrm0"},
 		{name: "refuse/lak-created-empty", text: replace("path: /var/lib/fleetd-node\n                type: Directory", "path: /var/lib/fleetd-node\n                type: DirectoryOrCreate"), want: "/var/lib/fleetd-node: volume lak"},
-		{name: "refuse/lak-writable", text: replace("mountPath: /var/lib/fleetd-node\n                  readOnly: true", "mountPath: /var/lib/fleetd-node"), want: "read-only true"},
+		{name: "refuse/lak-read-only", text: replace("mountPath: /var/lib/fleetd-node\n", "mountPath: /var/lib/fleetd-node\n                  readOnly: true\n"), want: "read-only false"},
 		{name: "refuse/enroll", text: replace("- boot-check", "- enroll"), want: "command"},
 		{name: "refuse/any-node", text: replace("kubernetes.io/hostname: node-a", "kubernetes.io/os: linux"), want: "pinned to node"},
 		{name: "refuse/every-minute", text: replace(`schedule: "7 * * * *"`, `schedule: "* * * * *"`), want: "schedule"},

@@ -43,17 +43,20 @@ const (
 )
 
 // TextFormSuffix names a node file's text form: name + TextFormSuffix holds the file's bytes in
-// standard base64 on one line, with the file's mode. A Talos config delivers the LDevID files so
-// (TalosTextForm), and `fleetd boot-check` installs name from it when name is missing
-// (agent.InstallDelivered).
+// standard base64 on one line, with the file's mode. A Talos config delivers the certificates and
+// the LDevID blobs so (TalosTextForm), and `fleetd boot-check` installs name from it when name is
+// missing (agent.InstallDelivered).
 const TextFormSuffix = ".b64"
 
 // TalosTextForm reports whether a Talos config delivers the node file in its text form: the
-// LDevID files, two of which are binary and all of which a renewal replaces. The LAK files are
-// UTF-8 (a PEM chain, go-attestation's JSON) and delivered as they are.
+// LDevID files, two of which are binary, and both certificates, which a renewal replaces. Talos
+// writes a machine file again at every boot, so a certificate delivered as itself would put the
+// enrollment's LAK back over a renewed one at the next reboot, and the node's next check would
+// present a LAK fleetd no longer accepts. Only lak.blob, the AK itself (go-attestation's JSON),
+// never changes and is delivered as it is.
 func TalosTextForm(name string) bool {
 	switch name {
-	case NodeFileLDevIDCert, NodeFileLDevIDPub, NodeFileLDevIDPriv:
+	case NodeFileLDevIDCert, NodeFileLDevIDPub, NodeFileLDevIDPriv, NodeFileLAKCert:
 		return true
 	}
 	return false

@@ -14,13 +14,13 @@ import (
 )
 
 // deliveredFiles are the LAK files and the LDevID files (binary blobs among them) a provision's
-// configuration carries; asText is what a Talos config carries of them, the LDevID files in their
-// text form.
+// configuration carries; asText is what a Talos config carries of them, the certificates and the
+// LDevID blobs in their text form.
 var (
 	ldevidFiles = fleet.LDevIDFiles([]byte("-----BEGIN CERTIFICATE-----\nMIIBtjCCAVygAwIBAgIR: #ld\n-----END CERTIFICATE-----\n"),
 		[]byte{0x00, 0x23, 0x00, 0x0b, 0x00, 0x04, 0x00, 0x72, 0xff, 0xfe}, []byte{0x00, 0x20, 0x80, 0x00, 0xc3, 0x28})
 	deliveredFiles = append(append([]fleet.NodeFile{}, renderFiles...), ldevidFiles...)
-	asText         = append(append([]fleet.NodeFile{}, renderFiles...), ldevidFiles[0].TextForm(), ldevidFiles[1].TextForm(), ldevidFiles[2].TextForm())
+	asText         = []fleet.NodeFile{renderFiles[0].TextForm(), renderFiles[1], ldevidFiles[0].TextForm(), ldevidFiles[1].TextForm(), ldevidFiles[2].TextForm()}
 )
 
 // TestRenderDeliversNodeFiles renders every kind with the LAK and LDevID files and reads them back

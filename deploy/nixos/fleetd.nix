@@ -261,6 +261,8 @@ in
           ];
           DevicePolicy = "closed";
           DeviceAllow = [ "${check.tpm} rw" ];
+          # The one writable place: renewed certificates are installed there (docs/boot-checks.md).
+          ReadWritePaths = [ check.dir ];
           RestrictAddressFamilies = [ "AF_INET" "AF_INET6" "AF_UNIX" ];
           SocketBindDeny = "any";
           TimeoutStartSec = "5min";
