@@ -49,10 +49,14 @@ empty     :=
 space     := $(empty) $(empty)
 RACE_RE    = ^$(MODULE)/($(subst $(space),|,$(strip $(RACE_PKGS))))$$
 
-test: deps tools ## the whole test suite (what CI runs): the concurrent packages under -race, and the covering chaos run
-	$(GO) test $(TEST_FLAGS) $$($(GO) list ./... | grep -v -E '/dev/stack/chaos$$|$(RACE_RE)')
-	$(GO) test $(TEST_FLAGS) -race $(addprefix ./,$(RACE_PKGS))
-	cd interop/spire && $(GO) test $(TEST_FLAGS) ./...
+# make test also runs every benchmark once (-benchtime 1x, after the package's tests, in the same
+# binary), so none can rot unnoticed between `make bench` runs: about 30 s more when warm.
+TEST_BENCH := -bench . -benchtime 1x
+
+test: deps tools ## the whole test suite (what CI runs): the concurrent packages under -race, every benchmark once, and the covering chaos run
+	$(GO) test $(TEST_FLAGS) $(TEST_BENCH) $$($(GO) list ./... | grep -v -E '/dev/stack/chaos$$|$(RACE_RE)')
+	$(GO) test $(TEST_FLAGS) $(TEST_BENCH) -race $(addprefix ./,$(RACE_PKGS))
+	cd interop/spire && $(GO) test $(TEST_FLAGS) $(TEST_BENCH) ./...
 	@$(MAKE) --no-print-directory chaos CHAOS_SEED=$(CHAOS_TEST_SEED) CHAOS_COVERING=1
 
 # The randomized fault schedules of dev/stack/chaos (issue 7): each run prints
