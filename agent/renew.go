@@ -170,30 +170,22 @@ func installRenewal(install func(string, []NodeFile) error, dir string, r *api.R
 		if ld == nil || ld.pub == nil {
 			return &FleetdError{Op: "renew the LDevID", Err: errors.New("fleetd renewed an LDevID this node did not prove")}
 		}
-		key, err := publicKey(ld.pub, FileLDevIDPub)
+		f, err := renewedCert(FileLDevIDCert, "LDevID", r.LDevIDChain, ld.pub, FileLDevIDPub)
 		if err != nil {
 			return err
 		}
-		pemBytes, err := chainPEM(r.LDevIDChain, key)
-		if err != nil {
-			return &FleetdError{Op: "check the renewed LDevID certificate", Err: err}
-		}
-		files = append(files, NodeFile{Name: FileLDevIDCert, Data: pemBytes, Mode: 0o644})
+		files = append(files, f)
 	}
 	if len(r.LAKChain) > 0 {
 		var ak struct{ Public []byte }
 		if err := json.Unmarshal(lakBlob, &ak); err != nil {
 			return fmt.Errorf("read %s: %w", FileLAKBlob, err)
 		}
-		key, err := publicKey(ak.Public, FileLAKBlob)
+		f, err := renewedCert(FileLAKCert, "LAK", r.LAKChain, ak.Public, FileLAKBlob)
 		if err != nil {
 			return err
 		}
-		pemBytes, err := chainPEM(r.LAKChain, key)
-		if err != nil {
-			return &FleetdError{Op: "check the renewed LAK certificate", Err: err}
-		}
-		files = append(files, NodeFile{Name: FileLAKCert, Data: pemBytes, Mode: 0o644})
+		files = append(files, f)
 	}
 	if err := install(dir, files); err != nil {
 		return fmt.Errorf("install the renewed certificates (the replaced ones stay accepted until the node presents the new ones): %w", err)
@@ -232,4 +224,18 @@ func serialOf(der []byte) string {
 		return "?"
 	}
 	return hex.EncodeToString(c.SerialNumber.Bytes())
+}
+
+// renewedCert is the node file name for a renewed chain: PEM, 0644, once its leaf certifies the
+// node's own key (pub, read from the file keyFile).
+func renewedCert(name, what string, chain [][]byte, pub []byte, keyFile string) (NodeFile, error) {
+	key, err := publicKey(pub, keyFile)
+	if err != nil {
+		return NodeFile{}, err
+	}
+	pemBytes, err := chainPEM(chain, key)
+	if err != nil {
+		return NodeFile{}, &FleetdError{Op: "check the renewed " + what + " certificate", Err: err}
+	}
+	return NodeFile{Name: name, Data: pemBytes, Mode: 0o644}, nil
 }

@@ -21,6 +21,14 @@ type script struct {
 	env                    map[string]string
 }
 
+// exampleHardwareMap is the hardwareMap fleetd gives a provision of node-a, which the example
+// Templates are rendered with.
+func exampleHardwareMap() map[string]string {
+	return map[string]string{"device_1": "3c:ec:ef:4c:4f:54", "disk_serial": serial, "fleetd_url": "https://spore.folly:8443",
+		"device_name": "node-a", "device_id": "1", "request": "provision-aaaaaaaa", "action": "provision",
+		"image_url": "https://images.folly/os.raw.zst", "global_timeout": "3600"}
+}
+
 // scripts renders every example Template and returns its /bin/sh -c actions.
 func scripts(t *testing.T) []script {
 	t.Helper()
@@ -28,9 +36,7 @@ func scripts(t *testing.T) []script {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hm := map[string]string{"device_1": "3c:ec:ef:4c:4f:54", "disk_serial": serial, "fleetd_url": "https://spore.folly:8443",
-		"device_name": "node-a", "device_id": "1", "request": "provision-aaaaaaaa", "action": "provision",
-		"image_url": "https://images.folly/os.raw.zst", "global_timeout": "3600"}
+	hm := exampleHardwareMap()
 	var out []script
 	for _, tpl := range tpls {
 		r, err := workflows.RenderTemplate(*tpl.Spec.Data, hm, nil)
@@ -157,9 +163,7 @@ func TestFetchSecretCarried(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hm := map[string]string{"device_1": "3c:ec:ef:4c:4f:54", "disk_serial": serial, "fleetd_url": "https://spore.folly:8443",
-		"device_name": "node-a", "device_id": "1", "request": "provision-aaaaaaaa", "action": "provision",
-		"image_url": "https://images.folly/os.raw.zst", "global_timeout": "3600"}
+	hm := exampleHardwareMap()
 	for _, tpl := range tpls {
 		if tpl.Name != "talos-provision" {
 			continue
