@@ -205,9 +205,6 @@ func (s *Service) enrollRefused(ctx context.Context, d Device, out Outcome, err 
 	return out
 }
 
-// refusedPrefix starts the message of a refused attestation, which the request's failure quotes.
-const refusedPrefix = "Attestation of "
-
 // AsEnrollRefusal maps an attest refusal to the domain's refusal (400 with the check as code).
 func AsEnrollRefusal(err error) error {
 	if ar, ok := attest.AsRefusal(err); ok {

@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 )
 
@@ -59,7 +60,29 @@ func (l *lastRefusals) take(id int64, request string) string {
 }
 
 // refusalSentence is what a failed request's message says of its last refused attestation: the
-// code and its fixed sentence.
+// code and its fixed sentence. A refusal after activation writes it to fleet_message too.
 func refusalSentence(device, code string) string {
-	return fmt.Sprintf("%s%s refused (%s): %s", refusedPrefix, device, code, PublicSentence(code))
+	return fmt.Sprintf("Attestation of %s refused (%s): %s", device, code, PublicSentence(code))
+}
+
+// recordedRefusal is the refusal code a pending request's fleet_message records, read in this one
+// place: the first parenthesised word of msg that is a code with a fixed sentence. Only the code is
+// read back, never the sentence around it, so rewording refusalSentence (or the message an older
+// fleetd wrote) changes nothing, and the failed request quotes the code's fixed sentence again,
+// never the text NetBox holds: an owner's edit that names no code is not quoted at all.
+func recordedRefusal(msg string) (code string, ok bool) {
+	for rest := msg; ; {
+		_, after, found := strings.Cut(rest, "(")
+		if !found {
+			return "", false
+		}
+		word, tail, closed := strings.Cut(after, ")")
+		if !closed {
+			return "", false
+		}
+		if _, known := publicSentences[word]; known {
+			return word, true
+		}
+		rest = tail
+	}
 }

@@ -97,3 +97,53 @@ func TestLifecycleWriteConflicts(t *testing.T) {
 		})
 	}
 }
+
+// TestRecordedRefusalReadAsItsCode: when a pending request's Workflow fails, the refusal that
+// fleet_message records is read back as its code alone (issue 15.2): the message fleetd wrote, a
+// rewording of it, and an edit that keeps the code all end the request with the same message, the
+// code's fixed sentence; text around the code is never quoted, and a message that names no known
+// code quotes nothing.
+func TestRecordedRefusalReadAsItsCode(t *testing.T) {
+	const code = "boot_policy"
+	quoted := "Attestation of node-a refused (" + code + "): " + PublicSentence(code)
+	var first string
+	for _, r := range []struct {
+		name, message string
+		wantQuote     bool
+	}{
+		{"ok/the sentence fleetd writes", quoted, true},
+		{"ok/reworded: the code is what is read", "node-a: attestation was refused (" + code + "), see fleetd's log.", true},
+		{"ok/edited around the code: the edit is not quoted", "Attestation of node-a refused (" + code + "): CALL 555-0100 NOW", true},
+		{"refuse/an edit naming no code: nothing quoted", "Attestation of node-a refused: CALL 555-0100 NOW", false},
+		{"refuse/an unknown word in parentheses: nothing quoted", "Attestation of node-a refused (call_555_0100)", false},
+		{"refuse/the claim's message: nothing quoted", "provision accepted as request provision-aaaaaaaa: Workflow node-a-provision-aaaaaaaa from Template t.", false},
+	} {
+		t.Run(r.name, func(t *testing.T) {
+			d := fleettest.Declared(12, "node-a")
+			d.Owned = Owned{State: StatePending, Request: "provision-aaaaaaaa", Workflow: WorkflowName("node-a", "provision-aaaaaaaa"), Message: r.message}
+			inv, inst := fleettest.NewInventory(d), fleettest.NewInstaller()
+			s := newTestService(inv, inst)
+			inst.Set(d.Owned.Workflow, WorkflowStatus{Phase: WorkflowFailed, FailedAction: "fleetd-enroll"})
+			if _, err := s.Reconcile(context.Background(), 12); err != nil {
+				t.Fatal(err)
+			}
+			got := inv.Get(12).Owned
+			if got.State != StateFailed {
+				t.Fatalf("state %q, want failed", got.State)
+			}
+			if strings.Contains(got.Message, "555-0100") || strings.Contains(got.Message, "call_555") {
+				t.Errorf("message %q quotes text NetBox held", got.Message)
+			}
+			if strings.Contains(got.Message, quoted) != r.wantQuote || strings.Contains(got.Message, "refused (") != r.wantQuote {
+				t.Errorf("message %q, want the refusal %q quoted: %v", got.Message, quoted, r.wantQuote)
+			}
+			if r.wantQuote {
+				if first == "" {
+					first = got.Message
+				} else if got.Message != first {
+					t.Errorf("message %q, want %q: the recorded refusal's wording changed the outcome", got.Message, first)
+				}
+			}
+		})
+	}
+}

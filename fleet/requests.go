@@ -160,12 +160,13 @@ func (s *Service) workflowEnded(ctx context.Context, d Device, action Action, ws
 		msg += ": " + ws.Message
 	}
 	msg += "."
-	switch { // why the agent failed, as fleetd refused it: the last refusal this fleetd saw, or the one NetBox holds
-	case d.Owned.State != StatePending:
-	case refused != "":
-		msg += " " + refusalSentence(d.Name, refused)
-	case strings.HasPrefix(d.Owned.Message, refusedPrefix):
-		msg += " " + d.Owned.Message
+	if d.Owned.State == StatePending { // why the agent failed, as fleetd refused it: the last refusal this fleetd saw, or the one NetBox holds
+		if refused == "" {
+			refused, _ = recordedRefusal(d.Owned.Message)
+		}
+		if refused != "" {
+			msg += " " + refusalSentence(d.Name, refused)
+		}
 	}
 	msg += " " + retryHint(action)
 	return s.apply(ctx, d, action, EventWorkflowFailed, msg)
