@@ -65,6 +65,9 @@ func (s *Service) recordBootCheck(ctx context.Context, d Device, out Outcome, c 
 	}
 	res.Renewal = renewal
 	s.metrics.bootCheckRuns.WithLabelValues(string(res.Outcome)).Inc()
+	for profile, result := range renewal.results() {
+		s.metrics.renewals.WithLabelValues(string(profile), result).Inc()
+	}
 	out.Result = string(res.Outcome)
 	if res.BaselineTaken {
 		out.Detail = "baseline taken"

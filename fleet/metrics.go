@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/folly-infra/fleetd/pki"
 )
 
 // metrics are the domain's Prometheus metrics, registered on the registry main passes in.
@@ -21,6 +23,7 @@ type metrics struct {
 	bootChecks       *bootCheckCollector
 	enrollments      *prometheus.CounterVec
 	bootCheckRuns    *prometheus.CounterVec
+	renewals         *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, clock Clock) (*metrics, error) {
@@ -71,9 +74,13 @@ func newMetrics(reg prometheus.Registerer, clock Clock) (*metrics, error) {
 			Name: "fleetd_boot_checks_total",
 			Help: "Boot checks by outcome: ok, drift, failed (recorded on the device), or the refusal code (nothing recorded).",
 		}, []string{"outcome"}),
+		renewals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fleetd_cert_renewals_total",
+			Help: "Certificates a boot check found due, by profile (ldevid, lak) and result: renewed, or the code that kept it from being renewed (renewal_failed is fleetd's own failure to issue).",
+		}, []string{"profile", "result"}),
 	}
 	for _, c := range []prometheus.Collector{m.requests, m.reconcileRuns, m.reconcileSeconds,
-		m.conflicts, m.installErrors, m.journalErrors, m.pendingConfigs, m.ownedWrites, m.deliveries, m.bootChecks, m.enrollments, m.bootCheckRuns} {
+		m.conflicts, m.installErrors, m.journalErrors, m.pendingConfigs, m.ownedWrites, m.deliveries, m.bootChecks, m.enrollments, m.bootCheckRuns, m.renewals} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register fleet metrics: %w", err)
 		}
@@ -103,6 +110,11 @@ func (m *metrics) startAtZero() {
 	}
 	for _, o := range []BootCheck{BootCheckOK, BootCheckDrift, BootCheckFailed} {
 		m.bootCheckRuns.WithLabelValues(string(o))
+	}
+	for _, p := range []pki.Profile{pki.ProfileLDevID, pki.ProfileLAK} {
+		for _, r := range []string{"renewed", RenewRefusedError} {
+			m.renewals.WithLabelValues(string(p), r)
+		}
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	goattest "github.com/google/go-attestation/attest"
 
@@ -57,6 +58,28 @@ type Renewed struct {
 	LDevID, LAK *pki.Certificate
 	Refused     string
 	Message     string
+	// ldevidCounted and lakCounted: the certificate was due (or the LDevID not current), so
+	// the check's result for it is counted (results).
+	ldevidCounted, lakCounted bool
+}
+
+// results is what the check did about each certificate that was due (or, for the LDevID, not
+// current), for fleetd_cert_renewals_total: "renewed" or the code that kept it from being renewed.
+func (r Renewed) results() map[pki.Profile]string {
+	out := map[pki.Profile]string{}
+	for _, c := range []struct {
+		p       pki.Profile
+		cert    *pki.Certificate
+		counted bool
+	}{{pki.ProfileLDevID, r.LDevID, r.ldevidCounted}, {pki.ProfileLAK, r.LAK, r.lakCounted}} {
+		switch {
+		case c.cert != nil:
+			out[c.p] = "renewed"
+		case c.counted && r.Refused != "":
+			out[c.p] = r.Refused
+		}
+	}
+	return out
 }
 
 // Any reports whether the answer has something to say about the certificates.
@@ -103,15 +126,41 @@ func (s *Service) held(d Device, c *bootCheck) heldCerts {
 
 // currentLDevID is fleetd's own copy of the device's current LDevID (fleet_identity), or nil.
 func currentLDevID(d Device) *x509.Certificate {
-	ch := d.Owned.Identity.LDevID.Chain
-	if len(ch) == 0 {
+	return currentCert(d.Owned.Identity.LDevID.Chain, d.Owned.LDevIDSerial)
+}
+
+// currentCert is the leaf of chain when it is the certificate of serial, or nil.
+func currentCert(chain [][]byte, serial string) *x509.Certificate {
+	if len(chain) == 0 || serial == "" {
 		return nil
 	}
-	leaf, err := x509.ParseCertificate(ch[0])
-	if err != nil || !strings.EqualFold(fmt.Sprintf("%x", leaf.SerialNumber.Bytes()), d.Owned.LDevIDSerial) {
+	leaf, err := x509.ParseCertificate(chain[0])
+	if err != nil || !strings.EqualFold(fmt.Sprintf("%x", leaf.SerialNumber.Bytes()), serial) {
 		return nil
 	}
 	return leaf
+}
+
+// CertTimes is when a device's current certificate (ldevid_serial or lak_serial, as
+// fleet_identity carries it) expires and from when a boot check renews it; zero when fleetd has
+// no copy of it.
+type CertTimes struct {
+	NotAfter, RenewAfter time.Time
+}
+
+// certTimes reads the current LDevID's and LAK's times from fleet_identity.
+func (s *Service) certTimes(d Device) (ldevid, lak CertTimes) {
+	at := func(p pki.Profile, c *x509.Certificate) CertTimes {
+		if c == nil {
+			return CertTimes{}
+		}
+		t := CertTimes{NotAfter: c.NotAfter.UTC()}
+		if s.attest.Issuer != nil {
+			t.RenewAfter = s.attest.Issuer.RenewalPoint(p, c).UTC()
+		}
+		return t
+	}
+	return at(pki.ProfileLDevID, currentLDevID(d)), at(pki.ProfileLAK, currentCert(d.Owned.Identity.LAK.Chain, d.Owned.LAKSerial))
 }
 
 // renew decides a recorded check's renewal and adds it to p: the serials the node now presents
@@ -123,6 +172,12 @@ func (s *Service) renew(d Device, c *bootCheck, outcome BootCheck, p *Patch) (Re
 		return Renewed{}, "" // a fleetd wired for boot checks alone (benchmarks) issues nothing
 	}
 	h := s.held(d, c)
+	out, msg := s.renewHeld(d, c, h, outcome, p)
+	out.ldevidCounted, out.lakCounted = h.ldevidDue || h.ldevidStale, h.lakDue
+	return out, msg
+}
+
+func (s *Service) renewHeld(d Device, c *bootCheck, h heldCerts, outcome BootCheck, p *Patch) (Renewed, string) {
 	empty := ""
 	if !h.lakPrevious && d.Owned.LAKSerialPrevious != "" {
 		p.LAKSerialPrevious = &empty // the node holds the renewed LAK: the old one is no longer accepted

@@ -102,9 +102,11 @@ func NewService(cfg Config, deps Deps) (*Service, error) {
 		return nil, fmt.Errorf("new service: %w", err)
 	}
 	addrs := newAddrIndex()
-	return &Service{cfg: cfg, inv: cappedInventory{indexedInventory{Inventory: deps.Inventory, idx: addrs}}, inst: deps.Installer,
+	s := &Service{cfg: cfg, inv: cappedInventory{indexedInventory{Inventory: deps.Inventory, idx: addrs}}, inst: deps.Installer,
 		catalog: deps.Catalog, clock: deps.Clock, rnd: &lockedReader{r: deps.Random}, renderer: deps.Renderer, attest: deps.Attest,
-		log: deps.Logger, metrics: m, addrs: addrs, changes: deps.ChangeLog}, nil
+		log: deps.Logger, metrics: m, addrs: addrs, changes: deps.ChangeLog}
+	m.bootChecks.times = s.certTimes
+	return s, nil
 }
 
 // lockedReader serialises reads of a randomness source that is not safe for concurrent use (a

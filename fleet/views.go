@@ -18,6 +18,9 @@ type DeviceView struct {
 	// BootCheckMissing: the device is an active node whose last accepted boot check (or, before
 	// the first, whose activation) is older than the configured limit (docs/design.md §5).
 	BootCheckMissing bool
+	// LDevID and LAK are the current certificates' expiry and renewal point (fleet_identity);
+	// zero when fleetd has no copy of them.
+	LDevID, LAK CertTimes
 }
 
 // View reads one device by name and the progress of its current Workflow.
@@ -50,6 +53,7 @@ func (s *Service) ViewAll(ctx context.Context) ([]DeviceView, error) {
 
 func (s *Service) view(ctx context.Context, d Device, readWorkflow bool, listed workflowListing) DeviceView {
 	v := DeviceView{Device: d, PendingConfig: delivery(d, s.clock.Now()) == deliveryOpen, BootCheckMissing: s.bootCheckMissing(d)}
+	v.LDevID, v.LAK = s.certTimes(d)
 	if !d.Owned.State.Terminal() {
 		v.Queued = requested(d)
 	}

@@ -44,6 +44,7 @@ type fleetdUnderTest struct {
 	cas [2]*pki.CA // LDevID, LAK
 	url string
 	reg *prometheus.Registry // the service's metrics
+	svc *fleet.Service
 }
 
 func newFleetd(t testing.TB, cat fleet.Catalog, d fleet.Device) *fleetdUnderTest {

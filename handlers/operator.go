@@ -39,6 +39,13 @@ type deviceJSON struct {
 	Certs    struct {
 		LDevIDSerial string `json:"ldevid_serial,omitempty"`
 		LAKSerial    string `json:"lak_serial,omitempty"`
+		// The serials a renewal replaced, accepted until the node presents the new ones.
+		LDevIDSerialPrevious string `json:"ldevid_serial_previous,omitempty"`
+		LAKSerialPrevious    string `json:"lak_serial_previous,omitempty"`
+		LDevIDNotAfter       string `json:"ldevid_not_after,omitempty"`
+		LDevIDRenewAfter     string `json:"ldevid_renew_after,omitempty"`
+		LAKNotAfter          string `json:"lak_not_after,omitempty"`
+		LAKRenewAfter        string `json:"lak_renew_after,omitempty"`
 	} `json:"certificates"`
 	BootCheck struct {
 		Outcome     string `json:"outcome,omitempty"`
@@ -85,6 +92,9 @@ func toJSON(v fleet.DeviceView) deviceJSON {
 		}
 	}
 	j.Certs.LDevIDSerial, j.Certs.LAKSerial = v.Owned.LDevIDSerial, v.Owned.LAKSerial
+	j.Certs.LDevIDSerialPrevious, j.Certs.LAKSerialPrevious = v.Owned.LDevIDSerialPrevious, v.Owned.LAKSerialPrevious
+	j.Certs.LDevIDNotAfter, j.Certs.LDevIDRenewAfter = timeOrEmpty(v.LDevID.NotAfter), timeOrEmpty(v.LDevID.RenewAfter)
+	j.Certs.LAKNotAfter, j.Certs.LAKRenewAfter = timeOrEmpty(v.LAK.NotAfter), timeOrEmpty(v.LAK.RenewAfter)
 	j.BootCheck.Outcome = string(v.Owned.BootCheck)
 	if !v.Owned.LastBootCheck.IsZero() {
 		j.BootCheck.Last = v.Owned.LastBootCheck.UTC().Format(time.RFC3339)
@@ -94,6 +104,14 @@ func toJSON(v fleet.DeviceView) deviceJSON {
 	j.PendingConfig = v.PendingConfig
 	j.QueuedAction = string(v.Queued)
 	return j
+}
+
+// timeOrEmpty is t in RFC 3339 (UTC), or "" for the zero time.
+func timeOrEmpty(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(time.RFC3339)
 }
 
 // operatorOnly checks the bearer token in constant time (docs/design.md §6: operator routes need a bearer

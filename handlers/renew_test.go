@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/x509"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -17,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/folly-infra/fleetd/agent"
@@ -130,6 +132,105 @@ func (n *renewalNode) settled(t *testing.T, when string) fleet.Device {
 	return d
 }
 
+// renewals is fleetd_cert_renewals_total{profile, result}, 0 for a series that does not exist.
+func renewals(t *testing.T, reg *prometheus.Registry, profile, result string) float64 {
+	t.Helper()
+	return max(0, metricValue(t, reg, "fleetd_cert_renewals_total", map[string]string{"profile": profile, "result": result}))
+}
+
+// gauge is the value of the gauge name whose label k is v (-1 when there is none).
+func gauge(t *testing.T, reg *prometheus.Registry, name, k, v string) float64 {
+	t.Helper()
+	return metricValue(t, reg, name, map[string]string{k: v})
+}
+
+// metricValue is the value of the first series of name carrying the labels want, -1 for none.
+func metricValue(t *testing.T, reg *prometheus.Registry, name string, want map[string]string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			for k, v := range want {
+				if labels[k] != v {
+					continue series
+				}
+			}
+			if m.GetGauge() != nil {
+				return m.GetGauge().GetValue()
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	return -1
+}
+
+// deviceView checks that the operator's view of a device just renewed shows both serials of
+// the handover and the current certificates' NotAfter and renewal point (fleet_identity's), and
+// that the reconcile's metrics export the same times.
+func (n *renewalNode) deviceView(t *testing.T, d fleet.Device) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", n.f.url+"/v1/devices/node-a", nil)
+	req.Header.Set("Authorization", "Bearer op")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var v struct {
+		Certs map[string]string `json:"certificates"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
+		t.Fatal(err)
+	}
+	leaf := func(der []byte) *x509.Certificate {
+		c, err := x509.ParseCertificate(der)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	ld, lak := leaf(d.Owned.Identity.LDevID.Chain[0]), leaf(d.Owned.Identity.LAK.Chain[0])
+	want := map[string]string{
+		"ldevid_serial": d.Owned.LDevIDSerial, "lak_serial": d.Owned.LAKSerial,
+		"ldevid_serial_previous": d.Owned.LDevIDSerialPrevious, "lak_serial_previous": d.Owned.LAKSerialPrevious,
+		"ldevid_not_after": ld.NotAfter.UTC().Format(time.RFC3339), "lak_not_after": lak.NotAfter.UTC().Format(time.RFC3339),
+		// handlerstest: a lifetime of one hour, renewed from half of it
+		"ldevid_renew_after": ld.NotAfter.Add(-30 * time.Minute).UTC().Format(time.RFC3339),
+		"lak_renew_after":    lak.NotAfter.Add(-30 * time.Minute).UTC().Format(time.RFC3339),
+	}
+	for k, w := range want {
+		if v.Certs[k] != w || w == "" {
+			t.Errorf("device view certificates.%s = %q, want %q", k, v.Certs[k], w)
+		}
+	}
+	if _, err := n.f.svc.ReconcileAll(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range []struct {
+		name, profile string
+		want          time.Time
+	}{
+		{"fleetd_device_cert_expiry_timestamp_seconds", "ldevid", ld.NotAfter},
+		{"fleetd_device_cert_expiry_timestamp_seconds", "lak", lak.NotAfter},
+		{"fleetd_device_cert_renewal_timestamp_seconds", "ldevid", ld.NotAfter.Add(-30 * time.Minute)},
+	} {
+		if got := gauge(t, n.f.reg, g.name, "profile", g.profile); got != float64(g.want.Unix()) {
+			t.Errorf("%s{profile=%q} = %v, want %d (%s)", g.name, g.profile, got, g.want.Unix(), g.want)
+		}
+	}
+}
+
 func serialOfDER(t *testing.T, der []byte) string {
 	t.Helper()
 	c, err := x509.ParseCertificate(der)
@@ -189,6 +290,12 @@ func TestRenewal(t *testing.T) {
 	if !strings.Contains(n.log.String(), `"message":"certificates renewed`) {
 		t.Errorf("the node's log does not say it renewed: %s", n.log)
 	}
+	for _, p := range []string{"ldevid", "lak"} {
+		if got := renewals(t, n.f.reg, p, "renewed"); got != 1 {
+			t.Errorf("fleetd_cert_renewals_total{profile=%q,result=\"renewed\"} = %v after one renewal, want 1", p, got)
+		}
+	}
+	n.deviceView(t, after)
 
 	// ok/handover done: the next check presents the new certificates, which clears the old ones.
 	if err := n.check(nil); err != nil {
@@ -316,9 +423,14 @@ func TestRenewalRefusals(t *testing.T) {
 			}
 			ldFile, lakFile := n.files(t)
 			journal := len(n.f.inv.JournalOf(12))
+			counted := renewals(t, n.f.reg, "ldevid", r.code)
 			err := n.check(nil)
 			if got := agent.ExitCode(err); got != r.exit {
 				t.Errorf("exit %d (%v), want %d", got, err, r.exit)
+			}
+			// A refused renewal is counted under its code; a check refused itself renews nothing.
+			if want := counted + map[bool]float64{true: 0, false: 1}[r.exit == agent.ExitRefused]; renewals(t, n.f.reg, "ldevid", r.code) != want {
+				t.Errorf("fleetd_cert_renewals_total{profile=\"ldevid\",result=%q} = %v, want %v", r.code, renewals(t, n.f.reg, "ldevid", r.code), want)
 			}
 			if !strings.Contains(n.log.String(), r.code) && (err == nil || !strings.Contains(err.Error(), r.code)) {
 				t.Errorf("neither the node's log nor its error names %s: %v; %s", r.code, err, n.log)
