@@ -15,10 +15,22 @@ import (
 )
 
 // restart restarts fleetd the way a reboot of spore would: SIGTERM, then the supervisor of
-// `fleetsim up` starts a new one; it waits until the new one is ready.
+// `fleetsim up` starts a new one; it waits until the new one is ready. Every instance, or with
+// --instance K only the K-th.
 func restart(ctx context.Context, dir string, args []string, stdout, stderr io.Writer) int {
-	if len(args) != 1 || args[0] != "fleetd" {
-		fmt.Fprintln(stderr, "usage: fleetsim restart fleetd")
+	fs := flag.NewFlagSet("restart", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: fleetsim restart fleetd [--instance K]")
+		fs.PrintDefaults()
+	}
+	instance := fs.Int("instance", 0, "restart only instance K (1-based; `fleetsim up --fleetd-instances N` runs N); default every instance")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return 2
+	}
+	if len(pos) != 1 || pos[0] != "fleetd" || *instance < 0 {
+		fs.Usage()
 		return 2
 	}
 	info, err := stack.ReadInfo(dir)
@@ -26,13 +38,26 @@ func restart(ctx context.Context, dir string, args []string, stdout, stderr io.W
 		fmt.Fprintln(stderr, "fleetsim restart:", err)
 		return 1
 	}
-	old, pid, err := stack.RestartFleetd(ctx, info)
-	if err != nil {
+	var done []stack.FleetdRestart
+	if *instance > 0 {
+		r, err := stack.RestartFleetdInstance(ctx, info, *instance)
+		if err != nil {
+			fmt.Fprintln(stderr, "fleetsim restart:", err)
+			return 1
+		}
+		done = []stack.FleetdRestart{r}
+	} else if done, err = stack.RestartFleetd(ctx, info); err != nil {
 		fmt.Fprintln(stderr, "fleetsim restart:", err)
 		return 1
 	}
-	fmt.Fprintf(stdout, "fleetd restarted: pid %d stopped, pid %d ready at %s (nothing is lost: configurations are rendered when the node fetches them)\n",
-		old, pid, info.Fleetd.URL)
+	for _, r := range done {
+		name := "fleetd"
+		if len(info.Fleetd.Instances) > 1 {
+			name = fmt.Sprintf("fleetd instance %d", r.Instance)
+		}
+		fmt.Fprintf(stdout, "%s restarted: pid %d stopped, pid %d ready at %s (nothing is lost: configurations are rendered when the node fetches them)\n",
+			name, r.OldPID, r.NewPID, info.Fleetd.URL)
+	}
 	return 0
 }
 

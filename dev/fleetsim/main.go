@@ -1,7 +1,7 @@
 // Command fleetsim runs fleetd's development stack (docs/design.md §8) and drives it:
 //
-//	fleetsim up [--extra-devices N]                         the stack, in the foreground
-//	fleetsim restart fleetd                                 restart fleetd as a reboot of spore would
+//	fleetsim up [--extra-devices N] [--fleetd-instances N]  the stack, in the foreground
+//	fleetsim restart fleetd [--instance K]                  restart fleetd as a reboot of spore would
 //	fleetsim workflow NAME succeed|fail [--action A] ...    move a device's Workflow as Tinkerbell would
 //	fleetsim machine NAME netboot|boot|boot-check           drive a simulated machine
 //	fleetsim demo                                           make demo: the lifecycle of every class kind
@@ -34,8 +34,9 @@ func main() {
 const usage = `usage: fleetsim <command> [flags]
 
 commands:
-  up [--extra-devices N]                  start the development stack in the foreground
-  restart fleetd                          restart fleetd the way a reboot of spore would
+  up [--extra-devices N] [--fleetd-instances N]
+                                          start the development stack in the foreground
+  restart fleetd [--instance K]           restart fleetd (every instance, or the K-th) the way a reboot of spore would
   workflow NAME succeed|fail [flags]      move device NAME's Workflow as Tinkerbell would
   machine NAME netboot|boot|boot-check    drive the simulated machine of device NAME
   demo                                    start a fresh stack, walk every class kind through its lifecycle, stop

@@ -57,12 +57,13 @@ func startStack(ctx context.Context, cmd, dir string, args []string, stdout, std
 	interval := fs.Duration("reconcile-interval", 30*time.Second, "fleetd's periodic reconcile interval (at least 5s)")
 	level := fs.String("log-level", "info", "fleetd's log level (debug, info, warn, error)")
 	latency := fs.Duration("netbox-latency", 0, "added to every NetBox emulator answer, e.g. 25ms (a real NetBox's pace)")
+	instances := fs.Int("fleetd-instances", 1, "run N fleetd processes behind a round-robin TCP front on fleetd's URLs (it keeps each client's source address)")
 	lifetime := fs.Duration("cert-lifetime", 2160*time.Hour, "the LDevID and LAK lifetime (boot checks renew from half of it), e.g. 4m for renewal tests; at least 1m")
 	if err := fs.Parse(args); err != nil {
 		return nil, 2
 	}
-	if fs.NArg() > 0 || *extra < 0 || *latency < 0 || *lifetime < time.Minute {
-		fmt.Fprintf(stderr, "fleetsim %s: takes only flags, --extra-devices and --netbox-latency must not be negative, and --cert-lifetime is at least 1m\n", cmd)
+	if fs.NArg() > 0 || *extra < 0 || *latency < 0 || *lifetime < time.Minute || *instances < 1 {
+		fmt.Fprintf(stderr, "fleetsim %s: takes only flags, --extra-devices and --netbox-latency must not be negative, --cert-lifetime is at least 1m, and --fleetd-instances at least 1\n", cmd)
 		return nil, 2
 	}
 	bin, err := fleetdBinary(*fleetdBin)
@@ -79,7 +80,7 @@ func startStack(ctx context.Context, cmd, dir string, args []string, stdout, std
 	fmt.Fprintf(stdout, "fleetsim: starting the stack in %s (NetBox emulator, Kubernetes API, %d machines' TPMs, fleetd)...\n",
 		dir, len(stack.Inventory(*extra)))
 	s, err := stack.Start(ctx, stack.Options{Dir: dir, Root: *root, FleetdBinary: bin, ExtraDevices: *extra,
-		ReconcileInterval: *interval, LogLevel: *level, NetBoxLatency: *latency, CertLifetime: *lifetime, Logger: log})
+		ReconcileInterval: *interval, LogLevel: *level, NetBoxLatency: *latency, CertLifetime: *lifetime, FleetdInstances: *instances, Logger: log})
 	if err != nil {
 		fmt.Fprintf(stderr, "fleetsim %s: %v\n", cmd, err)
 		return nil, 1

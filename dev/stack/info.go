@@ -40,10 +40,12 @@ type NetBoxInfo struct {
 	ServiceTokenFile string `json:"service_token_file"`
 }
 
-// FleetdInfo is the supervised fleetd process. URL is its https listener (public_url: every
-// route, and the only one serving node routes; its certificate is issued by stack.json's
-// ca.fleetd); HTTPURL its plain listener, where NetBox's webhooks arrive and node routes answer
-// 403 tls_required.
+// FleetdInfo is the supervised fleetd. URL is its https listener (public_url: every route, and
+// the only one serving node routes; its certificate is issued by stack.json's ca.fleetd);
+// HTTPURL its plain listener, where NetBox's webhooks arrive and node routes answer 403
+// tls_required. With several instances (Options.FleetdInstances) both are the stack's front,
+// which hands each connection to one instance in turn; Instances lists each process, and
+// PIDFile and Log are the first instance's.
 type FleetdInfo struct {
 	URL           string `json:"url"`
 	HTTPURL       string `json:"http_url"`
@@ -54,6 +56,35 @@ type FleetdInfo struct {
 	Binary        string `json:"binary"`
 	// CertLifetime is the LDevID and LAK lifetime fleetd issues with (Options.CertLifetime).
 	CertLifetime time.Duration `json:"cert_lifetime"`
+	// Instances are the `fleetd serve` processes, in order (instance 1 first): one, whose
+	// listeners are URL and HTTPURL, or several behind the front, each with listeners, a pid
+	// file and a log of its own.
+	Instances []FleetdInstance `json:"instances"`
+}
+
+// FleetdInstance is one supervised `fleetd serve` process of the stack.
+type FleetdInstance struct {
+	URL     string `json:"url"`      // its own https listener
+	HTTPURL string `json:"http_url"` // its own plain listener
+	PIDFile string `json:"pid_file"`
+	Log     string `json:"log"`
+}
+
+// instances is Instances, or the one process a stack.json without the key describes.
+func (f FleetdInfo) instances() []FleetdInstance {
+	if len(f.Instances) > 0 {
+		return f.Instances
+	}
+	return []FleetdInstance{{URL: f.URL, HTTPURL: f.HTTPURL, PIDFile: f.PIDFile, Log: f.Log}}
+}
+
+// instance is instance k (1-based), or an error naming how many there are.
+func (f FleetdInfo) instance(k int) (FleetdInstance, error) {
+	all := f.instances()
+	if k < 1 || k > len(all) {
+		return FleetdInstance{}, fmt.Errorf("fleetd instance %d: the stack runs %d (instances are numbered from 1)", k, len(all))
+	}
+	return all[k-1], nil
 }
 
 // KubernetesInfo is the API server with the Tinkerbell CRDs.
@@ -148,7 +179,14 @@ func PrintInfo(w io.Writer, info Info) {
 	p("")
 	p("  NetBox emulator   %s   owner token: %s", info.NetBox.URL, info.NetBox.Token)
 	p("  fleetd            %s   (TLS, CA %s; plain HTTP for NetBox's webhooks at %s)", info.Fleetd.URL, info.CA.Fleetd, info.Fleetd.HTTPURL)
-	p("                    pid file %s, log %s", info.Fleetd.PIDFile, info.Fleetd.Log)
+	if all := info.Fleetd.instances(); len(all) > 1 {
+		p("                    %d instances behind that front (it keeps each client's source address):", len(all))
+		for k, in := range all {
+			p("                    %d: %s and %s, pid file %s, log %s", k+1, in.URL, in.HTTPURL, in.PIDFile, in.Log)
+		}
+	} else {
+		p("                    pid file %s, log %s", info.Fleetd.PIDFile, info.Fleetd.Log)
+	}
 	p("  Kubernetes API    %s   kubeconfig %s, namespace %s", info.Kubernetes.URL, info.Kubeconfig, info.Namespace)
 	p("  CA bundles        LDevID %s, LAK %s, EK %s", info.CA.LDevID, info.CA.LAK, info.CA.EK)
 	p("")

@@ -11,12 +11,16 @@ import (
 	"github.com/folly-infra/fleetd/dev/logcheck"
 )
 
-// LogProblems reads the whole of fleetd's log (every process the stack ran, restarts included)
+// LogProblems reads the whole of fleetd's logs (every process the stack ran, each instance's and
+// restarts included)
 // and the agent's log of every machine, and returns each line that is not one JSON object or
 // repeats a key (docs/operate.md "Endpoints": the log is read with jq), naming the file, and the
 // number of lines read. The tests of the stack end with it, so the log of a whole run is checked.
 func LogProblems(info Info) ([]string, int, error) {
-	files := []string{info.Fleetd.Log}
+	var files []string
+	for _, in := range info.Fleetd.instances() {
+		files = append(files, in.Log)
+	}
 	for _, name := range slices.Sorted(maps.Keys(info.Machines)) {
 		files = append(files, filepath.Join(info.Machines[name].Dir, MachineAgentLog))
 	}
@@ -24,7 +28,7 @@ func LogProblems(info Info) ([]string, int, error) {
 	total := 0
 	for _, path := range files {
 		f, err := os.Open(path)
-		if errors.Is(err, os.ErrNotExist) && path != info.Fleetd.Log {
+		if errors.Is(err, os.ErrNotExist) && !slices.ContainsFunc(info.Fleetd.instances(), func(in FleetdInstance) bool { return in.Log == path }) {
 			continue // the machine never ran the agent
 		}
 		if err != nil {

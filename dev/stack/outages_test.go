@@ -125,12 +125,12 @@ func TestFleetdCrashBetweenClaimAndWorkflow(t *testing.T) {
 // gives a new, ready process that continues from NetBox.
 func TestRestartFleetd(t *testing.T) {
 	needStack(t)
-	old, pid, err := testStack.RestartFleetd(tctx(t))
+	done, err := testStack.RestartFleetd(tctx(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if pid == old || pid != testStack.FleetdPID() {
-		t.Errorf("restart: old pid %d, new pid %d, supervised pid %d", old, pid, testStack.FleetdPID())
+	if len(done) != 1 || done[0].NewPID == done[0].OldPID || done[0].NewPID != testStack.FleetdPID() {
+		t.Errorf("restart: %+v, supervised pid %d", done, testStack.FleetdPID())
 	}
 	code, _ := postWebhook(t, "/v1/netbox/webhook", webhookBody(t, 987654, "nowhere"), sign(webhookBody(t, 987654, "nowhere")))
 	if code != http.StatusAccepted {
@@ -147,7 +147,7 @@ func TestRestartBetweenNetbootAndBoot(t *testing.T) {
 	name := "life-restart"
 	installed(t, name)
 	before := device(t, name)
-	if _, _, err := testStack.RestartFleetd(tctx(t)); err != nil {
+	if _, err := testStack.RestartFleetd(tctx(t)); err != nil {
 		t.Fatal(err)
 	}
 	if err := step(t, stack.Boot, name, stack.StepOptions{}); err != nil {

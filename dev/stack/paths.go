@@ -48,6 +48,15 @@ func newPaths(dir string) paths {
 	}
 }
 
+// instanceFiles are fleetd instance k's pid file and log (1-based): fleetd.pid and fleetd.log
+// for the first, fleetd-<k>.pid and fleetd-<k>.log for the others.
+func (p paths) instanceFiles(k int) (pid, log string) {
+	if k == 1 {
+		return p.fleetdPID, p.fleetdLog
+	}
+	return filepath.Join(p.dir, fmt.Sprintf("fleetd-%d.pid", k)), filepath.Join(p.dir, fmt.Sprintf("fleetd-%d.log", k))
+}
+
 // machineDir is a simulated machine's directory: tpm/, workflow/ and log (docs/design.md §8).
 func (p paths) machineDir(name string) string { return filepath.Join(p.machines, name) }
 

@@ -16,69 +16,127 @@ import (
 // readyTimeout bounds a wait for fleetd's readiness when the caller's context has no deadline.
 const readyTimeout = 90 * time.Second
 
-// RestartFleetd restarts the stack's fleetd the way a reboot of spore would (docs/design.md §8): SIGTERM
-// to the running process; the supervisor of `fleetsim up` starts a new one a second later; this
-// waits until the new process is ready. Nothing is lost (docs/design.md §9). It works
-// from any process that has read stack.json.
-func RestartFleetd(ctx context.Context, info Info) (oldPID, newPID int, err error) {
-	oldPID, err = SignalFleetd(info, syscall.SIGTERM)
-	if err != nil {
-		return 0, 0, err
+// FleetdRestart is what a restart did to one instance (1-based): the pid it stopped and the pid
+// that is ready now.
+type FleetdRestart struct{ Instance, OldPID, NewPID int }
+
+// RestartFleetd restarts every fleetd instance the way a reboot of spore would (docs/design.md
+// §8): SIGTERM to each running process; the supervisors of `fleetsim up` start new ones a second
+// later; this waits until every new process is ready. Nothing is lost (docs/design.md §9). It
+// works from any process that has read stack.json.
+func RestartFleetd(ctx context.Context, info Info) ([]FleetdRestart, error) {
+	all := info.Fleetd.instances()
+	out := make([]FleetdRestart, len(all))
+	for k, in := range all {
+		pid, err := signalInstance(in, syscall.SIGTERM)
+		if err != nil {
+			return nil, err
+		}
+		out[k] = FleetdRestart{Instance: k + 1, OldPID: pid}
 	}
-	newPID, err = waitNewFleetd(ctx, info, oldPID)
-	return oldPID, newPID, err
+	for k, in := range all {
+		pid, err := waitNewInstance(ctx, info, in, out[k].OldPID)
+		if err != nil {
+			return nil, err
+		}
+		out[k].NewPID = pid
+	}
+	return out, waitFleetdReady(ctx, info)
 }
 
-// SignalFleetd sends sig to the running fleetd (its pid from the pid file) and returns the pid.
-func SignalFleetd(info Info, sig syscall.Signal) (int, error) {
-	pid, err := readPID(info.Fleetd.PIDFile)
+// RestartFleetdInstance restarts instance k (1-based) only; the others keep serving, and with
+// several instances the front hands them the connections while k is down.
+func RestartFleetdInstance(ctx context.Context, info Info, k int) (FleetdRestart, error) {
+	in, err := info.Fleetd.instance(k)
+	if err != nil {
+		return FleetdRestart{}, err
+	}
+	old, err := signalInstance(in, syscall.SIGTERM)
+	if err != nil {
+		return FleetdRestart{}, err
+	}
+	pid, err := waitNewInstance(ctx, info, in, old)
+	return FleetdRestart{Instance: k, OldPID: old, NewPID: pid}, err
+}
+
+// SignalFleetd sends sig to instance k (1-based; its pid from its pid file) and returns the pid.
+func SignalFleetd(info Info, k int, sig syscall.Signal) (int, error) {
+	in, err := info.Fleetd.instance(k)
+	if err != nil {
+		return 0, err
+	}
+	return signalInstance(in, sig)
+}
+
+func signalInstance(in FleetdInstance, sig syscall.Signal) (int, error) {
+	pid, err := readPID(in.PIDFile)
 	if err != nil {
 		return 0, err
 	}
 	if err := syscall.Kill(pid, sig); err != nil {
-		return 0, fmt.Errorf("signal fleetd (pid %d from %s): %w; is `fleetsim up` still running?", pid, info.Fleetd.PIDFile, err)
+		return 0, fmt.Errorf("signal fleetd (pid %d from %s): %w; is `fleetsim up` still running?", pid, in.PIDFile, err)
 	}
 	return pid, nil
 }
 
-// waitNewFleetd waits until the pid file names a process other than oldPID and fleetd is ready.
-func waitNewFleetd(ctx context.Context, info Info, oldPID int) (int, error) {
-	pid, err := waitNewPID(ctx, info, oldPID)
+// waitNewInstance waits until the instance's pid file names a process other than oldPID and the
+// instance is ready.
+func waitNewInstance(ctx context.Context, info Info, in FleetdInstance, oldPID int) (int, error) {
+	pid, err := waitNewPID(ctx, in, oldPID)
 	if err != nil {
 		return 0, err
 	}
-	return pid, waitFleetdReady(ctx, info)
+	return pid, waitInstanceReady(ctx, info, in)
 }
 
-// waitNewPID waits until the pid file names a live process other than oldPID.
-func waitNewPID(ctx context.Context, info Info, oldPID int) (int, error) {
+// waitNewPID waits until the instance's pid file names a live process other than oldPID.
+func waitNewPID(ctx context.Context, in FleetdInstance, oldPID int) (int, error) {
 	ctx, cancel := withDefaultTimeout(ctx, readyTimeout)
 	defer cancel()
 	for {
-		pid, err := readPID(info.Fleetd.PIDFile)
+		pid, err := readPID(in.PIDFile)
 		if err == nil && pid != oldPID && syscall.Kill(pid, 0) == nil {
 			return pid, nil
 		}
 		select {
 		case <-ctx.Done():
 			return 0, fmt.Errorf("wait for a new fleetd: none started after pid %d (%w); is `fleetsim up` still running? last lines of %s:\n%s",
-				oldPID, ctx.Err(), info.Fleetd.Log, logTail(info.Fleetd.Log, 10))
+				oldPID, ctx.Err(), in.Log, logTail(in.Log, 10))
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
 }
 
-// waitFleetdReady polls GET /readyz on fleetd's https URL (trusting the stack's CA) until it
-// answers 200, and then its plain listener's /healthz, where NetBox's webhooks arrive.
+// waitFleetdReady waits until every instance is ready (waitInstanceReady) and, with several, the
+// front answers too.
 func waitFleetdReady(ctx context.Context, info Info) error {
+	all := info.Fleetd.instances()
+	for _, in := range all {
+		if err := waitInstanceReady(ctx, info, in); err != nil {
+			return err
+		}
+	}
+	if len(all) > 1 {
+		return waitURLsReady(ctx, info, info.Fleetd.URL, info.Fleetd.HTTPURL, all[0].Log)
+	}
+	return nil
+}
+
+// waitInstanceReady polls GET /readyz on the instance's https URL (trusting the stack's CA)
+// until it answers 200, and then its plain listener's /healthz, where NetBox's webhooks arrive.
+func waitInstanceReady(ctx context.Context, info Info, in FleetdInstance) error {
+	return waitURLsReady(ctx, info, in.URL, in.HTTPURL, in.Log)
+}
+
+func waitURLsReady(ctx context.Context, info Info, httpsURL, httpURL, logPath string) error {
 	ctx, cancel := withDefaultTimeout(ctx, readyTimeout)
 	defer cancel()
 	c, err := FleetdClient(info, 5*time.Second)
 	if err != nil {
 		return fmt.Errorf("wait for fleetd: %w", err)
 	}
-	for _, u := range []string{info.Fleetd.URL + "/readyz", info.Fleetd.HTTPURL + "/healthz"} {
-		if err := pollOK(ctx, c, u, info.Fleetd.Log); err != nil {
+	for _, u := range []string{httpsURL + "/readyz", httpURL + "/healthz"} {
+		if err := pollOK(ctx, c, u, logPath); err != nil {
 			return err
 		}
 	}
@@ -152,22 +210,41 @@ func withDefaultTimeout(ctx context.Context, d time.Duration) (context.Context, 
 	return context.WithTimeout(ctx, d)
 }
 
-// RestartFleetd restarts the stack's fleetd (see the package function).
-func (s *Stack) RestartFleetd(ctx context.Context) (oldPID, newPID int, err error) {
+// RestartFleetd restarts every fleetd instance (see the package function).
+func (s *Stack) RestartFleetd(ctx context.Context) ([]FleetdRestart, error) {
 	return RestartFleetd(ctx, s.info)
 }
 
-// KillFleetd sends sig to fleetd (SIGKILL: a crash) and returns its pid; the supervisor starts
-// a new one a second after it exits.
-func (s *Stack) KillFleetd(sig syscall.Signal) (int, error) { return SignalFleetd(s.info, sig) }
-
-// WaitNewFleetd waits until a fleetd other than oldPID runs, without waiting for readiness
-// (which needs NetBox and Kubernetes), and returns its pid.
-func (s *Stack) WaitNewFleetd(ctx context.Context, oldPID int) (int, error) {
-	return waitNewPID(ctx, s.info, oldPID)
+// RestartFleetdInstance restarts instance k (1-based) only (see the package function).
+func (s *Stack) RestartFleetdInstance(ctx context.Context, k int) (FleetdRestart, error) {
+	return RestartFleetdInstance(ctx, s.info, k)
 }
 
-// WaitFleetdReady waits until fleetd answers /readyz with 200.
+// KillFleetd sends sig to fleetd's first instance (SIGKILL: a crash) and returns its pid; the
+// supervisor starts a new one a second after it exits.
+func (s *Stack) KillFleetd(sig syscall.Signal) (int, error) { return SignalFleetd(s.info, 1, sig) }
+
+// KillFleetdInstance sends sig to instance k (1-based) and returns its pid.
+func (s *Stack) KillFleetdInstance(k int, sig syscall.Signal) (int, error) {
+	return SignalFleetd(s.info, k, sig)
+}
+
+// WaitNewFleetd waits until a first instance other than oldPID runs, without waiting for
+// readiness (which needs NetBox and Kubernetes), and returns its pid.
+func (s *Stack) WaitNewFleetd(ctx context.Context, oldPID int) (int, error) {
+	return s.WaitNewFleetdInstance(ctx, 1, oldPID)
+}
+
+// WaitNewFleetdInstance is WaitNewFleetd for instance k (1-based).
+func (s *Stack) WaitNewFleetdInstance(ctx context.Context, k, oldPID int) (int, error) {
+	in, err := s.info.Fleetd.instance(k)
+	if err != nil {
+		return 0, err
+	}
+	return waitNewPID(ctx, in, oldPID)
+}
+
+// WaitFleetdReady waits until every fleetd instance answers /readyz with 200.
 func (s *Stack) WaitFleetdReady(ctx context.Context) error {
 	return waitFleetdReady(ctx, s.info)
 }

@@ -18,6 +18,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -66,6 +67,12 @@ type Options struct {
 	// CertLifetime is fleetd's pki.ldevid.lifetime and pki.lak.lifetime, each renewed from half
 	// of it by boot checks (renewal tests); default 2160h (90 days), at least a minute.
 	CertLifetime time.Duration
+	// FleetdInstances is how many `fleetd serve` processes run, each with listeners, a pid file
+	// and a log of its own, against the same NetBox, Kubernetes API and fleetd.yaml; with more
+	// than one, a round-robin TCP front that keeps the client's source address answers on
+	// fleetd's URLs (front.go, docs/operate.md "Several instances"). Default 1, without a front;
+	// at most maxFleetdInstances.
+	FleetdInstances int
 	// LogLevel is fleetd's log.level; default info.
 	LogLevel string
 	// Logger is the stack's own log (deliveries, fleetd restarts).
@@ -111,6 +118,12 @@ func (o *Options) defaults() error {
 	if o.NetBoxTimeout == 0 {
 		o.NetBoxTimeout = 5 * time.Second
 	}
+	if o.FleetdInstances == 0 {
+		o.FleetdInstances = 1
+	}
+	if o.FleetdInstances < 1 || o.FleetdInstances > maxFleetdInstances {
+		return fmt.Errorf("start stack: Options.FleetdInstances is %d: run 1 to %d fleetd instances", o.FleetdInstances, maxFleetdInstances)
+	}
 	if o.LogLevel == "" {
 		o.LogLevel = "info"
 	}
@@ -130,7 +143,9 @@ type Stack struct {
 	paths paths
 	emu   *netboxemu.Emulator
 	kc    client.WithWatch
-	sup   *supervisor
+	supMu sync.Mutex    // guards sups' entries (StopFleetdInstance, StartFleetdInstance)
+	sups  []*supervisor // one per fleetd instance, in order
+	front []*front      // the https and plain fronts with several instances, else none
 
 	lock *os.File // the state directory's marker, locked while the stack runs
 
@@ -180,17 +195,23 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 		gatewayAddr: Gateway, talosEndpoint: talosEndpoint(devices)}); err != nil {
 		return nil, err
 	}
+	instances, err := s.instances(fleetdURL, httpURL)
+	if err != nil {
+		return nil, err
+	}
 	s.info = Info{Dir: o.Dir,
 		NetBox: NetBoxInfo{URL: s.emu.URL(), Token: gen.adminToken, ServiceTokenFile: s.paths.netboxToken},
 		Fleetd: FleetdInfo{URL: fleetdURL, HTTPURL: httpURL, OperatorToken: gen.operatorToken, Config: s.paths.fleetdConfig,
-			PIDFile: s.paths.fleetdPID, Log: s.paths.fleetdLog, Binary: o.FleetdBinary, CertLifetime: o.CertLifetime},
+			PIDFile: s.paths.fleetdPID, Log: s.paths.fleetdLog, Binary: o.FleetdBinary, CertLifetime: o.CertLifetime,
+			Instances: instances},
 		WebhookSecret: gen.webhookSecret, Kubeconfig: s.paths.kubeconfig, Namespace: o.Namespace,
 		Kubernetes: KubernetesInfo{URL: s.kubeURL(), Dir: s.paths.kube},
 		CA:         CAInfo{LDevID: s.paths.ldevidCert, LAK: s.paths.lakCert, EK: s.paths.ekBundle, Fleetd: s.paths.fleetdCA},
 		Machines:   machines, Devices: seeded}
-	s.sup = startSupervisor(supervisorConfig{binary: o.FleetdBinary, config: s.paths.fleetdConfig,
-		logPath: s.paths.fleetdLog, pidPath: s.paths.fleetdPID, info: s.info, log: o.Logger})
-	if err := s.sup.waitReady(ctx); err != nil {
+	if err := s.startFleetd(fleetdURL, httpURL); err != nil {
+		return nil, err
+	}
+	if err := waitFleetdReady(ctx, s.info); err != nil {
 		return nil, err
 	}
 	if err := WriteInfo(s.info); err != nil {
@@ -279,15 +300,23 @@ func (s *Stack) DeviceID(name string) int64 {
 	return 0
 }
 
-// FleetdPID is the pid of the running fleetd, 0 while it is restarting.
-func (s *Stack) FleetdPID() int { return s.sup.pid() }
+// FleetdPID is the pid of the running fleetd (the first instance), 0 while it is restarting.
+func (s *Stack) FleetdPID() int { return s.FleetdInstancePID(1) }
 
-// Close stops fleetd, the API server and the emulator, in that order. The state directory stays
+// Close stops the front, fleetd, the API server and the emulator, in that order. The state directory stays
 // for inspection.
 func (s *Stack) Close() error {
 	var errs []error
-	if s.sup != nil {
-		errs = append(errs, s.sup.stop())
+	for _, f := range s.front {
+		errs = append(errs, f.close())
+	}
+	s.supMu.Lock()
+	sups := slices.Clone(s.sups)
+	s.supMu.Unlock()
+	for _, sup := range sups {
+		if sup != nil {
+			errs = append(errs, sup.stop())
+		}
 	}
 	errs = append(errs, s.StopKube())
 	if s.emu != nil {

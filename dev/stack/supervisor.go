@@ -1,7 +1,6 @@
 package stack
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -22,7 +21,8 @@ const restartDelay = time.Second
 // supervisorConfig says how to run fleetd.
 type supervisorConfig struct {
 	binary, config, logPath, pidPath string
-	info                             Info // where fleetd answers and the CA it is trusted with
+	args                             []string // after serve --config: an instance's own listeners
+	instance                         int      // 1-based, for the stack's log
 	log                              zerolog.Logger
 }
 
@@ -49,7 +49,7 @@ func (s *supervisor) loop() {
 	defer close(s.done)
 	for {
 		if err := s.runOnce(); err != nil {
-			s.cfg.log.Error().Err(err).Msg("fleetd did not start")
+			s.cfg.log.Error().Err(err).Int("instance", s.cfg.instance).Msg("fleetd did not start")
 		}
 		select {
 		case <-s.stopCh:
@@ -66,7 +66,7 @@ func (s *supervisor) runOnce() error {
 		return fmt.Errorf("open fleetd's log: %w", err)
 	}
 	defer logf.Close()
-	cmd := exec.Command(s.cfg.binary, "serve", "--config", s.cfg.config)
+	cmd := exec.Command(s.cfg.binary, append([]string{"serve", "--config", s.cfg.config}, s.cfg.args...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// fleetd must not outlive the stack, even when fleetsim itself is killed. The parent-death
 	// signal follows the thread that forked, so that thread stays this goroutine's until Wait.
@@ -85,16 +85,16 @@ func (s *supervisor) runOnce() error {
 	s.proc = cmd.Process
 	s.mu.Unlock()
 	if err := writeFileAtomic(s.cfg.pidPath, []byte(strconv.Itoa(cmd.Process.Pid)+"\n"), 0o644); err != nil {
-		s.cfg.log.Error().Err(err).Msg("fleetd's pid file not written")
+		s.cfg.log.Error().Err(err).Int("instance", s.cfg.instance).Msg("fleetd's pid file not written")
 	}
-	s.cfg.log.Info().Int("pid", cmd.Process.Pid).Msg("fleetd started")
+	s.cfg.log.Info().Int("instance", s.cfg.instance).Int("pid", cmd.Process.Pid).Msg("fleetd started")
 	err = cmd.Wait()
 	s.mu.Lock()
 	s.proc = nil
 	stopped := s.stopped
 	s.mu.Unlock()
 	if !stopped {
-		s.cfg.log.Warn().Err(err).Dur("restart_in", restartDelay).Msg("fleetd exited; starting it again")
+		s.cfg.log.Warn().Err(err).Int("instance", s.cfg.instance).Dur("restart_in", restartDelay).Msg("fleetd exited; starting it again")
 	}
 	return nil
 }
@@ -131,9 +131,4 @@ func (s *supervisor) stop() error {
 	}
 	<-s.done
 	return errors.New("stop fleetd: it did not exit within 15 s of SIGTERM and was killed")
-}
-
-// waitReady waits until fleetd answers /readyz with 200 (NetBox and Kubernetes reachable).
-func (s *supervisor) waitReady(ctx context.Context) error {
-	return waitFleetdReady(ctx, s.cfg.info)
 }
