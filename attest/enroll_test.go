@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"crypto/x509"
+	"encoding/hex"
 	"slices"
 	"strings"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"github.com/folly-infra/fleetd/attest"
 	"github.com/folly-infra/fleetd/dev/swtpm"
 	"github.com/folly-infra/fleetd/dev/swtpm/eventlogs"
+	"github.com/folly-infra/fleetd/fleet"
 	"github.com/folly-infra/fleetd/pki"
 )
 
@@ -47,13 +49,12 @@ func newScenario(t testing.TB, m *machine, v *verifier, secureBoot bool) *scenar
 		t.Fatal(err)
 	}
 	s.ekSHA256 = sha256Hex(ekPub)
-	v.devices["node-a"] = device{id: 1, ekHashes: []string{"00" + s.ekSHA256[2:], s.ekSHA256}, diskSerial: "S3Z9NB0K123456", secureBoot: secureBoot}
-	v.devices["node-b"] = device{id: 2, ekHashes: []string{s.ekSHA256}, diskSerial: "S3Z9NB0K123456"}
+	v.declare(s.ekSHA256, secureBoot)
 	if s.ak, err = m.NewAK(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.ak.Close(m.Attest()) })
-	s.c1 = challengeClaim{device: "node-a", tpmVersion: "2.0", ekPub: ekPub, ekCert: ekCert, ak: s.ak.AttestationParameters()}
+	s.c1 = challengeClaim{device: "node-a", request: requestID, tpmVersion: "2.0", ekPub: ekPub, ekCert: ekCert, ak: s.ak.AttestationParameters()}
 	if s.a1, err = v.challenge(s.c1); err != nil {
 		t.Fatal(err)
 	}
@@ -70,8 +71,12 @@ func newScenario(t testing.TB, m *machine, v *verifier, secureBoot bool) *scenar
 	if err != nil {
 		t.Fatal(err)
 	}
+	blob, err := s.ak.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
 	s.c2 = evidenceClaim{device: "node-a", token: s.a1.token, secret: secret, platform: *pp,
-		ldevid: ld.Certification, disks: disks}
+		ldevid: ld.Certification, ldevidPrivate: ld.Private, lakBlob: blob, disks: disks}
 	other := slices.Clone(s.a1.nonce)
 	other[0] ^= 0xff
 	if s.pOther, err = m.AttestPlatform(s.ak, other, log); err != nil {
@@ -99,17 +104,15 @@ func eventLogOf(t testing.TB, m *machine) []byte {
 }
 
 // TestEnrollSimulator runs a whole enrollment on the simulator with a Secure Boot log, under
-// the hash policy (the simulator has no EK certificate), and every refusal after it.
+// the hash policy (the simulator has no EK certificate), and every refusal after it, each through
+// the real fleetd's routes and service (verifier_test.go).
 func TestEnrollSimulator(t *testing.T) {
 	m := simMachine(t, eventlogs.RHEL8SecureBoot)
 	v := newVerifier(t, attest.EKPolicyHash, nil)
 	s := newScenario(t, m, v, true)
 	t.Run("ok/simulator-secure-boot", func(t *testing.T) {
-		a := s.mustEnroll(t)
-		if a.boot.SecureBoot == nil || !a.boot.SecureBoot.Enabled {
-			t.Errorf("Secure Boot = %s, want enabled", a.boot.SecureBootString())
-		}
-		if got, want := hwSerial(t, a.ldevid.Leaf), sha256.Sum256(s.c1.ekPub); !bytes.Equal(got, want[:]) {
+		a := s.mustEnroll(t, "enabled")
+		if got, want := hwSerial(t, a.ldevid), sha256.Sum256(s.c1.ekPub); !bytes.Equal(got, want[:]) {
 			t.Errorf("hwSerialNum = %x, want the SHA-256 of the EK SPKI %x when there is no EK certificate", got, want)
 		}
 	})
@@ -117,7 +120,8 @@ func TestEnrollSimulator(t *testing.T) {
 }
 
 // TestEnrollSwtpm runs a whole enrollment on swtpm with an EK certificate under hash+cert, a log
-// without Secure Boot and a class that does not require it.
+// without Secure Boot and a class that does not require it, and every refusal after it, as
+// TestEnrollSimulator does.
 func TestEnrollSwtpm(t *testing.T) {
 	ca, err := swtpm.ReadEKCA(swtpmCADir)
 	if err != nil {
@@ -127,30 +131,33 @@ func TestEnrollSwtpm(t *testing.T) {
 	v := newVerifier(t, attest.EKPolicyHashCert, ca.BundlePEM())
 	s := newScenario(t, m, v, false)
 	t.Run("ok/swtpm-ek-cert", func(t *testing.T) {
-		a := s.mustEnroll(t)
-		if a.boot.SecureBoot == nil || a.boot.SecureBoot.Enabled {
-			t.Errorf("Secure Boot = %s, want disabled", a.boot.SecureBootString())
-		}
+		a := s.mustEnroll(t, "disabled")
 		want := "00001014:" // swtpm's manufacturer code, then the EK certificate's AKI and serial
-		if got := string(hwSerial(t, a.ldevid.Leaf)); !strings.HasPrefix(got, want) || strings.Count(got, ":") != 2 {
+		if got := string(hwSerial(t, a.ldevid)); !strings.HasPrefix(got, want) || strings.Count(got, ":") != 2 {
 			t.Errorf("hwSerialNum = %q, want %q<aki hex>:<serial hex>", got, want)
 		}
 	})
 	runRefusals(t, s)
 }
 
-// mustEnroll runs both round trips' checks and the issuing, and checks what was issued.
-func (s *scenario) mustEnroll(t *testing.T) *evidenceAnswer {
+// mustEnroll sends the valid evidence and checks what the fleetd under test issued, authorized
+// and recorded; it then puts node-a back as it was (pending), so the refusal rows start from it.
+func (s *scenario) mustEnroll(t *testing.T, secureBoot string) *evidenceAnswer {
 	t.Helper()
+	before := s.v.f.Inv.Get(idNodeA)
+	t.Cleanup(func() { s.v.f.Inv.Set(before) })
 	a, err := s.v.evidence(s.c2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a.disk.Path != disks[0].Path {
-		t.Errorf("disk = %s, want %s", a.disk.Path, disks[0].Path)
+	if a.disk != disks[0].Path {
+		t.Errorf("disk = %s, want %s", a.disk, disks[0].Path)
 	}
-	ldPub, _ := x509.MarshalPKIXPublicKey(a.ldevid.Leaf.PublicKey)
-	akPub, _ := x509.MarshalPKIXPublicKey(a.lak.Leaf.PublicKey)
+	if a.ldevid == nil || a.lak == nil {
+		t.Fatalf("a provision answered without both certificates: %+v", a)
+	}
+	ldPub, _ := x509.MarshalPKIXPublicKey(a.ldevid.PublicKey)
+	akPub, _ := x509.MarshalPKIXPublicKey(a.lak.PublicKey)
 	wantAK, _ := x509.MarshalPKIXPublicKey(s.ak.Public())
 	if !bytes.Equal(akPub, wantAK) {
 		t.Error("the LAK certificate is not for the AK")
@@ -158,8 +165,15 @@ func (s *scenario) mustEnroll(t *testing.T) *evidenceAnswer {
 	if bytes.Equal(ldPub, akPub) {
 		t.Error("the LDevID certificate is for the AK")
 	}
-	if len(a.boot.Events) == 0 || len(a.boot.Baseline.PCRs) == 0 {
-		t.Error("no verified events")
+	got := s.v.f.Inv.Get(idNodeA)
+	if got.Owned.State != fleet.StateInstalling || got.Owned.LDevIDSerial != hex.EncodeToString(a.ldevid.SerialNumber.Bytes()) ||
+		got.Owned.LAKSerial != hex.EncodeToString(a.lak.SerialNumber.Bytes()) || got.Owned.Identity.Empty() {
+		t.Errorf("NetBox holds state %q, serials %q %q, identity recorded %v; want installing with the issued serials and the identity",
+			got.Owned.State, got.Owned.LDevIDSerial, got.Owned.LAKSerial, !got.Owned.Identity.Empty())
+	}
+	want := "(Secure Boot " + secureBoot + ")"
+	if j := s.v.f.Inv.JournalOf(idNodeA); len(j) == 0 || !strings.Contains(j[len(j)-1], want) {
+		t.Errorf("journal %q, want the attestation with %q", j, want)
 	}
 	return a
 }

@@ -16,17 +16,15 @@ import (
 
 	"github.com/folly-infra/fleetd/attest"
 	"github.com/folly-infra/fleetd/dev/swtpm"
+	"github.com/folly-infra/fleetd/handlers/handlerstest"
 	"github.com/folly-infra/fleetd/pki"
 )
 
-// useEKPolicy replaces the scenario verifier's EK policy (the row's deferred restore undoes it).
+// useEKPolicy sends the row's round trips to a fleetd under another EK policy (the row's
+// deferred restore goes back to the scenario's).
 func useEKPolicy(t *testing.T, s *scenario, p attest.EKPolicy, bundle []byte) {
 	t.Helper()
-	ekv, err := attest.NewEKVerifier(attest.EKVerifierConfig{Policy: p, BundlePEM: bundle, Now: s.v.clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.v.ek = ekv
+	s.v.another(t, func(c *handlerstest.Config) { c.EKPolicy, c.EKBundle = p, bundle })
 }
 
 func swtpmBundle(t testing.TB) []byte {

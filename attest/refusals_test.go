@@ -3,7 +3,9 @@ package attest_test
 import (
 	"bytes"
 	"crypto/sha256"
+	"net/http"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +14,8 @@ import (
 
 	"github.com/folly-infra/fleetd/attest"
 	"github.com/folly-infra/fleetd/dev/swtpm/eventlogs"
+	"github.com/folly-infra/fleetd/fleet"
+	"github.com/folly-infra/fleetd/handlers/handlerstest"
 )
 
 // refusal is one row: a change to a valid enrollment and the check that must refuse it.
@@ -24,8 +28,13 @@ type refusal struct {
 	skip      func(s *scenario) bool
 }
 
-// runRefusals runs every refusal row against a scenario. Each row starts from the valid claims,
-// so it proves that exactly its change is what the named check refuses.
+// runRefusals runs every refusal row against a scenario's fleetd. Each row starts from the valid
+// claims and node-a as declared, so it proves that exactly its change is what the named check
+// refuses; and each proves the refusal's effects: a 400 with the check as its code and the
+// code's fixed sentence, no certificate, no disk, NetBox's state, status, serials and identity
+// untouched, no Workflow; before credential activation (the challenge, the token, the
+// activation) nothing written at all, after it only fleet_message and one journal entry naming
+// the code (docs/enrollment.md, "Refusals").
 func runRefusals(t *testing.T, s *scenario) {
 	for _, r := range append(challengeRefusals(), evidenceRefusals()...) {
 		t.Run(r.name, func(t *testing.T) {
@@ -33,34 +42,71 @@ func runRefusals(t *testing.T, s *scenario) {
 				t.Skip("not applicable to this machine")
 			}
 			saved := *s.v
-			savedDevices := cloneDevices(s.v.devices)
-			defer func() { *s.v = saved; s.v.devices = savedDevices }()
+			devices := []fleet.Device{s.v.f.Inv.Get(idNodeA), s.v.f.Inv.Get(idNodeB)}
+			journal := len(s.v.f.Inv.JournalOf(idNodeA))
+			defer func() {
+				*s.v = saved
+				for _, d := range devices {
+					s.v.f.Inv.Set(d)
+				}
+			}()
+			var a any
 			var err error
 			if r.challenge != nil {
 				c := s.c1
 				r.challenge(t, s, &c)
-				_, err = s.v.challenge(c)
+				a, err = s.v.challenge(c)
 			} else {
 				c := s.c2
 				c.platform.PCRs = slices.Clone(c.platform.PCRs)
 				r.evidence(t, s, &c)
-				_, err = s.v.evidence(c)
+				a, err = s.v.evidence(c)
 			}
-			ref, ok := attest.AsRefusal(err)
-			if !ok || ref.Check != r.want {
-				t.Fatalf("err = %v, want a %s refusal", err, r.want)
+			ref, ok := asRefused(err)
+			if !ok || ref.status != http.StatusBadRequest || ref.body.Code != string(r.want) || ref.body.Message != fleet.PublicSentence(string(r.want)) {
+				t.Fatalf("answer %+v, err %v; want a 400 %s refusal with its fixed sentence", a, err, r.want)
 			}
 			t.Logf("refused: %v", ref)
+			if s.v.f != saved.f {
+				journal = 0 // the row's own fleetd
+			}
+			checkNothingWritten(t, s.v.f, journal, before(r), string(r.want))
 		})
 	}
 }
 
-func cloneDevices(m map[string]device) map[string]device {
-	out := make(map[string]device, len(m))
-	for k, v := range m {
-		out[k] = v
+// before says whether a row's check comes before credential activation, where nothing proved
+// the caller holds the approved EK's TPM.
+func before(r refusal) bool {
+	switch r.want {
+	case attest.CheckToken, attest.CheckTokenExpired, attest.CheckTokenBinding, attest.CheckActivation:
+		return true
 	}
-	return out
+	return r.challenge != nil
+}
+
+// checkNothingWritten checks node-a in the NetBox of the fleetd that refused, whose journal held
+// journal entries before: still pending for its request, nothing issued or recorded, no
+// Workflow, and only the refusal's message and one journal entry when the refusal came after
+// activation.
+func checkNothingWritten(t *testing.T, f *handlerstest.Fleetd, journal int, beforeActivation bool, code string) {
+	t.Helper()
+	d, j := f.Inv.Get(idNodeA), f.Inv.JournalOf(idNodeA)[journal:]
+	if d.Owned.State != fleet.StatePending || d.Owned.Request != requestID || d.Status != fleet.StatusStaged ||
+		d.Owned.LDevIDSerial != "" || d.Owned.LAKSerial != "" || !d.Owned.Identity.Empty() {
+		t.Errorf("node-a after the refusal: state %q request %q status %q serials %q %q identity recorded %v; want it pending as before, nothing issued",
+			d.Owned.State, d.Owned.Request, d.Status, d.Owned.LDevIDSerial, d.Owned.LAKSerial, !d.Owned.Identity.Empty())
+	}
+	if n := f.Installer.Creates(); n != 0 {
+		t.Errorf("%d Workflows created by a refused enrollment", n)
+	}
+	switch {
+	case beforeActivation && (d.Owned.Message != "" || len(j) != 0):
+		t.Errorf("a refusal before activation wrote message %q, journal %q; want nothing written", d.Owned.Message, j)
+	case !beforeActivation && (!strings.Contains(d.Owned.Message, "("+code+")") || len(j) != 1 ||
+		!strings.HasPrefix(j[0], "danger: ") || !strings.Contains(j[0], "("+code+")")):
+		t.Errorf("a refusal after activation left message %q, journal %q; want both to name %s, one danger entry", d.Owned.Message, j, code)
+	}
 }
 
 func challengeRefusals() []refusal {
@@ -71,9 +117,7 @@ func challengeRefusals() []refusal {
 			challenge: func(t *testing.T, s *scenario, c *challengeClaim) { c.tpmVersion = "" }},
 		{name: "refuse/unknown-ek", want: attest.CheckEKApproved,
 			challenge: func(t *testing.T, s *scenario, c *challengeClaim) {
-				d := s.v.devices["node-a"]
-				d.ekHashes = []string{sha256Hex([]byte("another machine's EK"))}
-				s.v.devices["node-a"] = d
+				s.v.edit(idNodeA, func(d *fleet.Device) { d.Declared.EKHashes = []string{sha256Hex([]byte("another machine's EK"))} })
 			}},
 		{name: "refuse/ek-not-der", want: attest.CheckEKMalformed,
 			challenge: func(t *testing.T, s *scenario, c *challengeClaim) { c.ekPub = c.ekPub[:40] }},
@@ -120,9 +164,7 @@ func evidenceRefusals() []refusal {
 			}},
 		{name: "refuse/token-from-another-fleetd", want: attest.CheckToken,
 			evidence: func(t *testing.T, s *scenario, c *evidenceClaim) {
-				other, _ := attest.NewTokenSealer(attest.TokenConfig{Key: bytes.Repeat([]byte{8}, 32),
-					Lifetime: time.Hour, Rand: seeded(1), Now: s.v.clock.Now})
-				s.v.sealer = other
+				s.v.another(t, func(c *handlerstest.Config) { c.TokenKey = bytes.Repeat([]byte{8}, attest.TokenKeySize) })
 			}},
 		{name: "refuse/token-expired", want: attest.CheckTokenExpired,
 			evidence: func(t *testing.T, s *scenario, c *evidenceClaim) {
@@ -133,9 +175,7 @@ func evidenceRefusals() []refusal {
 			evidence: func(t *testing.T, s *scenario, c *evidenceClaim) { c.device = "node-b" }},
 		{name: "refuse/token-ek-no-longer-approved", want: attest.CheckTokenBinding,
 			evidence: func(t *testing.T, s *scenario, c *evidenceClaim) {
-				d := s.v.devices["node-a"]
-				d.ekHashes = d.ekHashes[:1]
-				s.v.devices["node-a"] = d
+				s.v.edit(idNodeA, func(d *fleet.Device) { d.Declared.EKHashes = d.Declared.EKHashes[:1] })
 			}},
 		{name: "refuse/token-with-another-ak", want: attest.CheckTokenBinding,
 			evidence: func(t *testing.T, s *scenario, c *evidenceClaim) { c.platform.Public = s.otherAK.Public }},
@@ -163,11 +203,9 @@ func evidenceRefusals() []refusal {
 				c.platform.EventLog = c.platform.EventLog[:len(c.platform.EventLog)/2]
 			}},
 		{name: "refuse/secure-boot-off-where-required", want: attest.CheckSecureBoot,
-			skip: func(s *scenario) bool { return s.v.devices["node-a"].secureBoot },
+			skip: func(s *scenario) bool { return s.v.f.Inv.Get(idNodeA).Declared.Class == classSecureBoot },
 			evidence: func(t *testing.T, s *scenario, c *evidenceClaim) {
-				d := s.v.devices["node-a"]
-				d.secureBoot = true
-				s.v.devices["node-a"] = d
+				s.v.edit(idNodeA, func(d *fleet.Device) { d.Declared.Class = classSecureBoot }) // the token binds no class
 			}},
 		{name: "refuse/ldevid-certified-with-another-nonce", want: attest.CheckLDevID,
 			evidence: func(t *testing.T, s *scenario, c *evidenceClaim) { c.ldevid = s.ldOther.Certification }},

@@ -36,6 +36,9 @@ type Config struct {
 	// log of dev/swtpm/eventlogs (RecordedBoots).
 	BootPolicy    *attest.BootPolicy
 	TokenLifetime time.Duration // enrollment tokens and boot-check nonces; default one minute
+	// TokenKey seals both; default all zeros (every fleetd under test opens another's tokens, as
+	// instances of one fleet do). A test of a token from another fleet sets its own.
+	TokenKey []byte
 	// Gateway is the nodes' gateway the renderer knows; default 10.0.0.1, or 127.0.0.254 when
 	// the first device is on the loopback network (a device this test client, at 127.0.0.1, is).
 	Gateway netip.Addr
@@ -45,6 +48,10 @@ type Config struct {
 	// renewal point, half the lifetime by default (a renewal test with the real clock sets a few
 	// seconds).
 	CertLifetime, RenewAfter time.Duration
+	// TalosSecrets is the Talos secrets bundle the renderer signs with; default a new one
+	// (seconds of RSA key generation: a test that starts several fleetds of one fleet passes the
+	// first one's Fleetd.TalosSecrets, as instances of one fleet share theirs).
+	TalosSecrets []byte
 	// Now, when set, is the clock of the service, the CAs' issuer and every verifier (a test of
 	// renewal moves it); default time.Now.
 	Now func() time.Time
@@ -65,6 +72,8 @@ type Fleetd struct {
 	Registry  *prometheus.Registry // the service's metrics
 	Handler   http.Handler
 	URL       string
+	// TalosSecrets is the secrets bundle its renderer signs with (Config.TalosSecrets or new).
+	TalosSecrets []byte
 }
 
 // New starts a fleetd under test; it stops with the test.
@@ -114,16 +123,22 @@ func New(tb testing.TB, cfg Config) *Fleetd {
 	}
 	f.Attest.EK, err = attest.NewEKVerifier(attest.EKVerifierConfig{Policy: cfg.EKPolicy, BundlePEM: cfg.EKBundle, Now: cfg.Now})
 	must(err)
-	key := make([]byte, attest.TokenKeySize)
+	key := cfg.TokenKey
+	if key == nil {
+		key = make([]byte, attest.TokenKeySize)
+	}
 	f.Attest.Tokens, err = attest.NewTokenSealer(attest.TokenConfig{Key: key, Lifetime: cfg.TokenLifetime, Rand: rand.Reader, Now: cfg.Now})
 	must(err)
 	f.Attest.LAK, err = attest.NewLAKVerifier(attest.LAKVerifierConfig{Issuer: f.LAKCA.Cert, Above: f.LAKCA.Above, Now: cfg.Now})
 	must(err)
 	f.Attest.BootNonces, err = attest.NewBootNonceSealer(attest.BootNonceConfig{TokenKey: key, Lifetime: cfg.TokenLifetime, Rand: rand.Reader, Now: cfg.Now})
 	must(err)
-	secrets, err := fleet.GenerateTalosSecrets(clock)
-	must(err)
-	renderer, err := fleet.NewRenderer(fleet.RenderConfig{TalosSecrets: secrets, ClusterName: "folly", ClusterEndpoint: "https://10.0.0.10:6443",
+	f.TalosSecrets = cfg.TalosSecrets
+	if f.TalosSecrets == nil {
+		f.TalosSecrets, err = fleet.GenerateTalosSecrets(clock)
+		must(err)
+	}
+	renderer, err := fleet.NewRenderer(fleet.RenderConfig{TalosSecrets: f.TalosSecrets, ClusterName: "folly", ClusterEndpoint: "https://10.0.0.10:6443",
 		DNS: []netip.Addr{netip.MustParseAddr("10.0.0.1")}, Gateway: cfg.Gateway, Clock: clock, Random: rand.Reader})
 	must(err)
 	f.Service, err = fleet.NewService(fleet.Config{FleetdURL: "http://spore"}, fleet.Deps{Inventory: f.Inv, Installer: f.Installer,
