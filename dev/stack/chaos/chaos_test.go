@@ -21,19 +21,23 @@ const settleBound = 2 * time.Minute
 // `make test` the covering seeds (-covering). It prints `schedules=N violations=M not-played=P`
 // and the coverage table (Tally); every violation is printed with its seed and schedule and the
 // command that replays it, and so is every schedule whose steps did not happen (NotPlayed). With
-// -covering, a step, fault or kill point that never happened fails the run.
+// -covering, a step, fault or kill point that never happened fails the run. The summary also says
+// how often, over the stack's whole history, another user's save changed a field fleetd owns
+// (foreign-writes: the stale writes) and fleetd put its value back (restores).
 func TestChaos(t *testing.T) {
 	needStack(t)
 	seeds := chaosSeeds(t)
 	seen := map[string]bool{}
 	var tally chaos.Tally
 	found, unplayed := 0, 0
+	var last chaos.Report
 	for _, seed := range seeds {
 		p, err := playOne(t, seed)
 		if err != nil {
 			t.Fatalf("schedule seed=%d could not be played: %v", seed, err)
 		}
 		tally.Add(p.schedule, p.results)
+		last = p.report
 		if len(p.notPlayed) > 0 {
 			unplayed++
 			t.Errorf("NOT PLAYED seed=%d: %d steps did not happen\nnot played: %s\nreplay: go test ./dev/stack/chaos -run TestChaos -seed %d\n%s",
@@ -48,7 +52,8 @@ func TestChaos(t *testing.T) {
 			t.Errorf("VIOLATION seed=%d %s\nreplay: go test ./dev/stack/chaos -run TestChaos -seed %d\n%s", seed, v, seed, p.schedule)
 		}
 	}
-	summary := fmt.Sprintf("schedules=%d violations=%d not-played=%d", tally.Schedules, found, unplayed)
+	summary := fmt.Sprintf("schedules=%d violations=%d not-played=%d foreign-writes=%d restores=%d", tally.Schedules, found, unplayed,
+		last.ForeignWrites, last.Restores)
 	t.Log(summary)
 	fmt.Fprint(os.Stdout, summary+"\n"+tally.String())
 	if never := tally.Never(); *coveringFlag && len(never) > 0 {
@@ -91,6 +96,7 @@ type played struct {
 	results    []chaos.StepResult
 	notPlayed  []string
 	violations []chaos.Violation
+	report     chaos.Report // the stack's whole history so far
 }
 
 // playOne plays the schedule of a seed, lets the world come to rest, and checks the promise.
@@ -112,12 +118,12 @@ func playOne(t *testing.T, seed int64) (played, error) {
 	} else if err != nil {
 		return p, err
 	}
-	found, err := chaos.Check(ctx, chaos.StackSources(testStack))
+	rep, err := chaos.CheckReport(ctx, chaos.StackSources(testStack))
 	if err != nil {
 		return p, err
 	}
-	p.violations = append(p.violations, found...)
-	t.Logf("chaos seed=%d played and checked in %s: %d violations, %d steps not played", seed, time.Since(start).Round(time.Second), len(found), len(p.notPlayed))
+	p.violations, p.report = append(p.violations, rep.Violations...), rep
+	t.Logf("chaos seed=%d played and checked in %s: %d violations, %d steps not played", seed, time.Since(start).Round(time.Second), len(rep.Violations), len(p.notPlayed))
 	return p, nil
 }
 

@@ -58,23 +58,39 @@ func StackSources(s *stack.Stack) Sources {
 // records and files — and returns every violation of the promise over the whole history. Call
 // it once the world is at rest (Settle). The error is about reading, never about the promise.
 func Check(ctx context.Context, src Sources) ([]Violation, error) {
+	r, err := CheckReport(ctx, src)
+	return r.Violations, err
+}
+
+// Report is what Check found, and how often the history met what promise (e) is about.
+type Report struct {
+	Violations []Violation
+	// ForeignWrites are the saves by another NetBox user than fleetd that changed a field fleetd
+	// owns (a client writing back a stale copy); Restores the saves by fleetd that put back a
+	// value of its own such a save had changed.
+	ForeignWrites, Restores int
+}
+
+// CheckReport is Check with the counts of its Report.
+func CheckReport(ctx context.Context, src Sources) (Report, error) {
 	e, err := gather(ctx, src)
 	if err != nil {
-		return nil, err
+		return Report{}, err
 	}
-	var out []Violation
+	var r Report
 	for _, d := range e.devices {
 		h := e.history(d)
-		out = append(out, h.violations...)
-		out = append(out, e.checkNow(d, h)...)
-		out = append(out, e.checkWorkflows(d, h)...)
+		r.ForeignWrites, r.Restores = r.ForeignWrites+h.foreignWrites, r.Restores+h.restores
+		r.Violations = append(r.Violations, h.violations...)
+		r.Violations = append(r.Violations, e.checkNow(d, h)...)
+		r.Violations = append(r.Violations, e.checkWorkflows(d, h)...)
 		if m, ok := src.Machines[d.Name]; ok {
-			out = append(out, e.checkMachine(d, m, h)...)
+			r.Violations = append(r.Violations, e.checkMachine(d, m, h)...)
 		}
 	}
-	out = append(out, e.checkOrphans()...)
-	sort.SliceStable(out, func(i, j int) bool { return out[i].Device < out[j].Device })
-	return out, nil
+	r.Violations = append(r.Violations, e.checkOrphans()...)
+	sort.SliceStable(r.Violations, func(i, j int) bool { return r.Violations[i].Device < r.Violations[j].Device })
+	return r, nil
 }
 
 // evidence is everything the checker read.

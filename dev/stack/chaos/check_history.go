@@ -31,7 +31,11 @@ type history struct {
 
 	decomPending bool // the owner set decommissioning and no retirement was taken since
 	decomSince   time.Time
+	asked        bool // the owner set desired_action and fleetd has not taken or cleared it since
 	violations   []Violation
+
+	foreignWrites int // saves by another user that changed a field fleetd owns
+	restores      int // saves by fleetd that put back a value of its own another user's save changed
 }
 
 // snap is the part of a snapshot the checker reads.
@@ -54,19 +58,52 @@ func (e *evidence) history(d stack.OwnerDevice) *history {
 	}
 	h := &history{attested: map[string]time.Time{}, issued: map[string]bool{}}
 	standing := map[string]foreignSave{} // a field fleetd owns → another user's save that changed it last
+	var view map[string]any              // the fields fleetd owns as fleetd's own saves left them
 	for _, ch := range e.src.NetBox.Changes("dcim.device", d.ID) {
-		if ch.Action != "update" {
+		preCF, _ := ch.PreChange["custom_fields"].(map[string]any)
+		postCF, _ := ch.PostChange["custom_fields"].(map[string]any)
+		switch {
+		case ch.Action == "create":
+			view = owned(postCF)
+			h.asked = snapOf(ch.PostChange).desired != ""
 			continue
+		case ch.Action != "update":
+			continue
+		case view == nil:
+			view = owned(preCF)
 		}
-		trackOwned(standing, ch.User == e.src.ServiceUser, ch.User, ch.Time, ch.PreChange, ch.PostChange)
+		byFleetd := ch.User == e.src.ServiceUser
+		if trackOwned(standing, byFleetd, ch.User, ch.Time, preCF, postCF) && !byFleetd {
+			h.foreignWrites++
+		}
 		pre, post := snapOf(ch.PreChange), snapOf(ch.PostChange)
-		if ch.User != e.src.ServiceUser {
+		if !byFleetd {
 			if pre.status != "decommissioning" && post.status == "decommissioning" {
 				h.decomPending, h.decomSince = true, ch.Time
 			}
+			h.ownerAsks(pre, post, view)
 			continue
 		}
-		h.fleetdSave(d, ch.Time, pre, post)
+		// fleetd's save is judged on fleetd's own values: a field another user wrote and this save
+		// left alone still holds what fleetd wrote last (trackOwned reports the value left
+		// standing), and a field this save put back to it is no move of the lifecycle.
+		effPre, effPost := withOwned(ch.PreChange, view), withOwned(ch.PostChange, view)
+		restore := false
+		for _, k := range ownedByFleetd {
+			if reflect.DeepEqual(preCF[k], postCF[k]) {
+				continue
+			}
+			restore = restore || (!reflect.DeepEqual(preCF[k], view[k]) && reflect.DeepEqual(postCF[k], view[k]))
+			view[k] = postCF[k]
+			effPost["custom_fields"].(map[string]any)[k] = postCF[k]
+		}
+		if restore {
+			h.restores++
+		}
+		h.fleetdSave(d, ch.Time, snapOf(effPre), snapOf(effPost))
+		if pre.desired != "" && post.desired == "" {
+			h.asked = false // taken, refused, or a written-back desired_action cleared
+		}
 	}
 	for _, k := range slices.Sorted(maps.Keys(standing)) {
 		w := standing[k]
@@ -88,19 +125,57 @@ type foreignSave struct {
 var ownedByFleetd = slices.DeleteFunc(netbox.OwnedFields(), func(f string) bool { return f == netbox.CFDesiredAction })
 
 // trackOwned follows, field by field, who changed a field fleetd owns last: a save by another user
-// stands until a save by fleetd changes the field again (puts its value back, or moves on).
-func trackOwned(standing map[string]foreignSave, byFleetd bool, user string, at time.Time, pre, post map[string]any) {
-	preCF, _ := pre["custom_fields"].(map[string]any)
-	postCF, _ := post["custom_fields"].(map[string]any)
+// stands until a save by fleetd changes the field again (puts its value back, or moves on). It
+// reports whether the save changed any field fleetd owns.
+func trackOwned(standing map[string]foreignSave, byFleetd bool, user string, at time.Time, preCF, postCF map[string]any) bool {
+	changed := false
 	for _, k := range ownedByFleetd {
 		if reflect.DeepEqual(preCF[k], postCF[k]) {
 			continue
 		}
+		changed = true
 		if byFleetd {
 			delete(standing, k)
 		} else {
 			standing[k] = foreignSave{user: user, at: at, value: postCF[k]}
 		}
+	}
+	return changed
+}
+
+// owned is a copy of the fields fleetd owns of custom_fields.
+func owned(cf map[string]any) map[string]any {
+	out := map[string]any{}
+	for _, k := range ownedByFleetd {
+		out[k] = cf[k]
+	}
+	return out
+}
+
+// withOwned is a copy of a snapshot whose fields fleetd owns are those of view.
+func withOwned(snapshot, view map[string]any) map[string]any {
+	out := maps.Clone(snapshot)
+	cf, _ := snapshot["custom_fields"].(map[string]any)
+	cf = maps.Clone(cf)
+	if cf == nil {
+		cf = map[string]any{}
+	}
+	maps.Copy(cf, view)
+	out["custom_fields"] = cf
+	return out
+}
+
+// ownerAsks follows the owner's requests through a save by another user: a desired_action it sets
+// is a new request, unless the same save wrote back another fleet_request than fleetd's (the copy
+// was read before fleetd's current request was claimed, and carries the action a claim took:
+// docs/design.md §9); one it clears is withdrawn.
+func (h *history) ownerAsks(pre, post snap, view map[string]any) {
+	current, _ := view["fleet_request"].(string)
+	switch {
+	case post.desired == "":
+		h.asked = false
+	case post.desired != pre.desired && (post.request == pre.request || post.request == current):
+		h.asked = true
 	}
 }
 
@@ -149,14 +224,15 @@ func (h *history) claimed(d stack.OwnerDevice, at time.Time, pre, post snap) {
 	}
 	retire := requestAction(post.request) == "retire"
 	switch {
-	case pre.desired != "":
+	case pre.desired != "" && h.asked:
 	case retire && h.decomPending:
 	default:
-		h.bad(PartWorkflow, d, at, "fleetd took request %s with no owner request waiting (desired_action empty, no decommissioning since the last retirement): a second request for one owner request", post.request)
+		h.bad(PartWorkflow, d, at, "fleetd took request %s with no owner request waiting (no desired_action the owner set since the last claim, only one a copy wrote back, or none; no decommissioning since the last retirement): a second request for one owner request", post.request)
 	}
 	if retire {
 		h.decomPending = false
 	}
+	h.asked = false
 	h.claims = append(h.claims, claim{request: post.request, workflow: post.workflow, at: at})
 }
 

@@ -54,7 +54,12 @@ type plantRow struct {
 	wantWhat string
 }
 
-const r1, r2, w1 = "provision-aaaaaaaa", "provision-bbbbbbbb", "wipe-cccccccc"
+const r1, r2, w1, a1 = "provision-aaaaaaaa", "provision-bbbbbbbb", "wipe-cccccccc", "attest-dddddddd"
+
+// copyBeforeClaim is the custom_fields of a device read between the owner's provision request
+// and fleetd's claim, saved whole by a client that changed tpm (pynetbox's Record.save()).
+const copyBeforeClaim = `{"desired_action": "provision", "fleet_state": null, "fleet_request": null, "fleet_workflow": null, ` +
+	`"fleet_message": null, "ldevid_serial": null, "lak_serial": null, "tpm": "2.0"}`
 
 // promiseRows plant what NetBox and the Kubernetes API record: (a), (b) and (e).
 func promiseRows() []plantRow {
@@ -70,6 +75,25 @@ func promiseRows() []plantRow {
 			f.cleanProvision(r1)
 			f.owner(`{"custom_fields": {"lak_serial": "0bad"}}`)
 		}, chaos.PartConsistent, "lak_serial keeps the value 0bad that admin wrote, not fleetd"},
+		{"ok/a copy read before the claim saved whole, and fleetd put its fields back", true, func(f *fixture) {
+			f.cleanProvision(r1)
+			f.owner(`{"custom_fields": ` + copyBeforeClaim + `}`)
+			f.restore(r1, true)
+		}, "", ""},
+		{"ok/a copy read after the claim saved with a new desired_action, fleetd put active back and took it", true, func(f *fixture) {
+			f.cleanProvision(r1)
+			f.owner(`{"custom_fields": {"desired_action": "attest", "fleet_state": "configuring", "tpm": null}}`)
+			f.fleetd(`{"custom_fields": {"fleet_state": "active"}}`)
+			f.claim(a1, "")
+			f.fleetd(`{"custom_fields": {"fleet_state": "active"}}`)
+		}, "", ""},
+		{"refuse/a desired_action a copy wrote back taken as a new request", true, func(f *fixture) {
+			f.cleanProvision(r1)
+			f.owner(`{"custom_fields": ` + copyBeforeClaim + `}`)
+			f.restore(r1, false)
+			f.claim(r2, "staged")
+			f.fleetd(`{"custom_fields": {"fleet_state": "failed"}, "status": "failed"}`)
+		}, chaos.PartWorkflow, "only one a copy wrote back"},
 		{"refuse/a second request for one owner request", true, func(f *fixture) {
 			f.cleanProvision(r1)
 			f.claim(r2, "")

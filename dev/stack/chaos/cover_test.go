@@ -16,7 +16,8 @@ func TestKeys(t *testing.T) {
 	for _, want := range []string{"ask provision", "ask attest", "ask wipe", "decommission", "redeclare", "netboot", "boot",
 		"boot-check", "workflow fail", "workflow succeed", "netbox-fault 5xx", "netbox-fault slow", "netbox-fault timeout",
 		"netbox-fault drop-webhooks", "netbox-fault late-webhooks", "netbox-heal", "kube-stop", "kube-start", "kill-fleetd",
-		"kill-fleetd " + chaos.KillAfterClaim, "kill-fleetd " + chaos.KillDuringEnroll} {
+		"kill-fleetd " + chaos.KillAfterClaim, "kill-fleetd " + chaos.KillDuringEnroll,
+		"stale-write desired-action", "stale-write owner-field"} {
 		if !slices.Contains(chaos.Keys(), want) {
 			t.Errorf("Keys() = %v lacks %q", chaos.Keys(), want)
 		}

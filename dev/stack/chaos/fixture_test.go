@@ -187,6 +187,17 @@ func (f *fixture) remove(rel string) {
 	}
 }
 
+// restore is fleetd putting back the fields a copy saved whole over a delivered provision req
+// (cleanProvision) had changed, clearing the desired_action the copy wrote back when clear.
+func (f *fixture) restore(req string, clear bool) {
+	desired := ""
+	if clear {
+		desired = `"desired_action": null, `
+	}
+	f.fleetd(fmt.Sprintf(`{"custom_fields": {%s"fleet_state": "active", "fleet_request": %q, "fleet_workflow": %q, "ldevid_serial": "0a01", "lak_serial": "0a02"}}`,
+		desired, req, f.wf(req)))
+}
+
 // claim is fleetd taking request req (status: the status it writes, "" for none), with its
 // Workflow.
 func (f *fixture) claim(req, status string) { f.claimAs(req, status, "pending", f.wf(req)) }

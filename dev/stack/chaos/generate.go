@@ -52,6 +52,9 @@ func Generate(seed int64, cfg Config) Schedule {
 	for range 1 + g.rng.IntN(3) {
 		steps = g.insertFault(steps)
 	}
+	for range 1 + g.rng.IntN(2) {
+		steps = g.insertStaleWrite(steps)
+	}
 	return Schedule{Seed: seed, Steps: steps}
 }
 
@@ -268,6 +271,26 @@ func (g *generator) netboxFault() Step {
 		return Step{Kind: NetBoxFault, Arg: "drop-webhooks", N: 1 + g.rng.IntN(4)}
 	}
 	return Step{Kind: NetBoxFault, Arg: "late-webhooks", N: 1 + g.rng.IntN(4), Delay: time.Duration(500+g.rng.IntN(2500)) * time.Millisecond}
+}
+
+// insertStaleWrite puts an owner's stale write of a machine's device one to three steps after
+// one of that machine's steps, saving the copy read just before that step (or one step earlier):
+// whatever the step made fleetd write (a claim, an attestation, a delivery, a boot check, a
+// failure) is what the copy writes back, at any point of the machine's lifecycle.
+func (g *generator) insertStaleWrite(steps []Step) []Step {
+	var at []int
+	for i, s := range steps {
+		if s.Machine != "" && s.Kind != StaleWrite {
+			at = append(at, i)
+		}
+	}
+	if len(at) == 0 {
+		return steps
+	}
+	j := at[g.rng.IntN(len(at))]
+	k := min(j+1+g.rng.IntN(3), len(steps))
+	s := Step{Kind: StaleWrite, Machine: steps[j].Machine, Arg: staleChanges[g.rng.IntN(len(staleChanges))], N: k - j + g.rng.IntN(2)}
+	return insert(steps, k, s)
 }
 
 func insert(steps []Step, at int, s Step) []Step {

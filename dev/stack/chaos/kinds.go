@@ -60,6 +60,9 @@ var kinds = []kind{
 	{kind: Ask, variants: []string{"provision", "attest", "wipe"}, must: true, play: (*Runner).ask},
 	{kind: Decommission, variants: []string{""}, must: true, play: (*Runner).ask},
 	{kind: Redeclare, variants: []string{""}, must: true, play: (*Runner).ask},
+	// A stale write happened when it wrote back a value of a field fleetd owns that fleetd had
+	// changed since the copy was read; a copy that still held fleetd's values is idle.
+	{kind: StaleWrite, variants: staleChanges, play: (*Runner).staleWrite},
 	{kind: Netboot, variants: []string{""}, play: (*Runner).netboot},
 	{kind: Boot, variants: []string{""}, play: (*Runner).boot},
 	{kind: BootCheck, variants: []string{""}, play: (*Runner).bootCheck},
@@ -70,6 +73,9 @@ var kinds = []kind{
 	{kind: KubeStart, variants: []string{""}, must: true, play: (*Runner).kubeStart},
 	{kind: KillFleetd, variants: []string{""}, must: true, play: (*Runner).kill},
 }
+
+// staleChanges are StaleWrite's variants: the one key the owner's client changed on its copy.
+var staleChanges = []string{"desired-action", "owner-field"}
 
 // netboxFaults are NetBoxFault's variants (Runner.netboxFault installs each).
 var netboxFaults = []string{"5xx", "slow", "timeout", "drop-webhooks", "late-webhooks"}

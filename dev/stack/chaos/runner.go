@@ -29,7 +29,8 @@ type Runner struct {
 	// (default 15 s: three of the chaos stack's periodic reconciles, each of which reads NetBox).
 	FaultWait time.Duration
 
-	open []netboxemu.Fired // the NetBox faults installed since the last heal
+	open   []netboxemu.Fired // the NetBox faults installed since the last heal
+	copies []copies          // before each step played, the machines' custom_fields (runner_stale.go)
 }
 
 // StepResult is what one step did: its events (the step's own first, then its kill point's).
@@ -49,11 +50,13 @@ func (r *Runner) Run(ctx context.Context, sc Schedule) []StepResult {
 		out = io.Discard
 	}
 	var res []StepResult
-	r.open = nil
+	r.open, r.copies = nil, nil
+	machines := sc.Machines()
 	for i, s := range sc.Steps {
 		if ctx.Err() != nil {
 			break
 		}
+		r.copies = append(r.copies, r.keepCopies(machines))
 		start := time.Now()
 		evs := r.step(ctx, s)
 		res = append(res, StepResult{Step: s, Events: evs, Took: time.Since(start)})

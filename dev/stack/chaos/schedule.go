@@ -14,6 +14,10 @@ const (
 	Ask          Kind = "ask"          // desired_action = Arg (provision, attest, wipe)
 	Decommission Kind = "decommission" // status decommissioning: retire the device
 	Redeclare    Kind = "redeclare"    // status planned: a retired device may be provisioned again
+	// StaleWrite is an owner's client that saves a copy of the device read N steps earlier, as
+	// pynetbox's Record.save() sends it: the whole custom_fields object, every key with the value
+	// read, one key changed (Arg: desired-action, or owner-field, the owner's tpm).
+	StaleWrite Kind = "stale-write"
 )
 
 // The machines' steps (dev/stack) and Tinkerbell's.
@@ -44,7 +48,7 @@ type Step struct {
 	Kind    Kind
 	Machine string        // the device the step acts on ("" for faults)
 	Arg     string        // see Kind
-	N       int           // NetBoxFault: how many requests or deliveries it hits
+	N       int           // NetBoxFault: how many requests or deliveries it hits; StaleWrite: how many steps earlier its copy was read
 	Status  int           // NetBoxFault 5xx: the status answered
 	Method  string        // NetBoxFault: only requests with this method ("" any)
 	Delay   time.Duration // NetBoxFault slow/timeout/late-webhooks: the delay; KillDuringEnroll: when
