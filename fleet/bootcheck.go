@@ -78,11 +78,11 @@ func (s *Service) BootCheck(ctx context.Context, in BootCheckInput) (BootCheckRe
 	}
 	nonce, err := s.attest.BootNonces.Open(in.Token)
 	if err != nil {
-		return BootCheckResult{}, s.bootCheckRefused(out, err), AsEnrollRefusal(err)
+		return BootCheckResult{}, s.bootCheckRefused(out, err), err
 	}
 	lak, err := s.attest.LAK.Verify(in.LAKChain)
 	if err != nil {
-		return BootCheckResult{}, s.bootCheckRefused(out, err), AsEnrollRefusal(err)
+		return BootCheckResult{}, s.bootCheckRefused(out, err), err
 	}
 	d, err := s.inv.DeviceByName(ctx, lak.Device)
 	if errors.Is(err, ErrNotFound) {
@@ -135,7 +135,7 @@ func (s *Service) bootCheckDevice(ctx context.Context, d Device, c *bootCheck) (
 	}
 	if c.boot == nil && c.failure == nil {
 		if err := s.verifyBoot(d, c); err != nil {
-			return BootCheckResult{}, s.bootCheckRefused(out, err), AsEnrollRefusal(err)
+			return BootCheckResult{}, s.bootCheckRefused(out, err), err
 		}
 	}
 	if c.failure != nil {
@@ -202,13 +202,8 @@ func (s *Service) verifyBoot(d Device, c *bootCheck) error {
 // bootCheckRefused counts a refusal and names its check in the outcome.
 func (s *Service) bootCheckRefused(out Outcome, err error) Outcome {
 	code := "error"
-	if ar, ok := attest.AsRefusal(err); ok {
-		code = string(ar.Check)
-	} else if r, ok := AsRefusal(err); ok {
-		code = r.Code
-	}
-	if code != "error" {
-		out.Check = code
+	if r, ok := AsRefusal(err); ok {
+		code, out.Check = r.Code, r.Code
 	}
 	s.metrics.bootCheckRuns.WithLabelValues(code).Inc()
 	return out

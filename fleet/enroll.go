@@ -96,7 +96,7 @@ func (s *Service) EnrollChallenge(ctx context.Context, in ChallengeInput) (Chall
 	}
 	ch, err := s.challenge(d, in)
 	if err != nil {
-		return Challenge{}, s.enrollRefused(ctx, d, out, err, false), AsEnrollRefusal(err)
+		return Challenge{}, s.enrollRefused(ctx, d, out, err, false), err
 	}
 	out.Result = "challenged"
 	s.metrics.enrollments.WithLabelValues(string(action), "challenge", "ok").Inc()
@@ -203,12 +203,4 @@ func (s *Service) enrollRefused(ctx context.Context, d Device, out Outcome, err 
 		s.journal(ctx, d, JournalDanger, msg)
 	}
 	return out
-}
-
-// AsEnrollRefusal maps an attest refusal to the domain's refusal (400 with the check as code).
-func AsEnrollRefusal(err error) error {
-	if ar, ok := attest.AsRefusal(err); ok {
-		return &Refusal{Class: RefusedInvalid, Code: string(ar.Check), Msg: ar.Msg, Err: err}
-	}
-	return err
 }

@@ -34,7 +34,7 @@ func (s *Service) EnrollEvidence(ctx context.Context, in EvidenceInput) (Enrolle
 	// 1. The evidence.
 	v, err := s.verifyEvidence(d, class, in)
 	if err != nil {
-		return Enrolled{}, s.enrollRefused(ctx, d, out, err, v.ak != nil), AsEnrollRefusal(err)
+		return Enrolled{}, s.enrollRefused(ctx, d, out, err, v.ak != nil), err
 	}
 	// 2. For a provision: the certificates, and the configuration that carries the LAK files.
 	var p provisioned

@@ -3,12 +3,17 @@ package fleet
 import (
 	"errors"
 	"fmt"
+
+	"github.com/folly-infra/fleetd/attest"
 )
 
-// Two kinds of error leave the domain (STYLE habit 3): a *Refusal, when the device or the caller
+// Two kinds of error leave the domain (STYLE habit 3): a refusal, when the device or the caller
 // is wrong (the adapters answer 4xx with its safe message, and a journal entry records it where it
 // concerns a device), and any other error, when fleetd or what it depends on failed (5xx, full
-// detail in the log only).
+// detail in the log only). A refusal is a *Refusal, or an *attest.Refusal as attest's check
+// returned it (the enrollment's and the boot check's evidence). The domain returns either as it
+// is; AsRefusal is the one place both are read as one, and the adapters call it at the edge
+// (as SPIRE's api.MakeErr turns an error into its status once, in the API layer).
 
 // RefusalClass says which kind of caller mistake a refusal is; adapters map it to a status code.
 type RefusalClass int
@@ -46,11 +51,15 @@ func Refuse(class RefusalClass, code, format string, args ...any) *Refusal {
 	return &Refusal{Class: class, Code: code, Msg: fmt.Sprintf(format, args...)}
 }
 
-// AsRefusal returns the refusal in err's chain, if any.
+// AsRefusal returns the refusal in err's chain, if any: a *Refusal as it is, an *attest.Refusal
+// as the invalid request (400) whose code is its check and whose message is attest's.
 func AsRefusal(err error) (*Refusal, bool) {
 	var r *Refusal
 	if errors.As(err, &r) {
 		return r, true
+	}
+	if ar, ok := attest.AsRefusal(err); ok {
+		return &Refusal{Class: RefusedInvalid, Code: string(ar.Check), Msg: ar.Msg, Err: err}, true
 	}
 	return nil, false
 }
