@@ -13,27 +13,40 @@
 // EK hashes, the manufacturer CA bundle, the token key, the nonce and the declared disk serial
 // are fleetd's own. The package imports nothing of fleetd and no network code.
 //
-// How the enrollment handlers use it (docs/design.md §4; the wire types are in package api):
+// How fleet's enrollment uses it (fleet/enroll.go, fleet/enroll_evidence.go; docs/design.md §4;
+// the wire types are in package api, decoded by the handlers):
 //
 //	// POST /v1/attest/challenge
-//	RequireTPM20(req.TPMVersion)
-//	ek := ekVerifier.Verify(req.EK.Public, req.EK.Certificate, EKApproval{device.EKHashes, device.NoEKCert})
-//	ch := NewAKChallenge(ek, req.AK.Attest(), rand)
+//	RequireTPM20(in.ClaimedTPMVersion)
+//	ek := ekVerifier.Verify(in.EKPublic, in.EKCert, EKApproval{device.EKHashes, device.NoEKCert})
+//	ch := NewAKChallenge(ek, in.AK, rand)
 //	nonce := NewNonce(rand)
 //	token := sealer.Seal(TokenClaims{DeviceID, Device, Request, ek.SHA256, ek.HWSerialNum,
 //		ch.AKDigest, ch.Secret, nonce})
 //	→ {token, ch.Credential, nonce}
 //
 //	// POST /v1/attest/evidence
-//	tok := sealer.Open(req.Token, Binding{DeviceID, Device, device.EKHashes, req.Platform.AKPublic})
-//	ak := VerifyActivation(tok, req.Secret, req.Platform.AKPublic)
-//	boot := VerifyPlatform(ak, tok.Claims().Nonce, platform)
+//	tok := sealer.Open(in.Token, Binding{DeviceID, Device, device.EKHashes, in.Platform.Public})
+//	ak := VerifyActivation(tok, in.Secret, in.Platform.Public)
+//	boot := VerifyPlatform(ak, tok.Claims().Nonce, in.Platform)
 //	RequireSecureBoot(boot, class.SecureBoot == required)
-//	key := VerifyLDevIDKey(ak, tok.Claims().Nonce, req.LDevID.Attest())
-//	disk := MatchDisk(device.DiskSerial, disks)
+//	bootPolicy.Check(boot, class.Name)
+//	key := VerifyLDevIDKey(ak, tok.Claims().Nonce, in.LDevID)
+//	disk := MatchDisk(device.DiskSerial, in.Disks)
 //	then pki: IssueLDevID(identity, key.Public), IssueLAK(identity, ak.Public)
 //	→ {ldevid chain, lak chain, disk.Path}
 //
-// Every error above is a *Refusal (4xx, its Check is the API error code) except the few marked
-// as fleetd's own failures (randomness, sealing), which are plain errors (5xx).
+// And fleet's boot check (fleet/bootcheck.go; docs/boot-checks.md):
+//
+//	// POST /v1/boot-check
+//	nonce := bootNonces.Open(in.Token)
+//	lak := lakVerifier.Verify(in.LAKChain)          // names the device
+//	ak := lak.AK(in.Platform.Public)
+//	boot := VerifyPlatform(ak, nonce.Nonce, in.Platform)
+//	RequireSecureBoot(boot, class.SecureBoot == required)
+//	then the boot is compared with the device's baseline
+//
+// Every error above is a *Refusal (4xx, its Check is the API error code; fleet.AsRefusal reads
+// it so at the edge) except fleetd's own failures (randomness, sealing), which are plain errors
+// (5xx).
 package attest

@@ -83,10 +83,11 @@ type Enrolled struct {
 // activation challenge for the claimed AK, a nonce, and the sealed token, which binds the
 // evidence to the same request.
 func (s *Service) EnrollChallenge(ctx context.Context, in ChallengeInput) (Challenge, Outcome, error) {
-	d, _, action, out, err := s.enrollingDevice(ctx, in.ClaimedDevice, "challenge")
+	e, out, err := s.enrollingDevice(ctx, in.ClaimedDevice, "challenge")
 	if err != nil {
 		return Challenge{}, out, err
 	}
+	d, action := e.device, e.action
 	if in.ClaimedRequest != d.Owned.Request {
 		out.Check = "request_mismatch"
 		s.metrics.enrollments.WithLabelValues(string(action), "challenge", out.Check).Inc()
@@ -127,29 +128,37 @@ func (s *Service) challenge(d Device, in ChallengeInput) (Challenge, error) {
 	return Challenge{Token: tok, Credential: ch.Credential, Nonce: nonce}, nil
 }
 
+// enrolling is a device whose request waits for its attestation: the device as NetBox has it,
+// its class and the action its request carries out.
+type enrolling struct {
+	device Device
+	class  Class
+	action Action
+}
+
 // enrollingDevice finds the claimed device and checks that it has a request waiting for its
 // attestation. Nothing about the device is recorded for a refusal here: the caller did not name a
 // device fleetd is working on.
-func (s *Service) enrollingDevice(ctx context.Context, name, step string) (Device, Class, Action, Outcome, error) {
+func (s *Service) enrollingDevice(ctx context.Context, name, step string) (enrolling, Outcome, error) {
 	d, out, err := s.lookupDevice(ctx, name, step)
 	if err != nil {
-		return Device{}, Class{}, "", out, err
+		return enrolling{}, out, err
 	}
-	action := RequestAction(d.Owned.Request)
-	out = outcomeFor(d, action, step, "refused")
-	if d.Owned.State != StatePending || action == ActionNone {
+	e := enrolling{device: d, action: RequestAction(d.Owned.Request)}
+	out = outcomeFor(d, e.action, step, "refused")
+	if d.Owned.State != StatePending || e.action == ActionNone {
 		out.Check = "no_request"
-		return d, Class{}, action, out, Refuse(RefusedConflict, "no_request",
+		return e, out, Refuse(RefusedConflict, "no_request",
 			"%s has no accepted request waiting for attestation (fleet_state %s): set desired_action in NetBox first",
 			d.Name, stateWord(d.Owned.State))
 	}
-	class, ok := s.catalog.Class(d.Declared.Class)
-	if !ok || !class.Installable {
+	var ok bool
+	if e.class, ok = s.catalog.Class(d.Declared.Class); !ok || !e.class.Installable {
 		out.Check = "class_not_installable"
-		return d, Class{}, action, out, Refuse(RefusedConflict, "class_not_installable",
+		return e, out, Refuse(RefusedConflict, "class_not_installable",
 			"%s's class %q is not an installable class in classes.json", d.Name, d.Declared.Class)
 	}
-	return d, class, action, out, nil
+	return e, out, nil
 }
 
 // lookupDevice reads the device a node names; an unknown name is the caller's mistake.

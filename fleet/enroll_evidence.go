@@ -27,10 +27,11 @@ func (s *Service) EnrollEvidence(ctx context.Context, in EvidenceInput) (Enrolle
 	}
 	unlock := s.locks.lock(d.ID)
 	defer unlock()
-	d, class, action, out, err := s.enrollingDevice(ctx, in.ClaimedDevice, "evidence")
+	e, out, err := s.enrollingDevice(ctx, in.ClaimedDevice, "evidence")
 	if err != nil {
 		return Enrolled{}, out, err
 	}
+	d, class, action := e.device, e.class, e.action
 	// 1. The evidence.
 	v, err := s.verifyEvidence(d, class, in)
 	if err != nil {
