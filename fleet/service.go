@@ -10,6 +10,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+
+	"github.com/folly-infra/fleetd/attest"
 )
 
 // Config is the part of fleetd's configuration the domain needs.
@@ -67,7 +69,9 @@ type Service struct {
 	changes  ChangeLog
 	logMark  changeLogMark // where the next reconcile reads the change log from (changelog.go)
 	refusals lastRefusals
-	queued   sync.Map // "id request action": queued requests already journaled (noteQueued)
+	queued   sync.Map          // "id request action": queued requests already journaled (noteQueued)
+	boots    *attest.BootCache // the last replayed boot of each node (bootcheck.go)
+	bootIDs  *nameIndex        // the device id of each name a boot check found (bootcheck.go)
 }
 
 // NewService checks the dependencies and builds the service.
@@ -104,7 +108,8 @@ func NewService(cfg Config, deps Deps) (*Service, error) {
 	addrs := newAddrIndex()
 	s := &Service{cfg: cfg, inv: cappedInventory{indexedInventory{Inventory: deps.Inventory, idx: addrs}}, inst: deps.Installer,
 		catalog: deps.Catalog, clock: deps.Clock, rnd: &lockedReader{r: deps.Random}, renderer: deps.Renderer, attest: deps.Attest,
-		log: deps.Logger, metrics: m, addrs: addrs, changes: deps.ChangeLog}
+		log: deps.Logger, metrics: m, addrs: addrs, changes: deps.ChangeLog,
+		boots: attest.NewBootCache(bootCacheSize), bootIDs: newNameIndex(bootCacheSize)}
 	m.bootChecks.times = s.certTimes
 	return s, nil
 }
