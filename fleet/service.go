@@ -232,13 +232,19 @@ func NeedsAttention(d Device) bool {
 }
 
 func (s *Service) problems(d Device, action Action) []string {
+	return problemsOf(s.checks(d, action))
+}
+
+// checks is every check the claim makes of a request: the action itself, then the declaration
+// (Device.Checks). An action that is not a request is the only check.
+func (s *Service) checks(d Device, action Action) []DeclarationCheck {
 	switch {
 	case !validAction(action):
-		return []string{fmt.Sprintf("desired_action %q is not one of provision, attest, wipe", action)}
+		return []DeclarationCheck{{Name: "action", Problem: fmt.Sprintf("desired_action %q is not one of provision, attest, wipe", action)}}
 	case action == ActionRetire && d.Status != StatusDecommissioning:
-		return []string{"desired_action retire is not a request: set the device status to decommissioning to retire it"}
+		return []DeclarationCheck{{Name: "action", Problem: "desired_action retire is not a request: set the device status to decommissioning to retire it"}}
 	}
-	return d.Problems(action, s.catalog)
+	return d.Checks(action, s.catalog)
 }
 
 // ReconcileAll lists every device and reconciles those that need attention, so a lost webhook

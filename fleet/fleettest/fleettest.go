@@ -328,3 +328,11 @@ func Attested(d fleet.Device, uuid string, issued time.Time, ttl time.Duration) 
 		LDevID: fleet.LDevIDMaterial{Chain: [][]byte{[]byte("ldevid leaf")}}}
 	return d
 }
+
+// PreviewInstall implements fleet.InstallPreviewer: Fail, as Install would return it, and
+// nothing created.
+func (m *Installer) PreviewInstall(_ context.Context, _ fleet.WorkflowSpec) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.Fail
+}
