@@ -60,7 +60,7 @@ test: deps tools ## the whole test suite (what CI runs): the concurrent packages
 	@$(MAKE) --no-print-directory chaos CHAOS_SEED=$(CHAOS_TEST_SEED) CHAOS_COVERING=1
 
 # The randomized fault schedules of dev/stack/chaos (issue 7): each run prints
-# "schedules=N violations=M not-played=P", the coverage table (each step, fault and kill point:
+# "schedules=N violations=M not-played=P foreign-writes=W restores=R", the coverage table (each step, fault and kill point:
 # drawn, happened, idle, failed) and, for each violation or schedule whose steps did not happen,
 # its seed and schedule. A seed is replayed with: go test ./dev/stack/chaos -run TestChaos -seed N
 # (CHAOS_SEED=N starts a run there; 0 draws it from the clock). CHAOS_COVERING=1 (make test) plays

@@ -49,6 +49,9 @@ func Boot(ctx context.Context, info Info, name string, o StepOptions) error {
 	if err != nil {
 		return fmt.Errorf("boot %s: %w", name, err)
 	}
+	if kind != fleet.KindCloudInit {
+		mc.recordDelivery(kind, body)
+	}
 	files, err := fleet.DeliveredFiles(kind, body)
 	if err != nil {
 		return fmt.Errorf("boot %s: %w", name, err)

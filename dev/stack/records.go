@@ -2,6 +2,7 @@ package stack
 
 import (
 	"bufio"
+	"crypto/sha256"
 	"crypto/x509"
 	"encoding/hex"
 	"encoding/pem"
@@ -15,6 +16,7 @@ import (
 	tinkv1 "github.com/tinkerbell/tink/api/v1alpha1"
 
 	"github.com/folly-infra/fleetd/dev/tinkerbell"
+	"github.com/folly-infra/fleetd/fleet"
 	"github.com/folly-infra/fleetd/workflows"
 )
 
@@ -29,13 +31,17 @@ import (
 // serials of the certificates it wrote), and wipe, image and nocloud-seed (a simulated action
 // wrote to a disk: disk is /workflow/disk as the action read it, target the block device it
 // acted on (nocloud-seed: the disk of the partition it wrote, also named), serial that device's
-// serial in sysfs). Every record names the Workflow and the
-// request (from its hardwareMap). Values never hold spaces; an absent value is "-".
+// serial in sysfs), and delivered (the installed OS's configuration fetch was answered with a
+// configuration: the class kind and the SHA-256 of what it got; a NoCloud seed is read from the
+// disk, so it has none). Every record names the Workflow and the request (from its
+// hardwareMap; delivered: those of the disk's last image record, the install the configuration
+// is for). Values never hold spaces; an absent value is "-".
 const (
-	RecordEnrolled = "enrolled"
-	RecordWipe     = "wipe"
-	RecordImage    = "image"
-	RecordNoCloud  = "nocloud-seed"
+	RecordEnrolled  = "enrolled"
+	RecordWipe      = "wipe"
+	RecordImage     = "image"
+	RecordNoCloud   = "nocloud-seed"
+	RecordDelivered = "delivered"
 )
 
 // Record is one record line of a machine's log.
@@ -59,6 +65,27 @@ func (mc *machine) record(kind string, wf *tinkv1.Workflow, a tinkerbell.Action,
 	for i := 0; i+1 < len(kv); i += 2 {
 		fields[kv[i]] = kv[i+1]
 	}
+	mc.writeRecord(kind, fields)
+}
+
+// recordDelivery writes the record of a configuration the installed OS's fetch was answered
+// with, for the install that wrote the disk last (its image record's Workflow and request).
+func (mc *machine) recordDelivery(kind fleet.Kind, body []byte) {
+	sum := sha256.Sum256(body)
+	fields := map[string]string{"kind": string(kind), "sha256": hex.EncodeToString(sum[:])}
+	if recs, err := ReadRecords(mc.m.Dir); err == nil {
+		for i := len(recs) - 1; i >= 0; i-- {
+			if recs[i].Kind == RecordImage {
+				fields["workflow"], fields["request"] = recs[i].Fields["workflow"], recs[i].Fields["request"]
+				break
+			}
+		}
+	}
+	mc.writeRecord(RecordDelivered, fields)
+}
+
+// writeRecord writes one record line.
+func (mc *machine) writeRecord(kind string, fields map[string]string) {
 	keys := make([]string, 0, len(fields))
 	for k := range fields {
 		keys = append(keys, k)

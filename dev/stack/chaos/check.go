@@ -25,6 +25,7 @@ const (
 	PartWipe       = "c/wipe-authorized"
 	PartCerts      = "d/certificates"
 	PartConsistent = "e/netbox-consistent"
+	PartDelivered  = "f/delivered-once"
 )
 
 // Violation is one broken part of the promise.

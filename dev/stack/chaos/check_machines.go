@@ -12,8 +12,9 @@ import (
 	"github.com/folly-infra/fleetd/workflows"
 )
 
-// checkMachine checks promises (c) and (d) on one machine: its records (what authorized each of
-// its disk writes), its files, and its real EK against the device's approved ones.
+// checkMachine checks promises (c), (d) and (f) on one machine: its records (what authorized each
+// of its disk writes, each configuration its installed OS was answered with), its files, and its
+// real EK against the device's approved ones.
 func (e *evidence) checkMachine(d stack.OwnerDevice, m stack.Machine, h *history) []Violation {
 	var out []Violation
 	bad := func(part, format string, args ...any) {
@@ -34,8 +35,14 @@ func (e *evidence) checkMachine(d stack.OwnerDevice, m stack.Machine, h *history
 		out = append(out, e.checkUnapproved(d, m, h, recs)...)
 	}
 	enrolled := map[string]stack.Record{} // by Workflow: the enrollment of this Workflow's run
+	delivered := map[string]int{}         // by request: the fetches answered with a configuration
 	for _, r := range recs {
 		switch r.Kind {
+		case stack.RecordDelivered:
+			if delivered[r.Field("request")]++; delivered[r.Field("request")] == 2 {
+				bad(PartDelivered, "the configuration of request %s was delivered again at %s: a configuration is served once", r.Field("request"),
+					r.Time.Format("15:04:05.000000"))
+			}
 		case stack.RecordEnrolled:
 			enrolled[r.Field("workflow")] = r
 			for _, k := range []string{"ldevid_serial", "lak_serial"} {

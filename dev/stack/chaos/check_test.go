@@ -183,9 +183,15 @@ func promiseRows() []plantRow {
 	}
 }
 
-// machineRows plant what the machine's records and files say: (c) and (d).
+// machineRows plant what the machine's records and files say: (c), (d) and (f).
 func machineRows() []plantRow {
 	return []plantRow{
+		{"refuse/a configuration delivered twice", true, func(f *fixture) {
+			f.cleanProvision(r1)
+			f.owner(`{"custom_fields": {"fleet_state": "configuring", "tpm": "2.0"}}`)
+			f.record(r1, "delivered", "kind=talos")
+			f.fleetd(`{"custom_fields": {"fleet_state": "active"}}`)
+		}, chaos.PartDelivered, "the configuration of request " + r1 + " was delivered again"},
 		{"refuse/a wipe with no enrollment before it", true, func(f *fixture) {
 			f.cleanProvision(r1)
 			f.record(r2, "wipe", "disk="+f.byID("sda"), "target=/dev/sda", "serial=SER-A")

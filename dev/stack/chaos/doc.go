@@ -7,14 +7,18 @@
 //	    its declared disk serial, for the same request;
 //	(d) no LDevID or LAK is issued for an unapproved EK;
 //	(e) nothing fleetd owns in NetBox is left inconsistent, and no field fleetd owns keeps a value
-//	    another NetBox user wrote (docs/design.md §9).
+//	    another NetBox user wrote (docs/design.md §9);
+//	(f) a configuration is delivered once: the installed OS's fetch is answered with it once per
+//	    request, whatever an owner's client wrote back.
 //
 // A Schedule (Generate) is a sequence of steps over a few machines, drawn from a seed: the
 // owner's requests through NetBox's REST API, the machines' netboot, first boot and boot checks,
-// Workflow outcomes as Tinkerbell reports them, interleaved with faults — NetBox answering 5xx,
-// slowly or past fleetd's timeout, webhooks dropped or late, the Kubernetes API server stopped
-// and started again, fleetd SIGKILLed (before or after a claim, during an enrollment, between
-// the attestation and the configuration's fetch) and restarted by its supervisor. A Runner plays
+// Workflow outcomes as Tinkerbell reports them, an owner's client saving a copy of the device read
+// steps earlier whole (pynetbox's Record.save(): every custom field with the value read, one key
+// changed), interleaved with faults — NetBox answering 5xx, slowly or past fleetd's timeout,
+// webhooks dropped or late, the Kubernetes API server stopped and started again, fleetd
+// SIGKILLed (before or after a claim, during an enrollment, between the attestation and the
+// configuration's fetch) and restarted by its supervisor. A Runner plays
 // a schedule on a running stack; Settle then clears the faults and lets the world finish (the
 // machines netboot and boot when their requests wait for them, as real machines would); Check
 // reads NetBox (the owner's REST API and its change log), the Kubernetes API (the Workflows

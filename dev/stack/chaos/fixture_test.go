@@ -119,7 +119,7 @@ func (f *fixture) sources() chaos.Sources {
 
 // cleanProvision is a provision as fleetd makes it: the owner's request, the claim, the
 // Workflow, the attestation with certificates, the machine's enrollment, wipe and image, the
-// install's success and the delivery.
+// install's success and the delivery, and the machine's fetch answered.
 func (f *fixture) cleanProvision(req string) {
 	f.owner(`{"custom_fields": {"desired_action": "provision"}}`)
 	f.claim(req, "staged")
@@ -130,6 +130,7 @@ func (f *fixture) cleanProvision(req string) {
 	f.record(req, "image", disk, "target=/dev/sda", "serial=SER-A")
 	f.fleetd(`{"custom_fields": {"fleet_state": "configuring"}}`)
 	f.fleetd(`{"custom_fields": {"fleet_state": "active"}, "status": "active"}`)
+	f.record(req, "delivered", "kind=talos")
 }
 
 // attestAndDeliver is fleetd recording the attestation of the running provision with its

@@ -57,3 +57,40 @@ func TestMachineEvents(t *testing.T) {
 		}
 	}
 }
+
+// TestStaleSave: a stale write sends every key of the copy with the value read, and changes the
+// one key its variant names; the copy kept is not changed.
+func TestStaleSave(t *testing.T) {
+	copyOf := func(desired, tpm any) map[string]any {
+		return map[string]any{"desired_action": desired, "tpm": tpm, "fleet_state": "configuring", "fleet_request": "provision-aaaaaaaa",
+			"fleet_identity": map[string]any{"request": "provision-aaaaaaaa"}, "disk_serial": "SER-A"}
+	}
+	for _, r := range []struct {
+		name, arg      string
+		copy, wantDiff map[string]any
+	}{
+		{"ok/desired_action asked", "desired-action", copyOf(nil, nil), map[string]any{"desired_action": "attest"}},
+		{"ok/the copy's attest taken back", "desired-action", copyOf("attest", nil), map[string]any{"desired_action": nil}},
+		{"ok/tpm stated", "owner-field", copyOf("provision", nil), map[string]any{"tpm": "2.0"}},
+		{"ok/tpm back to empty", "owner-field", copyOf(nil, "2.0"), map[string]any{"tpm": nil}},
+	} {
+		kept := fmt.Sprint(r.copy)
+		got, err := staleSave(r.copy, r.arg)
+		if err != nil {
+			t.Fatalf("%s: %v", r.name, err)
+		}
+		want := copyOf(r.copy["desired_action"], r.copy["tpm"])
+		for k, v := range r.wantDiff {
+			want[k] = v
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%s: saves %v, want %v", r.name, got, want)
+		}
+		if fmt.Sprint(r.copy) != kept {
+			t.Errorf("%s: the copy kept became %v", r.name, r.copy)
+		}
+	}
+	if _, err := staleSave(copyOf(nil, nil), "comments"); err == nil {
+		t.Error("refuse/an unknown variant: no error")
+	}
+}

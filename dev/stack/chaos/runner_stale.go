@@ -8,6 +8,7 @@ import (
 	"maps"
 	"reflect"
 	"slices"
+	"time"
 
 	"github.com/folly-infra/fleetd/dev/stack"
 )
@@ -27,18 +28,27 @@ type copies map[string]map[string]any
 func (r *Runner) keepCopies(machines []string) copies {
 	out := copies{}
 	for _, name := range machines {
-		raw, err := r.Stack.NetBox().DeviceJSON(r.Stack.DeviceID(name))
-		if err != nil {
-			continue
-		}
-		var d struct {
-			CustomFields map[string]any `json:"custom_fields"`
-		}
-		if json.Unmarshal(raw, &d) == nil && d.CustomFields != nil {
-			out[name] = d.CustomFields
+		if cf, ok := r.customFields(r.Stack.DeviceID(name)); ok {
+			out[name] = cf
 		}
 	}
 	return out
+}
+
+// customFields is the device's custom_fields as the REST API renders them (every field of the
+// schema, null when unset).
+func (r *Runner) customFields(id int64) (map[string]any, bool) {
+	raw, err := r.Stack.NetBox().DeviceJSON(id)
+	if err != nil {
+		return nil, false
+	}
+	var d struct {
+		CustomFields map[string]any `json:"custom_fields"`
+	}
+	if json.Unmarshal(raw, &d) != nil || d.CustomFields == nil {
+		return nil, false
+	}
+	return d.CustomFields, true
 }
 
 // staleWrite saves the copy of the device read s.N steps earlier with the one change s.Arg says,
@@ -56,8 +66,35 @@ func (r *Runner) staleWrite(ctx context.Context, s Step) []Event {
 	if !ok {
 		return []Event{did(k, fmt.Errorf("chaos: no copy of %s was kept before step %d", s.Machine, read+1))}
 	}
+	cf, err := staleSave(cf, s.Arg)
+	if err != nil {
+		return []Event{did(k, err)}
+	}
+	id := r.Stack.DeviceID(s.Machine)
+	// The owner's script saves once fleetd has moved on from its copy (it claimed the request the
+	// last step asked for, recorded an attestation, a delivery): a step returns before fleetd's
+	// answer to it is in NetBox. If fleetd writes nothing within staleWait, it saves anyway.
+	waitFor(ctx, staleWait, func() bool { return len(r.differs(id, cf)) > 0 })
+	since := r.lastChange(id)
+	evs := r.owner(ctx, s, map[string]any{"custom_fields": cf})
+	if evs[0].Outcome != Happened {
+		return evs
+	}
+	back := r.writtenBack(id, since)
+	if len(back) == 0 {
+		evs[0] = idle(k, fmt.Errorf("the copy read %d steps earlier held the values fleetd has now: nothing of fleetd's was written back", now-read))
+		return evs
+	}
+	r.say("chaos stale-write %s: a copy read %d steps earlier wrote back %v", s.Machine, now-read, back)
+	return evs
+}
+
+// staleSave is the custom_fields a client saves from its copy cf with the one change arg names:
+// every key of the copy, with the value read (pynetbox's Record.save() once any custom field
+// changed).
+func staleSave(cf map[string]any, arg string) (map[string]any, error) {
 	cf = maps.Clone(cf)
-	switch s.Arg {
+	switch arg {
 	case "desired-action": // the owner asks for an attestation, or takes back what its copy asked
 		if cf["desired_action"] == "attest" {
 			cf["desired_action"] = nil
@@ -71,21 +108,28 @@ func (r *Runner) staleWrite(ctx context.Context, s Step) []Event {
 			cf["tpm"] = nil
 		}
 	default:
-		return []Event{did(k, fmt.Errorf("chaos: unknown stale write %q", s.Arg))}
+		return nil, fmt.Errorf("chaos: unknown stale write %q", arg)
 	}
-	id := r.Stack.DeviceID(s.Machine)
-	since := r.lastChange(id)
-	evs := r.owner(ctx, s, map[string]any{"custom_fields": cf})
-	if evs[0].Outcome != Happened {
-		return evs
+	return cf, nil
+}
+
+// staleWait bounds how long a stale write waits for fleetd to change a field of its copy: two of
+// the chaos stack's periodic reconciles.
+const staleWait = 10 * time.Second
+
+// differs is every field fleetd owns whose value on the device now is not the copy's.
+func (r *Runner) differs(id int64, cf map[string]any) []string {
+	var out []string
+	now, ok := r.customFields(id)
+	if !ok {
+		return nil
 	}
-	back := r.writtenBack(id, since)
-	if len(back) == 0 {
-		evs[0] = idle(k, fmt.Errorf("the copy read %d steps earlier held the values fleetd has now: nothing of fleetd's was written back", now-read))
-		return evs
+	for _, f := range ownedByFleetd {
+		if !reflect.DeepEqual(now[f], cf[f]) {
+			out = append(out, f)
+		}
 	}
-	r.say("chaos stale-write %s: a copy read %d steps earlier wrote back %v", s.Machine, now-read, back)
-	return evs
+	return out
 }
 
 // lastChange is the sequence number of the device's last change-log record (0 when none).
