@@ -5,6 +5,7 @@
 //	fleetd check --config fleetd.yaml     validate the config, classes.json and netbox-webhooks.yaml
 //	fleetd enroll [flags]                 the HookOS agent (first action of every Workflow)
 //	fleetd boot-check [flags]             the running node's hourly boot check
+//	fleetd plan DEVICE [--action A]       what fleetd would do for a device's request, writing nothing
 package main
 
 import (
@@ -31,6 +32,7 @@ commands:
   enroll [flags]            HookOS agent: prove the machine's identity and fetch its certificates
   boot-check [flags]        running node: send the hourly boot check
   policy learn [flags]      add a known-good HookOS netboot to the boot policy
+  plan [flags] DEVICE       what fleetd would do for the device's request (or --action); writes nothing
   version                   print the version
 
 Run "fleetd <command> -h" for a command's flags.
@@ -55,6 +57,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return bootCheck(ctx, args[1:], stderr)
 	case "policy":
 		return policy(args[1:], stdout, stderr)
+	case "plan":
+		return plan(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, "fleetd", version)
 		return 0

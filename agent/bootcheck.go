@@ -20,8 +20,8 @@ import (
 
 // BootCheck runs `fleetd boot-check` (docs/design.md §5), the node's hourly check, from a systemd timer, a
 // cron job or a Kubernetes CronJob: it reloads the AK the enrollment left (lak.blob), asks fleetd
-// for a nonce, quotes every PCR bank over it, and sends the quotes, the event log and the LAK
-// certificate (lak.pem). When the node has its LDevID (ldevid.pem, ldevid.pub, ldevid.priv) the
+// for a nonce, quotes the PCRs over it, and sends the SHA-256 bank's quote, the event log and the
+// LAK certificate (lak.pem). When the node has its LDevID (ldevid.pem, ldevid.pub, ldevid.priv) the
 // AK also certifies the LDevID key over the same nonce, so fleetd can renew it. Certificates
 // fleetd renewed in its answer replace ldevid.pem and lak.pem atomically (renew.go). It returns
 // nil when fleetd recorded the boot as ok, a *DriftError when fleetd recorded drift, a

@@ -1,10 +1,12 @@
 package agent
 
 import (
+	"crypto"
 	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 
 	"github.com/google/go-attestation/attest"
 	"github.com/google/go-tpm/legacy/tpm2"
@@ -77,13 +79,28 @@ func (t *TPM) ActivateCredential(ak *attest.AK, ec attest.EncryptedCredential) (
 	return secret, nil
 }
 
-// AttestPlatform quotes every PCR bank with the nonce and attaches the event log (read from the
-// channel's log file, or eventLog when it is not nil).
+// AttestPlatform quotes the PCRs with the nonce and attaches the event log (read from the
+// channel's log file, or eventLog when it is not nil). fleetd replays only the SHA-256 bank
+// (docs/design.md §5) and verifies every quote it is sent, so only the SHA-256 bank's quote and
+// values are kept: one signature for fleetd to verify instead of one per bank. A TPM without a
+// SHA-256 bank sends what it has, and fleetd's refusal says why.
 func (t *TPM) AttestPlatform(ak *attest.AK, nonce, eventLog []byte) (*attest.PlatformParameters, error) {
 	pp, err := t.tpm.AttestPlatform(ak, nonce, &attest.PlatformAttestConfig{EventLog: eventLog})
 	if err != nil {
 		return nil, fmt.Errorf("quote PCRs: %w", err)
 	}
+	var quotes []attest.Quote
+	for _, q := range pp.Quotes {
+		if att, err := tpm2.DecodeAttestationData(q.Quote); err == nil && att.AttestedQuoteInfo != nil &&
+			att.AttestedQuoteInfo.PCRSelection.Hash == tpm2.AlgSHA256 {
+			quotes = append(quotes, q)
+		}
+	}
+	if len(quotes) == 0 {
+		return pp, nil
+	}
+	pcrs := slices.DeleteFunc(slices.Clone(pp.PCRs), func(p attest.PCR) bool { return p.DigestAlg != crypto.SHA256 })
+	pp.Quotes, pp.PCRs = quotes, pcrs
 	return pp, nil
 }
 

@@ -14,7 +14,7 @@
 //     challenge for that AK and EK, a fresh nonce, and a sealed token carrying what the second
 //     round trip needs.
 //  2. POST /v1/attest/evidence (EvidenceRequest → EvidenceResponse). The agent sends the token
-//     back with the activated secret, quotes over every PCR bank with the nonce, the PCR values
+//     back with the activated secret, the quote of the SHA-256 PCR bank with the nonce, the PCR values
 //     and the measured-boot event log, the certification of a new LDevID key (certified by the
 //     AK with the nonce as qualifying data), its SMBIOS UUID and serial, the disks it sees, and
 //     the AK's TPM-wrapped blob. fleetd verifies all of it and, for a provision only, issues the
@@ -128,7 +128,8 @@ type EvidenceRequest struct {
 	LDevIDPrivate []byte `json:"ldevid_private"`
 }
 
-// Platform is go-attestation's PlatformParameters: quotes of every PCR bank by the AK.
+// Platform is go-attestation's PlatformParameters: quotes of PCR banks by the AK (fleetd's agent
+// sends the SHA-256 bank's; fleetd verifies every quote it is sent).
 type Platform struct {
 	AKPublic []byte  `json:"ak_public"` // TPMT_PUBLIC of the AK that quoted
 	Quotes   []Quote `json:"quotes"`

@@ -16,13 +16,25 @@ const pcrCount = 24
 // VerifiedBoot is a machine's measured boot as the quote and event log prove it.
 type VerifiedBoot struct {
 	// Events are the event-log entries that replayed to the quoted SHA-256 PCRs, in log order.
+	// A boot a BootCache answered has none (nil): it keeps only what a boot check uses.
 	Events []attest.Event
 	// SecureBoot is the Secure Boot state the verified events show; nil when it could not be
-	// determined, with the reason in SecureBootErr.
+	// determined, with the reason in SecureBootErr. From a BootCache it carries only Enabled.
 	SecureBoot    *attest.SecurebootState
 	SecureBootErr error
-	// Baseline is the compact form of Events a later boot check compares against (docs/design.md §5).
-	Baseline Baseline
+	// BaselineText is the text form of the baseline (Baseline), as boot_baseline holds it.
+	BaselineText string
+	baseline     *Baseline // parsed, when this boot was replayed rather than cached
+}
+
+// Baseline is the compact form of the verified events a later boot check compares against
+// (docs/design.md §5).
+func (vb *VerifiedBoot) Baseline() Baseline {
+	if vb.baseline != nil {
+		return *vb.baseline
+	}
+	b, _ := ParseBaseline(vb.BaselineText) // written by String, so it parses
+	return b
 }
 
 // VerifyPlatform verifies a machine's platform attestation under a verified AK and the server
@@ -34,6 +46,16 @@ type VerifiedBoot struct {
 // baseline is the same whichever other banks a TPM has. A log written without SHA-256 digests
 // is refused.
 func VerifyPlatform(ak *VerifiedAK, nonce []byte, claimed attest.PlatformParameters) (*VerifiedBoot, error) {
+	sha256PCRs, err := verifyQuotes(ak, nonce, claimed)
+	if err != nil {
+		return nil, err
+	}
+	return replayBoot(claimed.EventLog, sha256PCRs)
+}
+
+// verifyQuotes verifies every quote's signature and nonce and the PCR values, and returns the
+// quote-verified SHA-256 bank, in index order.
+func verifyQuotes(ak *VerifiedAK, nonce []byte, claimed attest.PlatformParameters) ([]attest.PCR, error) {
 	if len(claimed.Quotes) == 0 {
 		return nil, refuse(CheckQuote, "the platform attestation has no quote")
 	}
@@ -57,11 +79,19 @@ func VerifyPlatform(ak *VerifiedAK, nonce []byte, claimed attest.PlatformParamet
 	if len(sha256PCRs) != pcrCount {
 		return nil, refuse(CheckQuote, "the quotes cover %d of the %d SHA-256 PCRs; all of them are needed", len(sha256PCRs), pcrCount)
 	}
-	events, err := replay(claimed.EventLog, sha256PCRs)
+	slices.SortFunc(sha256PCRs, func(a, b attest.PCR) int { return a.Index - b.Index })
+	return sha256PCRs, nil
+}
+
+// replayBoot replays the event log against the quote-verified SHA-256 PCRs and reads the boot's
+// baseline and Secure Boot state from the verified events.
+func replayBoot(claimedLog []byte, sha256PCRs []attest.PCR) (*VerifiedBoot, error) {
+	events, err := replay(claimedLog, sha256PCRs)
 	if err != nil {
 		return nil, err
 	}
-	vb := &VerifiedBoot{Events: events, Baseline: NewBaseline(events)}
+	base := NewBaseline(events)
+	vb := &VerifiedBoot{Events: events, BaselineText: base.String(), baseline: &base}
 	vb.SecureBoot, vb.SecureBootErr = attest.ParseSecurebootState(events)
 	if vb.SecureBootErr != nil {
 		vb.SecureBoot = nil

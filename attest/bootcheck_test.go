@@ -134,6 +134,7 @@ func TestLAKVerifier(t *testing.T) {
 		{name: "refuse/another-CA", chain: issue(otherCA, otherCA, true), want: attest.CheckLAKUntrusted, wantMsg: "not by the fleet's LAK CA"},
 		{name: "refuse/an-LDevID-CA-under-the-same-root", chain: issue(ldevidCA, ldevidCA, true), want: attest.CheckLAKUntrusted},
 		{name: "refuse/an-LDevID-of-the-LAK-CA", chain: issue(lakCA, lakCA, false), want: attest.CheckLAKUntrusted, wantMsg: "tcg-kp-AIKCertificate"},
+		// The rows before cached good: past its validity it is verified in full again, and refused.
 		{name: "refuse/expired", chain: good, now: testTime.Add(2 * time.Hour), want: attest.CheckLAKUntrusted, wantMsg: "expired"},
 	}
 	for _, tc := range tests {

@@ -69,6 +69,9 @@ func NewEKVerifier(cfg EKVerifierConfig) (*EKVerifier, error) {
 	return v, nil
 }
 
+// Policy is the fleet's EK policy the verifier applies.
+func (v *EKVerifier) Policy() EKPolicy { return v.policy }
+
 func addPEMCerts(pool *x509.CertPool, b []byte) (int, error) {
 	n := 0
 	for {

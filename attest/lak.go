@@ -3,12 +3,14 @@ package attest
 import (
 	"bytes"
 	"crypto"
+	"crypto/sha256"
 	"crypto/x509"
 	"encoding/asn1"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/google/go-attestation/attest"
@@ -45,11 +47,30 @@ type LAKVerifierConfig struct {
 // requires the leaf to be issued by the LAK issuing CA itself: a certificate from another CA
 // under the same root (an LDevID, whose key is not restricted and could sign a forged quote)
 // is refused.
+//
+// A node presents the same certificate every hour until it is renewed, so the verifier keeps the
+// certificates it verified (at most lakCacheSize, keyed by the leaf's SHA-256) with the span in
+// which their whole chain is valid: a certificate seen again within that span is not parsed and
+// chained again. Any other certificate, a renewed one included, is a miss and is verified in
+// full, and so is a known one outside its span (to say why it is refused).
 type LAKVerifier struct {
 	issuer *x509.Certificate
 	roots  *x509.CertPool
 	inter  *x509.CertPool
 	now    func() time.Time
+
+	mu     sync.Mutex
+	leaves map[[sha256.Size]byte]verifiedLeaf
+}
+
+// lakCacheSize bounds the LAK certificates a verifier remembers: one per node, with room for
+// the renewed ones. Past it, an arbitrary one is forgotten and verified in full when seen again.
+const lakCacheSize = 2048
+
+// verifiedLeaf is a LAK certificate that verified, and the span its chain is valid in.
+type verifiedLeaf struct {
+	lak                 *VerifiedLAK
+	notBefore, notAfter time.Time
 }
 
 // NewLAKVerifier checks the configuration and returns a verifier.
@@ -60,7 +81,8 @@ func NewLAKVerifier(cfg LAKVerifierConfig) (*LAKVerifier, error) {
 	if !cfg.Issuer.IsCA {
 		return nil, fmt.Errorf("new LAK verifier: certificate %q is not a CA", cfg.Issuer.Subject)
 	}
-	v := &LAKVerifier{issuer: cfg.Issuer, roots: x509.NewCertPool(), inter: x509.NewCertPool(), now: cfg.Now}
+	v := &LAKVerifier{issuer: cfg.Issuer, roots: x509.NewCertPool(), inter: x509.NewCertPool(), now: cfg.Now,
+		leaves: map[[sha256.Size]byte]verifiedLeaf{}}
 	chain := append([]*x509.Certificate{cfg.Issuer}, cfg.Above...)
 	for _, c := range chain[:len(chain)-1] {
 		v.inter.AddCert(c)
@@ -81,37 +103,71 @@ type VerifiedLAK struct {
 // Verify checks a claimed LAK certificate chain (DER, leaf first, as lak.pem holds it): the leaf
 // must parse, be issued by the LAK issuing CA, chain to the configured root, be valid now, and
 // carry the tcg-kp-AIKCertificate EKU. Certificates after the leaf are ignored: the chain is
-// built from fleetd's own CA file.
+// built from fleetd's own CA file. The VerifiedLAK may be shared with other calls: read it only.
 func (v *LAKVerifier) Verify(claimedChain [][]byte) (*VerifiedLAK, error) {
 	if len(claimedChain) == 0 || len(claimedChain[0]) == 0 {
 		return nil, refuse(CheckLAKMalformed, "no LAK certificate was sent (lak_chain is empty)")
 	}
-	leaf, err := x509.ParseCertificate(claimedChain[0])
+	key := sha256.Sum256(claimedChain[0])
+	now := v.now()
+	v.mu.Lock()
+	known, ok := v.leaves[key]
+	v.mu.Unlock()
+	if ok && !now.Before(known.notBefore) && !now.After(known.notAfter) {
+		return known.lak, nil
+	}
+	lak, chain, err := v.verify(claimedChain[0], now)
 	if err != nil {
-		return nil, refuseErr(CheckLAKMalformed, err, "the LAK certificate does not parse")
+		return nil, err
+	}
+	e := verifiedLeaf{lak: lak, notBefore: lak.Cert.NotBefore, notAfter: lak.Cert.NotAfter}
+	for _, c := range chain {
+		if c.NotBefore.After(e.notBefore) {
+			e.notBefore = c.NotBefore
+		}
+		if c.NotAfter.Before(e.notAfter) {
+			e.notAfter = c.NotAfter
+		}
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if len(v.leaves) >= lakCacheSize {
+		for k := range v.leaves { // map order: an arbitrary certificate
+			delete(v.leaves, k)
+			break
+		}
+	}
+	v.leaves[key] = e
+	return lak, nil
+}
+
+// verify is Verify in full, at now; it returns the chain the leaf verified through.
+func (v *LAKVerifier) verify(der []byte, now time.Time) (*VerifiedLAK, []*x509.Certificate, error) {
+	leaf, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, nil, refuseErr(CheckLAKMalformed, err, "the LAK certificate does not parse")
 	}
 	serial := hex.EncodeToString(leaf.SerialNumber.Bytes())
 	if !bytes.Equal(leaf.RawIssuer, v.issuer.RawSubject) {
-		return nil, refuse(CheckLAKUntrusted, "the certificate (serial %s) was issued by %q, not by the fleet's LAK CA %q",
+		return nil, nil, refuse(CheckLAKUntrusted, "the certificate (serial %s) was issued by %q, not by the fleet's LAK CA %q",
 			serial, leaf.Issuer, v.issuer.Subject)
 	}
-	now := v.now()
-	_, err = leaf.Verify(x509.VerifyOptions{Roots: v.roots, Intermediates: v.inter, CurrentTime: now,
+	chains, err := leaf.Verify(x509.VerifyOptions{Roots: v.roots, Intermediates: v.inter, CurrentTime: now,
 		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}})
 	if err != nil {
 		if now.After(leaf.NotAfter) {
-			return nil, refuseErr(CheckLAKUntrusted, err, "the LAK certificate (serial %s) expired at %s: attest the device again for a new one",
+			return nil, nil, refuseErr(CheckLAKUntrusted, err, "the LAK certificate (serial %s) expired at %s: attest the device again for a new one",
 				serial, leaf.NotAfter.UTC().Format(time.RFC3339))
 		}
-		return nil, refuseErr(CheckLAKUntrusted, err, "the certificate (serial %s) does not chain to the fleet's LAK CA", serial)
+		return nil, nil, refuseErr(CheckLAKUntrusted, err, "the certificate (serial %s) does not chain to the fleet's LAK CA", serial)
 	}
 	if !slices.ContainsFunc(leaf.UnknownExtKeyUsage, oidAIKCertificate.Equal) {
-		return nil, refuse(CheckLAKUntrusted, "the certificate (serial %s) is not a LAK: it lacks the tcg-kp-AIKCertificate key usage", serial)
+		return nil, nil, refuse(CheckLAKUntrusted, "the certificate (serial %s) is not a LAK: it lacks the tcg-kp-AIKCertificate key usage", serial)
 	}
 	if leaf.Subject.CommonName == "" {
-		return nil, refuse(CheckLAKUntrusted, "the LAK certificate (serial %s) names no device (empty subject CN)", serial)
+		return nil, nil, refuse(CheckLAKUntrusted, "the LAK certificate (serial %s) names no device (empty subject CN)", serial)
 	}
-	return &VerifiedLAK{Device: leaf.Subject.CommonName, SerialHex: serial, Public: leaf.PublicKey, Cert: leaf}, nil
+	return &VerifiedLAK{Device: leaf.Subject.CommonName, SerialHex: serial, Public: leaf.PublicKey, Cert: leaf}, chains[0], nil
 }
 
 // AK returns the attestation key the LAK certifies, for VerifyPlatform, after checking that the

@@ -139,6 +139,17 @@ func (i indexedInventory) Device(ctx context.Context, id int64) (Device, error) 
 	return d, err
 }
 
+func (i indexedInventory) DeviceFields(ctx context.Context, id int64) (Device, error) {
+	d, err := i.Inventory.DeviceFields(ctx, id)
+	switch {
+	case err == nil:
+		i.idx.observe(d)
+	case errors.Is(err, ErrNotFound):
+		i.idx.forget(id)
+	}
+	return d, err
+}
+
 func (i indexedInventory) DeviceByName(ctx context.Context, name string) (Device, error) {
 	d, err := i.Inventory.DeviceByName(ctx, name)
 	if err == nil {

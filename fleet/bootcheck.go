@@ -84,7 +84,7 @@ func (s *Service) BootCheck(ctx context.Context, in BootCheckInput) (BootCheckRe
 	if err != nil {
 		return BootCheckResult{}, s.bootCheckRefused(out, err), err
 	}
-	d, err := s.inv.DeviceByName(ctx, lak.Device)
+	d, err := s.bootCheckTarget(ctx, lak.Device)
 	if errors.Is(err, ErrNotFound) {
 		err = Refuse(RefusedNotFound, "unknown_device",
 			"the LAK certificate names device %q, which NetBox does not have: the device was deleted or renamed", lak.Device)
@@ -111,6 +111,28 @@ func (s *Service) BootCheck(ctx context.Context, in BootCheckInput) (BootCheckRe
 		}
 		return res, out, err
 	}
+}
+
+// bootCheckTarget reads the device a LAK certificate names. The id a name had at the device's
+// last check is read directly, without its MACs (one NetBox request, with the ETag the record's
+// conditional write needs); a name never seen, or whose device is gone or was renamed since, is
+// looked up by name.
+func (s *Service) bootCheckTarget(ctx context.Context, name string) (Device, error) {
+	if id, ok := s.bootIDs.get(name); ok {
+		d, err := s.inv.DeviceFields(ctx, id)
+		switch {
+		case err == nil && d.Name == name:
+			return d, nil
+		case err != nil && !errors.Is(err, ErrNotFound):
+			return Device{}, err
+		}
+		s.bootIDs.forget(name)
+	}
+	d, err := s.inv.DeviceByName(ctx, name)
+	if err == nil {
+		s.bootIDs.put(name, d.ID)
+	}
+	return d, err
 }
 
 // bootCheck is one check's claims and, once verified, its verified boot (kept across re-reads of
@@ -180,7 +202,7 @@ func (s *Service) verifyBoot(d Device, c *bootCheck) error {
 	if err != nil {
 		return err
 	}
-	boot, err := attest.VerifyPlatform(ak, c.nonce.Nonce, c.platform)
+	boot, err := s.boots.VerifyPlatform(d.Name, ak, c.nonce.Nonce, c.platform)
 	if ar, ok := attest.AsRefusal(err); ok && ar.Check == attest.CheckQuote {
 		return err
 	}

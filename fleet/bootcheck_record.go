@@ -36,16 +36,12 @@ func (s *Service) recordBootCheck(ctx context.Context, d Device, out Outcome, c 
 	var kind JournalKind
 	var msg string
 	if d.Owned.BootBaseline == "" {
-		baseline := c.boot.Baseline.String()
+		baseline := c.boot.BaselineText
 		p.BootBaseline, res.BaselineTaken = &baseline, true
 		kind, msg = JournalInfo, fmt.Sprintf("First boot check of %s after its %s: baseline taken (%s; Secure Boot %s).",
-			d.Name, baselineAfter(d), describeBaseline(c.boot.Baseline), res.SecureBoot)
+			d.Name, baselineAfter(d), describeBaseline(c.boot.Baseline()), res.SecureBoot)
 	} else {
-		if base, err := attest.ParseBaseline(d.Owned.BootBaseline); err != nil {
-			res.Changes = []string{fmt.Sprintf("the stored boot_baseline cannot be read (%v)", err)}
-		} else {
-			res.Changes = attest.DiffBaseline(base, c.boot.Baseline)
-		}
+		res.Changes = baselineChanges(d.Owned.BootBaseline, c.boot)
 		if len(res.Changes) > 0 {
 			res.Outcome = BootCheckDrift
 		}
@@ -78,6 +74,20 @@ func (s *Service) recordBootCheck(ctx context.Context, d Device, out Outcome, c 
 		out.Detail = strings.TrimPrefix(out.Detail+"; "+d, "; ")
 	}
 	return res, out, nil
+}
+
+// baselineChanges explains how a verified boot differs from the stored baseline (none: the
+// same boot). The same text is the same baseline, so an unchanged boot is neither parsed nor
+// compared event by event.
+func baselineChanges(stored string, boot *attest.VerifiedBoot) []string {
+	if stored == boot.BaselineText {
+		return nil
+	}
+	base, err := attest.ParseBaseline(stored)
+	if err != nil {
+		return []string{fmt.Sprintf("the stored boot_baseline cannot be read (%v)", err)}
+	}
+	return attest.DiffBaseline(base, boot.Baseline())
 }
 
 // bootCheckChanged is the journal entry of an accepted check whose outcome differs from the last.

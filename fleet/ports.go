@@ -31,6 +31,10 @@ var ErrInventory = errors.New("netbox unavailable")
 type Inventory interface {
 	// Device reads one device by its NetBox id.
 	Device(ctx context.Context, id int64) (Device, error)
+	// DeviceFields reads one device by its NetBox id like Device, with its Version, but without
+	// its MACs (nil): one NetBox request, for a decision that needs only the device's own fields
+	// (the hourly boot check).
+	DeviceFields(ctx context.Context, id int64) (Device, error)
 	// DeviceByName reads one device by its exact NetBox name.
 	DeviceByName(ctx context.Context, name string) (Device, error)
 	// Devices lists every device (the reconcile and the Kea reservations read it).

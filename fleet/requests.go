@@ -11,10 +11,10 @@ import (
 // problem, desired_action cleared, a warning in the journal, and no Workflow. A retirement that is
 // still rejected for the same reasons is not written again (it has no desired_action to clear).
 func (s *Service) reject(ctx context.Context, d Device, action Action, problems []string) (Outcome, error) {
-	msg := fmt.Sprintf("%s refused: %s.", action, strings.Join(problems, "; "))
+	msg := rejectMessage(action, problems)
 	out := outcomeFor(d, action, "claim", "rejected")
 	out.Detail = msg
-	if d.Owned.State == StateRejected && d.Owned.Message == msg && d.Declared.DesiredAction == ActionNone {
+	if stillRejected(d, msg) {
 		out.Result = "still-rejected"
 		return out, nil
 	}
@@ -30,6 +30,21 @@ func (s *Service) reject(ctx context.Context, d Device, action Action, problems 
 	s.metrics.requests.WithLabelValues(string(action), "rejected").Inc()
 	s.journal(ctx, d, t.Journal, msg)
 	return out, nil
+}
+
+// rejectMessage is the fleet_message and journal entry of a rejected request.
+func rejectMessage(action Action, problems []string) string {
+	return fmt.Sprintf("%s refused: %s.", action, strings.Join(problems, "; "))
+}
+
+// stillRejected reports a rejection NetBox already holds: reject writes nothing again.
+func stillRejected(d Device, msg string) bool {
+	return d.Owned.State == StateRejected && d.Owned.Message == msg && d.Declared.DesiredAction == ActionNone
+}
+
+// acceptMessage is the fleet_message and journal entry of a claimed request.
+func acceptMessage(action Action, req, workflow, template string) string {
+	return fmt.Sprintf("%s accepted as request %s: Workflow %s from Template %s.", action, req, workflow, template)
 }
 
 // accept claims a request: a new request id, the deterministic Workflow name, state pending and
@@ -48,8 +63,7 @@ func (s *Service) accept(ctx context.Context, d Device, action Action) (Outcome,
 	if !ok {
 		return out, fmt.Errorf("accept %s on %s: no transition from %q", action, d.Name, d.Owned.State)
 	}
-	msg := fmt.Sprintf("%s accepted as request %s: Workflow %s from Template %s.",
-		action, req, wf, class.Templates[action])
+	msg := acceptMessage(action, req, wf, class.Templates[action])
 	p := Patch{IfVersion: d.Version, ClearDesiredAction: d.Declared.DesiredAction != ActionNone,
 		Status: t.Status, State: &t.To, Message: &msg, Request: &req, Workflow: &wf}
 	claimed, err := s.inv.Update(ctx, d.ID, p)
@@ -71,20 +85,29 @@ func (s *Service) accept(ctx context.Context, d Device, action Action) (Outcome,
 // fails the request; any other error leaves it pending for the next reconcile.
 func (s *Service) install(ctx context.Context, d Device, action Action, class Class) (Outcome, error) {
 	out := outcomeFor(d, action, "install", "workflow-created")
-	spec := WorkflowSpec{Name: d.Owned.Workflow, Template: class.Templates[action], Device: d, Class: class,
-		Action: action, Request: d.Owned.Request, FleetdURL: s.cfg.FleetdURL}
+	spec := s.workflowSpec(d, action, class)
 	err := s.inst.Install(ctx, spec)
 	switch {
 	case err == nil:
 		return out, nil
 	case errors.Is(err, ErrTemplate):
-		msg := fmt.Sprintf("%s request %s failed before anything ran: %v.", action, d.Owned.Request, err)
-		return s.apply(ctx, d, action, EventWorkflowFailed, msg)
+		return s.apply(ctx, d, action, EventWorkflowFailed, templateFailedMessage(action, d.Owned.Request, err))
 	default:
 		s.metrics.installErrors.Inc()
 		out.Result = "install-deferred"
 		return out, fmt.Errorf("create Workflow %s for %s: %w", spec.Name, d.Name, err)
 	}
+}
+
+// workflowSpec is the Workflow of the device's claimed request.
+func (s *Service) workflowSpec(d Device, action Action, class Class) WorkflowSpec {
+	return WorkflowSpec{Name: d.Owned.Workflow, Template: class.Templates[action], Device: d, Class: class,
+		Action: action, Request: d.Owned.Request, FleetdURL: s.cfg.FleetdURL}
+}
+
+// templateFailedMessage is the message of a request whose Template cannot carry it.
+func templateFailedMessage(action Action, req string, err error) string {
+	return fmt.Sprintf("%s request %s failed before anything ran: %v.", action, req, err)
 }
 
 // follow looks after a running request: creates its Workflow if the claim outlived a crash,
@@ -299,10 +322,15 @@ func (s *Service) noteQueued(ctx context.Context, d Device, running Action) {
 	if _, seen := s.queued.LoadOrStore(fmt.Sprintf("%d %s %s", d.ID, d.Owned.Request, q), true); seen {
 		return
 	}
+	s.journal(ctx, d, JournalInfo, queuedMessage(d, q, running))
+}
+
+// queuedMessage says that request q waits for the running one, and how to cancel it.
+func queuedMessage(d Device, q, running Action) string {
 	cancel := "clear desired_action to cancel it before then"
 	if q == ActionRetire && d.Declared.DesiredAction == ActionNone {
 		cancel = "set the status back from decommissioning to cancel it before then"
 	}
-	s.journal(ctx, d, JournalInfo, fmt.Sprintf("%s waits for %s request %s (fleet_state %s): it starts when that request ends; %s.",
-		q, running, d.Owned.Request, d.Owned.State, cancel))
+	return fmt.Sprintf("%s waits for %s request %s (fleet_state %s): it starts when that request ends; %s.",
+		q, running, d.Owned.Request, d.Owned.State, cancel)
 }

@@ -10,6 +10,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+
+	"github.com/folly-infra/fleetd/attest"
 )
 
 // Config is the part of fleetd's configuration the domain needs.
@@ -67,7 +69,9 @@ type Service struct {
 	changes  ChangeLog
 	logMark  changeLogMark // where the next reconcile reads the change log from (changelog.go)
 	refusals lastRefusals
-	queued   sync.Map // "id request action": queued requests already journaled (noteQueued)
+	queued   sync.Map          // "id request action": queued requests already journaled (noteQueued)
+	boots    *attest.BootCache // the last replayed boot of each node (bootcheck.go)
+	bootIDs  *nameIndex        // the device id of each name a boot check found (bootcheck.go)
 }
 
 // NewService checks the dependencies and builds the service.
@@ -104,7 +108,8 @@ func NewService(cfg Config, deps Deps) (*Service, error) {
 	addrs := newAddrIndex()
 	s := &Service{cfg: cfg, inv: cappedInventory{indexedInventory{Inventory: deps.Inventory, idx: addrs}}, inst: deps.Installer,
 		catalog: deps.Catalog, clock: deps.Clock, rnd: &lockedReader{r: deps.Random}, renderer: deps.Renderer, attest: deps.Attest,
-		log: deps.Logger, metrics: m, addrs: addrs, changes: deps.ChangeLog}
+		log: deps.Logger, metrics: m, addrs: addrs, changes: deps.ChangeLog,
+		boots: attest.NewBootCache(bootCacheSize), bootIDs: newNameIndex(bootCacheSize)}
 	m.bootChecks.times = s.certTimes
 	return s, nil
 }
@@ -227,13 +232,19 @@ func NeedsAttention(d Device) bool {
 }
 
 func (s *Service) problems(d Device, action Action) []string {
+	return problemsOf(s.checks(d, action))
+}
+
+// checks is every check the claim makes of a request: the action itself, then the declaration
+// (Device.Checks). An action that is not a request is the only check.
+func (s *Service) checks(d Device, action Action) []DeclarationCheck {
 	switch {
 	case !validAction(action):
-		return []string{fmt.Sprintf("desired_action %q is not one of provision, attest, wipe", action)}
+		return []DeclarationCheck{{Name: "action", Problem: fmt.Sprintf("desired_action %q is not one of provision, attest, wipe", action)}}
 	case action == ActionRetire && d.Status != StatusDecommissioning:
-		return []string{"desired_action retire is not a request: set the device status to decommissioning to retire it"}
+		return []DeclarationCheck{{Name: "action", Problem: "desired_action retire is not a request: set the device status to decommissioning to retire it"}}
 	}
-	return d.Problems(action, s.catalog)
+	return d.Checks(action, s.catalog)
 }
 
 // ReconcileAll lists every device and reconciles those that need attention, so a lost webhook

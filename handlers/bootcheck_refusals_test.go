@@ -149,6 +149,10 @@ func testBootCheckRefusals(t *testing.T, f *fleetdUnderTest, n node) {
 			setup: func(t *testing.T, req *api.BootCheckRequest) {
 				req.LAKChain = issue(t, fleetCAs, "ghost", lakCert.PublicKey).DER()
 			}},
+		{name: "refuse/a LAK naming a device renamed since its last check", wantStatus: 404, wantCode: "unknown_device",
+			setup: func(t *testing.T, req *api.BootCheckRequest) {
+				edit(12, func(d *fleet.Device) { d.Name = "node-a-renamed" }) // fleetd read node-a by its id at the last check
+			}},
 		{name: "refuse/a decommissioning device", wantStatus: 409, wantCode: "not_active",
 			setup: func(t *testing.T, req *api.BootCheckRequest) {
 				edit(12, func(d *fleet.Device) { d.Status = fleet.StatusDecommissioning })
@@ -157,6 +161,7 @@ func testBootCheckRefusals(t *testing.T, f *fleetdUnderTest, n node) {
 			setup: func(t *testing.T, req *api.BootCheckRequest) {
 				edit(12, func(d *fleet.Device) { d.Owned.State = fleet.StatePending })
 			}},
+		// The checks before these rows cached node-a's boot: another log is replayed, and refused.
 		{name: "refuse/an event log that does not replay: recorded as failed", wantStatus: 400, wantCode: "eventlog_invalid",
 			wantFailed: "danger: Boot check of node-a failed (eventlog_invalid): the event log does not replay to the quoted SHA-256 PCRs",
 			setup: func(t *testing.T, req *api.BootCheckRequest) {

@@ -64,7 +64,8 @@ func enrollActiveOn(t testing.TB, hc handlerstest.Config, ekSHA256 string, cfg a
 
 // TestBootCheck runs the real `fleetd boot-check` against the real handlers and service on the
 // TPM simulator, enrolled first through the real agent: the first check takes the baseline and
-// writes one journal entry, the next one only moves last_boot_check (docs/design.md §5; issue 5).
+// writes one journal entry, the next one only moves last_boot_check (docs/design.md §5; issue 5),
+// at the cost of one device read and one write.
 func TestBootCheck(t *testing.T) {
 	sim, ch := simulatorBoot(t)
 	defer sim.Close()
@@ -86,9 +87,14 @@ func TestBootCheck(t *testing.T) {
 		t.Fatalf("journal after the first check: %q", j[journal:])
 	}
 
-	// ok/second check: no journal entry, last_boot_check moves, the baseline stays.
+	// ok/second check: no journal entry, last_boot_check moves, the baseline stays; NetBox is
+	// asked for one device read and the conditional write (issue 13.1).
+	calls := f.inv.Calls.Load()
 	if err := agent.BootCheck(context.Background(), cfg); err != nil {
 		t.Fatalf("second boot check: exit %d: %v", agent.ExitCode(err), err)
+	}
+	if n := f.inv.Calls.Load() - calls; n != 2 {
+		t.Errorf("the second check of the same boot made %d NetBox calls, want 2 (read the device, write the check)", n)
 	}
 	second := f.inv.Get(12)
 	if !second.Owned.LastBootCheck.After(first.Owned.LastBootCheck) || second.Owned.BootBaseline != first.Owned.BootBaseline || second.Owned.BootCheck != fleet.BootCheckOK {

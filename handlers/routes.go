@@ -75,6 +75,7 @@ func Table() []Route {
 		{"devices", "GET", "/v1/devices", "operator", "bearer token", "every device: declaration, state, request, Workflow, certificates, boot check, pending configuration", 0},
 		{"device", "GET", "/v1/devices/{name}", "operator", "bearer token", "one device, with its Workflow's current action", 0},
 		{"device-reconcile", "POST", "/v1/devices/{name}/reconcile", "operator", "bearer token", "re-read one device from NetBox now and take the next step", 0},
+		{"device-plan", "GET", "/v1/devices/{name}/plan", "operator", "bearer token", "what the device's request, or ?action=, would do, writing nothing", 0},
 		{"healthz", "GET", "/healthz", "systemd", "none", "liveness: the process serves HTTP", 0},
 		{"readyz", "GET", "/readyz", "systemd, load balancer", "none", "readiness: NetBox and the Kubernetes API answer", 0},
 		{"metrics", "GET", "/metrics", "Prometheus", "none", "Prometheus metrics", 0},

@@ -75,6 +75,7 @@ func New(deps Deps) (*Server, error) {
 		"devices":           s.operatorOnly(s.listDevices),
 		"device":            s.operatorOnly(s.getDevice),
 		"device-reconcile":  s.operatorOnly(s.reconcileDevice),
+		"device-plan":       s.operatorOnly(s.planDevice),
 		"healthz":           http.HandlerFunc(s.healthz),
 		"readyz":            http.HandlerFunc(s.readyz),
 		"metrics":           promhttp.HandlerFor(deps.Gatherer, promhttp.HandlerOpts{}),

@@ -21,12 +21,30 @@ const pageSize = 1000
 
 // Device reads one device by id, with its MACs, and its ETag as Version.
 func (c *Client) Device(ctx context.Context, id int64) (fleet.Device, error) {
+	dj, etag, err := c.device(ctx, id)
+	if err != nil {
+		return fleet.Device{}, err
+	}
+	return c.withMACs(ctx, dj, etag)
+}
+
+// DeviceFields reads one device by id, without its MACs (one request), and its ETag as Version.
+func (c *Client) DeviceFields(ctx context.Context, id int64) (fleet.Device, error) {
+	dj, etag, err := c.device(ctx, id)
+	if err != nil {
+		return fleet.Device{}, err
+	}
+	return toDevice(dj, nil, etag)
+}
+
+// device reads one device by id, and its ETag.
+func (c *Client) device(ctx context.Context, id int64) (deviceJSON, string, error) {
 	start := time.Now()
 	d, resp, err := c.api.DcimAPI.DcimDevicesRetrieve(ctx, int32(id)).Execute()
 	c.metrics.observe("device", start, resp, err)
 	dj, err := deviceAnswer(fmt.Sprintf("read device %d", id), d, resp, err)
 	if err != nil {
-		return fleet.Device{}, err
+		return deviceJSON{}, "", err
 	}
 	etag := resp.Header.Get("ETag")
 	if etag == "" {
@@ -35,7 +53,7 @@ func (c *Client) Device(ctx context.Context, id int64) (fleet.Device, error) {
 				"fleetd's writes are last-write-wins, so run only one fleetd instance (docs/operate.md, \"Several instances\")")
 		})
 	}
-	return c.withMACs(ctx, dj, etag)
+	return dj, etag, nil
 }
 
 // deviceAnswer is NetBox's answer with one device (a read or an update), decoded leniently where

@@ -130,6 +130,12 @@ func (i *Issuer) RenewalPoint(p Profile, cert *x509.Certificate) time.Time {
 	return byAge
 }
 
+// Lifetimes is profile p's certificate lifetime and renewal point (IssuerConfig).
+func (i *Issuer) Lifetimes(p Profile) (lifetime, renewAfter time.Duration) {
+	_, lifetime, renewAfter = i.profile(p)
+	return lifetime, renewAfter
+}
+
 func (i *Issuer) profile(p Profile) (*CA, time.Duration, time.Duration) {
 	if p == ProfileLAK {
 		return i.cfg.LAK, i.cfg.LAKLifetime, i.cfg.LAKRenewAfter

@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -38,39 +39,64 @@ func (in *Installer) Install(ctx context.Context, w fleet.WorkflowSpec) error {
 		return fmt.Errorf("read Workflow %s: %w", w.Name, err)
 	}
 	// 2. Build what will be written and check it without side effects.
-	if err := validNames(w); err != nil {
-		log.Warn().Str("outcome", "refused").Err(err).Msg("request refused")
-		return err
-	}
-	existing, err := in.readHardware(ctx, w.Device.Name)
+	p, err := in.prepare(ctx, w)
 	if err != nil {
-		return err
-	}
-	boot, note, err := bootOptions(w, existing)
-	if err != nil {
-		log.Warn().Str("outcome", "refused").Err(err).Msg("request refused")
-		return err
-	}
-	hw := desiredHardware(existing, w, in.ns, boot)
-	hm := HardwareMap(w)
-	if err := in.checkTemplate(ctx, w, hm, hw); err != nil {
-		log.Warn().Str("outcome", "refused").Err(err).Msg("request refused")
+		if errors.Is(err, fleet.ErrTemplate) {
+			log.Warn().Str("outcome", "refused").Err(err).Msg("request refused")
+		}
 		return err
 	}
 	// 3. Write the Hardware, then create the Workflow.
-	if err := in.applyHardware(ctx, w, boot, existing, hw); err != nil {
+	if err := in.applyHardware(ctx, w, p.boot, p.existing, p.hw); err != nil {
 		return err
 	}
-	created, err := in.createWorkflow(ctx, w, hm, boot)
+	created, err := in.createWorkflow(ctx, w, p.hm, p.boot)
 	if err != nil {
 		return err
 	}
 	ev := log.Info().Str("outcome", "created").Str("template", w.Template).Bool("created", created)
-	if note != "" {
-		ev = ev.Str("note", note)
+	if p.note != "" {
+		ev = ev.Str("note", p.note)
 	}
 	ev.Msg("Workflow installed")
 	return nil
+}
+
+// PreviewInstall checks the request's Workflow as Install would before it writes anything, and
+// writes nothing (`fleetd plan`, fleet.InstallPreviewer): the names, the Hardware's boot options
+// and the class's Template rendered with this Workflow's hardwareMap. A *RefusedError (wrapping
+// fleet.ErrTemplate) is what Install would refuse the request with; any other error means the
+// API server could not be read.
+func (in *Installer) PreviewInstall(ctx context.Context, w fleet.WorkflowSpec) error {
+	_, err := in.prepare(ctx, w)
+	return err
+}
+
+// prepared is what Install writes, built and checked.
+type prepared struct {
+	existing, hw *tinkv1.Hardware
+	boot         tinkv1.BootOptions
+	note         string
+	hm           map[string]string
+}
+
+// prepare builds the Hardware and the hardwareMap of the request's Workflow and checks them and
+// the Template, reading only.
+func (in *Installer) prepare(ctx context.Context, w fleet.WorkflowSpec) (prepared, error) {
+	var p prepared
+	if err := validNames(w); err != nil {
+		return p, err
+	}
+	var err error
+	if p.existing, err = in.readHardware(ctx, w.Device.Name); err != nil {
+		return p, err
+	}
+	if p.boot, p.note, err = bootOptions(w, p.existing); err != nil {
+		return p, err
+	}
+	p.hw = desiredHardware(p.existing, w, in.ns, p.boot)
+	p.hm = HardwareMap(w)
+	return p, in.checkTemplate(ctx, w, p.hm, p.hw)
 }
 
 // HardwareMap is the hardwareMap of the request's Workflow: every Map* key, always present (a

@@ -27,6 +27,16 @@ func TestInstallCreatesHardwareAndWorkflow(t *testing.T) {
 	d.MACs = []fleet.MAC{"3c:ec:ef:4c:4f:54", "3c:ec:ef:4c:4f:55"}
 	s := spec(d, "talos-provision", fleet.ActionProvision, "provision-k3f9x2mq")
 	s.Class.Timeout = 45 * time.Minute
+	if err := e.in.PreviewInstall(ctx, s); err != nil {
+		t.Fatalf("PreviewInstall: %v", err)
+	}
+	var hws tinkv1.HardwareList
+	if err := e.c.List(ctx, &hws, client.InNamespace(e.ns)); err != nil || len(hws.Items) != 0 {
+		t.Fatalf("PreviewInstall wrote %d Hardware (%v)", len(hws.Items), err)
+	}
+	if err := e.c.Get(ctx, client.ObjectKey{Namespace: e.ns, Name: s.Name}, &tinkv1.Workflow{}); err == nil {
+		t.Fatal("PreviewInstall created the Workflow")
+	}
 	if err := e.in.Install(ctx, s); err != nil {
 		t.Fatalf("Install: %v", err)
 	}
@@ -238,7 +248,12 @@ func TestInstallRefusals(t *testing.T) {
 			if tc.modify != nil {
 				tc.modify(&s)
 			}
+			// fleetd plan's check gives the very refusal, and writes nothing either.
+			previewed := e.in.PreviewInstall(ctx, s)
 			err := e.in.Install(ctx, s)
+			if previewed == nil || err == nil || previewed.Error() != err.Error() {
+				t.Errorf("PreviewInstall: %v; Install: %v", previewed, err)
+			}
 			var refused *workflows.RefusedError
 			if !errors.Is(err, fleet.ErrTemplate) || !errors.As(err, &refused) {
 				t.Fatalf("Install: %v, want a *RefusedError wrapping fleet.ErrTemplate", err)

@@ -69,6 +69,16 @@ func (m *Inventory) Device(_ context.Context, id int64) (fleet.Device, error) {
 	return m.get(id)
 }
 
+// DeviceFields implements fleet.Inventory.
+func (m *Inventory) DeviceFields(_ context.Context, id int64) (fleet.Device, error) {
+	m.Calls.Add(1)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	d, err := m.get(id)
+	d.MACs = nil
+	return d, err
+}
+
 // DeviceByName implements fleet.Inventory.
 func (m *Inventory) DeviceByName(_ context.Context, name string) (fleet.Device, error) {
 	m.Calls.Add(1)
@@ -317,4 +327,12 @@ func Attested(d fleet.Device, uuid string, issued time.Time, ttl time.Duration) 
 		LAK:    fleet.LAKMaterial{Chain: [][]byte{[]byte("lak leaf"), []byte("lak ca")}, Blob: []byte(`{"KeyEncoding":1}`)},
 		LDevID: fleet.LDevIDMaterial{Chain: [][]byte{[]byte("ldevid leaf")}}}
 	return d
+}
+
+// PreviewInstall implements fleet.InstallPreviewer: Fail, as Install would return it, and
+// nothing created.
+func (m *Installer) PreviewInstall(_ context.Context, _ fleet.WorkflowSpec) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.Fail
 }

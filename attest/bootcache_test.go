@@ -1,0 +1,115 @@
+package attest_test
+
+import (
+	"crypto/sha256"
+	"slices"
+	"testing"
+
+	ga "github.com/google/go-attestation/attest"
+	"github.com/google/go-tpm/legacy/tpm2"
+
+	"github.com/folly-infra/fleetd/attest"
+	"github.com/folly-infra/fleetd/dev/swtpm/eventlogs"
+)
+
+// TestBootCache checks that a node's repeated check of the same boot is answered from the cache
+// and that nothing else is: a log that is not the one the TPM measured is refused after a cached
+// check exactly as before it, a quote is verified every time, a changed PCR value is replayed in
+// full, and the cache holds no more devices than its bound.
+func TestBootCache(t *testing.T) {
+	m := simMachine(t, eventlogs.RHEL8SecureBoot)
+	ak, err := m.NewAK()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ak.Close(m.Attest()) })
+	pub, err := ga.ParseAKPublic(ak.AttestationParameters().Public)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vak := &attest.VerifiedAK{Public: pub.Public, Hash: pub.Hash}
+	nonce := func(b byte) []byte { return slices.Repeat([]byte{b}, attest.NonceSize) }
+	quote := func(n []byte, log []byte) ga.PlatformParameters {
+		t.Helper()
+		pp, err := m.AttestPlatform(ak, n, log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return *pp
+	}
+	cache := attest.NewBootCache(2)
+	first, err := cache.VerifyPlatform("node-a", vak, nonce(1), quote(nonce(1), eventlogs.RHEL8SecureBoot))
+	if err != nil || len(first.Events) == 0 {
+		t.Fatalf("first check: %v (%d events), want the log replayed", err, len(first.Events))
+	}
+	t.Run("ok/the-same-boot-again-from-the-cache", func(t *testing.T) {
+		vb, err := cache.VerifyPlatform("node-a", vak, nonce(2), quote(nonce(2), eventlogs.RHEL8SecureBoot))
+		if err != nil || vb.Events != nil {
+			t.Fatalf("repeated check: %v (%d events), want it from the cache (no events)", err, len(vb.Events))
+		}
+		if vb.BaselineText != first.BaselineText || vb.SecureBoot == nil || vb.SecureBoot.Enabled != first.SecureBoot.Enabled ||
+			len(attest.DiffBaseline(first.Baseline(), vb.Baseline())) != 0 {
+			t.Fatalf("the cached boot is not the replayed one: secure boot %v, baseline\n%s", vb.SecureBoot, vb.BaselineText)
+		}
+	})
+	for _, tc := range []struct {
+		name string
+		pp   func() ga.PlatformParameters
+		want attest.Check
+	}{
+		{"refuse/another-boot's-log-after-a-cached-check", func() ga.PlatformParameters { return quote(nonce(3), eventlogs.RHEL8OtherKernel()) }, attest.CheckEventLog},
+		{"refuse/a-truncated-log-after-a-cached-check", func() ga.PlatformParameters {
+			return quote(nonce(3), eventlogs.RHEL8SecureBoot[:len(eventlogs.RHEL8SecureBoot)/2])
+		}, attest.CheckEventLog},
+		{"refuse/a-quote-over-another-nonce-after-a-cached-check", func() ga.PlatformParameters { return quote(nonce(4), eventlogs.RHEL8SecureBoot) }, attest.CheckQuote},
+		{"refuse/a-PCR-value-not-the-quoted-one-after-a-cached-check", func() ga.PlatformParameters {
+			pp := quote(nonce(3), eventlogs.RHEL8SecureBoot)
+			pp.PCRs = slices.Clone(pp.PCRs)
+			i := pcrAt(t, pp.PCRs, 23)
+			pp.PCRs[i].Digest = sha256Of([]byte("another value"))
+			return pp
+		}, attest.CheckQuote},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := cache.VerifyPlatform("node-a", vak, nonce(3), tc.pp())
+			if r, ok := attest.AsRefusal(err); !ok || r.Check != tc.want {
+				t.Fatalf("VerifyPlatform: %v, want refusal %s", err, tc.want)
+			}
+		})
+	}
+	t.Run("ok/a-changed-PCR-is-replayed-in-full", func(t *testing.T) {
+		// PCR 23 has no events in the log: extending it changes the quoted values but not the boot.
+		sum := sha256.Sum256([]byte("application measurement"))
+		if err := tpm2.PCRExtend(m.rw, 23, tpm2.AlgSHA256, sum[:], ""); err != nil {
+			t.Fatal(err)
+		}
+		vb, err := cache.VerifyPlatform("node-a", vak, nonce(5), quote(nonce(5), eventlogs.RHEL8SecureBoot))
+		if err != nil || len(vb.Events) == 0 || vb.BaselineText != first.BaselineText {
+			t.Fatalf("check after a PCR changed: %v (%d events), want the log replayed in full to the same baseline", err, len(vb.Events))
+		}
+	})
+	t.Run("bound", func(t *testing.T) {
+		pp := quote(nonce(6), eventlogs.RHEL8SecureBoot)
+		for _, d := range []string{"node-b", "node-c", "node-d"} {
+			if _, err := cache.VerifyPlatform(d, vak, nonce(6), pp); err != nil {
+				t.Fatal(err)
+			}
+			if n := cache.Len(); n > 2 {
+				t.Fatalf("the cache holds %d devices after %s, bound 2", n, d)
+			}
+		}
+		replayed := 0
+		for _, d := range []string{"node-b", "node-c", "node-d"} {
+			vb, err := cache.VerifyPlatform(d, vak, nonce(6), pp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if vb.Events != nil {
+				replayed++
+			}
+		}
+		if replayed == 0 {
+			t.Fatal("three devices' checks all came from a cache bounded at two")
+		}
+	})
+}

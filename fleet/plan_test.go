@@ -1,0 +1,191 @@
+package fleet_test
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"reflect"
+	"strings"
+	"testing"
+
+	. "github.com/folly-infra/fleetd/fleet"
+	"github.com/folly-infra/fleetd/fleet/fleettest"
+)
+
+// TestPlanIsTheRealDecision plans each action and each refusal row, checks that the plan wrote
+// nothing (the device with its version, its journal, no Workflow), then lets the real request
+// path take the same request and checks that it did what the plan said: the same outcome, state,
+// status, fleet_message and journal entry, the request id and Workflow name matching the plan's
+// pattern.
+func TestPlanIsTheRealDecision(t *testing.T) {
+	active := func(d Device) Device { d.Status, d.Owned.State = StatusActive, StateActive; return d }
+	rows := []struct {
+		name    string
+		edit    func(Device) Device
+		action  Action // asked; the real path is given it as desired_action (retire: decommissioning)
+		fail    error  // the Template check's refusal
+		outcome PlanOutcome
+		want    string // in the plan's message
+	}{
+		{"ok/provision", nil, ActionProvision, nil, PlanAccepted, "provision accepted as request provision-<8 chars>: Workflow node-a-provision-<8 chars> from Template talos-install."},
+		{"ok/attest", active, ActionAttest, nil, PlanAccepted, "attest accepted"},
+		{"ok/wipe", nil, ActionWipe, nil, PlanAccepted, "Workflow node-a-wipe-<8 chars> from Template fleet-wipe"},
+		{"ok/retire", active, ActionRetire, nil, PlanAccepted, "retire accepted"},
+		{"refuse/disk-serial", func(d Device) Device { d.Declared.DiskSerial = " "; return d }, ActionWipe, nil, PlanRejected, "wipe refused: disk_serial is empty"},
+		{"refuse/unknown-class", func(d Device) Device { d.Declared.Class = "nope"; return d }, ActionProvision, nil, PlanRejected, `fleet_class "nope" is not in classes.json`},
+		{"refuse/class-not-installable", func(d Device) Device { d.Declared.Class = "worker-g2"; return d }, ActionProvision, nil, PlanRejected, "class worker-g2 cannot be installed"},
+		{"refuse/tpm-1.2", func(d Device) Device { d.Declared.TPM = TPM12; return d }, ActionProvision, nil, PlanRejected, "tpm is 1.2"},
+		{"refuse/no-mac", func(d Device) Device { d.MACs = nil; return d }, ActionWipe, nil, PlanRejected, "no MAC address"},
+		{"refuse/no-address", func(d Device) Device { d.Address = netip.Prefix{}; return d }, ActionWipe, nil, PlanRejected, "no primary IPv4"},
+		{"refuse/ek-hash", func(d Device) Device { d.Declared.EKHashes = []string{"abc"}; return d }, ActionProvision, nil, PlanRejected, `ek_sha256 entry "abc"`},
+		{"refuse/attest-not-active", nil, ActionAttest, nil, PlanRejected, "attest re-proves a running node, but the device status is planned"},
+		{"refuse/every-problem", func(d Device) Device { d.MACs, d.Declared.DiskSerial = nil, ""; return d }, ActionWipe, nil, PlanRejected, "disk_serial is empty: declare the serial of the one disk that may be wiped and installed; the device has no MAC"},
+		{"refuse/template", nil, ActionWipe, fmt.Errorf("Template fleet-wipe: action wipe-disk has timeout 0: %w", ErrTemplate), PlanTemplateFails, "wipe request wipe-<8 chars> failed before anything ran: Template fleet-wipe: action wipe-disk has timeout 0"},
+	}
+	for _, r := range rows {
+		t.Run(r.name, func(t *testing.T) {
+			ctx := context.Background()
+			d := fleettest.Declared(12, "node-a")
+			if r.edit != nil {
+				d = r.edit(d)
+			}
+			inv, inst := fleettest.NewInventory(d), fleettest.NewInstaller()
+			inst.Fail = r.fail
+			s := newTestService(inv, inst)
+			before := inv.Get(12)
+
+			p, err := s.Plan(ctx, "node-a", r.action)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.Outcome != r.outcome || p.Action != r.action {
+				t.Fatalf("plan: %s %s, want %s %s (%+v)", p.Action, p.Outcome, r.action, r.outcome, p)
+			}
+			planned := p.Write.Message
+			if p.Workflow != nil && p.Workflow.Problem != "" {
+				planned = p.Workflow.Problem
+			}
+			if !strings.Contains(planned, r.want) {
+				t.Errorf("plan's message %q lacks %q", planned, r.want)
+			}
+			// Nothing written.
+			if got := inv.Get(12); !reflect.DeepEqual(got, before) {
+				t.Fatalf("the plan changed the device:\n%+v\nwas\n%+v", got, before)
+			}
+			if j := inv.JournalOf(12); len(j) != 0 {
+				t.Fatalf("the plan journaled %q", j)
+			}
+			if inst.Creates() != 0 {
+				t.Fatal("the plan created a Workflow")
+			}
+
+			// The real path, asked the same.
+			asked := inv.Get(12)
+			if r.action == ActionRetire {
+				asked.Status = StatusDecommissioning
+			} else {
+				asked.Declared.DesiredAction = r.action
+			}
+			inv.Set(asked)
+			if _, err := s.Reconcile(ctx, 12); err != nil {
+				t.Fatal(err)
+			}
+			got := inv.Get(12)
+			pattern := func(s string) string {
+				if got.Owned.Request == "" {
+					return s
+				}
+				_, suffix, _ := strings.Cut(got.Owned.Request, "-")
+				return strings.ReplaceAll(s, suffix, PlanRequestSuffix)
+			}
+			j := inv.JournalOf(12)
+			switch r.outcome {
+			case PlanTemplateFails:
+				if got.Owned.State != p.Then[0].State || pattern(got.Owned.Message) != p.Workflow.Problem {
+					t.Errorf("real path: %s %q, plan: %s %q", got.Owned.State, pattern(got.Owned.Message), p.Then[0].State, p.Workflow.Problem)
+				}
+				if len(j) != 2 || pattern(j[0]) != string(p.Write.Journal)+": "+p.Write.Message {
+					t.Errorf("journal %q, plan's claim %s: %s", j, p.Write.Journal, p.Write.Message)
+				}
+			default:
+				w := p.Write
+				if got.Owned.State != w.State || (w.Status != "" && got.Status != w.Status) || pattern(got.Owned.Message) != w.Message {
+					t.Errorf("real path: %s/%s %q; plan: %s/%s %q", got.Owned.State, got.Status, pattern(got.Owned.Message), w.State, w.Status, w.Message)
+				}
+				if got.Declared.DesiredAction != ActionNone {
+					t.Errorf("desired_action %q left", got.Declared.DesiredAction)
+				}
+				if len(j) != 1 || pattern(j[0]) != string(w.Journal)+": "+w.Message {
+					t.Errorf("journal %q, plan %s: %s", j, w.Journal, w.Message)
+				}
+				if r.outcome == PlanAccepted && (pattern(got.Owned.Request) != w.Request || pattern(got.Owned.Workflow) != w.Workflow || inst.Creates() != 1) {
+					t.Errorf("request %s Workflow %s (%d created), plan %s %s", got.Owned.Request, got.Owned.Workflow, inst.Creates(), w.Request, w.Workflow)
+				}
+			}
+		})
+	}
+}
+
+// TestPlanSteps checks what a plan says beyond the claim: the disk, the configuration, the
+// certificates, the lifecycle, and the plans that take no request.
+func TestPlanSteps(t *testing.T) {
+	ctx := context.Background()
+	d := fleettest.Declared(12, "node-a")
+	running := fleettest.Declared(13, "node-b")
+	running.Owned.State, running.Owned.Request, running.Owned.Workflow = StateInstalling, "provision-abcdefgh", "node-b-provision-abcdefgh"
+	retired := fleettest.Declared(14, "node-c")
+	retired.Status, retired.Owned.State, retired.Owned.Request = StatusDecommissioning, StateRetired, "retire-abcdefgh"
+	node := fleettest.Declared(15, "node-d")
+	node.Status, node.Owned.State = StatusActive, StateActive
+	inv := fleettest.NewInventory(d, running, retired, node)
+	s := newTestService(inv, fleettest.NewInstaller())
+
+	p, err := s.Plan(ctx, "node-a", ActionProvision)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Disk == nil || p.Disk.Serial != "S4EWNX0R123456" || !p.Disk.Erased || p.Config == nil || p.Config.Route != "/v1/config/talos" || len(p.Certificates) != 2 {
+		t.Errorf("provision plan: disk %+v config %+v certificates %+v", p.Disk, p.Config, p.Certificates)
+	}
+	var states []string
+	for _, st := range p.Then {
+		states = append(states, string(st.State))
+	}
+	if got := strings.Join(states, " "); got != "installing configuring active" {
+		t.Errorf("provision's steps %q", got)
+	}
+	if p.OnRefusal == nil || p.OnRefusal.State != StateFailed || p.OnRefusal.Status != StatusFailed {
+		t.Errorf("on refusal %+v", p.OnRefusal)
+	}
+	if p, _ = s.Plan(ctx, "node-d", ActionAttest); p.Disk == nil || p.Disk.Erased {
+		t.Errorf("an attest erases nothing: %+v", p.Disk)
+	}
+	if p, _ = s.Plan(ctx, "node-a", ActionWipe); len(p.Then) != 2 || p.Then[1].State != StateWiped || p.Then[1].Status != StatusOffline || !p.Then[1].ClearCerts {
+		t.Errorf("wipe's steps %+v", p.Then)
+	}
+	if p, _ = s.Plan(ctx, "node-a", ActionNone); p.Outcome != PlanNothing {
+		t.Errorf("no request: %s", p.Outcome)
+	}
+	if p, _ = s.Plan(ctx, "node-b", ActionWipe); p.Outcome != PlanWaits || !strings.Contains(p.Why, "wipe waits for provision request provision-abcdefgh") {
+		t.Errorf("queued: %s %q", p.Outcome, p.Why)
+	}
+	if p, _ = s.Plan(ctx, "node-b", ActionNone); p.Outcome != PlanRunning || p.Workflow.Name != "node-b-provision-abcdefgh" || len(p.Then) != 2 {
+		t.Errorf("running: %s %+v %+v", p.Outcome, p.Workflow, p.Then)
+	}
+	if p, _ = s.Plan(ctx, "node-c", ActionRetire); p.Outcome != PlanNothing || !strings.Contains(p.Why, "retired already") {
+		t.Errorf("retired: %s %q", p.Outcome, p.Why)
+	}
+	for _, c := range []struct {
+		name   string
+		action Action
+		code   string
+	}{{"nobody", ActionWipe, "unknown_device"}, {"node-a", "format", "unknown_action"}} {
+		_, err := s.Plan(ctx, c.name, c.action)
+		if r, ok := AsRefusal(err); !ok || r.Code != c.code {
+			t.Errorf("plan %s %s: %v, want %s", c.name, c.action, err, c.code)
+		}
+	}
+	if j := inv.JournalOf(12); len(j) != 0 || inv.Get(12).Version != "1" {
+		t.Errorf("plans wrote: journal %q, version %s", j, inv.Get(12).Version)
+	}
+}
