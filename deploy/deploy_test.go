@@ -90,6 +90,7 @@ var hardened = []directive{
 // serviceRules: the service on spore writes only the Kea reservations directory and sees no device.
 var serviceRules = append([]directive{
 	{section: "Service", key: "User", want: "fleetd"},
+	{section: "Service", key: "Environment", want: "GOMEMLIMIT=96MiB"},
 	{section: "Service", key: "ReadWritePaths", want: "/var/lib/kea/fleet"},
 	{section: "Service", key: "PrivateDevices", want: "yes"},
 	{section: "Service", key: "DevicePolicy", want: "closed"},

@@ -230,6 +230,8 @@ in
           ] ++ listenArgs);
           Restart = "on-failure";
           RestartSec = "5s";
+          # Go's soft memory limit, as deploy/systemd/fleetd.service (docs/operate.md, "Memory").
+          Environment = [ "GOMEMLIMIT=96MiB" ];
           User = "fleetd";
           Group = "fleetd";
           SupplementaryGroups = [ cfg.keaGroup ] ++ cfg.extraGroups;
