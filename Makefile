@@ -30,11 +30,11 @@ build: ## build bin/fleetd (production, static) and bin/fleetsim (development st
 	$(GO) build -ldflags '-X main.version=$(VERSION)' -o bin/fleetsim ./dev/fleetsim
 
 .PHONY: run
-run: deps build ## run the development stack in the foreground (state in $FLEETSIM_DIR)
+run: deps tools build ## run the development stack in the foreground (state in $FLEETSIM_DIR)
 	bin/fleetsim up
 
 .PHONY: demo
-demo: deps build ## walk one machine of each class kind through its lifecycle against the dev stack
+demo: deps tools build ## walk one machine of each class kind through its lifecycle against the dev stack
 	bin/fleetsim demo --cert-lifetime 4m
 
 .PHONY: test
@@ -77,9 +77,9 @@ CHAOS_LOG       ?= $(CURDIR)/.chaos.log
 
 .PHONY: chaos soak
 chaos: CHAOS_ARGS = -timeout 30m -schedules $(CHAOS_SCHEDULES)
-chaos: deps ## the checker's tests and a short chaos run (CHAOS_SCHEDULES schedules, default 5)
+chaos: deps tools ## the checker's tests and a short chaos run (CHAOS_SCHEDULES schedules, default 5)
 soak: CHAOS_ARGS = -timeout 0 -run '^TestChaos$$' -schedules $(SOAK_SCHEDULES)
-soak: deps ## many chaos schedules (SOAK_SCHEDULES, default 200), no time limit
+soak: deps tools ## many chaos schedules (SOAK_SCHEDULES, default 200), no time limit
 chaos soak:
 	@$(GO) test -count=1 -v ./dev/stack/chaos $(CHAOS_ARGS) -seed $(CHAOS_SEED) $(if $(CHAOS_COVERING),-covering) > $(CHAOS_LOG) 2>&1; rc=$$?; \
 	  grep -E '^(schedules=|coverage:|--- (PASS|FAIL)|[[:space:]]+chaos_test.go:[0-9]+: (VIOLATION|NOT PLAYED|COVERAGE|chaos:)|[[:space:]]+(replay|not played):)' $(CHAOS_LOG); \
@@ -90,7 +90,7 @@ test-short: deps ## the fast inner loop: unit tests, no API server, no TPMs
 	$(GO) test -short -count=1 ./...
 
 .PHONY: bench
-bench: deps ## Go benchmarks (numbers for the issue notes)
+bench: deps tools ## Go benchmarks (numbers for the issue notes)
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./...
 	cd interop/spire && $(GO) test -run '^$$' -bench . -benchmem -count=1 ./...
 
@@ -108,7 +108,7 @@ LOAD_DEVICES ?= 1000
 LOAD_NETBOX_LATENCY ?= 0s
 
 .PHONY: load
-load: deps ## the load test: LOAD_DEVICES (default 1,000) machines, 500-request webhook storms, every boot check (tens of minutes)
+load: deps tools ## the load test: LOAD_DEVICES (default 1,000) machines, 500-request webhook storms, every boot check (tens of minutes)
 	FLEETD_LOAD=1 LOAD_DEVICES=$(LOAD_DEVICES) LOAD_NETBOX_LATENCY=$(LOAD_NETBOX_LATENCY) $(GO) test -count=1 -timeout 0 -v -run '^TestLoad$$' ./dev/stack/load
 
 .PHONY: vet
@@ -117,7 +117,7 @@ vet: deps ## go vet (both modules)
 	cd interop/spire && $(GO) vet ./...
 
 .PHONY: check-drift
-check-drift: ## fail when gofmt or go mod tidy (main module and interop/spire) would change something
+check-drift: ## fail when gofmt or go mod tidy (main module, interop/spire and interop/tinkerbell) would change something
 	GO='$(GO)' ./scripts/check-drift.sh
 
 .PHONY: ci

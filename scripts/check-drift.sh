@@ -1,5 +1,5 @@
 #!/bin/sh
-# Fails when gofmt or `go mod tidy` (in the main module and in interop/spire) would change a
+# Fails when gofmt or `go mod tidy` (in the main module and in interop/spire and interop/tinkerbell) would change a
 # file (`go mod tidy -diff` writes nothing).
 set -eu
 GO=${GO:-go}
@@ -9,7 +9,7 @@ if [ -n "$out" ]; then
 	echo "gofmt would change:"; echo "$out"; exit 1
 fi
 fail=0
-for dir in . interop/spire; do
+for dir in . interop/spire interop/tinkerbell; do
 	if ! (cd "$dir" && $GO mod tidy -diff); then
 		echo "go mod tidy would change $dir/go.mod or go.sum (the diff is above): run it there and commit"
 		fail=1

@@ -18,12 +18,16 @@ set -eu
 
 cache="${FLEETD_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/fleetd-tools}"
 GO="${GO:-go}"
+root=$(cd "$(dirname "$0")/.." && pwd)
 
 # NAME VERSION, one a line.
 versions() {
 	cat <<-EOF
 	tofu v1.12.6
 	terraform-provider-restapi v1.20.0
+	tink-controller v0.12.2
+	tink-server v0.12.2
+	tink-worker v0.12.2
 	EOF
 }
 
@@ -57,6 +61,16 @@ build_one() {
 		modcopy github.com/Mastercard/terraform-provider-restapi "$2" "$work"
 		(cd "$work" && CGO_ENABLED=0 "$GO" build -trimpath -buildvcs=false -ldflags "-s -w" \
 			-o "$3/terraform-provider-restapi" .)
+		;;
+	tink-controller | tink-server | tink-worker)
+		# Tinkerbell's own components, built from interop/tinkerbell: that module's go.mod and
+		# go.sum pin tink and every dependency (its version must be the one above). The three
+		# share one compile in the build cache, so the second and third cost little more than a link.
+		mod="$root/interop/tinkerbell"
+		grep -Eq "^[[:space:]]*(require[[:space:]]+)?github.com/tinkerbell/tink $2([[:space:]]|\$)" "$mod/go.mod" ||
+			{ echo "tools.sh: $mod/go.mod does not require github.com/tinkerbell/tink $2: change both together" >&2; exit 1; }
+		(cd "$mod" && CGO_ENABLED=0 "$GO" build -trimpath -buildvcs=false -ldflags "-s -w" \
+			-o "$3/$1" "github.com/tinkerbell/tink/cmd/$1")
 		;;
 	*) echo "tools.sh: no build recipe for '$1'" >&2; exit 2 ;;
 	esac

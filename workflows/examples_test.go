@@ -34,7 +34,7 @@ func TestExampleTemplates(t *testing.T) {
 		{"retire", fleet.KindTalos, fleet.ActionRetire, []string{"fleetd-enroll", "wipe-disk", "power-off"}},
 	}
 	ctx := context.Background()
-	e := newEnv(t)
+	e := newControlledEnv(t)
 	if err := tinkerbell.InstallTemplates(ctx, e.c, e.ns, exampletemplates.FS); err != nil {
 		t.Fatal(err)
 	}
@@ -55,11 +55,11 @@ func TestExampleTemplates(t *testing.T) {
 				t.Fatalf("Install with Template %s: %v", tc.template, err)
 			}
 			wf := &tinkv1.Workflow{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: s.Name}}
-			if err := tinkerbell.Render(ctx, e.c, wf, opts...); err != nil {
-				t.Fatalf("Render: %v", err)
+			if err := tinkerbell.WaitPrepared(ctx, e.c, wf); err != nil {
+				t.Fatalf("WaitPrepared: %v", err)
 			}
 			if pxe := allowPXE(t, e, d.Name); !pxe {
-				t.Error("allowPXE false after Render, want true while the Workflow runs (toggleAllowNetboot)")
+				t.Error("allowPXE false once tink-controller prepared the Workflow, want true while it runs (toggleAllowNetboot)")
 			}
 			var names []string
 			for _, a := range tinkerbell.Actions(wf) {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/folly-infra/fleetd/dev/kubeharness"
+	"github.com/folly-infra/fleetd/dev/tinkerbell"
 	"github.com/folly-infra/fleetd/fleet"
 	"github.com/folly-infra/fleetd/workflows"
 )
@@ -26,18 +28,69 @@ import (
 // settle time); every test uses its own namespace.
 var server *kubeharness.Server
 
+// ctrlBin is Tinkerbell's own tink-controller (scripts/tools.sh builds it; a missing one fails
+// the package). Tests whose Workflows it must render and move start one for their namespace
+// (withController): one controller for the whole package would be slowed to a crawl by the
+// Workflows other tests create with missing Templates or hand-written states, which it retries
+// under one shared rate limit.
+var ctrlBin string
+
 func TestMain(m *testing.M) {
+	os.Exit(runMain(m))
+}
+
+func runMain(m *testing.M) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	s, err := kubeharness.Start(ctx, kubeharness.Options{})
-	cancel()
+	defer cancel()
+	var err error
+	if ctrlBin, err = tinkerbell.Tool("..", "tink-controller"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	rufio, err := tinkerbell.RufioCRDs(ctx, "..")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	s, err := kubeharness.Start(ctx, kubeharness.Options{MoreCRDDirs: []string{rufio}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "start API server:", err)
-		os.Exit(1)
+		return 1
 	}
+	defer s.Stop()
 	server = s
-	code := m.Run()
-	s.Stop()
-	os.Exit(code)
+	return m.Run()
+}
+
+// withController runs tink-controller against srv for the env's namespace until the test ends;
+// a failed test shows its log.
+func withController(t *testing.T, srv *kubeharness.Server, e *env) {
+	t.Helper()
+	dir := t.TempDir()
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := srv.WriteKubeconfig(kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	ctrl, err := tinkerbell.StartController(context.Background(), tinkerbell.ControllerOptions{Binary: ctrlBin,
+		Kubeconfig: kubeconfig, Namespace: e.ns, Log: filepath.Join(dir, "tink-controller.log")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctrl.Stop()
+		if t.Failed() {
+			b, _ := os.ReadFile(ctrl.Log())
+			t.Logf("tink-controller's log:\n%s", b)
+		}
+	})
+}
+
+// newControlledEnv is newEnv with tink-controller for its namespace.
+func newControlledEnv(t *testing.T) *env {
+	t.Helper()
+	e := newEnv(t)
+	withController(t, server, e)
+	return e
 }
 
 var nsCounter atomic.Int64

@@ -110,6 +110,8 @@ func (st observedStatus) workflowStatus(name string) fleet.WorkflowStatus {
 	if ws.Phase == fleet.WorkflowWaiting {
 		if msg, blocked := st.blocked(); blocked {
 			ws.Phase, ws.Message = fleet.WorkflowFailed, msg
+		} else if msg != "" {
+			ws.Message = msg
 		}
 	}
 	if ws.Phase == fleet.WorkflowFailed || ws.Phase == fleet.WorkflowTimedOut {
@@ -119,11 +121,17 @@ func (st observedStatus) workflowStatus(name string) fleet.WorkflowStatus {
 }
 
 // blocked reports a Workflow that will never run: its Template failed to render, or its boot
-// job could not be set up or failed.
+// job could not be set up or failed. A render that failed only because tink-controller could not
+// read the Template or the Hardware is not blocked: the controller retries it (its cache may
+// lag behind fleetd's own writes of the Hardware and the Workflow), and the message says why it
+// waits.
 func (st observedStatus) blocked() (string, bool) {
 	if st.TemplateRending == string(tinkv1.TemplateRenderingFailed) || st.TemplateRendering == string(tinkv1.TemplateRenderingFailed) {
 		for _, c := range st.Conditions {
 			if c.Type == string(tinkv1.TemplateRenderedSuccess) && c.Message != "" {
+				if retried(c.Message) {
+					return "tink-controller retries: " + c.Message, false
+				}
 				return c.Message, true
 			}
 		}
@@ -139,6 +147,20 @@ func (st observedStatus) blocked() (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// retriedLookups begin the messages tink-controller v0.12.2 writes when it could not read a
+// Workflow's Template or Hardware (internal/deprecated/workflow/reconciler.go); it retries those
+// with backoff, and renders the Workflow once it reads both.
+var retriedLookups = []string{"template not found", "hardware not found", "error getting hardware"}
+
+func retried(msg string) bool {
+	for _, p := range retriedLookups {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // failedAction fills the first action whose state is FAILED or TIMEOUT; a global timeout marks

@@ -4,19 +4,23 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	tinkv1 "github.com/tinkerbell/tink/api/v1alpha1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/folly-infra/fleetd/dev/tinkerbell"
 	"github.com/folly-infra/fleetd/fleet"
 )
 
-// Tests of dev/tinkerbell's simulated controller and worker, here because this package already
-// runs the API server; they read the results back through the Installer, as fleetd does.
+// Tests of Workflows moved by Tinkerbell's own tink-controller (main_test.go runs it) and
+// dev/tinkerbell's reports, here because this package already runs the API server; they read the
+// results back through the Installer, as fleetd does.
 
-// installed installs agentTemplate for a new device and renders its Workflow.
-func installed(t *testing.T, e *env, name string, opts ...tinkerbell.Option) (*tinkv1.Workflow, fleet.WorkflowSpec) {
+// installed installs agentTemplate for a new device and waits for tink-controller to render and
+// prepare its Workflow.
+func installed(t *testing.T, e *env, name string) (*tinkv1.Workflow, fleet.WorkflowSpec) {
 	t.Helper()
 	ctx := context.Background()
 	e.template(t, "tpl-"+name, agentTemplate)
@@ -25,7 +29,7 @@ func installed(t *testing.T, e *env, name string, opts ...tinkerbell.Option) (*t
 		t.Fatal(err)
 	}
 	wf := &tinkv1.Workflow{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: s.Name}}
-	if err := tinkerbell.Render(ctx, e.c, wf, opts...); err != nil {
+	if err := tinkerbell.WaitPrepared(ctx, e.c, wf); err != nil {
 		t.Fatal(err)
 	}
 	return wf, s
@@ -33,7 +37,7 @@ func installed(t *testing.T, e *env, name string, opts ...tinkerbell.Option) (*t
 
 func TestSimulatedWorkerFailures(t *testing.T) {
 	ctx := context.Background()
-	e := newEnv(t)
+	e := newControlledEnv(t)
 	tests := []struct {
 		name  string
 		state tinkv1.WorkflowState
@@ -46,7 +50,7 @@ func TestSimulatedWorkerFailures(t *testing.T) {
 	}
 	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			wf, s := installed(t, e, "fail"+string(rune('a'+i)), tc.opts...)
+			wf, s := installed(t, e, "fail"+string(rune('a'+i)))
 			for _, r := range []struct {
 				action string
 				state  tinkv1.WorkflowState
@@ -82,21 +86,33 @@ func TestSimulatedWorkerFailures(t *testing.T) {
 	})
 }
 
-func TestSimulatedControllerBlocks(t *testing.T) {
+// TestControllerBlocks: what tink-controller does with a Workflow it cannot render or prepare,
+// as fleetd reads it.
+func TestControllerBlocks(t *testing.T) {
 	ctx := context.Background()
-	e := newEnv(t)
+	e := newControlledEnv(t)
 	t.Run("ok/template-missing", func(t *testing.T) {
 		wf := &tinkv1.Workflow{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: "no-template"},
 			Spec: tinkv1.WorkflowSpec{TemplateRef: "gone", HardwareMap: map[string]string{"device_1": "3c:ec:ef:4c:4f:54"}}}
 		if err := e.c.Create(ctx, wf); err != nil {
 			t.Fatal(err)
 		}
-		if err := tinkerbell.Render(ctx, e.c, wf); err == nil {
-			t.Fatal("Render of a Workflow whose Template is missing succeeded")
+		// tink-controller retries it (the Template may yet be created): fleetd waits, saying why.
+		deadline := time.Now().Add(30 * time.Second)
+		for wf.Status.TemplateRendering != tinkv1.TemplateRenderingFailed && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+			if err := e.c.Get(ctx, client.ObjectKeyFromObject(wf), wf); err != nil {
+				t.Fatal(err)
+			}
 		}
 		got, err := e.in.Workflow(ctx, wf.Name)
-		if err != nil || got.Phase != fleet.WorkflowFailed || !strings.Contains(got.Message, "read Template gone") {
-			t.Errorf("Workflow = %+v, %v; want failed saying the Template could not be read", got, err)
+		if err != nil || got.Phase != fleet.WorkflowWaiting || got.Message != "tink-controller retries: template not found" {
+			t.Errorf("Workflow = %+v, %v; want waiting because tink-controller retries the missing Template", got, err)
+		}
+		tpl := "version: \"0.1\"\nname: late\nglobal_timeout: 60\ntasks:\n  - name: t\n    worker: \"{{.device_1}}\"\n    actions:\n      - name: a\n        image: alpine\n        timeout: 60\n"
+		e.template(t, "gone", tpl)
+		if err := tinkerbell.WaitPrepared(ctx, e.c, wf); err != nil || wf.Status.State != tinkv1.WorkflowStatePending {
+			t.Errorf("once the Template exists: %v, state %q; want tink-controller to render it PENDING", err, wf.Status.State)
 		}
 	})
 	t.Run("ok/netboot-without-bmc", func(t *testing.T) {
@@ -109,7 +125,7 @@ func TestSimulatedControllerBlocks(t *testing.T) {
 		if err := e.c.Create(ctx, wf); err != nil {
 			t.Fatal(err)
 		}
-		if err := tinkerbell.Render(ctx, e.c, wf); err != nil {
+		if err := tinkerbell.WaitPrepared(ctx, e.c, wf); err != nil {
 			t.Fatal(err)
 		}
 		if wf.Status.State != tinkv1.WorkflowStatePreparing {

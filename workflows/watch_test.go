@@ -86,10 +86,10 @@ func startWatch(t *testing.T, e *env) (*recorder, func()) {
 
 func TestWatchReportsStatusChanges(t *testing.T) {
 	ctx := context.Background()
-	e := newEnv(t)
+	e := newControlledEnv(t)
 	rec, stop := startWatch(t, e)
 	defer stop()
-	wf, s := installed(t, e, "watched", tinkerbell.NewSpelling())
+	wf, s := installed(t, e, "watched")
 	name := s.Name
 	rec.waitFor(t, "5 "+name+" waiting ")
 	if err := tinkerbell.ReportAction(ctx, e.c, wf, "fleetd-enroll", "RUNNING", "", tinkerbell.NewSpelling()); err != nil {
@@ -116,6 +116,7 @@ func TestWatchSurvivesAPIServerRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := newEnvOn(t, s1.RESTConfig())
+	withController(t, s1, e)
 	rec, stop := startWatch(t, e)
 	defer stop()
 	wf, s := installed(t, e, "restarted")

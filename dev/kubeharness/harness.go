@@ -38,6 +38,9 @@ type Options struct {
 	// config/crd/bases, located with `go list -m -f {{.Dir}} github.com/tinkerbell/tink` (this
 	// needs the go command and the fleetd module at run time).
 	CRDDir string
+	// MoreCRDDirs are further directories of CRD manifests installed with those (Rufio's, whose
+	// Jobs tink-controller manages for Workflows with a bootMode).
+	MoreCRDDirs []string
 }
 
 // Server is a running API server. Its methods are safe for concurrent use.
@@ -106,9 +109,11 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		s.Stop()
 		return nil, err
 	}
-	if err := installCRDs(ctx, s.RESTConfig(), crdDir); err != nil {
-		s.Stop()
-		return nil, err
+	for _, dir := range append([]string{crdDir}, o.MoreCRDDirs...) {
+		if err := installCRDs(ctx, s.RESTConfig(), dir); err != nil {
+			s.Stop()
+			return nil, err
+		}
 	}
 	return s, nil
 }

@@ -25,7 +25,11 @@ func (s *Stack) startKube(ctx context.Context, port int) error {
 	if err != nil {
 		return err
 	}
-	srv, err := kubeharness.Start(ctx, kubeharness.Options{Dir: s.paths.kube, Port: port, CRDDir: crds})
+	rufio, err := tinkerbell.RufioCRDs(ctx, s.opts.Root)
+	if err != nil {
+		return err
+	}
+	srv, err := kubeharness.Start(ctx, kubeharness.Options{Dir: s.paths.kube, Port: port, CRDDir: crds, MoreCRDDirs: []string{rufio}})
 	if err != nil {
 		return fmt.Errorf("start the Kubernetes API server: %w", err)
 	}
@@ -63,6 +67,19 @@ func crdDir(ctx context.Context, root string) (string, error) {
 		return "", fmt.Errorf("locate the Tinkerbell CRDs with `go list -m github.com/tinkerbell/tink` in %s: %w (the go command and the module cache are needed)", root, err)
 	}
 	return filepath.Join(string(bytes.TrimSpace(out)), "config", "crd", "bases"), nil
+}
+
+// startController starts Tinkerbell's own tink-controller (scripts/tools.sh builds it) against
+// the stack's API server, watching the stack's namespace; it renders and moves every Workflow.
+// Its log is tink-controller.log in the state directory.
+func (s *Stack) startController(ctx context.Context) error {
+	bin, err := tinkerbell.Tool(s.opts.Root, "tink-controller")
+	if err != nil {
+		return fmt.Errorf("start tink-controller: %w", err)
+	}
+	s.ctrl, err = tinkerbell.StartController(ctx, tinkerbell.ControllerOptions{Binary: bin, Kubeconfig: s.paths.kubeconfig,
+		Namespace: s.opts.Namespace, Log: s.paths.tinkController})
+	return err
 }
 
 // installTemplates installs the example Templates (examples/tinkerbell) into the namespace.

@@ -19,8 +19,8 @@ import (
 )
 
 // Netboot is `fleetsim machine NAME netboot` (docs/design.md §8): the machine boots HookOS and its worker
-// runs its current Workflow (the one whose hardwareMap device_1 is its MAC, rendered first if
-// tink-controller's step has not happened) action after action, reporting each to the
+// runs its current Workflow (the one whose hardwareMap device_1 is its MAC, once tink-controller
+// has rendered and prepared it) action after action, reporting each to the
 // Kubernetes API as tink-worker does. The first action is the real `fleetd enroll` against the
 // machine's swtpm; the others are simulated by image, each writing what it did into the
 // machine's log. It returns nil when every action succeeded, and the failing action's error
@@ -39,11 +39,11 @@ func Netboot(ctx context.Context, info Info, name string, o StepOptions) error {
 	if err != nil {
 		return fmt.Errorf("netboot %s: %w", name, err)
 	}
-	if err := tinkerbell.Render(ctx, kc, wf); err != nil {
-		return fmt.Errorf("netboot %s: render Workflow %s: %w", name, wf.Name, err)
+	if err := tinkerbell.WaitPrepared(ctx, kc, wf); err != nil {
+		return fmt.Errorf("netboot %s: %w", name, err)
 	}
 	if s := bareState(wf.Status.State); s != "PENDING" && s != "RUNNING" {
-		return fmt.Errorf("netboot %s: Workflow %s is %s after rendering; the worker gets only PENDING or RUNNING Workflows", name, wf.Name, wf.Status.State)
+		return fmt.Errorf("netboot %s: Workflow %s is %s after tink-controller prepared it; the worker gets only PENDING or RUNNING Workflows", name, wf.Name, wf.Status.State)
 	}
 	if err := mc.useWorkflowDir(wf.Name); err != nil {
 		return fmt.Errorf("netboot %s: %w", name, err)

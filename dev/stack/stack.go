@@ -28,6 +28,7 @@ import (
 
 	"github.com/folly-infra/fleetd/dev/kubeharness"
 	"github.com/folly-infra/fleetd/dev/netboxemu"
+	"github.com/folly-infra/fleetd/dev/tinkerbell"
 	"github.com/folly-infra/fleetd/fleet"
 )
 
@@ -143,9 +144,10 @@ type Stack struct {
 	paths paths
 	emu   *netboxemu.Emulator
 	kc    client.WithWatch
-	supMu sync.Mutex    // guards sups' entries (StopFleetdInstance, StartFleetdInstance)
-	sups  []*supervisor // one per fleetd instance, in order
-	front []*front      // the https and plain fronts with several instances, else none
+	supMu sync.Mutex             // guards sups' entries (StopFleetdInstance, StartFleetdInstance)
+	sups  []*supervisor          // one per fleetd instance, in order
+	front []*front               // the https and plain fronts with several instances, else none
+	ctrl  *tinkerbell.Controller // tink-controller
 
 	lock *os.File // the state directory's marker, locked while the stack runs
 
@@ -235,6 +237,9 @@ func (s *Stack) startKubeAndMachines(ctx context.Context, devices []SeedDevice) 
 	if err := s.installTemplates(ctx); err != nil {
 		return nil, nil, err
 	}
+	if err := s.startController(ctx); err != nil {
+		return nil, nil, err
+	}
 	return seed(s.emu, devices, tpms)
 }
 
@@ -303,7 +308,7 @@ func (s *Stack) DeviceID(name string) int64 {
 // FleetdPID is the pid of the running fleetd (the first instance), 0 while it is restarting.
 func (s *Stack) FleetdPID() int { return s.FleetdInstancePID(1) }
 
-// Close stops the front, fleetd, the API server and the emulator, in that order. The state directory stays
+// Close stops the front, fleetd, tink-controller, the API server and the emulator, in that order. The state directory stays
 // for inspection.
 func (s *Stack) Close() error {
 	var errs []error
@@ -317,6 +322,9 @@ func (s *Stack) Close() error {
 		if sup != nil {
 			errs = append(errs, sup.stop())
 		}
+	}
+	if s.ctrl != nil {
+		errs = append(errs, s.ctrl.Stop())
 	}
 	errs = append(errs, s.StopKube())
 	if s.emu != nil {

@@ -80,17 +80,17 @@ type Drive struct {
 	Report func(action string, state tinkv1.WorkflowState, message string)
 }
 
-// DriveWorkflow moves a Workflow as Tinkerbell would (dev/tinkerbell): tink-controller renders
-// it if that has not happened, then the worker reports each action RUNNING and then SUCCESS,
-// in order, or FAILED at the chosen action. A Workflow that is not PENDING or RUNNING after
-// rendering is refused, as a worker is never served one.
+// DriveWorkflow moves a Workflow as Tinkerbell would: once the stack's tink-controller has
+// rendered and prepared it, the worker reports each action RUNNING and then SUCCESS, in order,
+// or FAILED at the chosen action (dev/tinkerbell.ReportAction). A Workflow that is not PENDING
+// or RUNNING once prepared is refused, as a worker is never served one.
 func DriveWorkflow(ctx context.Context, c client.Client, wf *tinkv1.Workflow, d Drive) error {
 	var opts []tinkerbell.Option
 	if d.NewSpelling {
 		opts = append(opts, tinkerbell.NewSpelling())
 	}
-	if err := tinkerbell.Render(ctx, c, wf, opts...); err != nil {
-		return fmt.Errorf("render Workflow %s: %w", wf.Name, err)
+	if err := tinkerbell.WaitPrepared(ctx, c, wf); err != nil {
+		return err
 	}
 	if s := bareState(wf.Status.State); s != "PENDING" && s != "RUNNING" {
 		return fmt.Errorf("Workflow %s is %s: a worker runs only PENDING or RUNNING Workflows", wf.Name, wf.Status.State)

@@ -45,8 +45,9 @@ func Actions(wf *tinkv1.Workflow) []Action {
 // (tinkerbell-talos.md §1 lifecycle 4):
 //   - RUNNING sets the action RUNNING with startedAt, the Workflow RUNNING and currentAction;
 //   - SUCCESS sets the action SUCCESS with its duration; for the last action the Workflow goes
-//     to POST and then, as tink-controller's post step, allowPXE is set false again when
-//     toggleAllowNetboot is on and the Workflow becomes SUCCESS;
+//     to POST, and ReportAction waits for tink-controller's post step (allowPXE false again when
+//     toggleAllowNetboot is on, then SUCCESS). With NewSpelling no controller reads the state
+//     (tink-controller v0.12.2 knows only STATE_POST), so that step is done here;
 //   - FAILED or TIMEOUT sets the action and the Workflow to that state, with message.
 //
 // It refuses what a worker could not do: a Workflow that is not PENDING or RUNNING (tink-server
@@ -68,8 +69,11 @@ func ReportAction(ctx context.Context, c client.Client, wf *tinkv1.Workflow, act
 	if err != nil {
 		return fmt.Errorf("report action %s %s of Workflow %s: %w", action, bare(state), wf.Name, err)
 	}
-	if post {
+	switch {
+	case post && o.newSpelling:
 		return finishPost(ctx, c, wf, o)
+	case post:
+		return waitState(ctx, c, wf, tinkv1.WorkflowStatePost)
 	}
 	return nil
 }
@@ -109,7 +113,8 @@ func applyReport(wf *tinkv1.Workflow, action string, state tinkv1.WorkflowState,
 	return false, nil
 }
 
-// finishPost is tink-controller's POST step: allowPXE back to false when toggled, then SUCCESS.
+// finishPost is the newer Tinkerbell's POST step for NewSpelling Workflows, which no controller
+// here reads: allowPXE back to false when toggled, then SUCCESS.
 func finishPost(ctx context.Context, c client.Client, wf *tinkv1.Workflow, o options) error {
 	if wf.Spec.BootOptions.ToggleAllowNetboot && wf.Spec.HardwareRef != "" {
 		hw := &tinkv1.Hardware{}

@@ -1,0 +1,230 @@
+package tinkerbell
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	tinkv1 "github.com/tinkerbell/tink/api/v1alpha1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Tool is the path of a binary scripts/tools.sh built into its cache (root: the fleetd
+// checkout). A tool that is not built is an error saying to run `make tools`.
+func Tool(root, name string) (string, error) {
+	cmd := exec.Command(filepath.Join(root, "scripts", "tools.sh"), "path", name)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("%s is not built (run `make tools` in %s): %w: %s", name, root, err, strings.TrimSpace(stderr.String()))
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// RufioCRDs is the directory of Rufio's CRDs (bmc.tinkerbell.org Jobs, Machines, Tasks) in the
+// version interop/tinkerbell's tink-controller is built with. The controller deletes and
+// creates Rufio Jobs for a Workflow with bootOptions.bootMode, so the API server it runs against
+// must serve them.
+func RufioCRDs(ctx context.Context, root string) (string, error) {
+	cmd := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Dir}}", "github.com/tinkerbell/rufio")
+	cmd.Dir = filepath.Join(root, "interop", "tinkerbell")
+	out, err := cmd.Output()
+	dir := strings.TrimSpace(string(out))
+	if err != nil || dir == "" {
+		return "", fmt.Errorf("locate Rufio's CRDs with `go list -m github.com/tinkerbell/rufio` in %s: %v (run `go mod download` there)", cmd.Dir, err)
+	}
+	return filepath.Join(dir, "config", "crd", "bases"), nil
+}
+
+// ControllerOptions configure StartController.
+type ControllerOptions struct {
+	// Binary is tink-controller (Tool(root, "tink-controller")).
+	Binary string
+	// Kubeconfig is the API server's kubeconfig. tink-controller v0.12.2 reads it from
+	// $KUBECONFIG only: its --kubeconfig flag is parsed but never used (cmd/tink-controller).
+	Kubeconfig string
+	// Namespace limits the controller's cache to one namespace; empty watches all of them.
+	Namespace string
+	// Log receives the controller's zap JSON log (appended).
+	Log string
+}
+
+// Controller is a running tink-controller process.
+type Controller struct {
+	cmd  *exec.Cmd
+	log  string
+	done chan struct{}
+	err  error // the process's exit, set before done is closed
+	once sync.Once
+}
+
+// controllerReady is the line controller-runtime logs once the Workflow controller's cache has
+// synced and it reconciles.
+const controllerReady = `"msg":"Starting workers"`
+
+// StartController starts tink-controller v0.12.2 against the API server, with leader election
+// off (the harness serves no Leases) and no metrics or probe listeners (several stacks run on
+// one machine), and returns once it reconciles Workflows. Its environment holds only what it
+// needs: the controller reads its flags from any environment variable of the same name.
+func StartController(ctx context.Context, o ControllerOptions) (*Controller, error) {
+	if o.Binary == "" || o.Kubeconfig == "" || o.Log == "" {
+		return nil, errors.New("start tink-controller: Binary, Kubeconfig and Log are required")
+	}
+	logf, err := os.OpenFile(o.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("start tink-controller: open its log: %w", err)
+	}
+	defer logf.Close()
+	start, _ := logf.Seek(0, 2)
+	args := []string{"--kubeconfig", o.Kubeconfig, "--leader-elect=false",
+		"--metrics-bind-address", "0", "--health-probe-bind-address", "0"}
+	if o.Namespace != "" {
+		args = append(args, "--namespace", o.Namespace)
+	}
+	cmd := exec.Command(o.Binary, args...)
+	cmd.Env = []string{"KUBECONFIG=" + o.Kubeconfig, "PATH=/usr/bin:/bin", "HOME=" + filepath.Dir(o.Log)}
+	// Its config file is looked for in the working directory (tink-controller.yaml): use the
+	// log's directory, where there is none.
+	cmd.Dir = filepath.Dir(o.Log)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start tink-controller %s: %w", o.Binary, err)
+	}
+	c := &Controller{cmd: cmd, log: o.Log, done: make(chan struct{})}
+	go func() { c.err = cmd.Wait(); close(c.done) }()
+	deadline := time.NewTimer(60 * time.Second)
+	defer deadline.Stop()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if b, err := os.ReadFile(o.Log); err == nil && int64(len(b)) > start && bytes.Contains(b[start:], []byte(controllerReady)) {
+			return c, nil
+		}
+		select {
+		case <-c.done:
+			return nil, fmt.Errorf("tink-controller exited before it reconciled (%v); its log %s ends: %s", c.err, o.Log, logTail(o.Log))
+		case <-ctx.Done():
+			c.Stop()
+			return nil, fmt.Errorf("start tink-controller: %w", ctx.Err())
+		case <-deadline.C:
+			c.Stop()
+			return nil, fmt.Errorf("tink-controller did not start reconciling within 60 s; its log %s ends: %s", o.Log, logTail(o.Log))
+		case <-tick.C:
+		}
+	}
+}
+
+// Log is the controller's log file.
+func (c *Controller) Log() string { return c.log }
+
+// Stop ends the controller (SIGTERM, then SIGKILL after 5 s) and waits for it.
+func (c *Controller) Stop() error {
+	c.once.Do(func() {
+		_ = c.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-c.done:
+		case <-time.After(5 * time.Second):
+			_ = c.cmd.Process.Kill()
+			<-c.done
+		}
+	})
+	return nil
+}
+
+func logTail(path string) string {
+	b, _ := os.ReadFile(path)
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) > 5 {
+		lines = lines[len(lines)-5:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// prepareTimeout bounds how long WaitPrepared waits for tink-controller.
+const prepareTimeout = 30 * time.Second
+
+// WaitPrepared waits until tink-controller has rendered the Workflow and prepared its boot
+// (tinkerbell-talos.md §1 lifecycle): the state has left "" and PREPARING, or the preparation
+// failed (a boot-job or allowPXE condition failed). wf is refreshed. A Template that does not
+// render is an error saying why, as the controller's condition has it; a Workflow the
+// controller leaves waiting is returned as it is, with no error, for the caller to judge.
+func WaitPrepared(ctx context.Context, c client.Client, wf *tinkv1.Workflow) error {
+	ctx, cancel := context.WithTimeout(ctx, prepareTimeout)
+	defer cancel()
+	for {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(wf), wf); err != nil {
+			if ctx.Err() != nil {
+				return fmt.Errorf("wait for tink-controller to prepare Workflow %s: %w (is tink-controller running? see its log)", wf.Name, ctx.Err())
+			}
+			return fmt.Errorf("read Workflow %s: %w", wf.Name, err)
+		}
+		// A Template that does not render stays so; a Template or Hardware the controller could
+		// not read yet is retried (its cache can lag behind the writes), so that is waited out.
+		msg := conditionMessage(wf, tinkv1.TemplateRenderedSuccess)
+		if wf.Status.TemplateRendering == tinkv1.TemplateRenderingFailed && strings.HasPrefix(msg, "error rendering template") {
+			return fmt.Errorf("tink-controller could not render Workflow %s: %s", wf.Name, msg)
+		}
+		switch {
+		case wf.Status.State != "" && wf.Status.State != tinkv1.WorkflowStatePreparing:
+			return nil
+		case wf.Status.State == tinkv1.WorkflowStatePreparing && preparationFailed(wf):
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("tink-controller did not prepare Workflow %s within %s (state %q, templateRendering %q: %s): is tink-controller running? see its log",
+				wf.Name, prepareTimeout, wf.Status.State, wf.Status.TemplateRendering, msg)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// preparationFailed says whether a PREPARING Workflow carries a failed preparation step.
+func preparationFailed(wf *tinkv1.Workflow) bool {
+	for _, cd := range wf.Status.Conditions {
+		switch {
+		case cd.Type == tinkv1.NetbootJobSetupFailed && cd.Status == metav1.ConditionTrue,
+			cd.Type == tinkv1.NetbootJobFailed && cd.Status == metav1.ConditionTrue,
+			cd.Type == tinkv1.ToggleAllowNetbootTrue && cd.Status == metav1.ConditionFalse:
+			return true
+		}
+	}
+	return false
+}
+
+func conditionMessage(wf *tinkv1.Workflow, t tinkv1.WorkflowConditionType) string {
+	for _, cd := range wf.Status.Conditions {
+		if cd.Type == t {
+			return cd.Message
+		}
+	}
+	return "no " + string(t) + " condition"
+}
+
+// waitState waits until tink-controller moves the Workflow out of state from (POST to SUCCESS
+// after its post actions), refreshing wf.
+func waitState(ctx context.Context, c client.Client, wf *tinkv1.Workflow, from tinkv1.WorkflowState) error {
+	ctx, cancel := context.WithTimeout(ctx, prepareTimeout)
+	defer cancel()
+	for {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(wf), wf); err == nil && wf.Status.State != from {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("tink-controller did not move Workflow %s on from %s within %s: is tink-controller running? see its log", wf.Name, from, prepareTimeout)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
