@@ -60,12 +60,18 @@ type ControllerOptions struct {
 }
 
 // Controller is a running tink-controller process.
-type Controller struct {
+type Controller = Process
+
+// Process is a running Tinkerbell program (tink-controller, tink-server or tink-worker).
+type Process struct {
+	name string
 	cmd  *exec.Cmd
 	log  string
 	done chan struct{}
 	err  error // the process's exit, set before done is closed
 	once sync.Once
+	// ready is the log text that said the process was ready (tink-server's has its address).
+	ready string
 }
 
 // controllerReady is the line controller-runtime logs once the Workflow controller's cache has
@@ -80,63 +86,76 @@ func StartController(ctx context.Context, o ControllerOptions) (*Controller, err
 	if o.Binary == "" || o.Kubeconfig == "" || o.Log == "" {
 		return nil, errors.New("start tink-controller: Binary, Kubeconfig and Log are required")
 	}
-	logf, err := os.OpenFile(o.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("start tink-controller: open its log: %w", err)
-	}
-	defer logf.Close()
-	start, _ := logf.Seek(0, 2)
 	args := []string{"--kubeconfig", o.Kubeconfig, "--leader-elect=false",
 		"--metrics-bind-address", "0", "--health-probe-bind-address", "0"}
 	if o.Namespace != "" {
 		args = append(args, "--namespace", o.Namespace)
 	}
-	cmd := exec.Command(o.Binary, args...)
-	cmd.Env = []string{"KUBECONFIG=" + o.Kubeconfig, "PATH=/usr/bin:/bin", "HOME=" + filepath.Dir(o.Log)}
-	// Its config file is looked for in the working directory (tink-controller.yaml): use the
-	// log's directory, where there is none.
-	cmd.Dir = filepath.Dir(o.Log)
+	return startProcess(ctx, "tink-controller", o.Binary, args, []string{"KUBECONFIG=" + o.Kubeconfig}, o.Log, controllerReady)
+}
+
+// startProcess starts a Tinkerbell program with only PATH, HOME and env in its environment (they
+// read their flags from environment variables of the same name too), in the log's directory
+// (where they find no config file), its output appended to log, and returns once the log shows
+// ready, within 60 s.
+func startProcess(ctx context.Context, name, bin string, args, env []string, log, ready string) (*Process, error) {
+	logf, err := os.OpenFile(log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("start %s: open its log: %w", name, err)
+	}
+	defer logf.Close()
+	start, _ := logf.Seek(0, 2)
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append([]string{"PATH=/usr/bin:/bin", "HOME=" + filepath.Dir(log)}, env...)
+	cmd.Dir = filepath.Dir(log)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start tink-controller %s: %w", o.Binary, err)
+		return nil, fmt.Errorf("start %s %s: %w", name, bin, err)
 	}
-	c := &Controller{cmd: cmd, log: o.Log, done: make(chan struct{})}
-	go func() { c.err = cmd.Wait(); close(c.done) }()
+	p := &Process{name: name, cmd: cmd, log: log, done: make(chan struct{})}
+	go func() { p.err = cmd.Wait(); close(p.done) }()
 	deadline := time.NewTimer(60 * time.Second)
 	defer deadline.Stop()
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		if b, err := os.ReadFile(o.Log); err == nil && int64(len(b)) > start && bytes.Contains(b[start:], []byte(controllerReady)) {
-			return c, nil
+		if b, err := os.ReadFile(log); err == nil && int64(len(b)) > start {
+			if i := bytes.Index(b[start:], []byte(ready)); i >= 0 {
+				line := b[start+int64(i):]
+				if j := bytes.IndexByte(line, '\n'); j >= 0 {
+					line = line[:j]
+				}
+				p.ready = string(line)
+				return p, nil
+			}
 		}
 		select {
-		case <-c.done:
-			return nil, fmt.Errorf("tink-controller exited before it reconciled (%v); its log %s ends: %s", c.err, o.Log, logTail(o.Log))
+		case <-p.done:
+			return nil, fmt.Errorf("%s exited before it was ready (%v); its log %s ends: %s", name, p.err, log, logTail(log))
 		case <-ctx.Done():
-			c.Stop()
-			return nil, fmt.Errorf("start tink-controller: %w", ctx.Err())
+			p.Stop()
+			return nil, fmt.Errorf("start %s: %w", name, ctx.Err())
 		case <-deadline.C:
-			c.Stop()
-			return nil, fmt.Errorf("tink-controller did not start reconciling within 60 s; its log %s ends: %s", o.Log, logTail(o.Log))
+			p.Stop()
+			return nil, fmt.Errorf("%s was not ready within 60 s; its log %s ends: %s", name, log, logTail(log))
 		case <-tick.C:
 		}
 	}
 }
 
-// Log is the controller's log file.
-func (c *Controller) Log() string { return c.log }
+// Log is the process's log file.
+func (p *Process) Log() string { return p.log }
 
-// Stop ends the controller (SIGTERM, then SIGKILL after 5 s) and waits for it.
-func (c *Controller) Stop() error {
-	c.once.Do(func() {
-		_ = c.cmd.Process.Signal(syscall.SIGTERM)
+// Stop ends the process (SIGTERM, then SIGKILL after 5 s) and waits for it.
+func (p *Process) Stop() error {
+	p.once.Do(func() {
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
 		select {
-		case <-c.done:
+		case <-p.done:
 		case <-time.After(5 * time.Second):
-			_ = c.cmd.Process.Kill()
-			<-c.done
+			_ = p.cmd.Process.Kill()
+			<-p.done
 		}
 	})
 	return nil

@@ -1,0 +1,232 @@
+package tinkerbell_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	tinkv1 "github.com/tinkerbell/tink/api/v1alpha1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/folly-infra/fleetd/dev/dockerapi"
+	"github.com/folly-infra/fleetd/dev/kubeharness"
+	"github.com/folly-infra/fleetd/dev/tinkerbell"
+	"github.com/folly-infra/fleetd/workflows"
+)
+
+const root = "../.."
+
+// ran is what the engine's runner saw, in order.
+type ran struct {
+	mu   sync.Mutex
+	runs []dockerapi.Container
+}
+
+func (r *ran) names() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var n []string
+	for _, c := range r.runs {
+		n = append(n, c.Name)
+	}
+	return n
+}
+
+const template = `version: "0.1"
+name: t
+global_timeout: 600
+tasks:
+  - name: provision
+    worker: "{{.device_1}}"
+    volumes: ["/dev:/dev"]
+    environment:
+      FROM_TASK: "task"
+    actions:
+      - name: first
+        image: docker.io/library/alpine:3.20
+        timeout: 60
+        command: ["/bin/sh", "-c", "echo first"]
+        environment:
+          FROM_ACTION: "{{.device_name}}"
+      - name: second
+        image: docker.io/library/alpine:3.20
+        timeout: 60
+      - name: third
+        image: docker.io/library/alpine:3.20
+        timeout: 60
+`
+
+// TestRealWorkerRunsWorkflow runs a Workflow through Tinkerbell's own tink-controller,
+// tink-server and tink-worker, with the worker's containers run by dockerapi: the worker runs
+// the actions in order with the task's and action's environment and the /workflow bind, each
+// action's exit code decides its state, and a failure ends the Workflow at that action.
+func TestRealWorkerRunsWorkflow(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	bins := map[string]string{}
+	for _, n := range []string{"tink-controller", "tink-server", "tink-worker"} {
+		b, err := tinkerbell.Tool(root, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bins[n] = b
+	}
+	srv, err := kubeharness.Start(ctx, kubeharness.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	dir := t.TempDir()
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := srv.WriteKubeconfig(kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	const ns = "tink-system"
+	ctrl, err := tinkerbell.StartController(ctx, tinkerbell.ControllerOptions{Binary: bins["tink-controller"], Kubeconfig: kubeconfig,
+		Namespace: ns, Log: filepath.Join(dir, "tink-controller.log")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctrl.Stop()
+	ts, err := tinkerbell.StartServer(ctx, tinkerbell.ServerOptions{Binary: bins["tink-server"], Kubeconfig: kubeconfig,
+		Namespace: ns, Log: filepath.Join(dir, "tink-server.log")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ts.Stop()
+	defer func() {
+		if t.Failed() {
+			for _, l := range []string{"tink-controller.log", "tink-server.log", "tink-worker.log"} {
+				b, _ := os.ReadFile(filepath.Join(dir, l))
+				t.Logf("%s:\n%s", l, b)
+			}
+		}
+	}()
+
+	rec := &ran{}
+	failAt := ""
+	engine, err := dockerapi.Start(filepath.Join(dir, "docker.sock"), func(ctx context.Context, c dockerapi.Container) (string, int) {
+		rec.mu.Lock()
+		rec.runs = append(rec.runs, c)
+		rec.mu.Unlock()
+		if c.Name == "action_"+failAt {
+			return "2 disks have serial S1; refusing to choose\n", 3
+		}
+		return "ran " + c.Name + "\n", 0
+	}, zerolog.New(zerolog.NewTestWriter(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer engine.Close()
+	const mac = "3c:ec:ef:4c:4f:54"
+	worker, err := tinkerbell.StartWorker(ctx, tinkerbell.WorkerOptions{Binary: bins["tink-worker"], ID: mac, Server: ts.Addr,
+		DockerHost: engine.Host(), Log: filepath.Join(dir, "tink-worker.log")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer worker.Stop()
+
+	scheme, err := workflows.Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(srv.RESTConfig(), client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := template
+	if err := c.Create(ctx, &tinkv1.Template{ObjectMeta: metav1.ObjectMeta{Name: "t", Namespace: ns}, Spec: tinkv1.TemplateSpec{Data: &data}}); err != nil {
+		t.Fatal(err)
+	}
+	no := false
+	hw := &tinkv1.Hardware{ObjectMeta: metav1.ObjectMeta{Name: "node-a", Namespace: ns}, Spec: tinkv1.HardwareSpec{
+		Interfaces: []tinkv1.Interface{{DHCP: &tinkv1.DHCP{MAC: mac}, Netboot: &tinkv1.Netboot{AllowPXE: &no, AllowWorkflow: &no}}}}}
+	if err := c.Create(ctx, hw); err != nil {
+		t.Fatal(err)
+	}
+	run := func(t *testing.T, name string) *tinkv1.Workflow {
+		t.Helper()
+		wf := &tinkv1.Workflow{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: tinkv1.WorkflowSpec{TemplateRef: "t",
+			HardwareRef: "node-a", HardwareMap: map[string]string{"device_1": mac, "device_name": "node-a"},
+			BootOptions: tinkv1.BootOptions{ToggleAllowNetboot: true}}}
+		if err := c.Create(ctx, wf); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(90 * time.Second)
+		for time.Now().Before(deadline) {
+			if err := c.Get(ctx, client.ObjectKeyFromObject(wf), wf); err != nil {
+				t.Fatal(err)
+			}
+			switch wf.Status.State {
+			case tinkv1.WorkflowStateSuccess, tinkv1.WorkflowStateFailed, tinkv1.WorkflowStateTimeout:
+				return wf
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		t.Fatalf("Workflow %s is still %q after 90 s", name, wf.Status.State)
+		return nil
+	}
+	actionStates := func(wf *tinkv1.Workflow) string {
+		var s []string
+		for _, a := range wf.Status.Tasks[0].Actions {
+			s = append(s, fmt.Sprintf("%s=%s(%q)", a.Name, a.Status, a.Message))
+		}
+		return strings.Join(s, " ")
+	}
+
+	t.Run("ok/every-action-succeeds", func(t *testing.T) {
+		wf := run(t, "wf-ok")
+		if wf.Status.State != tinkv1.WorkflowStateSuccess {
+			t.Fatalf("state %s (%s), want STATE_SUCCESS", wf.Status.State, actionStates(wf))
+		}
+		if got := rec.names(); !slices.Equal(got, []string{"action_first", "action_second", "action_third"}) {
+			t.Errorf("containers run: %v, want first, second, third in order", got)
+		}
+		first := rec.runs[0]
+		env := first.EnvMap()
+		if env["FROM_TASK"] != "task" || env["FROM_ACTION"] != "node-a" || !slices.Equal(first.Cmd, []string{"/bin/sh", "-c", "echo first"}) {
+			t.Errorf("first action: env %v, cmd %v; want the task's and the action's environment and its command", first.Env, first.Cmd)
+		}
+		if !slices.Contains(first.Binds, "/worker/"+ns+"/wf-ok:/workflow") || !slices.Contains(first.Binds, "/dev:/dev") || !first.Privileged {
+			t.Errorf("first action: binds %v, privileged %t; want /workflow, the task's volume, privileged", first.Binds, first.Privileged)
+		}
+		cur := &tinkv1.Hardware{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(hw), cur); err != nil {
+			t.Fatal(err)
+		}
+		if p := cur.Spec.Interfaces[0].Netboot.AllowPXE; p == nil || *p {
+			t.Error("allowPXE is not false after the Workflow succeeded (tink-controller's post step)")
+		}
+	})
+	t.Run("ok/an-action-fails", func(t *testing.T) {
+		rec.mu.Lock()
+		rec.runs, failAt = nil, "second"
+		rec.mu.Unlock()
+		wf := run(t, "wf-fail")
+		if wf.Status.State != tinkv1.WorkflowStateFailed {
+			t.Fatalf("state %s (%s), want STATE_FAILED", wf.Status.State, actionStates(wf))
+		}
+		a := wf.Status.Tasks[0].Actions
+		// tink-worker v0.12.2 reports a failure without a message, and tink-server keeps no
+		// action message at all: the reason is only in the worker's log.
+		if a[0].Status != tinkv1.WorkflowStateSuccess || a[1].Status != tinkv1.WorkflowStateFailed || a[1].Message != "" ||
+			a[2].Status != tinkv1.WorkflowStatePending {
+			t.Errorf("actions %s; want first SUCCESS, second FAILED with no message, third PENDING", actionStates(wf))
+		}
+		if got := rec.names(); !slices.Equal(got, []string{"action_first", "action_second"}) {
+			t.Errorf("containers run: %v, want first and second only", got)
+		}
+		b, _ := os.ReadFile(worker.Log())
+		if !strings.Contains(string(b), "2 disks have serial S1") {
+			t.Error("the worker's log does not carry the failed action's output")
+		}
+	})
+}
