@@ -41,9 +41,10 @@ demo: deps tools build ## walk one machine of each class kind through its lifecy
 # The packages with locks and goroutines run under the race detector in make test (it needs cgo:
 # gcc from make deps). workflows has them too but runs without: its tests link the in-process
 # Kubernetes API server and etcd, whose race-instrumented build alone took 27 minutes on the
-# shared 2-core machine (CI's limit is 90 for everything); the five below cost about 8 minutes
-# of build the first time and a few seconds of run after that.
-RACE_PKGS := fleet handlers webhook netbox kea
+# shared 2-core machine (CI's limit is 90 for everything); the ones below (render among them: one
+# Renderer serves every request) cost about 8 minutes of build the first time and a few seconds of
+# run after that.
+RACE_PKGS := fleet render handlers webhook netbox kea
 MODULE    := github.com/folly-infra/fleetd
 empty     :=
 space     := $(empty) $(empty)

@@ -24,6 +24,7 @@ import (
 	"github.com/folly-infra/fleetd/kea"
 	"github.com/folly-infra/fleetd/netbox"
 	"github.com/folly-infra/fleetd/pki"
+	"github.com/folly-infra/fleetd/render"
 	"github.com/folly-infra/fleetd/webhook"
 	"github.com/folly-infra/fleetd/workflows"
 )
@@ -222,8 +223,8 @@ func newAttestation(cfg *config.Config, tokenKey []byte, clock fleet.Clock) (fle
 	return fleet.Attestation{EK: ek, Tokens: tokens, Issuer: issuer, LAK: lakVerifier, BootNonces: nonces}, nil
 }
 
-func newRenderer(cfg *config.Config, talosSecrets []byte, clock fleet.Clock) (*fleet.Renderer, error) {
-	rc := fleet.RenderConfig{TalosSecrets: talosSecrets, TalosVersion: cfg.Talos.TalosVersion,
+func newRenderer(cfg *config.Config, talosSecrets []byte, clock fleet.Clock) (*render.Renderer, error) {
+	rc := render.Config{TalosSecrets: talosSecrets, TalosVersion: cfg.Talos.TalosVersion,
 		ClusterName: cfg.Talos.ClusterName, ClusterEndpoint: cfg.Talos.Endpoint,
 		KubernetesVersion: cfg.Talos.KubernetesVersion, Endpoints: cfg.Seed.Endpoints, NTP: cfg.Seed.NTP,
 		Clock: clock, Random: rand.Reader}
@@ -233,7 +234,7 @@ func newRenderer(cfg *config.Config, talosSecrets []byte, clock fleet.Clock) (*f
 	if cfg.Seed.Gateway != "" {
 		rc.Gateway = netip.MustParseAddr(cfg.Seed.Gateway)
 	}
-	r, err := fleet.NewRenderer(rc)
+	r, err := render.New(rc)
 	if err != nil {
 		return nil, fmt.Errorf("talos/seed: %w", err)
 	}

@@ -9,6 +9,10 @@ import (
 // dnsLabel is what a device name must look like to name Kubernetes objects and hostnames.
 var dnsLabel = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 
+// IsDNSLabel reports whether s is what a device name must be (a lowercase RFC 1123 label) to
+// name Kubernetes objects and hostnames; the renderer holds the fleet's endpoint names to it too.
+func IsDNSLabel(s string) bool { return dnsLabel.MatchString(s) }
+
 // DeclarationCheck is one check of a device's declaration against a request (docs/design.md §1
 // step 2): Passed says what the declaration holds when it passes, Problem, one sentence, why it
 // cannot carry the request when it fails. The claim refuses a request when any check fails;

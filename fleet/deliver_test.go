@@ -16,6 +16,7 @@ import (
 
 	. "github.com/folly-infra/fleetd/fleet"
 	"github.com/folly-infra/fleetd/fleet/fleettest"
+	"github.com/folly-infra/fleetd/render"
 )
 
 func TestFetchConfig(t *testing.T) {
@@ -109,7 +110,7 @@ func TestFetchConfig(t *testing.T) {
 				if err != nil || !strings.Contains(string(cfg.Body), "machine:") {
 					t.Fatalf("FetchConfig = %.40q, %v; want the rendered Talos config", cfg.Body, err)
 				}
-				files, err := DeliveredFiles(KindTalos, cfg.Body)
+				files, err := render.DeliveredFiles(KindTalos, cfg.Body)
 				if err != nil || len(files) != 2 || string(files[1].Data) != `{"KeyEncoding":1}` {
 					t.Errorf("node files of the delivered config: %+v, %v; want lak.pem and lak.blob from fleet_identity", files, err)
 				}

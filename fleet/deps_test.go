@@ -24,18 +24,10 @@ var forbiddenImports = []string{
 	"github.com/tinkerbell",                 // Tinkerbell's API types
 	"github.com/hashicorp/go-retryablehttp", // the agent's and the adapters' HTTP retries
 	"github.com/gorilla/mux",                // the route table
-}
-
-// renderingImports are the two that configuration rendering pulls into fleet today — Talos
-// machinery and YAML — allowed only in renderingFiles. Issue 15.4 moves rendering into its own
-// package behind the renderer port; that day renderingFiles is emptied, and both are forbiddenImports.
-var renderingImports = []string{
+	// Configuration rendering's (package render, behind the Renderer port): Talos machinery and YAML.
 	"github.com/siderolabs/talos/pkg/machinery",
 	"gopkg.in/yaml.v3", "gopkg.in/yaml.v2", "sigs.k8s.io/yaml", "github.com/ghodss/yaml", "go.yaml.in/yaml",
 }
-
-// renderingFiles are the files allowed renderingImports until rendering moves out (15.4).
-var renderingFiles = []string{"render.go", "render_nocloud.go", "render_seed.go", "render_talos.go", "nodefiles_read.go"}
 
 // fleetdImports are the only fleetd packages fleet may depend on.
 var fleetdImports = []string{"github.com/folly-infra/fleetd/attest", "github.com/folly-infra/fleetd/pki", "github.com/folly-infra/fleetd/fleet"}
@@ -45,7 +37,7 @@ func importUnder(p, prefix string) bool { return p == prefix || strings.HasPrefi
 
 // TestDeps reads each non-test file's imports (a new adapter import fails here, by file) and the
 // package's whole dependency graph (one through another package fails too). net/http is checked
-// on direct imports only: the Prometheus client and Talos machinery depend on it.
+// on direct imports only: the Prometheus client depends on it.
 func TestDeps(t *testing.T) {
 	files, err := filepath.Glob("*.go")
 	if err != nil {
@@ -90,11 +82,6 @@ func checkDomainImport(t *testing.T, file, p string) {
 	for _, bad := range forbiddenImports {
 		if importUnder(p, bad) {
 			t.Errorf("fleet/%s imports %s: the domain reaches the outside only through its ports (ports.go)", file, p)
-		}
-	}
-	for _, r := range renderingImports {
-		if importUnder(p, r) && !slices.Contains(renderingFiles, file) {
-			t.Errorf("fleet/%s imports %s: Talos machinery and YAML are rendering's, allowed only in %v until rendering moves out (issue 15.4)", file, p, renderingFiles)
 		}
 	}
 	if strings.HasPrefix(p, "github.com/folly-infra/fleetd/") && !slices.Contains(fleetdImports, p) {

@@ -8,6 +8,7 @@ import (
 
 	. "github.com/folly-infra/fleetd/fleet"
 	"github.com/folly-infra/fleetd/fleet/fleettest"
+	"github.com/folly-infra/fleetd/render"
 )
 
 // testService is a service on in-memory ports with a clock the test controls.
@@ -19,15 +20,16 @@ type testService struct {
 var testEpoch = time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
 
 // sharedRenderer renders the fleettest catalog's classes for the service tests (one Talos secrets
-// bundle for all of them: generating one takes a while).
-var sharedRenderer = sync.OnceValue(func() *Renderer {
-	sec, err := renderSecrets()
+// bundle for all of them: generating one takes a while): the real renderer, package render.
+var sharedRenderer = sync.OnceValue(func() *render.Renderer {
+	clock := fleettest.NewClock(testEpoch)
+	sec, err := render.GenerateTalosSecrets(clock)
 	if err != nil {
 		panic(err)
 	}
-	r, err := NewRenderer(RenderConfig{TalosSecrets: sec, TalosVersion: "v1.11", ClusterName: "folly",
+	r, err := render.New(render.Config{TalosSecrets: sec, TalosVersion: "v1.11", ClusterName: "folly",
 		ClusterEndpoint: "https://10.0.0.2:6443", DNS: []netip.Addr{netip.MustParseAddr("10.0.0.1")},
-		Gateway: netip.MustParseAddr("10.0.0.1"), Clock: &renderClock{t: renderEpoch}, Random: rand.New(rand.NewSource(2))})
+		Gateway: netip.MustParseAddr("10.0.0.1"), Clock: clock, Random: rand.New(rand.NewSource(2))})
 	if err != nil {
 		panic(err)
 	}

@@ -2,10 +2,7 @@ package fleet
 
 import (
 	"encoding/base64"
-	"errors"
-	"fmt"
 	"io/fs"
-	"regexp"
 
 	"github.com/folly-infra/fleetd/pki"
 )
@@ -19,7 +16,7 @@ import (
 // partitions are created at its first boot). So every class kind carries them in its
 // configuration, and the node's OS writes them into NodeDir on its first boot: nixos-image and
 // alpine-image nodes from the seed's files, cloud-init from the NoCloud seed's vendor-data, Talos
-// from machine.files (render_talos.go, render_seed.go, render_nocloud.go). Talos writes a machine
+// from machine.files (package render: talos.go, seed.go, nocloud.go). Talos writes a machine
 // file as a UTF-8 string, and rewrites it from the config at every boot: the LDevID files go there
 // in their text form (TextForm), and `fleetd boot-check` installs each file from it when the file
 // is missing, so a renewed certificate is not put back to the delivered one at the next boot.
@@ -99,30 +96,4 @@ func LDevIDFiles(chainPEM, public, private []byte) []NodeFile {
 		{Name: NodeFileLDevIDPub, Mode: 0o600, Data: public},
 		{Name: NodeFileLDevIDPriv, Mode: 0o600, Data: private},
 	}
-}
-
-var nodeFileName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]*$`)
-
-// checkNodeFiles checks what the caller of Render built: plain, distinct names, permission bits
-// only, no empty file. A problem here is fleetd's own.
-func checkNodeFiles(files []NodeFile) error {
-	seen := map[string]bool{}
-	var problems []error
-	for _, f := range files {
-		switch {
-		case !nodeFileName.MatchString(f.Name):
-			problems = append(problems, fmt.Errorf("node file name %q is not a plain lowercase file name", f.Name))
-		case seen[f.Name]:
-			problems = append(problems, fmt.Errorf("node file %s is given twice", f.Name))
-		case f.Mode&^fs.ModePerm != 0:
-			problems = append(problems, fmt.Errorf("node file %s has mode %v: only permission bits are delivered", f.Name, f.Mode))
-		case len(f.Data) == 0:
-			problems = append(problems, fmt.Errorf("node file %s is empty", f.Name))
-		}
-		seen[f.Name] = true
-	}
-	if len(problems) > 0 {
-		return fmt.Errorf("check the node files: %w", errors.Join(problems...))
-	}
-	return nil
 }

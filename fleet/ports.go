@@ -153,3 +153,15 @@ func (SystemClock) Now() time.Time { return time.Now() }
 // Random is the randomness source for request ids, nonces and serials (crypto/rand.Reader in
 // production, a seeded reader in tests).
 type Random = io.Reader
+
+// Renderer renders the configuration a node fetches once (docs/design.md §1 steps 4 and 6, §9):
+// of device d, of class c, for the machine attestation identified as id. Package render
+// implements it (Talos machine configs, the seeds' JSON, NoCloud tars); it is pure and safe for
+// concurrent use.
+//
+// Errors: one wrapping ErrConfigRejected when d's declaration or c would produce a configuration
+// the OS rejects (the text after it is safe to journal, and ends the request); any other error is
+// fleetd's own failure. A configuration the OS would reject is never returned.
+type Renderer interface {
+	Render(d Device, c Class, id NodeIdentity) (NodeConfig, error)
+}

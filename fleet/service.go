@@ -40,7 +40,7 @@ type Deps struct {
 	ChangeLog ChangeLog // may be nil: then only webhooks undo others' writes of fleetd's fields
 	Installer Installer
 	Catalog   Catalog
-	Renderer  *Renderer // renders configurations: checked at attestation, served at fetch
+	Renderer  Renderer // renders configurations: checked at attestation, served at fetch
 	Attest    Attestation
 	Clock     Clock
 	Random    Random
@@ -60,7 +60,7 @@ type Service struct {
 	catalog  Catalog
 	clock    Clock
 	rnd      Random
-	renderer *Renderer
+	renderer Renderer
 	attest   Attestation
 	log      zerolog.Logger
 	metrics  *metrics

@@ -20,6 +20,7 @@ import (
 	"github.com/folly-infra/fleetd/dev/fakehw"
 	"github.com/folly-infra/fleetd/fleet"
 	"github.com/folly-infra/fleetd/fleet/fleettest"
+	"github.com/folly-infra/fleetd/render"
 )
 
 // kindClasses has one installable class of every kind, with the class names devices declare.
@@ -63,7 +64,7 @@ func provisionNode(t *testing.T, class fleet.Class) provisioned {
 		t.Fatalf("enroll: %v", err)
 	}
 	body := fetchConfig(t, p.f.url, class.Kind, filepath.Join(p.workflow, agent.FileFetchSecret))
-	files, err := fleet.DeliveredFiles(class.Kind, body)
+	files, err := render.DeliveredFiles(class.Kind, body)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/folly-infra/fleetd/fleet"
 	"github.com/folly-infra/fleetd/fleet/fleettest"
+	"github.com/folly-infra/fleetd/render"
 )
 
 // BenchmarkConfigFetchNetBox is one configuration fetch as fleetd serves it, through this adapter
@@ -22,11 +23,11 @@ func BenchmarkConfigFetchNetBox(b *testing.B) {
 	e := newEnv(b, 1)
 	ctx := context.Background()
 	id := e.node1 + 1 // gen0000, a talos-worker at 10.1.0.1/16
-	sec, err := fleet.GenerateTalosSecrets(fleet.SystemClock{})
+	sec, err := render.GenerateTalosSecrets(fleet.SystemClock{})
 	if err != nil {
 		b.Fatal(err)
 	}
-	r, err := fleet.NewRenderer(fleet.RenderConfig{TalosSecrets: sec, TalosVersion: "v1.11", ClusterName: "folly",
+	r, err := render.New(render.Config{TalosSecrets: sec, TalosVersion: "v1.11", ClusterName: "folly",
 		ClusterEndpoint: "https://10.0.0.2:6443", DNS: []netip.Addr{netip.MustParseAddr("10.1.0.254")},
 		Gateway: netip.MustParseAddr("10.1.0.254"), Clock: fleet.SystemClock{}, Random: rand.New(rand.NewSource(2))})
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/folly-infra/fleetd/fleet"
+	"github.com/folly-infra/fleetd/render"
 )
 
 // TestInventoryAddressing checks the addressing of issue 4: every machine has its own loopback
@@ -50,11 +51,11 @@ func TestInventoryAddressing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	secrets, err := fleet.GenerateTalosSecrets(fleet.SystemClock{})
+	secrets, err := render.GenerateTalosSecrets(fleet.SystemClock{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := fleet.NewRenderer(fleet.RenderConfig{TalosSecrets: secrets, ClusterName: "fleetsim",
+	r, err := render.New(render.Config{TalosSecrets: secrets, ClusterName: "fleetsim",
 		ClusterEndpoint: talosEndpoint(devices), DNS: []netip.Addr{Gateway}, Gateway: Gateway,
 		Endpoints: map[string]string{"fleetd": "http://127.0.0.1:8080"}, Clock: fleet.SystemClock{}, Random: rand.Reader})
 	if err != nil {

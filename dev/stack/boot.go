@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/folly-infra/fleetd/fleet"
+	"github.com/folly-infra/fleetd/render"
 )
 
 // nodeDir is fleet.NodeDir under the machine's install disk: where the node keeps the files its
@@ -52,7 +53,7 @@ func Boot(ctx context.Context, info Info, name string, o StepOptions) error {
 	if kind != fleet.KindCloudInit {
 		mc.recordDelivery(kind, body)
 	}
-	files, err := fleet.DeliveredFiles(kind, body)
+	files, err := render.DeliveredFiles(kind, body)
 	if err != nil {
 		return fmt.Errorf("boot %s: %w", name, err)
 	}

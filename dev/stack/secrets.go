@@ -9,6 +9,7 @@ import (
 	"github.com/folly-infra/fleetd/dev/netboxemu"
 	"github.com/folly-infra/fleetd/fleet"
 	"github.com/folly-infra/fleetd/pki"
+	"github.com/folly-infra/fleetd/render"
 )
 
 // NetBox users of the stack: the owner acts with the admin token, fleetd with its own (its
@@ -42,7 +43,7 @@ func generateSecrets(p paths, rnd io.Reader, clock fleet.Clock) (*generated, err
 	if err != nil {
 		return nil, err
 	}
-	talos, err := fleet.GenerateTalosSecrets(clock)
+	talos, err := render.GenerateTalosSecrets(clock)
 	if err != nil {
 		return nil, err
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/folly-infra/fleetd/fleet/fleettest"
 	"github.com/folly-infra/fleetd/handlers"
 	"github.com/folly-infra/fleetd/pki"
+	"github.com/folly-infra/fleetd/render"
 	"github.com/folly-infra/fleetd/webhook"
 )
 
@@ -135,10 +136,10 @@ func New(tb testing.TB, cfg Config) *Fleetd {
 	must(err)
 	f.TalosSecrets = cfg.TalosSecrets
 	if f.TalosSecrets == nil {
-		f.TalosSecrets, err = fleet.GenerateTalosSecrets(clock)
+		f.TalosSecrets, err = render.GenerateTalosSecrets(clock)
 		must(err)
 	}
-	renderer, err := fleet.NewRenderer(fleet.RenderConfig{TalosSecrets: f.TalosSecrets, ClusterName: "folly", ClusterEndpoint: "https://10.0.0.10:6443",
+	renderer, err := render.New(render.Config{TalosSecrets: f.TalosSecrets, ClusterName: "folly", ClusterEndpoint: "https://10.0.0.10:6443",
 		DNS: []netip.Addr{netip.MustParseAddr("10.0.0.1")}, Gateway: cfg.Gateway, Clock: clock, Random: rand.Reader})
 	must(err)
 	f.Service, err = fleet.NewService(fleet.Config{FleetdURL: "http://spore"}, fleet.Deps{Inventory: f.Inv, Installer: f.Installer,

@@ -1,4 +1,4 @@
-package fleet_test
+package render_test
 
 import (
 	"encoding/base64"
@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/folly-infra/fleetd/fleet"
+	"github.com/folly-infra/fleetd/render"
 )
 
 // renderClock is a fixed clock for the renderer and the pending store.
@@ -37,16 +38,16 @@ var renderEpoch = time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
 // renderSecrets is one generated Talos secrets bundle shared by the tests of this package
 // (generating one takes a while; the bundle is never modified).
 var renderSecrets = sync.OnceValues(func() ([]byte, error) {
-	return fleet.GenerateTalosSecrets(&renderClock{t: renderEpoch})
+	return render.GenerateTalosSecrets(&renderClock{t: renderEpoch})
 })
 
-func newTestRenderer(tb testing.TB, mod func(*fleet.RenderConfig)) *fleet.Renderer {
+func newTestRenderer(tb testing.TB, mod func(*render.Config)) *render.Renderer {
 	tb.Helper()
 	sec, err := renderSecrets()
 	if err != nil {
 		tb.Fatalf("generate secrets: %v", err)
 	}
-	cfg := fleet.RenderConfig{
+	cfg := render.Config{
 		TalosSecrets:    sec,
 		TalosVersion:    "v1.11",
 		ClusterName:     "folly",
@@ -61,9 +62,9 @@ func newTestRenderer(tb testing.TB, mod func(*fleet.RenderConfig)) *fleet.Render
 	if mod != nil {
 		mod(&cfg)
 	}
-	r, err := fleet.NewRenderer(cfg)
+	r, err := render.New(cfg)
 	if err != nil {
-		tb.Fatalf("NewRenderer: %v", err)
+		tb.Fatalf("New: %v", err)
 	}
 	return r
 }
@@ -102,20 +103,20 @@ func TestNewRendererRefusesBadConfig(t *testing.T) {
 	}
 	cases := []struct {
 		name string
-		cfg  fleet.RenderConfig
+		cfg  render.Config
 		want []string
 	}{
-		{"refuse/empty", fleet.RenderConfig{},
+		{"refuse/empty", render.Config{},
 			[]string{"no clock", "no randomness", "no DNS servers", "gateway"}},
-		{"refuse/bad-secrets", fleet.RenderConfig{TalosSecrets: []byte("cluster: [1"), ClusterName: "x",
+		{"refuse/bad-secrets", render.Config{TalosSecrets: []byte("cluster: [1"), ClusterName: "x",
 			ClusterEndpoint: "https://a:6443", Clock: &renderClock{}, Random: rand.NewChaCha8([32]byte{}),
 			DNS: []netip.Addr{netip.MustParseAddr("10.0.0.1")}, Gateway: netip.MustParseAddr("10.0.0.1")},
 			[]string{"decode Talos secrets bundle"}},
-		{"refuse/incomplete-secrets", fleet.RenderConfig{TalosSecrets: []byte("cluster:\n  id: x\n"), ClusterName: "x",
+		{"refuse/incomplete-secrets", render.Config{TalosSecrets: []byte("cluster:\n  id: x\n"), ClusterName: "x",
 			ClusterEndpoint: "https://a:6443", Clock: &renderClock{}, Random: rand.NewChaCha8([32]byte{}),
 			DNS: []netip.Addr{netip.MustParseAddr("10.0.0.1")}, Gateway: netip.MustParseAddr("10.0.0.1")},
 			[]string{"check Talos secrets bundle", "cluster.secret is required", "talosctl gen secrets"}},
-		{"refuse/talos-endpoint-version-name", fleet.RenderConfig{TalosSecrets: sec, TalosVersion: "eleven",
+		{"refuse/talos-endpoint-version-name", render.Config{TalosSecrets: sec, TalosVersion: "eleven",
 			ClusterEndpoint: "10.0.0.2:6443", Clock: &renderClock{}, Random: rand.NewChaCha8([32]byte{}),
 			DNS: []netip.Addr{netip.MustParseAddr("10.0.0.1")}, Gateway: netip.MustParseAddr("10.0.0.1"),
 			Endpoints: map[string]string{"Fleet D": "x"}},
@@ -123,9 +124,9 @@ func TestNewRendererRefusesBadConfig(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := fleet.NewRenderer(tc.cfg)
+			_, err := render.New(tc.cfg)
 			if err == nil {
-				t.Fatal("NewRenderer accepted the config")
+				t.Fatal("New accepted the config")
 			}
 			for _, w := range tc.want {
 				if !strings.Contains(err.Error(), w) {
@@ -138,12 +139,12 @@ func TestNewRendererRefusesBadConfig(t *testing.T) {
 
 func TestRenderRefusals(t *testing.T) {
 	r := newTestRenderer(t, nil)
-	noTalos := newTestRenderer(t, func(c *fleet.RenderConfig) { c.TalosSecrets = nil })
+	noTalos := newTestRenderer(t, func(c *render.Config) { c.TalosSecrets = nil })
 	ok := renderDevice("node-a", "3c:ec:ef:4c:4f:54", "10.0.0.5/24", "S123")
 	mod := func(f func(*fleet.Device)) fleet.Device { d := ok; f(&d); return d }
 	cases := []struct {
 		name     string
-		r        *fleet.Renderer
+		r        *render.Renderer
 		d        fleet.Device
 		c        fleet.Class
 		id       fleet.NodeIdentity

@@ -1,4 +1,4 @@
-package fleet_test
+package render_test
 
 import (
 	"archive/tar"
@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/folly-infra/fleetd/fleet"
+	"github.com/folly-infra/fleetd/render"
 )
 
 // readTar reads a tar back with archive/tar: names in order, bodies and headers by name.
@@ -85,7 +86,7 @@ func TestRenderNoCloud(t *testing.T) {
 func TestRenderNoCloudInstanceIDs(t *testing.T) {
 	d := renderDevice("node-c", "00:11:22:33:44:55", "10.0.0.7/24", "SSD-1")
 	same := func() []byte {
-		r := newTestRenderer(t, func(c *fleet.RenderConfig) { c.Random = rand.NewChaCha8([32]byte{9}) })
+		r := newTestRenderer(t, func(c *render.Config) { c.Random = rand.NewChaCha8([32]byte{9}) })
 		nc, err := r.Render(d, nocloudClass, renderID)
 		if err != nil {
 			t.Fatalf("Render: %v", err)
@@ -114,7 +115,7 @@ func TestRenderNoCloudInstanceIDs(t *testing.T) {
 		}
 	})
 	t.Run("refuse/randomness-fails", func(t *testing.T) {
-		r := newTestRenderer(t, func(c *fleet.RenderConfig) { c.Random = strings.NewReader("") })
+		r := newTestRenderer(t, func(c *render.Config) { c.Random = strings.NewReader("") })
 		_, err := r.Render(d, nocloudClass, renderID)
 		if err == nil || errors.Is(err, fleet.ErrConfigRejected) || !strings.Contains(err.Error(), "draw NoCloud instance-id") {
 			t.Errorf("Render = %v, want fleetd's own failure to draw an instance-id", err)

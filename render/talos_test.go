@@ -1,4 +1,4 @@
-package fleet_test
+package render_test
 
 import (
 	"encoding/json"
@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/folly-infra/fleetd/fleet"
+	"github.com/folly-infra/fleetd/render"
 )
 
 // metal is the runtime mode machined validates downloaded configs in (talos ModeMetal).
@@ -222,7 +223,7 @@ func TestValidateTalosConfig(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := fleet.ValidateTalosConfig([]byte(tc.body))
+			_, err := render.ValidateTalosConfig([]byte(tc.body))
 			if !errors.Is(err, fleet.ErrConfigRejected) || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("ValidateTalosConfig = %v, want a rejection saying %q", err, tc.want)
 			}

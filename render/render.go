@@ -1,55 +1,33 @@
-package fleet
+// Package render is the fleet's Renderer (fleet.Renderer, the domain's port): it renders the
+// configuration a node fetches once from the device's declaration, its class and what
+// attestation verified — a Talos machine config validated as Talos would (talos.go), the seed
+// document of nixos-image and alpine-image nodes (seed.go), the NoCloud tar of cloud-init nodes
+// (nocloud.go) — and reads the node files back out of one (delivered.go). Talos machinery and
+// YAML are linked here and not in the domain.
+package render
 
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/netip"
+	"regexp"
 	"strings"
+
+	"github.com/folly-infra/fleetd/fleet"
 )
 
 // Rendering turns a device's declaration and its class into the configuration the installed OS
 // fetches once (docs/design.md §1 step 4 renders it, step 6 delivers it). Rendering is pure: everything it
-// needs from files (the Talos secrets bundle) is read by the caller and passed in RenderConfig.
+// needs from files (the Talos secrets bundle) is read by the caller and passed in Config.
 //
 // Trust: the Device and Class are the owner's word (NetBox, classes.json); NodeIdentity holds
 // values the agent reported and attestation verified. Nothing the node sends at fetch time reaches
 // the renderer.
 
-// ErrConfigRejected is wrapped by Render when the device's declaration or its class would
-// produce a configuration the OS rejects (Talos validation in metal mode, a class patch that does
-// not apply, an address the seed cannot carry). The text after it is safe to journal. Any other
-// error from Render is fleetd's own failure.
-var ErrConfigRejected = errors.New("configuration would be rejected")
-
-// NodeIdentity is what attestation verified about the machine the configuration is for, and the
-// files of the identity fleetd gave it.
-type NodeIdentity struct {
-	UUID   string // SMBIOS system UUID reported by the agent, bound to the attested TPM
-	Serial string // SMBIOS system serial reported by the agent, may be empty
-	// Files are delivered into NodeDir on the node by every kind of configuration (nodefiles.go):
-	// for a provision, the LAK files its boot checks read (LAKFiles).
-	Files []NodeFile
-}
-
-// NodeConfig is one rendered configuration, ready to be served once.
-type NodeConfig struct {
-	Kind        Kind
-	ContentType string
-	Body        []byte
-	Summary     string   // one line for the journal, e.g. "Talos worker config for node-a (...)"
-	Warnings    []string // what the OS's validator warned about, if anything
-}
-
-// Content types of the rendered configurations.
-const (
-	ContentTypeTalos = "application/yaml"
-	ContentTypeSeed  = "application/json"
-	ContentTypeTar   = "application/x-tar"
-)
-
-// RenderConfig is what the renderer needs besides the device and the class. main builds it
+// Config is what the renderer needs besides the device and the class. main builds it
 // from fleetd.yaml (the secrets bundle is read from the file the config names).
-type RenderConfig struct {
+type Config struct {
 	// TalosSecrets is a Talos secrets bundle (the YAML `talosctl gen secrets` writes). Required
 	// when any class is of kind talos; it holds the cluster's CAs and tokens.
 	TalosSecrets []byte
@@ -67,19 +45,22 @@ type RenderConfig struct {
 	NTP       []string     // time servers (host names or addresses); empty leaves the OS default
 	Gateway   netip.Addr   // the default gateway; must be inside each device's prefix
 
-	Clock  Clock  // stamps the NoCloud tar
-	Random Random // draws NoCloud instance ids
+	Clock  fleet.Clock  // stamps the NoCloud tar
+	Random fleet.Random // draws NoCloud instance ids
 }
+
+// The renderer is the domain's port.
+var _ fleet.Renderer = (*Renderer)(nil)
 
 // Renderer renders node configurations. It is safe for concurrent use.
 type Renderer struct {
-	cfg   RenderConfig
+	cfg   Config
 	talos *talosGenerator // nil when no secrets bundle was given
 }
 
-// NewRenderer checks the configuration as a whole (every problem listed) and prepares the Talos
+// New checks the configuration as a whole (every problem listed) and prepares the Talos
 // generator from the secrets bundle.
-func NewRenderer(cfg RenderConfig) (*Renderer, error) {
+func New(cfg Config) (*Renderer, error) {
 	var problems []error
 	bad := func(format string, args ...any) { problems = append(problems, fmt.Errorf(format, args...)) }
 	if cfg.Clock == nil {
@@ -100,7 +81,7 @@ func NewRenderer(cfg RenderConfig) (*Renderer, error) {
 		bad("gateway %q is not an IPv4 address: set the nodes' default gateway", cfg.Gateway)
 	}
 	for name, u := range cfg.Endpoints {
-		if !dnsLabel.MatchString(name) {
+		if !fleet.IsDNSLabel(name) {
 			bad("endpoint name %q must be a lowercase word (letters, digits, '-')", name)
 		}
 		if strings.TrimSpace(u) == "" {
@@ -122,29 +103,29 @@ func NewRenderer(cfg RenderConfig) (*Renderer, error) {
 // Render renders the configuration of device d, of class c, for the machine attestation
 // identified as id. A configuration the OS would reject is never returned: the error then wraps
 // ErrConfigRejected and says why.
-func (r *Renderer) Render(d Device, c Class, id NodeIdentity) (NodeConfig, error) {
+func (r *Renderer) Render(d fleet.Device, c fleet.Class, id fleet.NodeIdentity) (fleet.NodeConfig, error) {
 	if err := r.checkDevice(d); err != nil {
-		return NodeConfig{}, fmt.Errorf("render %s config for %s: %w", c.Kind, d.Name, err)
+		return fleet.NodeConfig{}, fmt.Errorf("render %s config for %s: %w", c.Kind, d.Name, err)
 	}
 	if err := checkNodeFiles(id.Files); err != nil {
-		return NodeConfig{}, fmt.Errorf("render %s config for %s: %w", c.Kind, d.Name, err)
+		return fleet.NodeConfig{}, fmt.Errorf("render %s config for %s: %w", c.Kind, d.Name, err)
 	}
 	var (
-		nc  NodeConfig
+		nc  fleet.NodeConfig
 		err error
 	)
 	switch c.Kind {
-	case KindTalos:
+	case fleet.KindTalos:
 		nc, err = r.renderTalos(d, c, id.Files)
-	case KindNixOS, KindAlpine:
+	case fleet.KindNixOS, fleet.KindAlpine:
 		nc, err = r.renderSeed(d, c, id)
-	case KindCloudInit:
+	case fleet.KindCloudInit:
 		nc, err = r.renderNoCloud(d, c, id.Files)
 	default:
-		err = fmt.Errorf("%w: class %s has kind %q, which fleetd cannot render", ErrConfigRejected, c.Name, c.Kind)
+		err = fmt.Errorf("%w: class %s has kind %q, which fleetd cannot render", fleet.ErrConfigRejected, c.Name, c.Kind)
 	}
 	if err != nil {
-		return NodeConfig{}, fmt.Errorf("render %s config for %s: %w", c.Kind, d.Name, err)
+		return fleet.NodeConfig{}, fmt.Errorf("render %s config for %s: %w", c.Kind, d.Name, err)
 	}
 	nc.Kind = c.Kind
 	return nc, nil
@@ -152,21 +133,47 @@ func (r *Renderer) Render(d Device, c Class, id NodeIdentity) (NodeConfig, error
 
 // checkDevice refuses a device whose declaration cannot carry a static network configuration.
 // The declaration checks of docs/design.md §1 step 2 already ran; these guard the renderer on its own.
-func (r *Renderer) checkDevice(d Device) error {
+func (r *Renderer) checkDevice(d fleet.Device) error {
 	switch {
-	case !dnsLabel.MatchString(d.Name):
-		return fmt.Errorf("%w: device name %q is not a valid hostname", ErrConfigRejected, d.Name)
+	case !fleet.IsDNSLabel(d.Name):
+		return fmt.Errorf("%w: device name %q is not a valid hostname", fleet.ErrConfigRejected, d.Name)
 	case d.PrimaryMAC() == "":
-		return fmt.Errorf("%w: the device has no MAC to match its interface", ErrConfigRejected)
+		return fmt.Errorf("%w: the device has no MAC to match its interface", fleet.ErrConfigRejected)
 	case !d.Address.IsValid() || !d.Address.Addr().Is4():
-		return fmt.Errorf("%w: the device has no primary IPv4 address", ErrConfigRejected)
+		return fmt.Errorf("%w: the device has no primary IPv4 address", fleet.ErrConfigRejected)
 	case d.Address.Bits() >= 31:
-		return fmt.Errorf("%w: the device's address %s has no room for a gateway: give it its network's prefix length", ErrConfigRejected, d.Address)
+		return fmt.Errorf("%w: the device's address %s has no room for a gateway: give it its network's prefix length", fleet.ErrConfigRejected, d.Address)
 	case !d.Address.Masked().Contains(r.cfg.Gateway):
 		return fmt.Errorf("%w: gateway %s is not inside the device's network %s: fix the address's prefix length in NetBox or the gateway in fleetd.yaml",
-			ErrConfigRejected, r.cfg.Gateway, d.Address.Masked())
+			fleet.ErrConfigRejected, r.cfg.Gateway, d.Address.Masked())
 	case d.IP() == r.cfg.Gateway:
-		return fmt.Errorf("%w: the device's address %s is the gateway's", ErrConfigRejected, d.IP())
+		return fmt.Errorf("%w: the device's address %s is the gateway's", fleet.ErrConfigRejected, d.IP())
+	}
+	return nil
+}
+
+var nodeFileName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]*$`)
+
+// checkNodeFiles checks what the caller of Render built (the domain, from the attested agent's blobs and the issued certificates): plain, distinct names, permission bits
+// only, no empty file. A problem here is fleetd's own.
+func checkNodeFiles(files []fleet.NodeFile) error {
+	seen := map[string]bool{}
+	var problems []error
+	for _, f := range files {
+		switch {
+		case !nodeFileName.MatchString(f.Name):
+			problems = append(problems, fmt.Errorf("node file name %q is not a plain lowercase file name", f.Name))
+		case seen[f.Name]:
+			problems = append(problems, fmt.Errorf("node file %s is given twice", f.Name))
+		case f.Mode&^fs.ModePerm != 0:
+			problems = append(problems, fmt.Errorf("node file %s has mode %v: only permission bits are delivered", f.Name, f.Mode))
+		case len(f.Data) == 0:
+			problems = append(problems, fmt.Errorf("node file %s is empty", f.Name))
+		}
+		seen[f.Name] = true
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("check the node files: %w", errors.Join(problems...))
 	}
 	return nil
 }

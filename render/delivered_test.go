@@ -1,4 +1,4 @@
-package fleet_test
+package render_test
 
 import (
 	"errors"
@@ -11,6 +11,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
 
 	"github.com/folly-infra/fleetd/fleet"
+	"github.com/folly-infra/fleetd/render"
 )
 
 // deliveredFiles are the LAK files and the LDevID files (binary blobs among them) a provision's
@@ -52,7 +53,7 @@ func TestRenderDeliversNodeFiles(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Render: %v", err)
 			}
-			got, err := fleet.DeliveredFiles(tc.class.Kind, nc.Body)
+			got, err := render.DeliveredFiles(tc.class.Kind, nc.Body)
 			if err != nil {
 				t.Fatalf("DeliveredFiles: %v", err)
 			}
@@ -199,7 +200,7 @@ func TestDeliveredFilesRefusals(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			files, err := fleet.DeliveredFiles(tc.kind, []byte(tc.body))
+			files, err := render.DeliveredFiles(tc.kind, []byte(tc.body))
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("DeliveredFiles = %v, %v; want an error saying %q", files, err, tc.want)
 			}

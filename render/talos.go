@@ -1,4 +1,4 @@
-package fleet
+package render
 
 import (
 	"bytes"
@@ -19,6 +19,8 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config/machine"
 	"github.com/siderolabs/talos/pkg/machinery/constants"
 	"gopkg.in/yaml.v3"
+
+	"github.com/folly-infra/fleetd/fleet"
 )
 
 // metalMode is the runtime mode machined validates a downloaded config in on bare metal
@@ -37,7 +39,7 @@ type talosGenerator struct {
 
 // newTalosGenerator decodes the secrets bundle the way secrets.LoadBundle does (from bytes
 // instead of a path), validates it, and prepares the generation input.
-func newTalosGenerator(cfg RenderConfig) (*talosGenerator, []error) {
+func newTalosGenerator(cfg Config) (*talosGenerator, []error) {
 	var errs []error
 	bundle := &secrets.Bundle{Clock: secrets.NewClock()}
 	if err := yaml.Unmarshal(cfg.TalosSecrets, bundle); err != nil {
@@ -79,15 +81,15 @@ func newTalosGenerator(cfg RenderConfig) (*talosGenerator, []error) {
 // patches in order and then the node's own patch (with the node files as machine.files), and
 // validates the result the way machined does after downloading it (configloader, then Validate
 // in metal mode), and its machine.files the way machined writes them at boot.
-func (r *Renderer) renderTalos(d Device, c Class, files []NodeFile) (NodeConfig, error) {
+func (r *Renderer) renderTalos(d fleet.Device, c fleet.Class, files []fleet.NodeFile) (fleet.NodeConfig, error) {
 	if r.talos == nil {
-		return NodeConfig{}, errors.New("no Talos secrets bundle is configured: name one in fleetd.yaml")
+		return fleet.NodeConfig{}, errors.New("no Talos secrets bundle is configured: name one in fleetd.yaml")
 	}
 	if c.Talos == nil {
-		return NodeConfig{}, fmt.Errorf("%w: class %s has no talos block", ErrConfigRejected, c.Name)
+		return fleet.NodeConfig{}, fmt.Errorf("%w: class %s has no talos block", fleet.ErrConfigRejected, c.Name)
 	}
 	if err := checkDiskSerial(d.Declared.DiskSerial); err != nil {
-		return NodeConfig{}, err
+		return fleet.NodeConfig{}, err
 	}
 	var mt machine.Type
 	switch c.Talos.MachineType {
@@ -96,34 +98,34 @@ func (r *Renderer) renderTalos(d Device, c Class, files []NodeFile) (NodeConfig,
 	case "worker":
 		mt = machine.TypeWorker
 	default:
-		return NodeConfig{}, fmt.Errorf("%w: class %s has machine type %q", ErrConfigRejected, c.Name, c.Talos.MachineType)
+		return fleet.NodeConfig{}, fmt.Errorf("%w: class %s has machine type %q", fleet.ErrConfigRejected, c.Name, c.Talos.MachineType)
 	}
 	base, err := r.talos.input.Config(mt)
 	if err != nil {
-		return NodeConfig{}, fmt.Errorf("generate Talos %s config: %w", c.Talos.MachineType, err)
+		return fleet.NodeConfig{}, fmt.Errorf("generate Talos %s config: %w", c.Talos.MachineType, err)
 	}
 	patches, err := r.talosPatches(d, c, files)
 	if err != nil {
-		return NodeConfig{}, err
+		return fleet.NodeConfig{}, err
 	}
 	out, err := configpatcher.Apply(configpatcher.WithConfig(base), patches)
 	if err != nil {
-		return NodeConfig{}, fmt.Errorf("%w: apply the patches of class %s: %s", ErrConfigRejected, c.Name, oneLine(err.Error()))
+		return fleet.NodeConfig{}, fmt.Errorf("%w: apply the patches of class %s: %s", fleet.ErrConfigRejected, c.Name, oneLine(err.Error()))
 	}
 	cfg, err := out.Config()
 	if err != nil {
-		return NodeConfig{}, fmt.Errorf("%w: load the patched config: %s", ErrConfigRejected, oneLine(err.Error()))
+		return fleet.NodeConfig{}, fmt.Errorf("%w: load the patched config: %s", fleet.ErrConfigRejected, oneLine(err.Error()))
 	}
 	body, err := cfg.EncodeBytes(encoder.WithComments(encoder.CommentsDisabled))
 	if err != nil {
-		return NodeConfig{}, fmt.Errorf("encode Talos config: %w", err)
+		return fleet.NodeConfig{}, fmt.Errorf("encode Talos config: %w", err)
 	}
 	warnings, err := ValidateTalosConfig(body)
 	if err != nil {
-		return NodeConfig{}, err
+		return fleet.NodeConfig{}, err
 	}
-	return NodeConfig{
-		ContentType: ContentTypeTalos,
+	return fleet.NodeConfig{
+		ContentType: fleet.ContentTypeTalos,
 		Body:        body,
 		Warnings:    warnings,
 		Summary: fmt.Sprintf("Talos %s config for %s (install disk serial %s, %s)",
@@ -139,22 +141,22 @@ func (r *Renderer) renderTalos(d Device, c Class, files []NodeFile) (NodeConfig,
 func ValidateTalosConfig(body []byte) (warnings []string, err error) {
 	p, err := configloader.NewFromBytes(body)
 	if err != nil {
-		return nil, fmt.Errorf("%w: Talos cannot load it: %s", ErrConfigRejected, oneLine(err.Error()))
+		return nil, fmt.Errorf("%w: Talos cannot load it: %s", fleet.ErrConfigRejected, oneLine(err.Error()))
 	}
 	warnings, err = p.Validate(metalMode{})
 	if err != nil {
-		return warnings, fmt.Errorf("%w: Talos validation in metal mode failed: %s", ErrConfigRejected, oneLine(err.Error()))
+		return warnings, fmt.Errorf("%w: Talos validation in metal mode failed: %s", fleet.ErrConfigRejected, oneLine(err.Error()))
 	}
 	if p.Machine() == nil {
 		return warnings, nil
 	}
 	files, err := p.Machine().Files()
 	if err != nil {
-		return warnings, fmt.Errorf("%w: Talos cannot read machine.files: %s", ErrConfigRejected, oneLine(err.Error()))
+		return warnings, fmt.Errorf("%w: Talos cannot read machine.files: %s", fleet.ErrConfigRejected, oneLine(err.Error()))
 	}
 	for i, f := range files {
 		if err := checkTalosFile(f.Path(), f.Op()); err != nil {
-			return warnings, fmt.Errorf("%w: machine.files[%d]: %w", ErrConfigRejected, i, err)
+			return warnings, fmt.Errorf("%w: machine.files[%d]: %w", fleet.ErrConfigRejected, i, err)
 		}
 	}
 	return warnings, nil
@@ -179,12 +181,12 @@ func checkTalosFile(path, op string) error {
 }
 
 // talosPatches loads the class's patches (in order) followed by the node's own.
-func (r *Renderer) talosPatches(d Device, c Class, files []NodeFile) ([]configpatcher.Patch, error) {
+func (r *Renderer) talosPatches(d fleet.Device, c fleet.Class, files []fleet.NodeFile) ([]configpatcher.Patch, error) {
 	patches := make([]configpatcher.Patch, 0, len(c.Talos.Patches)+1)
 	for i, raw := range c.Talos.Patches {
 		p, err := configpatcher.LoadPatch(raw)
 		if err != nil {
-			return nil, fmt.Errorf("%w: load patch %d of class %s: %s", ErrConfigRejected, i, c.Name, oneLine(err.Error()))
+			return nil, fmt.Errorf("%w: load patch %d of class %s: %s", fleet.ErrConfigRejected, i, c.Name, oneLine(err.Error()))
 		}
 		patches = append(patches, p)
 	}
@@ -208,7 +210,7 @@ func (r *Renderer) talosPatches(d Device, c Class, files []NodeFile) ([]configpa
 // files. Talos writes each machine file at every boot (op create replaces it) with its content
 // as a string, so a file must be UTF-8 text to survive the YAML (the agent's AK blob is JSON); the
 // LDevID files go in their text form (TalosTextForm), which `fleetd boot-check` installs from.
-func (r *Renderer) talosNodePatch(d Device, files []NodeFile) (map[string]any, error) {
+func (r *Renderer) talosNodePatch(d fleet.Device, files []fleet.NodeFile) (map[string]any, error) {
 	network := map[string]any{
 		"hostname":    d.Name,
 		"nameservers": addrStrings(r.cfg.DNS),
@@ -229,11 +231,11 @@ func (r *Renderer) talosNodePatch(d Device, files []NodeFile) (map[string]any, e
 	if len(files) > 0 {
 		var mf []any
 		for _, f := range files {
-			if TalosTextForm(f.Name) {
+			if fleet.TalosTextForm(f.Name) {
 				f = f.TextForm()
 			}
 			if !utf8.Valid(f.Data) {
-				return nil, fmt.Errorf("%w: node file %s is not UTF-8 text, which a Talos machine file must be", ErrConfigRejected, f.Name)
+				return nil, fmt.Errorf("%w: node file %s is not UTF-8 text, which a Talos machine file must be", fleet.ErrConfigRejected, f.Name)
 			}
 			mf = append(mf, map[string]any{"path": f.Path(), "permissions": uint32(f.Mode.Perm()), "op": "create", "content": string(f.Data)})
 		}
@@ -247,9 +249,9 @@ func (r *Renderer) talosNodePatch(d Device, files []NodeFile) (map[string]any, e
 func checkDiskSerial(serial string) error {
 	switch {
 	case strings.TrimSpace(serial) == "":
-		return fmt.Errorf("%w: disk_serial is empty: declare the serial of the install disk", ErrConfigRejected)
+		return fmt.Errorf("%w: disk_serial is empty: declare the serial of the install disk", fleet.ErrConfigRejected)
 	case strings.ContainsAny(serial, `*?[]\`):
-		return fmt.Errorf("%w: disk_serial %q contains a glob character, so Talos could select another disk", ErrConfigRejected, serial)
+		return fmt.Errorf("%w: disk_serial %q contains a glob character, so Talos could select another disk", fleet.ErrConfigRejected, serial)
 	}
 	return nil
 }
@@ -285,7 +287,7 @@ func addrStrings[T interface{ String() string }](as []T) []string {
 
 // GenerateTalosSecrets makes a fresh Talos secrets bundle (what `talosctl gen secrets` writes),
 // for the development stack and tests. Production reads the bundle the operator generated.
-func GenerateTalosSecrets(clock Clock) ([]byte, error) {
+func GenerateTalosSecrets(clock fleet.Clock) ([]byte, error) {
 	b, err := secrets.NewBundle(clock, config.TalosVersionCurrent)
 	if err != nil {
 		return nil, fmt.Errorf("generate Talos secrets bundle: %w", err)

@@ -1,4 +1,4 @@
-package fleet
+package render
 
 import (
 	"archive/tar"
@@ -14,6 +14,8 @@ import (
 
 	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
 	"gopkg.in/yaml.v3"
+
+	"github.com/folly-infra/fleetd/fleet"
 )
 
 // DeliveredFiles reads the node files back out of a rendered configuration of the given kind, as
@@ -21,17 +23,17 @@ import (
 // NoCloud seed's vendor-data. Only files in NodeDir are returned. It is what the development
 // stack's simulated node does on its first boot, and how tests check that a configuration
 // carries exactly the files the boot check needs; a real node's OS does it itself.
-func DeliveredFiles(kind Kind, body []byte) ([]NodeFile, error) {
+func DeliveredFiles(kind fleet.Kind, body []byte) ([]fleet.NodeFile, error) {
 	var (
-		files []NodeFile
+		files []fleet.NodeFile
 		err   error
 	)
 	switch kind {
-	case KindTalos:
+	case fleet.KindTalos:
 		files, err = talosFiles(body)
-	case KindNixOS, KindAlpine:
+	case fleet.KindNixOS, fleet.KindAlpine:
 		files, err = seedFiles(body)
-	case KindCloudInit:
+	case fleet.KindCloudInit:
 		files, err = nocloudFiles(body)
 	default:
 		err = fmt.Errorf("kind %q has no configuration format", kind)
@@ -42,7 +44,7 @@ func DeliveredFiles(kind Kind, body []byte) ([]NodeFile, error) {
 	return files, nil
 }
 
-func talosFiles(body []byte) ([]NodeFile, error) {
+func talosFiles(body []byte) ([]fleet.NodeFile, error) {
 	p, err := configloader.NewFromBytes(body)
 	if err != nil {
 		return nil, fmt.Errorf("load the Talos config: %w", err)
@@ -54,21 +56,21 @@ func talosFiles(body []byte) ([]NodeFile, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read machine.files: %w", err)
 	}
-	var out []NodeFile
+	var out []fleet.NodeFile
 	for _, f := range mf {
 		if name, ok := inNodeDir(f.Path()); ok {
-			out = append(out, NodeFile{Name: name, Mode: f.Permissions().Perm(), Data: []byte(f.Content())})
+			out = append(out, fleet.NodeFile{Name: name, Mode: f.Permissions().Perm(), Data: []byte(f.Content())})
 		}
 	}
 	return out, nil
 }
 
-func seedFiles(body []byte) ([]NodeFile, error) {
+func seedFiles(body []byte) ([]fleet.NodeFile, error) {
 	var s Seed
 	if err := json.Unmarshal(body, &s); err != nil {
 		return nil, fmt.Errorf("decode the seed: %w", err)
 	}
-	var out []NodeFile
+	var out []fleet.NodeFile
 	for _, f := range s.Files {
 		name, ok := inNodeDir(f.Path)
 		if !ok {
@@ -78,7 +80,7 @@ func seedFiles(body []byte) ([]NodeFile, error) {
 		if err != nil {
 			return nil, fmt.Errorf("seed file %s: %w", f.Path, err)
 		}
-		out = append(out, NodeFile{Name: name, Mode: mode, Data: f.ContentBase64})
+		out = append(out, fleet.NodeFile{Name: name, Mode: mode, Data: f.ContentBase64})
 	}
 	return out, nil
 }
@@ -93,7 +95,7 @@ type nocloudWriteFiles struct {
 	} `yaml:"write_files"`
 }
 
-func nocloudFiles(body []byte) ([]NodeFile, error) {
+func nocloudFiles(body []byte) ([]fleet.NodeFile, error) {
 	tr := tar.NewReader(bytes.NewReader(body))
 	for {
 		h, err := tr.Next()
@@ -114,7 +116,7 @@ func nocloudFiles(body []byte) ([]NodeFile, error) {
 	}
 }
 
-func vendorDataFiles(raw []byte) ([]NodeFile, error) {
+func vendorDataFiles(raw []byte) ([]fleet.NodeFile, error) {
 	if !bytes.HasPrefix(raw, []byte("#cloud-config\n")) {
 		return nil, errors.New("vendor-data is not a #cloud-config")
 	}
@@ -122,7 +124,7 @@ func vendorDataFiles(raw []byte) ([]NodeFile, error) {
 	if err := yaml.Unmarshal(raw, &cc); err != nil {
 		return nil, fmt.Errorf("decode vendor-data: %w", err)
 	}
-	var out []NodeFile
+	var out []fleet.NodeFile
 	for _, f := range cc.WriteFiles {
 		name, ok := inNodeDir(f.Path)
 		if !ok {
@@ -140,14 +142,14 @@ func vendorDataFiles(raw []byte) ([]NodeFile, error) {
 		} else if f.Encoding != "" && f.Encoding != "text/plain" {
 			return nil, fmt.Errorf("vendor-data file %s has encoding %q", f.Path, f.Encoding)
 		}
-		out = append(out, NodeFile{Name: name, Mode: mode, Data: data})
+		out = append(out, fleet.NodeFile{Name: name, Mode: mode, Data: data})
 	}
 	return out, nil
 }
 
 // inNodeDir returns the file name of a path directly in NodeDir.
 func inNodeDir(path string) (string, bool) {
-	name, ok := strings.CutPrefix(path, NodeDir+"/")
+	name, ok := strings.CutPrefix(path, fleet.NodeDir+"/")
 	return name, ok && name != "" && !strings.Contains(name, "/")
 }
 

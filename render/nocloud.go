@@ -1,4 +1,4 @@
-package fleet
+package render
 
 import (
 	"archive/tar"
@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/folly-infra/fleetd/fleet"
 )
 
 // The NoCloud seed of a cloud-init-nocloud class (docs/design.md §1 step 6): a tar with meta-data,
@@ -25,13 +27,13 @@ const nocloudInterface = "nic0"
 // and the clock's time, so the same inputs and randomness give the same bytes. The class's
 // user-data is passed verbatim; the node files travel in vendor-data, which cloud-init runs with
 // it on the first boot.
-func (r *Renderer) renderNoCloud(d Device, c Class, nodeFiles []NodeFile) (NodeConfig, error) {
+func (r *Renderer) renderNoCloud(d fleet.Device, c fleet.Class, nodeFiles []fleet.NodeFile) (fleet.NodeConfig, error) {
 	if c.CloudInit == nil || strings.TrimSpace(c.CloudInit.UserData) == "" {
-		return NodeConfig{}, fmt.Errorf("%w: class %s has no cloud_init.user_data", ErrConfigRejected, c.Name)
+		return fleet.NodeConfig{}, fmt.Errorf("%w: class %s has no cloud_init.user_data", fleet.ErrConfigRejected, c.Name)
 	}
 	iid, err := r.instanceID(d)
 	if err != nil {
-		return NodeConfig{}, err
+		return fleet.NodeConfig{}, err
 	}
 	files := []struct {
 		name string
@@ -43,7 +45,7 @@ func (r *Renderer) renderNoCloud(d Device, c Class, nodeFiles []NodeFile) (NodeC
 	}
 	if len(nodeFiles) > 0 {
 		if err := checkUserDataKeepsVendorData(c); err != nil {
-			return NodeConfig{}, err
+			return fleet.NodeConfig{}, err
 		}
 		files = append(files, struct{ name, body string }{"vendor-data", nocloudVendorData(nodeFiles)})
 	}
@@ -54,17 +56,17 @@ func (r *Renderer) renderNoCloud(d Device, c Class, nodeFiles []NodeFile) (NodeC
 		hdr := &tar.Header{Typeflag: tar.TypeReg, Name: f.name, Mode: 0o644, Size: int64(len(f.body)),
 			ModTime: mtime, Uname: "root", Gname: "root", Format: tar.FormatUSTAR}
 		if err := tw.WriteHeader(hdr); err != nil {
-			return NodeConfig{}, fmt.Errorf("write %s header: %w", f.name, err)
+			return fleet.NodeConfig{}, fmt.Errorf("write %s header: %w", f.name, err)
 		}
 		if _, err := io.WriteString(tw, f.body); err != nil {
-			return NodeConfig{}, fmt.Errorf("write %s: %w", f.name, err)
+			return fleet.NodeConfig{}, fmt.Errorf("write %s: %w", f.name, err)
 		}
 	}
 	if err := tw.Close(); err != nil {
-		return NodeConfig{}, fmt.Errorf("close NoCloud tar: %w", err)
+		return fleet.NodeConfig{}, fmt.Errorf("close NoCloud tar: %w", err)
 	}
-	return NodeConfig{
-		ContentType: ContentTypeTar,
+	return fleet.NodeConfig{
+		ContentType: fleet.ContentTypeTar,
 		Body:        buf.Bytes(),
 		Summary: fmt.Sprintf("NoCloud seed for %s (instance-id %s, %s on %s)",
 			d.Name, iid, d.Address, d.PrimaryMAC()),
@@ -73,7 +75,7 @@ func (r *Renderer) renderNoCloud(d Device, c Class, nodeFiles []NodeFile) (NodeC
 
 // instanceID draws a fresh instance-id: cloud-init runs its first-boot modules once per id, so a
 // reprovisioned machine must get a new one.
-func (r *Renderer) instanceID(d Device) (string, error) {
+func (r *Renderer) instanceID(d fleet.Device) (string, error) {
 	b := make([]byte, 8)
 	if _, err := io.ReadFull(r.cfg.Random, b); err != nil {
 		return "", fmt.Errorf("draw NoCloud instance-id: %w", err)
@@ -90,7 +92,7 @@ func nocloudMetaData(iid, hostname string) string {
 // nocloudNetworkConfig is network config v2 (reference §4): the interface with the primary MAC
 // gets the static address, the default route and the nameservers. The MAC is quoted: YAML 1.1
 // readers (PyYAML) would read an all-digit MAC such as 00:11:22:33:44:55 as a base-60 number.
-func (r *Renderer) nocloudNetworkConfig(d Device) string {
+func (r *Renderer) nocloudNetworkConfig(d fleet.Device) string {
 	var b strings.Builder
 	b.WriteString("version: 2\nethernets:\n")
 	fmt.Fprintf(&b, "  %s:\n", nocloudInterface)
@@ -109,7 +111,7 @@ func (r *Renderer) nocloudNetworkConfig(d Device) string {
 // nocloudVendorData is a #cloud-config whose write_files writes the node files, base64-encoded
 // (cloud-init's `encoding: b64`), owned by root, with their modes. write_files runs in
 // cloud-init's init stage and creates NodeDir (0755).
-func nocloudVendorData(files []NodeFile) string {
+func nocloudVendorData(files []fleet.NodeFile) string {
 	var b strings.Builder
 	b.WriteString("#cloud-config\n# fleetd: the files `fleetd boot-check` reads (docs/boot-checks.md)\nwrite_files:\n")
 	for _, f := range files {
@@ -128,7 +130,7 @@ func nocloudVendorData(files []NodeFile) string {
 // (cloudinit/helpers.py ConfigMerger: lists are not appended), so a user-data with its own
 // write_files silently loses the LAK files; `vendor_data: {enabled: false}` turns vendor-data
 // off. User-data in another format (a script, MIME multipart, jinja) is not looked into.
-func checkUserDataKeepsVendorData(c Class) error {
+func checkUserDataKeepsVendorData(c fleet.Class) error {
 	ud := c.CloudInit.UserData
 	if first, _, _ := strings.Cut(ud, "\n"); strings.TrimSpace(first) != "#cloud-config" {
 		return nil
@@ -139,11 +141,11 @@ func checkUserDataKeepsVendorData(c Class) error {
 	}
 	if _, ok := top["write_files"]; ok {
 		return fmt.Errorf("%w: class %s's user-data sets write_files, so cloud-init would ignore the vendor-data's write_files, which carry the node's LAK files into %s: write those files another way (runcmd or bootcmd)",
-			ErrConfigRejected, c.Name, NodeDir)
+			fleet.ErrConfigRejected, c.Name, fleet.NodeDir)
 	}
 	if vd, ok := top["vendor_data"].(map[string]any); ok && strings.EqualFold(fmt.Sprint(vd["enabled"]), "false") {
 		return fmt.Errorf("%w: class %s's user-data turns vendor-data off (vendor_data.enabled false), which carries the node's LAK files into %s",
-			ErrConfigRejected, c.Name, NodeDir)
+			fleet.ErrConfigRejected, c.Name, fleet.NodeDir)
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package fleet_test
+package render_test
 
 import (
 	"context"

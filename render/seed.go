@@ -1,10 +1,12 @@
-package fleet
+package render
 
 import (
 	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
+
+	"github.com/folly-infra/fleetd/fleet"
 )
 
 // SeedVersion is the version of the seed document's schema (docs/seed-schema.md). A change that
@@ -18,7 +20,7 @@ type Seed struct {
 	Version   int               `json:"version"`
 	Hostname  string            `json:"hostname"`
 	Class     string            `json:"class"`
-	Kind      Kind              `json:"kind"`
+	Kind      fleet.Kind        `json:"kind"`
 	Profile   string            `json:"profile"`
 	Address   string            `json:"address"` // CIDR, e.g. "10.0.0.6/24"
 	Gateway   string            `json:"gateway"`
@@ -50,12 +52,12 @@ type SeedDevice struct {
 
 // renderSeed renders the seed JSON: the profile the node switches into, its static address and
 // the fleet's endpoints.
-func (r *Renderer) renderSeed(d Device, c Class, id NodeIdentity) (NodeConfig, error) {
+func (r *Renderer) renderSeed(d fleet.Device, c fleet.Class, id fleet.NodeIdentity) (fleet.NodeConfig, error) {
 	if c.Profile == "" {
-		return NodeConfig{}, fmt.Errorf("%w: class %s names no profile for the node to switch into", ErrConfigRejected, c.Name)
+		return fleet.NodeConfig{}, fmt.Errorf("%w: class %s names no profile for the node to switch into", fleet.ErrConfigRejected, c.Name)
 	}
 	if id.UUID == "" {
-		return NodeConfig{}, fmt.Errorf("%w: no attested SMBIOS UUID to bind the seed to", ErrConfigRejected)
+		return fleet.NodeConfig{}, fmt.Errorf("%w: no attested SMBIOS UUID to bind the seed to", fleet.ErrConfigRejected)
 	}
 	s := Seed{
 		Version:   SeedVersion,
@@ -80,10 +82,10 @@ func (r *Renderer) renderSeed(d Device, c Class, id NodeIdentity) (NodeConfig, e
 	}
 	body, err := json.MarshalIndent(s, "", "  ")
 	if err != nil {
-		return NodeConfig{}, fmt.Errorf("encode seed: %w", err)
+		return fleet.NodeConfig{}, fmt.Errorf("encode seed: %w", err)
 	}
-	return NodeConfig{
-		ContentType: ContentTypeSeed,
+	return fleet.NodeConfig{
+		ContentType: fleet.ContentTypeSeed,
 		Body:        append(body, '\n'),
 		Summary: fmt.Sprintf("%s seed for %s (profile %s, %s, endpoints %s)",
 			c.Kind, d.Name, c.Profile, d.Address, endpointNames(r.cfg.Endpoints)),
