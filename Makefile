@@ -91,9 +91,12 @@ test-short: deps ## the fast inner loop: unit tests, no API server, no TPMs
 	$(GO) test -short -count=1 ./...
 
 .PHONY: bench
-bench: deps tools ## Go benchmarks (numbers for the issue notes)
-	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./...
-	cd interop/spire && $(GO) test -run '^$$' -bench . -benchmem -count=1 ./...
+# Where make bench keeps the benchmarks' output for the table it writes into docs/performance.md.
+BENCH_OUT ?= $(or $(TMPDIR),/tmp)/fleetd-bench
+bench: deps tools ## Go benchmarks, then their table (figure, floor or peer, ratio) written to docs/performance.md
+	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./... >$(BENCH_OUT).main.txt 2>&1; s=$$?; cat $(BENCH_OUT).main.txt; exit $$s
+	cd interop/spire && $(GO) test -run '^$$' -bench . -benchmem -count=1 ./... >$(BENCH_OUT).spire.txt 2>&1; s=$$?; cat $(BENCH_OUT).spire.txt; exit $$s
+	$(GO) run ./dev/benchtable -out docs/performance.md $(BENCH_OUT).main.txt $(BENCH_OUT).spire.txt
 
 FUZZTIME ?= 30s
 FUZZ_TARGETS := ./webhook:FuzzWebhook ./handlers:FuzzNodeBodies ./attest:FuzzEventLog ./fleet:FuzzLoadCatalog ./config:FuzzParse
