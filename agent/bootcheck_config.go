@@ -9,10 +9,11 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/folly-infra/fleetd/agent/tpmconn"
+	"github.com/folly-infra/fleetd/api"
 )
 
 // DefaultNodeDir is where an installed node keeps lak.pem and lak.blob from its enrollment.
-const DefaultNodeDir = "/var/lib/fleetd-node"
+const DefaultNodeDir = api.NodeDir
 
 // BootCheckConfig is what `fleetd boot-check` needs. Zero values take the defaults documented on
 // each field, which are what an installed node has.

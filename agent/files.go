@@ -4,18 +4,21 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"github.com/folly-infra/fleetd/api"
 )
 
 // The files `fleetd enroll` writes into the Workflow's shared directory (docs/design.md §4). The later
 // actions, SPIRE's tpm_devid agent (devid_cert_path, devid_pub_path, devid_priv_path) and
 // `fleetd boot-check` rely on these names.
+// The LDevID and LAK files are the node files (api.NodeFile…), under the same names.
 const (
-	FileLDevIDCert = "ldevid.pem"  // LDevID leaf then its chain, PEM
-	FileLDevIDPub  = "ldevid.pub"  // TPMT_PUBLIC, no size prefix
-	FileLDevIDPriv = "ldevid.priv" // TPM2B_PRIVATE contents, no size prefix
-	FileLAKCert    = "lak.pem"     // LAK leaf then its chain, PEM
-	FileLAKBlob    = "lak.blob"    // go-attestation's AK.Marshal(): reloaded with attest.TPM.LoadAK
-	FileDisk       = "disk"        // the declared disk's /dev/disk/by-id path, one line
+	FileLDevIDCert = api.NodeFileLDevIDCert
+	FileLDevIDPub  = api.NodeFileLDevIDPub
+	FileLDevIDPriv = api.NodeFileLDevIDPriv
+	FileLAKCert    = api.NodeFileLAKCert
+	FileLAKBlob    = api.NodeFileLAKBlob
+	FileDisk       = "disk" // the declared disk's /dev/disk/by-id path, one line
 	// FileFetchSecret is a provision's one-time fetch secret, one line, for a class kind whose
 	// install carries it to the configuration fetch (the Fleetd-Fetch-Secret header).
 	FileFetchSecret = "fetch-secret"

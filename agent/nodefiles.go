@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/folly-infra/fleetd/api"
 )
 
 // NodeFile is one file of an installed node's directory (DefaultNodeDir): a plain file name, its
@@ -64,15 +66,8 @@ func checkNodeFiles(files []NodeFile) error {
 	return errors.Join(problems...)
 }
 
-// TextFormSuffix names a node file's text form, as a Talos config delivers the LDevID files and lak.pem
-// (docs/enrollment.md): name + TextFormSuffix holds name's bytes in standard base64, with name's
-// mode.
-const TextFormSuffix = ".b64"
-
-// textForms are the node files a configuration may deliver in their text form, in the order they
-// are installed: the key blobs before the certificate of the key. lak.pem is one too, since a
-// renewal replaces it and Talos rewrites its text form at every boot.
-var textForms = []string{FileLDevIDPub, FileLDevIDPriv, FileLDevIDCert, FileLAKCert}
+// TextFormSuffix names a node file's text form (api.TextFormSuffix).
+const TextFormSuffix = api.TextFormSuffix
 
 // InstallDelivered installs, from its text form in dir, each of those files that dir does not hold
 // (InstallNodeFiles: atomically, with the text form's mode), and returns the names it installed.
@@ -81,7 +76,7 @@ var textForms = []string{FileLDevIDPub, FileLDevIDPriv, FileLDevIDCert, FileLAKC
 // base64 installs nothing and is an error naming it; so is one that cannot be read.
 func InstallDelivered(dir string) ([]string, error) {
 	var files []NodeFile
-	for _, name := range textForms {
+	for _, name := range api.TextForms() {
 		if _, err := os.Lstat(filepath.Join(dir, name)); err == nil {
 			continue
 		} else if !errors.Is(err, fs.ErrNotExist) {

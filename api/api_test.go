@@ -56,3 +56,28 @@ func TestErrorBody(t *testing.T) {
 		t.Errorf("error body = %s", b)
 	}
 }
+
+// TestTextForms: the node files a Talos config delivers in their text form are the ones
+// IsTextForm names, each once, the key blobs before the LDevID certificate; lak.blob, which never
+// changes, is delivered as itself.
+func TestTextForms(t *testing.T) {
+	forms := api.TextForms()
+	seen := map[string]int{}
+	for i, n := range forms {
+		if !api.IsTextForm(n) {
+			t.Errorf("%s is in TextForms but not IsTextForm", n)
+		}
+		if _, twice := seen[n]; twice {
+			t.Errorf("%s is listed twice", n)
+		}
+		seen[n] = i
+	}
+	for _, n := range []string{api.NodeFileLAKBlob, "disk", "", api.NodeFileLAKCert + api.TextFormSuffix} {
+		if api.IsTextForm(n) {
+			t.Errorf("IsTextForm(%q) = true", n)
+		}
+	}
+	if len(forms) != 4 || seen[api.NodeFileLDevIDPub] > seen[api.NodeFileLDevIDCert] || seen[api.NodeFileLDevIDPriv] > seen[api.NodeFileLDevIDCert] {
+		t.Errorf("TextForms = %v, want the four with the LDevID blobs before its certificate", forms)
+	}
+}

@@ -4,6 +4,8 @@ import (
 	"encoding/base64"
 	"io/fs"
 
+	"github.com/folly-infra/fleetd/api"
+
 	"github.com/folly-infra/fleetd/pki"
 )
 
@@ -27,37 +29,24 @@ import (
 
 // NodeDir is where an installed node keeps its node files: the default of `fleetd boot-check
 // --dir` (agent.DefaultNodeDir). It is under /var because Talos writes machine files nowhere else.
-const NodeDir = "/var/lib/fleetd-node"
+const NodeDir = api.NodeDir
 
-// The names of the node files in NodeDir, as the agent names them (agent.FileLAKCert,
-// agent.FileLAKBlob, agent.FileLDevIDCert, agent.FileLDevIDPub, agent.FileLDevIDPriv).
+// The names of the node files in NodeDir: api's, which the agent names them by too.
 const (
-	NodeFileLAKCert    = "lak.pem"
-	NodeFileLAKBlob    = "lak.blob"
-	NodeFileLDevIDCert = "ldevid.pem"  // the LDevID leaf then its chain, PEM
-	NodeFileLDevIDPub  = "ldevid.pub"  // TPMT_PUBLIC, no size prefix
-	NodeFileLDevIDPriv = "ldevid.priv" // TPM2B_PRIVATE contents, no size prefix
+	NodeFileLAKCert    = api.NodeFileLAKCert
+	NodeFileLAKBlob    = api.NodeFileLAKBlob
+	NodeFileLDevIDCert = api.NodeFileLDevIDCert
+	NodeFileLDevIDPub  = api.NodeFileLDevIDPub
+	NodeFileLDevIDPriv = api.NodeFileLDevIDPriv
 )
 
-// TextFormSuffix names a node file's text form: name + TextFormSuffix holds the file's bytes in
-// standard base64 on one line, with the file's mode. A Talos config delivers the certificates and
-// the LDevID blobs so (TalosTextForm), and `fleetd boot-check` installs name from it when name is
-// missing (agent.InstallDelivered).
-const TextFormSuffix = ".b64"
+// TextFormSuffix names a node file's text form (api.TextFormSuffix), which `fleetd boot-check`
+// installs the file from when it is missing (agent.InstallDelivered).
+const TextFormSuffix = api.TextFormSuffix
 
-// TalosTextForm reports whether a Talos config delivers the node file in its text form: the
-// LDevID files, two of which are binary, and both certificates, which a renewal replaces. Talos
-// writes a machine file again at every boot, so a certificate delivered as itself would put the
-// enrollment's LAK back over a renewed one at the next reboot, and the node's next check would
-// present a LAK fleetd no longer accepts. Only lak.blob, the AK itself (go-attestation's JSON),
-// never changes and is delivered as it is.
-func TalosTextForm(name string) bool {
-	switch name {
-	case NodeFileLDevIDCert, NodeFileLDevIDPub, NodeFileLDevIDPriv, NodeFileLAKCert:
-		return true
-	}
-	return false
-}
+// TalosTextForm reports whether a Talos config delivers the node file in its text form
+// (api.TextForms says which and why).
+func TalosTextForm(name string) bool { return api.IsTextForm(name) }
 
 // TextForm is f in its text form (TextFormSuffix), with f's mode.
 func (f NodeFile) TextForm() NodeFile {
