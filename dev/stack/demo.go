@@ -1,12 +1,14 @@
 package stack
 
 import (
+	"bytes"
 	"context"
 	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -32,6 +34,9 @@ func Demo(ctx context.Context, info Info, out io.Writer) error {
 		}
 	}
 	if err := d.renew(ctx, "lab-1"); err != nil {
+		return err
+	}
+	if err := d.plan(ctx, "worker-1", "wipe"); err != nil {
 		return err
 	}
 	if err := d.erase(ctx, "worker-1", map[string]any{"custom_fields": map[string]any{"desired_action": "wipe"}}, "wiped"); err != nil {
@@ -162,6 +167,22 @@ func (d *demo) ldevid(name string) error {
 		parts = append(parts, fmt.Sprintf("%s (%d bytes)", f, len(b)))
 	}
 	d.say("%s: the LDevID for SPIRE's tpm_devid agent is in /var/lib/fleetd-node: %s", name, strings.Join(parts, ", "))
+	return nil
+}
+
+// plan runs the real `fleetd plan` for action before the owner asks for it, as "Before you wipe"
+// in docs/runbooks.md does, and expects the request accepted with the disk it erases named.
+func (d *demo) plan(ctx context.Context, name, action string) error {
+	d.say("%s: fleetd plan --action %s, before the owner asks (it writes nothing)", name, action)
+	var out bytes.Buffer
+	cmd := exec.CommandContext(ctx, d.info.Fleetd.Binary, "plan", "--config", d.info.Fleetd.Config, "--action", action, name)
+	cmd.Stdout, cmd.Stderr = io.MultiWriter(d.out, &out), d.out
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("fleetd plan --action %s %s: %w", action, name, err)
+	}
+	if !strings.Contains(out.String(), "): accepted\n") || !strings.Contains(out.String(), "disk: ERASES disk_serial ") {
+		return fmt.Errorf("fleetd plan --action %s %s: the plan does not accept the request and name the disk it erases", action, name)
+	}
 	return nil
 }
 

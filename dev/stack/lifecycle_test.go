@@ -32,10 +32,12 @@ var lifecycleDevices = []stack.SeedDevice{
 	{Name: "life-retire", Class: "nixos-builder"},
 	{Name: "refuse-two-disks", Class: "talos-worker", DuplicateDisk: true},
 	{Name: "refuse-foreign-ek", Class: "talos-worker", ForeignEK: true},
-	{Name: "refuse-other-kernel", Class: "talos-worker"}, // netboots a kernel the boot policy does not allow
-	{Name: "bench-netboot", Class: "talos-worker"},       // BenchmarkNetboot's own machine
-	{Name: "forged-flood", Class: "talos-worker"},        // enrolls under a flood of forged challenges
-	{Name: "fetch-secret", Class: "alpine-edge"},         // its seed is fetched only with the fetch secret
+	{Name: "refuse-other-kernel", Class: "talos-worker"},                                        // netboots a kernel the boot policy does not allow
+	{Name: "bench-netboot", Class: "talos-worker"},                                              // BenchmarkNetboot's own machine
+	{Name: "forged-flood", Class: "talos-worker"},                                               // enrolls under a flood of forged challenges
+	{Name: "fetch-secret", Class: "alpine-edge"},                                                // its seed is fetched only with the fetch secret
+	{Name: "plan-ok", Class: "talos-worker"},                                                    // planned for every action, never asked
+	{Name: "plan-no-disk", Class: "talos-worker", NoDiskSerial: true, Faulty: "no disk_serial"}, // planned, then asked: the same rejection
 }
 
 // step runs a machine step with its output in the test log.
