@@ -52,6 +52,12 @@ func TestOperatorRoutes(t *testing.T) {
 		{"refuse/wrong token", "GET", "/v1/devices", "op2", 401, nil},
 		{"refuse/a prefix of the token", "GET", "/v1/devices/node-a", "o", 401, nil},
 		{"refuse/reconcile without token changes nothing", "POST", "/v1/devices/node-a/reconcile", "", 401, nil},
+		{"refuse/plan without token", "GET", "/v1/devices/node-a/plan", "", 401, nil},
+		{"ok/plan of the request NetBox holds, before it is taken", "GET", "/v1/devices/node-a/plan", "op", 200, func(b map[string]any) bool {
+			return b["action"] == "provision" && b["outcome"] == "accepted" && b["asked"] == false
+		}},
+		{"refuse/plan of an unknown action", "GET", "/v1/devices/node-a/plan?action=format", "op", 400, func(b map[string]any) bool { return b["error"] == "unknown_action" }},
+		{"refuse/plan of an unknown device", "GET", "/v1/devices/nope/plan", "op", 404, func(b map[string]any) bool { return b["error"] == "unknown_device" }},
 		{"ok/list", "GET", "/v1/devices", "op", 200, func(b map[string]any) bool { return len(b["devices"].([]any)) == 1 }},
 		{"ok/reconcile takes the request", "POST", "/v1/devices/node-a/reconcile", "op", 200, func(b map[string]any) bool { return b["outcome"] == "accepted" }},
 		{"ok/one device shows its request and Workflow", "GET", "/v1/devices/node-a", "op", 200, func(b map[string]any) bool {
@@ -65,6 +71,11 @@ func TestOperatorRoutes(t *testing.T) {
 		status, body := do(r.method, r.path, r.token)
 		if status != r.status || (r.check != nil && !r.check(body)) {
 			t.Fatalf("%s: %d %v, want %d", r.name, status, body, r.status)
+		}
+		if strings.HasPrefix(r.name, "refuse/reconcile") || strings.Contains(r.name, "plan") {
+			if f.Inv.Get(12).Owned.State != "" || len(f.Inv.JournalOf(12)) != 0 {
+				t.Fatalf("%s: the request was taken or journaled", r.name)
+			}
 		}
 		if r.name == "refuse/reconcile without token changes nothing" && f.Inv.Get(12).Owned.State != "" {
 			t.Fatalf("an unauthenticated reconcile took the request")
