@@ -154,8 +154,11 @@ func (s *Service) plan(ctx context.Context, d Device, asked Action) Plan {
 		return p
 	}
 	p.Action = action
-	if asked == ActionWipe && action == ActionRetire {
+	switch {
+	case asked == ActionWipe && action == ActionRetire:
 		p.Why = "on a decommissioning device, wipe asks for the retirement again"
+	case asked == ActionRetire && d.Status != StatusDecommissioning:
+		p.Why = fmt.Sprintf("planned as if the owner set the status from %s to decommissioning, which is how a retirement is asked", d.Status)
 	}
 	checks := s.checks(sim, action)
 	p.Checks = append(planChecks(checks), PlanCheck{Name: "state", Result: CheckPass,
