@@ -70,7 +70,7 @@ func printPlan(w io.Writer, p api.Plan) {
 		for i, s := range p.Then {
 			steps[i] = stepText(s)
 		}
-		fmt.Fprintf(w, "then: %s\n", strings.Join(steps, " → "))
+		fmt.Fprintf(w, "then: %s\n", strings.Join(steps, "; "))
 	}
 	if p.OnRefusal != nil {
 		fmt.Fprintf(w, "on a refusal or a failed Workflow: %s\n", stepText(*p.OnRefusal))
@@ -90,8 +90,9 @@ func printChecks(w io.Writer, title string, cs []api.PlanCheck) {
 	}
 }
 
+// stepText is one lifecycle step, "event → state (status …)".
 func stepText(s api.PlanStep) string {
-	t := s.Event + ": " + s.State
+	t := s.Event + " → " + s.State
 	if s.Status != "" {
 		t += " (status " + s.Status + ")"
 	}
