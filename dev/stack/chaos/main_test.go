@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -24,6 +25,7 @@ import (
 var (
 	seedFlag      = flag.Int64("seed", 0, "play the schedule of this seed (with -schedules N: this seed and the N-1 after it); 0 draws a base seed from the clock")
 	schedulesFlag = flag.Int("schedules", 0, "how many schedules TestChaos plays (default 5, or 1 with -seed)")
+	instancesFlag = flag.Int("fleetd-instances", 2, "how many fleetd instances the chaos stack runs behind its front (its SIGKILLs take turns)")
 	coveringFlag  = flag.Bool("covering", false, "play the covering seeds from -seed (chaos.CoveringSeeds: every step, fault and kill point drawn) and fail unless each happened")
 )
 
@@ -83,7 +85,7 @@ func runWithStack(m *testing.M) int {
 	defer cancel()
 	logw := zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: time.TimeOnly}
 	testStack, err = stack.Start(ctx, stack.Options{Dir: filepath.Join(tmp, "state"), FleetdBinary: bin,
-		MoreDevices: pool, ReconcileInterval: 5 * time.Second, NetBoxTimeout: netboxTimeout, LogLevel: "debug",
+		MoreDevices: append(slices.Clone(pool), twoInstanceDevices...), FleetdInstances: *instancesFlag, ReconcileInterval: 5 * time.Second, NetBoxTimeout: netboxTimeout, LogLevel: "debug",
 		Logger: zerolog.New(logw).Level(zerolog.ErrorLevel).With().Timestamp().Logger()})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "chaos tests: start the stack:", err)

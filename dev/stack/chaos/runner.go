@@ -31,6 +31,7 @@ type Runner struct {
 
 	open   []netboxemu.Fired // the NetBox faults installed since the last heal
 	copies []copies          // before each step played, the machines' custom_fields (runner_stale.go)
+	kills  int               // SIGKILLs sent in this Run: with several instances, they take turns
 }
 
 // StepResult is what one step did: its events (the step's own first, then its kill point's).
@@ -50,7 +51,7 @@ func (r *Runner) Run(ctx context.Context, sc Schedule) []StepResult {
 		out = io.Discard
 	}
 	var res []StepResult
-	r.open, r.copies = nil, nil
+	r.open, r.copies, r.kills = nil, nil, 0
 	machines := sc.Machines()
 	for i, s := range sc.Steps {
 		if ctx.Err() != nil {
@@ -227,13 +228,17 @@ func (r *Runner) kill(ctx context.Context, _ Step) []Event {
 }
 
 // killFleetd SIGKILLs fleetd and waits until its supervisor started a new one (not until that
-// one is ready: it may need NetBox or Kubernetes, which may be failing).
+// one is ready: it may need NetBox or Kubernetes, which may be failing). On a stack of several
+// instances the kills of a schedule take turns, the first instance first, so a replay of the seed
+// kills the same ones.
 func (r *Runner) killFleetd(ctx context.Context) error {
-	pid, err := r.Stack.KillFleetd(syscall.SIGKILL)
+	k := r.kills%r.Stack.FleetdInstances() + 1
+	r.kills++
+	pid, err := r.Stack.KillFleetdInstance(k, syscall.SIGKILL)
 	if err != nil {
 		return err
 	}
-	_, err = r.Stack.WaitNewFleetd(ctx, pid)
+	_, err = r.Stack.WaitNewFleetdInstance(ctx, k, pid)
 	return err
 }
 
