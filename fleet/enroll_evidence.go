@@ -53,8 +53,20 @@ func (s *Service) EnrollEvidence(ctx context.Context, in EvidenceInput) (Enrolle
 		m.FetchSecretSHA256 = p.fetchSecretHash()
 		patch.Identity = &m
 	}
-	if out, err = s.applyWith(ctx, d, action, EventAttested, msg, patch); err != nil {
+	out, wrote, err := s.applyRecorded(ctx, d, action, EventAttested, msg, patch)
+	if err != nil {
 		return Enrolled{}, out, err
+	}
+	if !wrote {
+		// The device changed while the evidence was verified and, read again, its request had
+		// moved on: another fleetd instance recorded an attestation of it first (the lock above
+		// holds in this process only), or the owner ended the request. What was issued here is
+		// not in NetBox, so it is dropped, never handed out.
+		out.Result, out.Check = "refused", "no_request"
+		s.metrics.enrollments.WithLabelValues(string(action), "evidence", "no_request").Inc()
+		return Enrolled{}, out, Refuse(RefusedConflict, "no_request",
+			"%s's %s request %s moved on while its evidence was verified (another fleetd instance recorded its attestation first, or the request ended): nothing issued here is recorded or handed out",
+			d.Name, action, d.Owned.Request)
 	}
 	out.Step, out.Result = "evidence", "attested"
 	s.metrics.enrollments.WithLabelValues(string(action), "evidence", "ok").Inc()

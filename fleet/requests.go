@@ -225,6 +225,14 @@ func (s *Service) apply(ctx context.Context, d Device, action Action, ev Event, 
 }
 
 func (s *Service) applyWith(ctx context.Context, d Device, action Action, ev Event, msg string, p Patch) (Outcome, error) {
+	out, _, err := s.applyRecorded(ctx, d, action, ev, msg, p)
+	return out, err
+}
+
+// applyRecorded is applyWith that also says whether it wrote: false when, re-read after a
+// conflict, the device was on another request or the event no longer moved it (another fleetd
+// instance recorded it first).
+func (s *Service) applyRecorded(ctx context.Context, d Device, action Action, ev Event, msg string, p Patch) (Outcome, bool, error) {
 	out := outcomeFor(d, action, string(ev), "no-change")
 	req := d.Owned.Request
 	var t Transition
@@ -241,10 +249,10 @@ func (s *Service) applyWith(ctx context.Context, d Device, action Action, ev Eve
 		return withTransition(p, d, t, msg), true, nil
 	})
 	if err != nil {
-		return out, fmt.Errorf("record %s of %s: %w", ev, d.Name, inventoryErr(err))
+		return out, false, fmt.Errorf("record %s of %s: %w", ev, d.Name, inventoryErr(err))
 	}
 	if !wrote {
-		return out, nil
+		return out, false, nil
 	}
 	if t.To.Terminal() {
 		result := "succeeded"
@@ -255,7 +263,7 @@ func (s *Service) applyWith(ctx context.Context, d Device, action Action, ev Eve
 	}
 	s.journal(ctx, got, t.Journal, msg)
 	out.Result, out.Detail = string(t.To), msg
-	return out, nil
+	return out, true, nil
 }
 
 // transitionPatch is the write of transition t on device d with message msg.

@@ -84,6 +84,7 @@ func TestEnrollment(t *testing.T) {
 		wantJourn  string // substring of the one journal entry
 		wantCerts  bool
 		wantConfig bool
+		other      func(*fleet.Device) // another fleetd instance's write that lands just before the attestation's
 	}
 	sb := eventlogs.RHEL8SecureBoot
 	rows := []row{
@@ -110,6 +111,9 @@ func TestEnrollment(t *testing.T) {
 			wantExit: agent.ExitRefused, wantState: fleet.StatePending}, // before activation: nothing written
 		{name: "refuse/a stale Workflow of another request enrolls for none (nothing recorded)", action: fleet.ActionAttest, log: sb,
 			cat: catalog(fleet.SecureBootAny), request: "wipe-00000000", wantExit: agent.ExitRefused, wantState: fleet.StatePending},
+		{name: "refuse/another instance recorded the attestation first: nothing issued here is handed out", action: fleet.ActionProvision,
+			log: sb, cat: catalog(fleet.SecureBootAny), other: func(d *fleet.Device) { d.Owned.State = fleet.StateInstalling },
+			wantExit: agent.ExitRefused, wantState: fleet.StateInstalling},
 		{name: "refuse/no accepted request", action: fleet.ActionProvision, state: fleet.StateActive, log: sb, cat: catalog(fleet.SecureBootAny),
 			wantExit: agent.ExitRefused, wantState: fleet.StateActive},
 		{name: "refuse/a configuration Talos would reject fails the request, nothing issued", action: fleet.ActionProvision, log: sb,
@@ -147,6 +151,9 @@ func TestEnrollment(t *testing.T) {
 				d.Owned.State = r.state
 			}
 			f := newFleetd(t, r.cat, d)
+			if r.other != nil {
+				f.inv.ConflictOnce[12] = r.other
+			}
 
 			major := "2"
 			if r.tpmMajor != "" {
