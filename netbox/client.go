@@ -51,6 +51,8 @@ type Client struct {
 	log     zerolog.Logger
 	metrics *metrics
 	noETag  sync.Once // the warning that NetBox sends no ETag, once per process
+	// the warning that NetBox's status names a version before 4.6, once per process
+	oldNetBox sync.Once
 }
 
 // New makes a Client. It does not contact NetBox; use Ping for readiness.

@@ -20,6 +20,7 @@ import (
 	"github.com/folly-infra/fleetd/fleet"
 	"github.com/folly-infra/fleetd/netbox"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
 )
 
 // countingTransport counts the HTTP attempts the adapter makes (below its retries).
@@ -356,5 +357,41 @@ func TestUpdateIdentity(t *testing.T) {
 	}
 	if cf, _ := e.emu.CustomFieldData(e.node1); cf["fleet_identity"] != nil {
 		t.Errorf("cleared fleet_identity stored as %#v, want null", cf["fleet_identity"])
+	}
+}
+
+// TestPingWarnsOfOldNetBox: the readiness ping warns once, at NetBox's first answer, when NetBox
+// is older than 4.6 (no ETag, If-Match ignored: one fleetd instance only), and never for 4.6 or
+// later (4.10 included) or a version it cannot read.
+func TestPingWarnsOfOldNetBox(t *testing.T) {
+	for _, tc := range []struct {
+		version string
+		warn    bool
+	}{
+		{"4.5.3", true}, {"v4.2.9-Docker-3.2.0", true}, {"3.7.8", true},
+		{"4.6.0", false}, {"4.6.8", false}, {"4.10.1", false}, {"5.0.0", false}, {"nightly", false}, {"", false},
+	} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprintf(w, `{"netbox-version": %q, "python-version": "3.12.3"}`, tc.version)
+		}))
+		var logs bytes.Buffer
+		c, err := netbox.New(netbox.Config{URL: srv.URL, Token: "t", Logger: zerolog.New(&logs)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			if err := c.Ping(context.Background()); err != nil {
+				t.Fatalf("%q: ping: %v", tc.version, err)
+			}
+		}
+		srv.Close()
+		n := strings.Count(logs.String(), "is older than 4.6")
+		switch {
+		case tc.warn && (n != 1 || !strings.Contains(logs.String(), "run exactly one fleetd instance")):
+			t.Errorf("NetBox %q: want one warning naming one instance, logged %q", tc.version, logs.String())
+		case !tc.warn && n != 0:
+			t.Errorf("NetBox %q: want no warning, logged %q", tc.version, logs.String())
+		}
 	}
 }

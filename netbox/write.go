@@ -3,6 +3,7 @@ package netbox
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/folly-infra/fleetd/fleet"
@@ -53,13 +54,33 @@ func (c *Client) Journal(ctx context.Context, id int64, kind fleet.JournalKind, 
 	return nil
 }
 
-// Ping checks that NetBox answers and accepts the token (GET /api/status/), for readiness.
+// Ping checks that NetBox answers and accepts the token (GET /api/status/), for readiness. The
+// first answer that names a NetBox older than 4.6 logs a warning (once per process): such a
+// NetBox sends no ETag and ignores If-Match, so fleetd's writes are last-write-wins and only one
+// fleetd instance may run against it. fleetd's readiness probe pings at start, so the warning
+// comes as soon as NetBox first answers.
 func (c *Client) Ping(ctx context.Context) error {
 	start := time.Now()
-	_, resp, err := c.api.StatusAPI.StatusRetrieve(ctx).Execute()
+	st, resp, err := c.api.StatusAPI.StatusRetrieve(ctx).Execute()
 	c.metrics.observe("ping", start, resp, err)
 	if err != nil {
 		return classify("check NetBox's status", resp, err)
 	}
+	if v, _ := st["netbox-version"].(string); olderThan46(v) {
+		c.oldNetBox.Do(func() {
+			c.log.Warn().Str("netbox", c.base).Str("netbox_version", v).Msg("NetBox " + v + " is older than 4.6: it sends no ETag and ignores If-Match, " +
+				"so fleetd's writes are last-write-wins; run exactly one fleetd instance against it (docs/operate.md, \"Several instances\")")
+		})
+	}
 	return nil
+}
+
+// olderThan46 reports whether a netbox-version such as "4.5.3" or "v4.2.9-Docker-3.2.0" is
+// before 4.6. A version it cannot read is not reported (the device reads warn when no ETag comes).
+func olderThan46(v string) bool {
+	var major, minor int
+	if _, err := fmt.Sscanf(strings.TrimPrefix(v, "v"), "%d.%d", &major, &minor); err != nil {
+		return false
+	}
+	return major < 4 || major == 4 && minor < 6
 }
