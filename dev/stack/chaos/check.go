@@ -85,8 +85,10 @@ func CheckReport(ctx context.Context, src Sources) (Report, error) {
 		r.Violations = append(r.Violations, h.violations...)
 		r.Violations = append(r.Violations, e.checkNow(d, h)...)
 		r.Violations = append(r.Violations, e.checkWorkflows(d, h)...)
+		r.Violations = append(r.Violations, e.checkRenewalJournal(d, h)...)
 		if m, ok := src.Machines[d.Name]; ok {
 			r.Violations = append(r.Violations, e.checkMachine(d, m, h)...)
+			r.Violations = append(r.Violations, checkNodeCerts(d, m)...)
 		}
 	}
 	r.Violations = append(r.Violations, e.checkOrphans()...)

@@ -26,6 +26,7 @@ type history struct {
 	claims     []claim
 	attested   map[string]time.Time // request → when fleetd recorded its attestation
 	issued     map[string]bool      // every ldevid_serial and lak_serial fleetd recorded
+	renewed    map[string]bool      // the serials of them a renewal of an active node recorded (check_renewal.go)
 	certified  bool                 // fleetd ever recorded a certificate serial
 	progressed bool                 // a request ever got past pending (an attestation was recorded)
 
@@ -56,7 +57,7 @@ func (e *evidence) history(d stack.OwnerDevice) *history {
 	if h, ok := e.histories[d.ID]; ok {
 		return h
 	}
-	h := &history{attested: map[string]time.Time{}, issued: map[string]bool{}}
+	h := &history{attested: map[string]time.Time{}, issued: map[string]bool{}, renewed: map[string]bool{}}
 	standing := map[string]foreignSave{} // a field fleetd owns → another user's save that changed it last
 	var view map[string]any              // the fields fleetd owns as fleetd's own saves left them
 	for _, ch := range e.src.NetBox.Changes("dcim.device", d.ID) {
@@ -199,6 +200,7 @@ func (h *history) fleetdSave(d stack.OwnerDevice, at time.Time, pre, post snap) 
 		}
 	}
 	h.checkStatus(d, at, pre, post, action)
+	h.checkIssued(d, at, pre, post)
 	if post.ldevid != "" || post.lak != "" {
 		h.certified = true
 		h.issued[post.ldevid], h.issued[post.lak] = true, true

@@ -234,6 +234,41 @@ func machineRows() []plantRow {
 			f.fleetd(`{"custom_fields": {"fleet_state": "configuring"}}`)
 			f.fleetd(`{"custom_fields": {"fleet_state": "active"}, "status": "active"}`)
 		}, chaos.PartWipe, "is not the request's one Workflow of this device"},
+		{"ok/a renewal of an active node, the node holding the replaced certificates", true, func(f *fixture) {
+			f.cleanProvision(r1)
+			f.nodeCerts("0a01", "0a02")
+			f.renewal("0b01", "0b02")
+		}, "", ""},
+		{"ok/a renewal of an active node, the node holding the new certificates", true, func(f *fixture) {
+			f.cleanProvision(r1)
+			f.nodeCerts("0b01", "0b02")
+			f.renewal("0b01", "0b02")
+			f.fleetd(`{"custom_fields": {"ldevid_serial_previous": null, "lak_serial_previous": null}}`)
+		}, "", ""},
+		{"refuse/a certificate renewed for a device that is not active", true, func(f *fixture) {
+			f.cleanProvision(r1)
+			f.owner(`{"status": "offline"}`)
+			f.fleetd(`{"custom_fields": {"lak_serial": "0b02", "lak_serial_previous": "0a02"}}`)
+		}, chaos.PartCerts, `new certificate 0b02 (lak_serial) while the device was not an active node (status "offline"`},
+		{"refuse/a certificate issued outside a provision's attestation", true, func(f *fixture) {
+			f.cleanProvision(r1)
+			f.cleanWipe(w1)
+			f.fleetd(`{"custom_fields": {"ldevid_serial": "0c01"}}`)
+		}, chaos.PartCerts, `new certificate 0c01 (ldevid_serial) while the device was not an active node (status "offline", fleet_state "wiped"`},
+		{"refuse/a renewal the journal names and no save of an active node recorded", true, func(f *fixture) {
+			f.cleanProvision(r1)
+			f.journal("Boot check of chk renewed its LDevID 0d01 (replacing 0a01, valid until 2026-12-02T10:00:00Z) for the same TPM keys.")
+		}, chaos.PartCerts, "says certificate 0d01 was renewed, but no save of the device as an active node recorded it"},
+		{"refuse/an active node holding certificates fleetd no longer accepts", true, func(f *fixture) {
+			f.cleanProvision(r1)
+			f.nodeCerts("0a01", "0a02")
+			f.renewal("0b01", "0b02")
+			f.fleetd(`{"custom_fields": {"lak_serial_previous": null}}`)
+		}, chaos.PartCerts, `an active node lost the ability to pass its check: its lak.pem is certificate 0a02, but NetBox accepts lak_serial "0b02" (previous "")`},
+		{"refuse/an active node whose certificate cannot be read", true, func(f *fixture) {
+			f.cleanProvision(r1)
+			f.nodeCerts("", "0a02")
+		}, chaos.PartCerts, "an active node's ldevid.pem cannot be read"},
 		{"refuse/a certificate on the machine fleetd never recorded", true, func(f *fixture) {
 			f.cleanProvision(r1)
 			f.record(r1, "enrolled", "disk="+f.byID("sda"), "ldevid_serial=0bad", "lak_serial=0a02")

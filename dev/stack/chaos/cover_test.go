@@ -17,7 +17,8 @@ func TestKeys(t *testing.T) {
 		"boot-check", "workflow fail", "workflow succeed", "netbox-fault 5xx", "netbox-fault slow", "netbox-fault timeout",
 		"netbox-fault drop-webhooks", "netbox-fault late-webhooks", "netbox-heal", "kube-stop", "kube-start", "kill-fleetd",
 		"kill-fleetd " + chaos.KillAfterClaim, "kill-fleetd " + chaos.KillDuringEnroll,
-		"stale-write desired-action", "stale-write owner-field"} {
+		"stale-write desired-action", "stale-write owner-field",
+		"renew", "renew " + chaos.RenewAnswerLost, "kill-fleetd " + chaos.KillMidRenewal} {
 		if !slices.Contains(chaos.Keys(), want) {
 			t.Errorf("Keys() = %v lacks %q", chaos.Keys(), want)
 		}

@@ -5,7 +5,10 @@
 //	(b) exactly one Workflow is created per request, and one request per owner request;
 //	(c) no disk is wiped or written without a verified attestation of the declared machine and
 //	    its declared disk serial, for the same request;
-//	(d) no LDevID or LAK is issued for an unapproved EK;
+//	(d) no LDevID or LAK is issued for an unapproved EK; none is issued or renewed for a device
+//	    that is not active, and an active node never loses the ability to pass its check (it
+//	    holds the certificates NetBox accepts: the current serials or the ones a renewal
+//	    replaced; check_renewal.go);
 //	(e) nothing fleetd owns in NetBox is left inconsistent, and no field fleetd owns keeps a value
 //	    another NetBox user wrote (docs/design.md §9);
 //	(f) a configuration is delivered once: the installed OS's fetch is answered with it once per
@@ -18,7 +21,8 @@
 // changed), interleaved with faults — NetBox answering 5xx, slowly or past fleetd's timeout,
 // webhooks dropped or late, the Kubernetes API server stopped and started again, fleetd
 // SIGKILLed (before or after a claim, during an enrollment, between the attestation and the
-// configuration's fetch) and restarted by its supervisor. A Runner plays
+// configuration's fetch, mid-renewal) and restarted by its supervisor, and a renewal's answer
+// lost (runner_renew.go). A Runner plays
 // a schedule on a running stack; Settle then clears the faults and lets the world finish (the
 // machines netboot and boot when their requests wait for them, as real machines would); Check
 // reads NetBox (the owner's REST API and its change log), the Kubernetes API (the Workflows

@@ -3,7 +3,15 @@ package chaos_test
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
 	"fmt"
+	"math/big"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -19,6 +27,7 @@ import (
 	"github.com/folly-infra/fleetd/dev/stack"
 	"github.com/folly-infra/fleetd/dev/stack/chaos"
 	"github.com/folly-infra/fleetd/dev/swtpm"
+	"github.com/folly-infra/fleetd/fleet"
 	"github.com/folly-infra/fleetd/netbox"
 	"github.com/folly-infra/fleetd/workflows"
 )
@@ -223,6 +232,62 @@ func (f *fixture) workflow(name, req string) {
 		Spec: tinkv1.WorkflowSpec{TemplateRef: "talos-provision", HardwareRef: f.name}}
 	if err := f.kc.Create(context.Background(), wf); err != nil {
 		f.t.Fatal(err)
+	}
+}
+
+// renewal is fleetd's record of a boot check's renewal of an active node: the new serials, the
+// replaced ones as previous, and its journal entry.
+func (f *fixture) renewal(ldevid, lak string) {
+	f.fleetd(fmt.Sprintf(`{"custom_fields": {"ldevid_serial": %q, "lak_serial": %q, "ldevid_serial_previous": "0a01", "lak_serial_previous": "0a02"}}`, ldevid, lak))
+	f.journal(fmt.Sprintf("Boot check of %s renewed its LDevID %s (replacing 0a01, valid until 2026-12-02T10:00:00Z) and LAK %s (replacing 0a02, valid until 2026-12-02T10:00:00Z) for the same TPM keys; the replaced serials stay accepted until the node presents the new ones.", f.name, ldevid, lak))
+}
+
+// journal writes a journal entry on the device as fleetd.
+func (f *fixture) journal(comments string) {
+	f.t.Helper()
+	body, _ := json.Marshal(map[string]any{"assigned_object_type": "dcim.device", "assigned_object_id": f.id, "kind": "info", "comments": comments})
+	req, err := http.NewRequest(http.MethodPost, f.emu.URL()+"/api/extras/journal-entries/", bytes.NewReader(body))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Token "+f.fleetTk)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		f.t.Fatalf("POST journal entry: %s", resp.Status)
+	}
+}
+
+// nodeCerts writes the installed node's ldevid.pem and lak.pem: certificates with the serials
+// given (hex), as its boot checks read them.
+func (f *fixture) nodeCerts(ldevid, lak string) {
+	f.t.Helper()
+	dir := filepath.Join(f.m.Dir, stack.MachineDiskDir, fleet.NodeDir)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		f.t.Fatal(err)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	for file, serial := range map[string]string{fleet.NodeFileLDevIDCert: ldevid, fleet.NodeFileLAKCert: lak} {
+		data := []byte("not a certificate")
+		if serial != "" {
+			n, _ := new(big.Int).SetString(serial, 16)
+			tmpl := &x509.Certificate{SerialNumber: n, Subject: pkix.Name{CommonName: f.name}, NotBefore: time.Now(), NotAfter: time.Now().Add(time.Hour)}
+			der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+			if err != nil {
+				f.t.Fatal(err)
+			}
+			data = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+		}
+		if err := os.WriteFile(filepath.Join(dir, file), data, 0o644); err != nil {
+			f.t.Fatal(err)
+		}
 	}
 }
 

@@ -151,7 +151,24 @@ func (g *generator) provision(name string) []Step {
 	if g.chance(0.5) {
 		steps = append(steps, Step{Kind: BootCheck, Machine: name})
 	}
+	if g.chance(0.3) {
+		steps = append(steps, g.renew(name))
+	}
 	return steps
+}
+
+// renew is the node's check once its certificates are due (Runner.renew): uncut, or cut after
+// fleetd recorded the renewal, by the node going down before the answer reaches it or by
+// fleetd killed before it answers.
+func (g *generator) renew(name string) Step {
+	s := Step{Kind: Renew, Machine: name}
+	switch r := g.rng.Float64(); {
+	case r < 0.35:
+		s.Arg = RenewAnswerLost
+	case r < 0.7:
+		s.Kill = KillMidRenewal
+	}
+	return s
 }
 
 // netboot is a netboot, sometimes with fleetd killed while the agent enrolls.

@@ -66,6 +66,7 @@ var kinds = []kind{
 	{kind: Netboot, variants: []string{""}, play: (*Runner).netboot},
 	{kind: Boot, variants: []string{""}, play: (*Runner).boot},
 	{kind: BootCheck, variants: []string{""}, play: (*Runner).bootCheck},
+	{kind: Renew, variants: []string{"", RenewAnswerLost}, play: (*Runner).renew},
 	{kind: Workflow, variants: []string{"succeed", "fail"}, play: (*Runner).workflow},
 	{kind: NetBoxFault, variants: netboxFaults, must: true, play: (*Runner).netboxFault},
 	{kind: NetBoxHeal, variants: []string{""}, must: true, play: (*Runner).netboxHeal},
@@ -86,7 +87,7 @@ var netboxFaults = []string{"5xx", "slow", "timeout", "drop-webhooks", "late-web
 var killPoints = []struct {
 	point string
 	on    Kind
-}{{KillAfterClaim, Ask}, {KillDuringEnroll, Netboot}}
+}{{KillAfterClaim, Ask}, {KillDuringEnroll, Netboot}, {KillMidRenewal, Renew}}
 
 func kindOf(k Kind) (kind, bool) {
 	i := slices.IndexFunc(kinds, func(x kind) bool { return x.kind == k })

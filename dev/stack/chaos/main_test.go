@@ -49,6 +49,12 @@ var pool = []stack.SeedDevice{
 	{Name: "chaos-no-ek", Class: "talos-worker", NoEK: true},
 }
 
+// certLifetime is the chaos stack's LDevID and LAK lifetime, renewed from half of it: short, so
+// that a node the schedule checks again is renewed during the run (Runner.renew waits at most a
+// minute for the renewal point), and long enough that a node checking once per half-life keeps
+// certificates within their lifetime.
+const certLifetime = 2 * time.Minute
+
 // netboxTimeout is fleetd's netbox.timeout in the chaos stack: short, so that a "timeout" fault
 // costs seconds, not tens of seconds.
 const netboxTimeout = 2 * time.Second
@@ -85,7 +91,7 @@ func runWithStack(m *testing.M) int {
 	defer cancel()
 	logw := zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: time.TimeOnly}
 	testStack, err = stack.Start(ctx, stack.Options{Dir: filepath.Join(tmp, "state"), FleetdBinary: bin,
-		MoreDevices: append(slices.Clone(pool), twoInstanceDevices...), FleetdInstances: *instancesFlag, ReconcileInterval: 5 * time.Second, NetBoxTimeout: netboxTimeout, LogLevel: "debug",
+		MoreDevices: append(slices.Clone(pool), twoInstanceDevices...), FleetdInstances: *instancesFlag, ReconcileInterval: 5 * time.Second, NetBoxTimeout: netboxTimeout, CertLifetime: certLifetime, LogLevel: "debug",
 		Logger: zerolog.New(logw).Level(zerolog.ErrorLevel).With().Timestamp().Logger()})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "chaos tests: start the stack:", err)

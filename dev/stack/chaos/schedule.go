@@ -25,6 +25,7 @@ const (
 	Netboot   Kind = "netboot"    // HookOS runs the machine's Workflow: the real agent, then the simulated actions
 	Boot      Kind = "boot"       // the installed OS fetches its configuration
 	BootCheck Kind = "boot-check" // the node's hourly check
+	Renew     Kind = "renew"      // the node's check once its certificates are due: Arg "" or answer-lost
 	Workflow  Kind = "workflow"   // Tinkerbell ends the machine's Workflow without running it: Arg succeed or fail
 )
 
@@ -41,6 +42,7 @@ const (
 const (
 	KillAfterClaim   = "after-claim"   // Ask: SIGKILL once fleetd's claim of the request is in NetBox
 	KillDuringEnroll = "during-enroll" // Netboot: SIGKILL Delay after the agent starts enrolling
+	KillMidRenewal   = "mid-renewal"   // Renew: SIGKILL once fleetd recorded the renewal, before it answers
 )
 
 // Step is one step of a schedule.
