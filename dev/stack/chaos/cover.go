@@ -128,7 +128,7 @@ func (t *Tally) String() string {
 func CoveringSeeds(cfg Config, base int64, candidates, times int) ([]int64, error) {
 	want := map[string]int{}
 	for _, k := range Keys() {
-		want[k] = times
+		want[k] = times * max(coverWeight[k], 1)
 	}
 	drawn, steps := make([]map[string]int, candidates), make([]int, candidates)
 	for i := range drawn {

@@ -109,6 +109,9 @@ func (g *generator) script(m PoolMachine) []Step {
 		switch r := g.rng.Float64(); {
 		case r < 0.25 && installed:
 			more = []Step{{Kind: BootCheck, Machine: m.Name}}
+			if g.chance(0.5) {
+				more = append(more, g.renew(m.Name))
+			}
 		case r < 0.45:
 			more = []Step{{Kind: Ask, Machine: m.Name, Arg: "attest"}, g.netboot(m.Name)}
 		case r < 0.65:
@@ -151,7 +154,7 @@ func (g *generator) provision(name string) []Step {
 	if g.chance(0.5) {
 		steps = append(steps, Step{Kind: BootCheck, Machine: name})
 	}
-	if g.chance(0.3) {
+	if g.chance(0.5) {
 		steps = append(steps, g.renew(name))
 	}
 	return steps

@@ -89,6 +89,13 @@ var killPoints = []struct {
 	on    Kind
 }{{KillAfterClaim, Ask}, {KillDuringEnroll, Netboot}, {KillMidRenewal, Renew}}
 
+// coverWeight is how many times more often than the others the covering run draws a key whose
+// happening depends on more than one thing going right: a renewal needs the node installed and
+// active at its step, and a cut one the cut landing after fleetd's NetBox write.
+var coverWeight = map[string]int{
+	key(Renew, ""): 2, key(Renew, RenewAnswerLost): 2, killKey(KillMidRenewal): 2,
+}
+
 func kindOf(k Kind) (kind, bool) {
 	i := slices.IndexFunc(kinds, func(x kind) bool { return x.kind == k })
 	if i < 0 {
