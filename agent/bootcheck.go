@@ -75,6 +75,13 @@ func BootCheck(ctx context.Context, cfg BootCheckConfig) error {
 	}
 	c := cfg.Conn.client(log)
 	res, err := bootCheck(ctx, log, tpm, c, chain, blob, ld)
+	if refused := (*RefusedError)(nil); errors.As(err, &refused) && refused.Code == codeReplayed {
+		// The nonce was fresh, so an earlier attempt of this same check was recorded and its
+		// answer lost (fleetd killed or the connection cut after its NetBox write), and the
+		// retry was refused as its replay: the check is made once more, from a new nonce.
+		log.Warn().Str("code", refused.Code).Msg("an attempt of this check was recorded and its answer lost; checking again with a new nonce")
+		res, err = bootCheck(ctx, log, tpm, c, chain, blob, ld)
+	}
 	if err != nil {
 		return err
 	}
@@ -83,6 +90,10 @@ func BootCheck(ctx context.Context, cfg BootCheckConfig) error {
 	}
 	return report(log, res)
 }
+
+// codeReplayed is fleetd's refusal of a check whose nonce was issued before the device's last
+// accepted check (fleet.bootCheckAllowed).
+const codeReplayed = "replayed"
 
 // bootCheck is the check proper, on an open TPM.
 func bootCheck(ctx context.Context, log zerolog.Logger, tpm *TPM, c *client, chain [][]byte, blob []byte, ld *ldevidFiles) (*api.BootCheckResponse, error) {

@@ -316,9 +316,13 @@ func testRenewalCuts(t *testing.T, n *renewalNode) {
 		name    string
 		arm     func()
 		install func(string, []agent.NodeFile) error
+		retries int // the node's retries of a request (0: none)
 		exit    int
 	}{
 		{name: "cut/answer lost after the NetBox write (fleetd killed)", arm: func() { n.drop.Store(true) }, exit: agent.ExitFleetd},
+		// The node's client retries the same request, which fleetd refuses as a replay (the lost
+		// attempt was recorded): the check is made again from a new nonce, and renews.
+		{name: "cut/answer lost after the NetBox write, the node's retry", arm: func() { n.drop.Store(true) }, retries: 2, exit: agent.ExitOK},
 		{name: "cut/node down before it writes", install: func(string, []agent.NodeFile) error { return errPower }, exit: agent.ExitFailure},
 		{name: "cut/node down between its two files", install: func(dir string, fs []agent.NodeFile) error {
 			if err := agent.InstallNodeFiles(dir, fs[:1]); err != nil {
@@ -340,7 +344,11 @@ func testRenewalCuts(t *testing.T, n *renewalNode) {
 			if r.arm != nil {
 				r.arm()
 			}
+			if r.retries > 0 {
+				n.cfg.Conn.Retries = r.retries
+			}
 			err := n.check(r.install)
+			n.cfg.Conn.Retries = -1
 			n.f.inv.FailUpdates(nil)
 			if got := agent.ExitCode(err); got != r.exit {
 				t.Errorf("the cut check: exit %d (%v), want %d", got, err, r.exit)
