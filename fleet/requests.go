@@ -179,8 +179,13 @@ func (s *Service) workflowEnded(ctx context.Context, d Device, action Action, ws
 	if ws.FailedAction != "" {
 		msg += fmt.Sprintf(" at action %s", ws.FailedAction)
 	}
-	if ws.Message != "" {
+	switch {
+	case ws.Message != "":
 		msg += ": " + ws.Message
+	case ws.FailedAction != "":
+		// tink-worker v0.12.2 reports a failed action without its output, and tink-server keeps
+		// no action message (docs/design.md §8).
+		msg += " (Tinkerbell keeps no action output: it is in the machine's tink-worker log)"
 	}
 	msg += "."
 	if d.Owned.State == StatePending { // why the agent failed, as fleetd refused it: the last refusal this fleetd saw, or the one NetBox holds

@@ -1,12 +1,13 @@
-// Package tinkerbell runs Tinkerbell v0.12.2's own tink-controller against the development
-// stack's API server (StartController: it renders Template + Hardware into each Workflow's status
-// and moves its state), and reports actions as tink-server applies a tink-worker's reports
-// (ReportAction), so that tests and the development stack (bin/fleetsim) drive Workflows through
-// the real controller (tinkerbell-talos.md §1 lifecycle, §2).
+// Package tinkerbell runs Tinkerbell v0.12.2's own programs against the development stack's API
+// server: tink-controller (StartController: it renders Template + Hardware into each Workflow's
+// status and moves its state), tink-server (StartServer, the workers' API) and a machine's
+// tink-worker (StartWorker, whose containers dev/dockerapi runs), as the stack's Netboot does
+// (tinkerbell-talos.md §1 lifecycle, §2). ReportAction reports actions as tink-server applies a
+// worker's reports, for `fleetsim workflow` and the tests that choose an action's message or the
+// newer Tinkerbell's state names, which the real worker and server do not write.
 //
 // It is for tests and the development stack only; the production fleetd binary must not link
-// it. Nothing here runs containers: the dev stack's simulated HookOS runs Actions(wf) itself and
-// reports each one with ReportAction.
+// it.
 package tinkerbell
 
 import (

@@ -74,3 +74,15 @@ func StartWorker(ctx context.Context, o WorkerOptions) (*Process, error) {
 		"--tinkerbell-tls=false", "--retry-interval", o.RetryInterval.String(), "--capture-action-logs=true"},
 		[]string{"DOCKER_HOST=" + o.DockerHost}, o.Log, `"msg":"starting to process workflow actions"`)
 }
+
+// Done is closed when the process has exited.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
+var invalidContainerChars = regexp.MustCompile(`[^a-zA-Z0-9_.-]`)
+
+// ContainerName is the name tink-worker v0.12.2 gives an action's container
+// (cmd/tink-worker/worker makeValidContainerName): "action_" and the name, each character
+// Docker does not allow replaced by "_".
+func ContainerName(action string) string {
+	return "action_" + invalidContainerChars.ReplaceAllString(action, "_")
+}
