@@ -94,6 +94,11 @@ func undoPatch(w ForeignWrite, cur Device) (p Patch, restored []string, staleAct
 func (s *Service) UndoForeignWrite(ctx context.Context, w ForeignWrite) (Outcome, error) {
 	unlock := s.locks.lock(w.DeviceID)
 	defer unlock()
+	return s.undoForeignWrite(ctx, w)
+}
+
+// undoForeignWrite is UndoForeignWrite under the device's lock, held by the caller.
+func (s *Service) undoForeignWrite(ctx context.Context, w ForeignWrite) (Outcome, error) {
 	out := Outcome{DeviceID: w.DeviceID, Step: "owned-fields", Result: "nothing-to-undo"}
 	d, err := s.inv.Device(ctx, w.DeviceID)
 	if errors.Is(err, ErrNotFound) {
@@ -133,4 +138,28 @@ func identityEqual(a, b IdentityMaterial) bool {
 	ja, errA := json.Marshal(a)
 	jb, errB := json.Marshal(b)
 	return errA == nil && errB == nil && bytes.Equal(ja, jb)
+}
+
+// undoStandingWrite is the check a claim or a rejection makes first (advance): a copy written back
+// by another user can reach NetBox while fleetd acts on a webhook of an earlier save, whose own
+// snapshots show nothing of it, and the written-back fleet_state and desired_action would then be
+// judged as an owner's request. So before either, the device's change log of the last hour is read
+// (one NetBox request, only when a request is about to be decided) and what still stands of
+// others' writes of fleetd's fields is undone. It reports whether it wrote; the caller then reads
+// the device again. Without a change log or a service user it does nothing, as the backstop does.
+func (s *Service) undoStandingWrite(ctx context.Context, d Device) (bool, error) {
+	if s.changes == nil || s.cfg.ServiceUser == "" {
+		return false, nil
+	}
+	history, err := s.changes.DeviceChanges(ctx, ChangeQuery{Since: s.clock.Now().Add(-changeLogLookback), DeviceID: d.ID})
+	if err != nil {
+		return false, fmt.Errorf("read the change log of %s before deciding its request: %w: %w", d.Name, ErrInventory, err)
+	}
+	w, ok := standingWrite(history, s.cfg.ServiceUser)
+	if !ok {
+		return false, nil
+	}
+	out, err := s.undoForeignWrite(ctx, w)
+	s.logOutcome(out, err, "change-log")
+	return out.Result == "restored", err
 }

@@ -202,6 +202,12 @@ func (s *Service) advance(ctx context.Context, d Device, listed workflowListing)
 	if action == ActionNone {
 		return outcomeFor(d, ActionNone, "idle", "nothing-to-do"), nil
 	}
+	if undone, err := s.undoStandingWrite(ctx, d); err != nil || undone {
+		if err == nil {
+			err = fmt.Errorf("%s: fields fleetd owns were written back by another user and restored: %w", d.Name, ErrConflict)
+		}
+		return outcomeFor(d, action, "owned-fields", "restored"), err
+	}
 	if problems := s.problems(d, action); len(problems) > 0 {
 		return s.reject(ctx, d, action, problems)
 	}

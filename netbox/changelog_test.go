@@ -97,3 +97,48 @@ func TestChangeLogBackstop(t *testing.T) {
 		t.Errorf("second reconcile: %v, journal %+v; want nothing more", err, e.emu.Journal(e.node1))
 	}
 }
+
+// TestStaleCopyJudgedAfterItsUndo: a copy written back with desired_action set reaches NetBox
+// while fleetd decides on a webhook of an earlier save (whose snapshots show nothing of the copy):
+// before it claims or rejects, fleetd reads the device's change log and puts its own fields back,
+// so the running request is kept and the written-back desired_action is not taken as a new
+// request (the chaos run found fleetd rejecting its own pending request this way).
+func TestStaleCopyJudgedAfterItsUndo(t *testing.T) {
+	e := newEnv(t, 0)
+	ctx := context.Background()
+	active, provision := fleet.StateActive, "provision-aaaaaaaa"
+	if _, err := e.client.Update(ctx, e.node1, fleet.Patch{ClearDesiredAction: true, State: &active, Request: &provision}); err != nil {
+		t.Fatal(err)
+	}
+	copyCF, _ := e.emu.CustomFieldData(e.node1) // the owner's copy: active, the provision, no desired_action
+	for _, f := range netbox.OwnedFields() {
+		if _, ok := copyCF[f]; !ok {
+			copyCF[f] = nil
+		}
+	}
+	pending, attest := fleet.StatePending, "attest-bbbbbbbb"
+	if _, err := e.client.Update(ctx, e.node1, fleet.Patch{State: &pending, Request: &attest}); err != nil {
+		t.Fatal(err)
+	}
+	copyCF["desired_action"] = "attest"
+	e.ownerSave(t, copyCF)
+
+	s, err := fleet.NewService(fleet.Config{FleetdURL: "http://spore:8080", ServiceUser: "fleetd"},
+		fleet.Deps{Inventory: e.client, ChangeLog: e.client, Installer: fleettest.NewInstaller(), Catalog: fleettest.Catalog(),
+			Clock: fleet.SystemClock{}, Random: rand.New(rand.NewSource(1)), Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Reconcile(ctx, e.node1); err != nil {
+		t.Fatalf("Reconcile: %v", err)
+	}
+	cf, _ := e.emu.CustomFieldData(e.node1)
+	if cf["fleet_request"] != attest || cf["fleet_state"] == string(fleet.StateRejected) || cf["fleet_state"] == string(fleet.StateActive) ||
+		cf["desired_action"] != nil {
+		t.Errorf("after the reconcile: %v; want request %s kept running and desired_action cleared", cf, attest)
+	}
+	journal := e.emu.Journal(e.node1)
+	if len(journal) == 0 || !strings.Contains(journal[0].Comments, "written by admin (fleet_state, fleet_request): restored") {
+		t.Errorf("journal %+v; want the restore named first", journal)
+	}
+}
