@@ -130,17 +130,17 @@ type indexedInventory struct {
 
 func (i indexedInventory) Device(ctx context.Context, id int64) (Device, error) {
 	d, err := i.Inventory.Device(ctx, id)
-	switch {
-	case err == nil:
-		i.idx.observe(d)
-	case errors.Is(err, ErrNotFound):
-		i.idx.forget(id)
-	}
-	return d, err
+	return i.read(id, d, err)
 }
 
 func (i indexedInventory) DeviceFields(ctx context.Context, id int64) (Device, error) {
 	d, err := i.Inventory.DeviceFields(ctx, id)
+	return i.read(id, d, err)
+}
+
+// read keeps the index up to date with one read of device id: its addresses if it was read, none
+// if NetBox has no such device.
+func (i indexedInventory) read(id int64, d Device, err error) (Device, error) {
 	switch {
 	case err == nil:
 		i.idx.observe(d)
