@@ -173,6 +173,14 @@ func logTail(path string) string {
 // prepareTimeout bounds how long WaitPrepared waits for tink-controller.
 const prepareTimeout = 30 * time.Second
 
+// prepareSettle is how long a prepared Workflow must stay unchanged before WaitPrepared returns.
+// tink-controller v0.12.2 reconciles from its cache and writes status with a merge patch, which
+// carries no resourceVersion: a reconcile that still saw the Workflow unprepared (its own write
+// not yet in its cache, or a retry after "hardware not found") prepares it again and puts the
+// Workflow back to PENDING over whatever a worker reported in between. The workflows tests
+// found exactly that (a Workflow whose every action had succeeded read PENDING again).
+const prepareSettle = 750 * time.Millisecond
+
 // WaitPrepared waits until tink-controller has rendered the Workflow and prepared its boot
 // (tinkerbell-talos.md §1 lifecycle): the state has left "" and PREPARING, or the preparation
 // failed (a boot-job or allowPXE condition failed). wf is refreshed. A Template that does not
@@ -181,6 +189,8 @@ const prepareTimeout = 30 * time.Second
 func WaitPrepared(ctx context.Context, c client.Client, wf *tinkv1.Workflow) error {
 	ctx, cancel := context.WithTimeout(ctx, prepareTimeout)
 	defer cancel()
+	var settledAt string // the resourceVersion the prepared Workflow has held since settledSince
+	var settledSince time.Time
 	for {
 		if err := c.Get(ctx, client.ObjectKeyFromObject(wf), wf); err != nil {
 			if ctx.Err() != nil {
@@ -194,10 +204,14 @@ func WaitPrepared(ctx context.Context, c client.Client, wf *tinkv1.Workflow) err
 		if wf.Status.TemplateRendering == tinkv1.TemplateRenderingFailed && strings.HasPrefix(msg, "error rendering template") {
 			return fmt.Errorf("tink-controller could not render Workflow %s: %s", wf.Name, msg)
 		}
+		prepared := wf.Status.State != "" && wf.Status.State != tinkv1.WorkflowStatePreparing ||
+			wf.Status.State == tinkv1.WorkflowStatePreparing && preparationFailed(wf)
 		switch {
-		case wf.Status.State != "" && wf.Status.State != tinkv1.WorkflowStatePreparing:
-			return nil
-		case wf.Status.State == tinkv1.WorkflowStatePreparing && preparationFailed(wf):
+		case !prepared:
+			settledAt = ""
+		case wf.ResourceVersion != settledAt:
+			settledAt, settledSince = wf.ResourceVersion, time.Now()
+		case time.Since(settledSince) >= prepareSettle:
 			return nil
 		}
 		select {
