@@ -30,7 +30,7 @@ type paths struct {
 
 	fleetdConfig, classes, webhooks, fleetdPID, fleetdLog, keaReservations string
 
-	kube, kubeconfig, machines, tinkController, tinkServer string
+	kube, kubeconfig, machines, tinkController string
 }
 
 func newPaths(dir string) paths {
@@ -45,7 +45,6 @@ func newPaths(dir string) paths {
 		fleetdConfig: j("fleetd.yaml"), classes: j("classes.json"), webhooks: j("netbox-webhooks.yaml"),
 		fleetdPID: j("fleetd.pid"), fleetdLog: j("fleetd.log"), keaReservations: j("kea", "reservations.json"),
 		kube: j("kube"), kubeconfig: j("kubeconfig"), machines: j("machines"), tinkController: j("tink-controller.log"),
-		tinkServer: j("tink-server.log"),
 	}
 }
 
