@@ -30,7 +30,7 @@ var twoInstanceDevices = []stack.SeedDevice{
 func TestTwoInstances(t *testing.T) {
 	s := needStack(t)
 	if s.FleetdInstances() < 2 {
-		t.Skipf("the chaos stack runs %d fleetd instance (-fleetd-instances 1); this test needs two", s.FleetdInstances())
+		t.Fatalf("the chaos stack runs %d fleetd instance; TestTwoInstances needs two: run it without -fleetd-instances 1 (the default is 2)", s.FleetdInstances())
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
