@@ -163,3 +163,22 @@ func (s *Service) undoStandingWrite(ctx context.Context, d Device) (bool, error)
 	s.logOutcome(out, err, "change-log")
 	return out.Result == "restored", err
 }
+
+// judgedOnOwnFields is the device with what still stands of others' writes of fleetd's fields
+// undone (undoStandingWrite) and read again; d itself when nothing was undone. Every step that
+// records a request's event or creates its Workflow judges the device through it: a copy written
+// back by an owner's client can put an older request and its running state back over a terminal
+// one, and its own webhook can reach fleetd (or the other instance) after a Workflow event or a
+// reconcile of the device. Judged as fleetd's, that older request would be followed again: its
+// failed Workflow moved a retired device to failed (the two-instance chaos run, seed 906).
+func (s *Service) judgedOnOwnFields(ctx context.Context, d Device) (Device, error) {
+	undone, err := s.undoStandingWrite(ctx, d)
+	if err != nil || !undone {
+		return d, err
+	}
+	cur, err := s.inv.Device(ctx, d.ID)
+	if err != nil {
+		return d, fmt.Errorf("read %s again after restoring the fields fleetd owns: %w: %w", d.Name, ErrInventory, err)
+	}
+	return cur, nil
+}

@@ -124,6 +124,9 @@ func (s *Service) follow(ctx context.Context, d Device, listed workflowListing) 
 	ws, err := s.workflow(ctx, d.Owned.Workflow, listed)
 	switch {
 	case errors.Is(err, ErrNotFound) && d.Owned.State == StatePending:
+		if cur, err := s.judgedOnOwnFields(ctx, d); err != nil || cur.Owned.Request != d.Owned.Request || cur.Owned.State != d.Owned.State {
+			return out, err // an older request written back by another user, now undone, is not installed again
+		}
 		class, ok := s.catalog.Class(d.Declared.Class)
 		if !ok {
 			msg := fmt.Sprintf("%s request %s failed: class %q is no longer in classes.json.", action, d.Owned.Request, d.Declared.Class)
@@ -240,6 +243,10 @@ func (s *Service) applyWith(ctx context.Context, d Device, action Action, ev Eve
 func (s *Service) applyRecorded(ctx context.Context, d Device, action Action, ev Event, msg string, p Patch) (Outcome, bool, error) {
 	out := outcomeFor(d, action, string(ev), "no-change")
 	req := d.Owned.Request
+	d, err := s.judgedOnOwnFields(ctx, d)
+	if err != nil || d.Owned.Request != req {
+		return out, false, err // another user's copy had put back an older request: undone, nothing to record
+	}
 	var t Transition
 	got, wrote, err := UpdateIfMatch(ctx, s.inv, d, func(d Device) (Patch, bool, error) {
 		// The event is the request's: after a conflict it applies only while the device is on

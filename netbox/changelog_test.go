@@ -142,3 +142,65 @@ func TestStaleCopyJudgedAfterItsUndo(t *testing.T) {
 		t.Errorf("journal %+v; want the restore named first", journal)
 	}
 }
+
+// TestOlderRequestWrittenBackNotFollowed: a copy read while an older request was running (wiping,
+// wipe-aaaaaaaa) is written back over a retired device, and fleetd reconciles the device before
+// that save's webhook arrives (another instance's Workflow event or reconcile). Followed as
+// fleetd's, the older request's failed Workflow would move the retired device to failed with
+// status failed (the two-instance chaos run, seed 906); fleetd puts its own fields back first and
+// records nothing for the older request.
+func TestOlderRequestWrittenBackNotFollowed(t *testing.T) {
+	e := newEnv(t, 0)
+	ctx := context.Background()
+	wiping, wipe, wipeWF := fleet.StateWiping, "wipe-aaaaaaaa", "node1-wipe-aaaaaaaa"
+	if _, err := e.client.Update(ctx, e.node1, fleet.Patch{State: &wiping, Request: &wipe, Workflow: &wipeWF}); err != nil {
+		t.Fatal(err)
+	}
+	copyCF, _ := e.emu.CustomFieldData(e.node1) // the owner's copy: the wipe running
+	for _, f := range netbox.OwnedFields() {
+		if _, ok := copyCF[f]; !ok {
+			copyCF[f] = nil
+		}
+	}
+	retired, retire, retireWF := fleet.StateRetired, "retire-bbbbbbbb", "node1-retire-bbbbbbbb"
+	if _, err := e.client.Update(ctx, e.node1, fleet.Patch{State: &retired, Request: &retire, Workflow: &retireWF}); err != nil {
+		t.Fatal(err)
+	}
+	before, err := e.client.Device(ctx, e.node1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.ownerSave(t, copyCF)
+
+	installer := fleettest.NewInstaller()
+	installer.Set(wipeWF, fleet.WorkflowStatus{Phase: fleet.WorkflowFailed, FailedAction: "wipe-disk"})
+	installer.Set(retireWF, fleet.WorkflowStatus{Phase: fleet.WorkflowSucceeded})
+	s, err := fleet.NewService(fleet.Config{FleetdURL: "http://spore:8080", ServiceUser: "fleetd"},
+		fleet.Deps{Inventory: e.client, ChangeLog: e.client, Installer: installer, Catalog: fleettest.Catalog(),
+			Clock: fleet.SystemClock{}, Random: rand.New(rand.NewSource(1)), Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.WorkflowChanged(ctx, e.node1, fleet.WorkflowStatus{Name: wipeWF, Phase: fleet.WorkflowFailed}); err != nil {
+		t.Fatalf("WorkflowChanged: %v", err)
+	}
+	if _, err := s.Reconcile(ctx, e.node1); err != nil {
+		t.Fatalf("Reconcile: %v", err)
+	}
+	got, err := e.client.Device(ctx, e.node1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Owned.State != fleet.StateRetired || got.Owned.Request != retire || got.Owned.Workflow != retireWF || got.Status != before.Status {
+		t.Errorf("after the Workflow event and the reconcile: state %s, request %s, Workflow %s, status %s; want %s, %s, %s, %s kept",
+			got.Owned.State, got.Owned.Request, got.Owned.Workflow, got.Status, fleet.StateRetired, retire, retireWF, before.Status)
+	}
+	for _, j := range e.emu.Journal(e.node1) {
+		if strings.Contains(j.Comments, "failed") {
+			t.Errorf("journal records a failure for the older request: %q", j.Comments)
+		}
+	}
+	if installer.Creates() != 0 {
+		t.Errorf("%d Workflows created; want none", installer.Creates())
+	}
+}
