@@ -13,12 +13,8 @@ import (
 )
 
 // NodeFile is one file of an installed node's directory (DefaultNodeDir): a plain file name, its
-// permission bits and its bytes.
-type NodeFile struct {
-	Name string
-	Mode fs.FileMode
-	Data []byte
-}
+// permission bits and its bytes (api.NodeFile, the type fleetd delivers).
+type NodeFile = api.NodeFile
 
 // InstallNodeFiles installs files into dir, the node directory, creating it (0755) when missing.
 // Each file replaces its name atomically (a temporary file in dir, written with its mode set
@@ -48,22 +44,7 @@ func InstallNodeFiles(dir string, files []NodeFile) error {
 }
 
 func checkNodeFiles(files []NodeFile) error {
-	seen := map[string]bool{}
-	var problems []error
-	for _, f := range files {
-		switch {
-		case f.Name == "" || strings.ContainsAny(f.Name, `/\`) || strings.HasPrefix(f.Name, "."):
-			problems = append(problems, fmt.Errorf("%q is not a plain file name", f.Name))
-		case seen[f.Name]:
-			problems = append(problems, fmt.Errorf("%s is given twice", f.Name))
-		case f.Mode&^fs.ModePerm != 0:
-			problems = append(problems, fmt.Errorf("%s has mode %v: only permission bits can be installed", f.Name, f.Mode))
-		case len(f.Data) == 0:
-			problems = append(problems, fmt.Errorf("%s is empty", f.Name))
-		}
-		seen[f.Name] = true
-	}
-	return errors.Join(problems...)
+	return errors.Join(api.CheckNodeFiles(files)...)
 }
 
 // TextFormSuffix names a node file's text form (api.TextFormSuffix).

@@ -1,9 +1,6 @@
 package fleet
 
 import (
-	"encoding/base64"
-	"io/fs"
-
 	"github.com/folly-infra/fleetd/api"
 
 	"github.com/folly-infra/fleetd/pki"
@@ -48,20 +45,9 @@ const TextFormSuffix = api.TextFormSuffix
 // (api.TextForms says which and why).
 func TalosTextForm(name string) bool { return api.IsTextForm(name) }
 
-// TextForm is f in its text form (TextFormSuffix), with f's mode.
-func (f NodeFile) TextForm() NodeFile {
-	return NodeFile{Name: f.Name + TextFormSuffix, Mode: f.Mode, Data: []byte(base64.StdEncoding.EncodeToString(f.Data) + "\n")}
-}
-
-// NodeFile is one file a node's configuration delivers into NodeDir, owned by root.
-type NodeFile struct {
-	Name string      // a plain file name in NodeDir
-	Mode fs.FileMode // its permission bits
-	Data []byte
-}
-
-// Path is the file's absolute path on the node.
-func (f NodeFile) Path() string { return NodeDir + "/" + f.Name }
+// NodeFile is one file a node's configuration delivers into NodeDir, owned by root; its Path and
+// its TextForm (TextFormSuffix) are api.NodeFile's.
+type NodeFile = api.NodeFile
 
 // LAKFiles are the files a node's boot checks need: lak.pem, the LAK leaf then its chain
 // (public, 0644), and lak.blob, the AK as the agent's TPM wrapped it (0600: useless outside that

@@ -155,11 +155,11 @@ func TestRenderNodeFileRefusals(t *testing.T) {
 			patch(t, `{"machine":{"files":[{"path":"/var/x","op":"replace","permissions":420,"content":"x"}]}}`)),
 			renderID, true, `/var/x has op "replace"`},
 		{"refuse/node file name with a slash", nixosClass, withFiles(fleet.NodeFile{Name: "../lak.pem", Mode: 0o644, Data: []byte("x")}),
-			false, `node file name "../lak.pem" is not a plain lowercase file name`},
-		{"refuse/node file given twice", alpineClass, withFiles(blob, blob), false, "node file lak.blob is given twice"},
-		{"refuse/empty node file", talosWorker, withFiles(fleet.NodeFile{Name: "lak.blob", Mode: 0o600}), false, "node file lak.blob is empty"},
+			false, `check the node files: "../lak.pem" is not a plain file name`},
+		{"refuse/node file given twice", alpineClass, withFiles(blob, blob), false, "check the node files: lak.blob is given twice"},
+		{"refuse/empty node file", talosWorker, withFiles(fleet.NodeFile{Name: "lak.blob", Mode: 0o600}), false, "check the node files: lak.blob is empty"},
 		{"refuse/node file mode beyond permission bits", nocloudClass, withFiles(fleet.NodeFile{Name: "lak.blob", Mode: 0o600 | fs.ModeSetuid, Data: []byte("x")}),
-			false, "only permission bits are delivered"},
+			false, "lak.blob has mode urw-------: only permission bits can be delivered and installed"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

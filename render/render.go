@@ -9,11 +9,10 @@ package render
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"net/netip"
-	"regexp"
 	"strings"
 
+	"github.com/folly-infra/fleetd/api"
 	"github.com/folly-infra/fleetd/fleet"
 )
 
@@ -152,27 +151,11 @@ func (r *Renderer) checkDevice(d fleet.Device) error {
 	return nil
 }
 
-var nodeFileName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]*$`)
-
-// checkNodeFiles checks what the caller of Render built (the domain, from the attested agent's blobs and the issued certificates): plain, distinct names, permission bits
-// only, no empty file. A problem here is fleetd's own.
+// checkNodeFiles checks what the caller of Render built (the domain, from the attested agent's
+// blobs and the issued certificates) by the rules the agent also applies (api.CheckNodeFiles).
+// A problem here is fleetd's own.
 func checkNodeFiles(files []fleet.NodeFile) error {
-	seen := map[string]bool{}
-	var problems []error
-	for _, f := range files {
-		switch {
-		case !nodeFileName.MatchString(f.Name):
-			problems = append(problems, fmt.Errorf("node file name %q is not a plain lowercase file name", f.Name))
-		case seen[f.Name]:
-			problems = append(problems, fmt.Errorf("node file %s is given twice", f.Name))
-		case f.Mode&^fs.ModePerm != 0:
-			problems = append(problems, fmt.Errorf("node file %s has mode %v: only permission bits are delivered", f.Name, f.Mode))
-		case len(f.Data) == 0:
-			problems = append(problems, fmt.Errorf("node file %s is empty", f.Name))
-		}
-		seen[f.Name] = true
-	}
-	if len(problems) > 0 {
+	if problems := api.CheckNodeFiles(files); len(problems) > 0 {
 		return fmt.Errorf("check the node files: %w", errors.Join(problems...))
 	}
 	return nil
