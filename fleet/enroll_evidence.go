@@ -92,7 +92,7 @@ func (p provisioned) fetchSecretHash() string {
 	return FetchSecretHash(p.fetchSecret)
 }
 
-// provision issues a provision's LDevID and LAK in memory, then renders the node's configuration
+// provision issues a provision's LDevID and LAK in memory, then checks the node's configuration
 // with the node files (lak.pem: the new LAK and its chain; lak.blob: the AK blob the agent sent;
 // ldevid.pem, ldevid.pub, ldevid.priv: the new LDevID and its chain, the key blobs the agent
 // sent), so the installed node can run its boot checks (docs/design.md §5) and SPIRE's tpm_devid
@@ -118,7 +118,7 @@ func (s *Service) provision(ctx context.Context, d Device, class Class, v verifi
 		return provisioned{}, fmt.Errorf("enroll %s: %w", d.Name, err)
 	}
 	node := NodeIdentity{UUID: in.SMBIOSUUID, Serial: in.SMBIOSSerial, Files: nodeMaterial(p, in).NodeFiles()}
-	if p.cfg, err = s.renderer.Render(d, class, node); err != nil {
+	if p.cfg, err = s.renderer.Check(d, class, node); err != nil {
 		return provisioned{}, s.renderFailed(ctx, d, ActionProvision, out, err)
 	}
 	if class.Kind.CarriesFetchSecret() {

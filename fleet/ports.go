@@ -162,6 +162,11 @@ type Random = io.Reader
 // Errors: one wrapping ErrConfigRejected when d's declaration or c would produce a configuration
 // the OS rejects (the text after it is safe to journal, and ends the request); any other error is
 // fleetd's own failure. A configuration the OS would reject is never returned.
+//
+// Check makes every check Render makes and returns the configuration without its Body: an
+// attestation checks the configuration it will deliver and keeps only its summary (the fetch
+// renders it again), so it need not pay for encoding it. Its errors are Render's.
 type Renderer interface {
 	Render(d Device, c Class, id NodeIdentity) (NodeConfig, error)
+	Check(d Device, c Class, id NodeIdentity) (NodeConfig, error)
 }

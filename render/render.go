@@ -103,6 +103,20 @@ func New(cfg Config) (*Renderer, error) {
 // identified as id. A configuration the OS would reject is never returned: the error then wraps
 // ErrConfigRejected and says why.
 func (r *Renderer) Render(d fleet.Device, c fleet.Class, id fleet.NodeIdentity) (fleet.NodeConfig, error) {
+	return r.render(d, c, id, true)
+}
+
+// Check makes every check Render makes of the configuration of device d, of class c, for the
+// machine attestation identified as id, and returns it without its Body: what an attestation
+// needs, which delivers nothing. A Talos config is then not encoded once its class's first config
+// was (talos_template.go).
+func (r *Renderer) Check(d fleet.Device, c fleet.Class, id fleet.NodeIdentity) (fleet.NodeConfig, error) {
+	nc, err := r.render(d, c, id, false)
+	nc.Body = nil
+	return nc, err
+}
+
+func (r *Renderer) render(d fleet.Device, c fleet.Class, id fleet.NodeIdentity, body bool) (fleet.NodeConfig, error) {
 	if err := r.checkDevice(d); err != nil {
 		return fleet.NodeConfig{}, fmt.Errorf("render %s config for %s: %w", c.Kind, d.Name, err)
 	}
@@ -115,7 +129,7 @@ func (r *Renderer) Render(d fleet.Device, c fleet.Class, id fleet.NodeIdentity) 
 	)
 	switch c.Kind {
 	case fleet.KindTalos:
-		nc, err = r.renderTalos(d, c, id.Files)
+		nc, err = r.renderTalos(d, c, id.Files, body)
 	case fleet.KindNixOS, fleet.KindAlpine:
 		nc, err = r.renderSeed(d, c, id)
 	case fleet.KindCloudInit:

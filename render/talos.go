@@ -34,7 +34,8 @@ func (metalMode) InContainer() bool     { return false }
 // talosGenerator holds the generation input built once from the secrets bundle. Input.Config
 // only reads it, so one generator serves concurrent renders.
 type talosGenerator struct {
-	input *generate.Input
+	input     *generate.Input
+	templates templates // each class's part of its nodes' configs (talos_template.go)
 }
 
 // newTalosGenerator decodes the secrets bundle the way secrets.LoadBundle does (from bytes
@@ -77,11 +78,16 @@ func newTalosGenerator(cfg Config) (*talosGenerator, []error) {
 	return &talosGenerator{input: in}, nil
 }
 
-// renderTalos generates the machine config for the class's machine type, applies the class's
-// patches in order and then the node's own patch (with the node files as machine.files), and
-// validates the result the way machined does after downloading it (configloader, then Validate
-// in metal mode), and its machine.files the way machined writes them at boot.
-func (r *Renderer) renderTalos(d fleet.Device, c fleet.Class, files []fleet.NodeFile) (fleet.NodeConfig, error) {
+// renderTalos takes the class's template (the machine config of its machine type with the
+// class's patches applied in order, built once per class: talos_template.go), applies the node's
+// own patch (with the node files as machine.files), and validates the result the way machined
+// does after downloading it (Validate in metal mode) and its machine.files the way machined writes
+// them at boot. The first config of each template is also loaded back from its bytes
+// (configloader), as machined loads it; later ones differ only by the node patch's typed fields.
+//
+// Without wantBody (Check), a config whose template has been loaded back once is validated
+// without being encoded.
+func (r *Renderer) renderTalos(d fleet.Device, c fleet.Class, files []fleet.NodeFile, wantBody bool) (fleet.NodeConfig, error) {
 	if r.talos == nil {
 		return fleet.NodeConfig{}, errors.New("no Talos secrets bundle is configured: name one in fleetd.yaml")
 	}
@@ -100,27 +106,29 @@ func (r *Renderer) renderTalos(d fleet.Device, c fleet.Class, files []fleet.Node
 	default:
 		return fleet.NodeConfig{}, fmt.Errorf("%w: class %s has machine type %q", fleet.ErrConfigRejected, c.Name, c.Talos.MachineType)
 	}
-	base, err := r.talos.input.Config(mt)
-	if err != nil {
-		return fleet.NodeConfig{}, fmt.Errorf("generate Talos %s config: %w", c.Talos.MachineType, err)
-	}
-	patches, err := r.talosPatches(d, c, files)
+	tpl, err := r.talos.template(c, mt)
 	if err != nil {
 		return fleet.NodeConfig{}, err
 	}
-	out, err := configpatcher.Apply(configpatcher.WithConfig(base), patches)
+	node, err := r.talosNodePatch(d, files)
 	if err != nil {
-		return fleet.NodeConfig{}, fmt.Errorf("%w: apply the patches of class %s: %s", fleet.ErrConfigRejected, c.Name, oneLine(err.Error()))
+		return fleet.NodeConfig{}, err
+	}
+	out, err := configpatcher.Apply(configpatcher.WithConfig(tpl.cfg), []configpatcher.Patch{node})
+	if err != nil {
+		return fleet.NodeConfig{}, fmt.Errorf("%w: apply the node patch to class %s: %s", fleet.ErrConfigRejected, c.Name, oneLine(err.Error()))
 	}
 	cfg, err := out.Config()
 	if err != nil {
 		return fleet.NodeConfig{}, fmt.Errorf("%w: load the patched config: %s", fleet.ErrConfigRejected, oneLine(err.Error()))
 	}
-	body, err := cfg.EncodeBytes(encoder.WithComments(encoder.CommentsDisabled))
-	if err != nil {
-		return fleet.NodeConfig{}, fmt.Errorf("encode Talos config: %w", err)
+	var body []byte
+	if wantBody || !tpl.loaded.Load() {
+		if body, err = cfg.EncodeBytes(encoder.WithComments(encoder.CommentsDisabled)); err != nil {
+			return fleet.NodeConfig{}, fmt.Errorf("encode Talos config: %w", err)
+		}
 	}
-	warnings, err := ValidateTalosConfig(body)
+	warnings, err := tpl.validate(cfg, body)
 	if err != nil {
 		return fleet.NodeConfig{}, err
 	}
@@ -143,6 +151,12 @@ func ValidateTalosConfig(body []byte) (warnings []string, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: Talos cannot load it: %s", fleet.ErrConfigRejected, oneLine(err.Error()))
 	}
+	return validateTalos(p)
+}
+
+// validateTalos is what ValidateTalosConfig checks once the bytes are loaded: Validate in metal
+// mode and machine.files as machined writes them.
+func validateTalos(p config.Provider) (warnings []string, err error) {
 	warnings, err = p.Validate(metalMode{})
 	if err != nil {
 		return warnings, fmt.Errorf("%w: Talos validation in metal mode failed: %s", fleet.ErrConfigRejected, oneLine(err.Error()))
@@ -180,17 +194,9 @@ func checkTalosFile(path, op string) error {
 	return nil
 }
 
-// talosPatches loads the class's patches (in order) followed by the node's own.
-func (r *Renderer) talosPatches(d fleet.Device, c fleet.Class, files []fleet.NodeFile) ([]configpatcher.Patch, error) {
-	patches := make([]configpatcher.Patch, 0, len(c.Talos.Patches)+1)
-	for i, raw := range c.Talos.Patches {
-		p, err := configpatcher.LoadPatch(raw)
-		if err != nil {
-			return nil, fmt.Errorf("%w: load patch %d of class %s: %s", fleet.ErrConfigRejected, i, c.Name, oneLine(err.Error()))
-		}
-		patches = append(patches, p)
-	}
-	node, err := r.talosNodePatch(d, files)
+// talosNodePatch is the node's own patch, loaded (see talosNodeFields).
+func (r *Renderer) talosNodePatch(d fleet.Device, files []fleet.NodeFile) (configpatcher.Patch, error) {
+	node, err := r.talosNodeFields(d, files)
 	if err != nil {
 		return nil, err
 	}
@@ -202,15 +208,15 @@ func (r *Renderer) talosPatches(d fleet.Device, c fleet.Class, files []fleet.Nod
 	if err != nil {
 		return nil, fmt.Errorf("load the node patch: %w", err)
 	}
-	return append(patches, p), nil
+	return p, nil
 }
 
-// talosNodePatch is what only this node has: its hostname, the install disk selected by the
+// talosNodeFields is what only this node has: its hostname, the install disk selected by the
 // declared serial, a static address on the interface with the device's primary MAC, and its node
 // files. Talos writes each machine file at every boot (op create replaces it) with its content
 // as a string, so a file must be UTF-8 text to survive the YAML (the agent's AK blob is JSON); the
 // LDevID files go in their text form (TalosTextForm), which `fleetd boot-check` installs from.
-func (r *Renderer) talosNodePatch(d fleet.Device, files []fleet.NodeFile) (map[string]any, error) {
+func (r *Renderer) talosNodeFields(d fleet.Device, files []fleet.NodeFile) (map[string]any, error) {
 	network := map[string]any{
 		"hostname":    d.Name,
 		"nameservers": addrStrings(r.cfg.DNS),

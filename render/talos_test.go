@@ -1,6 +1,7 @@
 package render_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -178,6 +179,11 @@ func checkTalosNetwork(t *testing.T, m map[string]any) {
 func TestRenderTalosRefusesWhatTalosRejects(t *testing.T) {
 	r := newTestRenderer(t, nil)
 	d := renderDevice("node-a", "3c:ec:ef:4c:4f:54", "10.0.0.5/24", "S123")
+	// A renderer that has served a class's configs already (its templates built and loaded once)
+	// refuses as a new one does.
+	if _, err := r.Render(d, talosWorker, renderID); err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		name  string
 		class fleet.Class
@@ -194,19 +200,60 @@ func TestRenderTalosRefusesWhatTalosRejects(t *testing.T) {
 			"load patch 0 of class talos-cp"},
 	}
 	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			nc, err := r.Render(d, tc.class, renderID)
-			if err == nil {
-				t.Fatalf("Render returned a config Talos rejects:\n%s", nc.Body)
+		for _, how := range []struct {
+			name   string
+			render func(fleet.Device, fleet.Class, fleet.NodeIdentity) (fleet.NodeConfig, error)
+		}{{"Render", r.Render}, {"Render-again", r.Render}, {"Check", r.Check}} {
+			t.Run(tc.name+"/"+how.name, func(t *testing.T) {
+				nc, err := how.render(d, tc.class, renderID)
+				if err == nil {
+					t.Fatalf("%s returned a config Talos rejects:\n%s", how.name, nc.Body)
+				}
+				if !errors.Is(err, fleet.ErrConfigRejected) {
+					t.Errorf("error does not wrap ErrConfigRejected: %v", err)
+				}
+				if !strings.Contains(err.Error(), tc.want) {
+					t.Errorf("error %q does not carry %q", err, tc.want)
+				}
+				if strings.Contains(err.Error(), "\n") || strings.Contains(err.Error(), "occurred") {
+					t.Errorf("error is not one journal line: %q", err)
+				}
+			})
+		}
+	}
+}
+
+// TestRenderTalosTemplate: a node's config made from its class's template (built and loaded back
+// once, by an earlier node's render) is byte for byte what a new renderer makes, and Check
+// returns Render's summary and warnings without the body.
+func TestRenderTalosTemplate(t *testing.T) {
+	a := renderDevice("node-a", "3c:ec:ef:4c:4f:54", "10.0.0.5/24", "S123")
+	b := renderDevice("node-b", "3c:ec:ef:4c:4f:55", "10.0.0.6/24", "S456")
+	patched := withPatches(talosWorker, patch(t, `{"machine":{"sysctls":{"vm.swappiness":"1"}}}`))
+	for _, c := range []fleet.Class{talosWorker, talosCP, patched} {
+		t.Run("ok/"+c.Name+fmt.Sprint(len(c.Talos.Patches)), func(t *testing.T) {
+			warm := newTestRenderer(t, nil)
+			if _, err := warm.Render(a, c, renderID); err != nil {
+				t.Fatal(err)
 			}
-			if !errors.Is(err, fleet.ErrConfigRejected) {
-				t.Errorf("error does not wrap ErrConfigRejected: %v", err)
+			got, err := warm.Render(b, c, renderID)
+			if err != nil {
+				t.Fatal(err)
 			}
-			if !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("error %q does not carry %q", err, tc.want)
+			want, err := newTestRenderer(t, nil).Render(b, c, renderID)
+			if err != nil {
+				t.Fatal(err)
 			}
-			if strings.Contains(err.Error(), "\n") || strings.Contains(err.Error(), "occurred") {
-				t.Errorf("error is not one journal line: %q", err)
+			if !bytes.Equal(got.Body, want.Body) {
+				t.Errorf("node-b's config from the warm template differs from a new renderer's:\n%s\n---\n%s", got.Body, want.Body)
+			}
+			checked, err := warm.Check(b, c, renderID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if checked.Body != nil || checked.Summary != got.Summary || fmt.Sprint(checked.Warnings) != fmt.Sprint(got.Warnings) ||
+				checked.Kind != got.Kind || checked.ContentType != got.ContentType {
+				t.Errorf("Check = %+v, want Render's %q %v without the body", checked, got.Summary, got.Warnings)
 			}
 		})
 	}

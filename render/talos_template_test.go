@@ -1,0 +1,92 @@
+package render
+
+import (
+	"errors"
+	"math/rand/v2"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/siderolabs/talos/pkg/machinery/config/configpatcher"
+	"github.com/siderolabs/talos/pkg/machinery/config/encoder"
+	"github.com/siderolabs/talos/pkg/machinery/config/machine"
+
+	"github.com/folly-infra/fleetd/fleet"
+)
+
+// TestValidateTalosInMemory: what a config made from a loaded template gets (validateTalos on the
+// merged config, no trip through its bytes) refuses what ValidateTalosConfig refuses of the same
+// config's bytes, with the same message. Each row patches a worker template as a node patch
+// would.
+func TestValidateTalosInMemory(t *testing.T) {
+	sec, err := GenerateTalosSecrets(fleet.SystemClock{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := New(Config{TalosSecrets: sec, ClusterName: "folly", ClusterEndpoint: "https://10.0.0.2:6443",
+		DNS: []netip.Addr{netip.MustParseAddr("10.0.0.1")}, Gateway: netip.MustParseAddr("10.0.0.1"),
+		Clock: fleet.SystemClock{}, Random: rand.NewChaCha8([32]byte{1})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	class := fleet.Class{Name: "talos-worker", Kind: fleet.KindTalos, Talos: &fleet.TalosClass{MachineType: "worker"}}
+	tpl, err := r.talos.template(class, machine.TypeWorker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	install := `"install":{"diskSelector":{"serial":"S1"}}`
+	cases := []struct {
+		name, patch, want string
+	}{
+		{"ok/installable", `{"machine":{` + install + `}}`, ""},
+		{"refuse/no-install-disk", `{"machine":{"network":{"hostname":"node-a"}}}`, "either install disk or diskSelector should be defined"},
+		{"refuse/create-outside-var", `{"machine":{` + install + `,"files":[{"path":"/etc/fleetd/x","op":"create","content":"x","permissions":420}]}}`,
+			"Talos creates machine files only under /var"},
+		{"refuse/unknown-op", `{"machine":{` + install + `,"files":[{"path":"/var/x","op":"remove","content":"x","permissions":420}]}}`,
+			`has op "remove"`},
+		{"refuse/bad-address", `{"machine":{` + install + `,"network":{"interfaces":[{"deviceSelector":{"hardwareAddr":"3c:ec:ef:4c:4f:54"},"addresses":["10.0.0.300/24"]}]}}}`,
+			"networking.os.device.addresses"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := configpatcher.LoadPatch([]byte(tc.patch))
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := configpatcher.Apply(configpatcher.WithConfig(tpl.cfg), []configpatcher.Patch{p})
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg, err := out.Config()
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, err := cfg.EncodeBytes(encoder.WithComments(encoder.CommentsDisabled))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, memErr := validateTalos(cfg)
+			_, loadErr := ValidateTalosConfig(body)
+			if tc.want == "" {
+				if memErr != nil || loadErr != nil {
+					t.Fatalf("in memory: %v; loaded: %v; want both accepted", memErr, loadErr)
+				}
+				return
+			}
+			if memErr == nil || !errors.Is(memErr, fleet.ErrConfigRejected) || !strings.Contains(memErr.Error(), tc.want) {
+				t.Errorf("in memory = %v, want a rejection saying %q", memErr, tc.want)
+			}
+			if loadErr == nil || memErr == nil || loadErr.Error() != memErr.Error() {
+				t.Errorf("loaded = %v\nin memory = %v\nwant the same refusal", loadErr, memErr)
+			}
+		})
+	}
+	// The template is not changed by the configs made from it.
+	raw, err := tpl.cfg.EncodeBytes(encoder.WithComments(encoder.CommentsDisabled))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(raw), "diskSelector") || strings.Contains(string(raw), "/var/x") {
+		t.Errorf("a node patch reached the template:\n%s", raw)
+	}
+}
