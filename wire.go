@@ -40,6 +40,7 @@ type app struct {
 	kea     *kea.Writer
 	servers []listener
 	keaPoke chan struct{}
+	intake  *webhook.Intake
 	up      *prometheus.GaugeVec
 	deps    []handlers.ReadyCheck // what /readyz asks and probeLoop records
 }
@@ -99,7 +100,7 @@ func wire(ctx context.Context, cfg *config.Config, log zerolog.Logger) (*app, er
 	if err != nil {
 		return nil, err
 	}
-	intake, err := webhook.New(webhook.Config{Secret: sec.webhook,
+	a.intake, err = webhook.New(webhook.Config{Secret: sec.webhook,
 		ServiceUser: cfg.NetBox.ServiceUser}, webhook.Deps{Reconciler: a.service, Undo: a.service, Inventory: a.pokeKea, Logger: log, Registry: reg})
 	if err != nil {
 		return nil, err
@@ -109,7 +110,7 @@ func wire(ctx context.Context, cfg *config.Config, log zerolog.Logger) (*app, er
 		return nil, err
 	}
 	a.deps = []handlers.ReadyCheck{{Name: "netbox", Check: a.netbox.Ping}, {Name: "kubernetes", Check: a.install.Ping}}
-	h, err := handlers.New(handlers.Deps{Service: a.service, Webhooks: intake, Gatherer: reg, Logger: log,
+	h, err := handlers.New(handlers.Deps{Service: a.service, Webhooks: a.intake, Gatherer: reg, Logger: log,
 		OperatorToken: sec.operator, NodesNeedTLS: cfg.TLS.Cert != "",
 		NodeLimits: handlers.Limits{PerMinute: cfg.Limits.NodeRequestsPerMinute, Burst: cfg.Limits.NodeBurst},
 		Ready:      a.deps})

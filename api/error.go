@@ -20,5 +20,6 @@ const (
 	CodeTooLarge          = "too_large"          // the body is over the route's limit (413)
 	CodeBadSignature      = "bad_signature"      // a webhook's X-Hook-Signature is missing or wrong (401)
 	CodeNetBoxUnavailable = "netbox_unavailable" // NetBox could not be read or written; retry shortly (503)
+	CodeQueueFull         = "queue_full"         // fleetd's webhook queue is full; retry after Retry-After (503)
 	CodeInternal          = "internal"           // fleetd failed; see its log (500)
 )

@@ -1,6 +1,10 @@
 // Package webhook is NetBox → fleetd: it reads the body within the cap of its route (the handlers'
 // route table), verifies NetBox's HMAC signature over the raw bytes before anything is parsed, decodes the event in any NetBox 4.3–4.7 shape, and hands a
 // "re-read this device" trigger to the fleet service (docs/design.md §2, §6; reference/netbox.md §1, §7).
+//
+// A verified event is answered 202 as soon as it is queued; a pool of workers (Run) does the
+// re-read and the decision. A full queue is answered 503 with Retry-After, and the periodic
+// reconcile, which re-reads every device, completes whatever a webhook did not.
 package webhook
 
 import (
@@ -13,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -42,6 +47,19 @@ type Config struct {
 	Secret      []byte        // the webhook secret NetBox signs with
 	ServiceUser string        // fleetd's own NetBox user: its device updates are echoes
 	Timeout     time.Duration // how long one webhook may take to re-read and decide
+	Queue       int           // verified events waiting for a worker; 0 means 1024
+	Workers     int           // events re-read and decided at once; 0 means 8
+}
+
+// RetryAfter is what a full queue tells NetBox to wait, in seconds (Retry-After).
+const RetryAfter = 5
+
+// job is a verified event waiting for a worker.
+type job struct {
+	ev    zerolog.Logger
+	p     payload
+	id    int64
+	route string
 }
 
 // Deps are the intake's collaborators.
@@ -59,6 +77,8 @@ type Intake struct {
 	deps    Deps
 	owned   map[string]bool
 	results *prometheus.CounterVec
+	work    *prometheus.CounterVec
+	jobs    chan job
 }
 
 // New builds the intake. A webhook secret is required: an unsigned webhook is never accepted.
@@ -72,16 +92,52 @@ func New(cfg Config, deps Deps) (*Intake, error) {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 20 * time.Second
 	}
+	if cfg.Queue <= 0 {
+		cfg.Queue = 1024
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = 8
+	}
 	results := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "fleetd_webhooks_total",
-		Help: "NetBox webhooks by route and outcome (accepted, echo, ignored, bad_signature, malformed, too_large, netbox_unavailable).",
+		Help: "NetBox webhooks by route and answer (accepted: queued, echo, ignored, bad_signature, malformed, too_large, queue_full).",
+	}, []string{"route", "outcome"})
+	work := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fleetd_webhook_work_total",
+		Help: "Queued NetBox webhooks by route and what their worker made of them (decided, netbox_unavailable).",
 	}, []string{"route", "outcome"})
 	if deps.Registry != nil {
-		if err := deps.Registry.Register(results); err != nil {
-			return nil, fmt.Errorf("register webhook metrics: %w", err)
+		for _, c := range []prometheus.Collector{results, work} {
+			if err := deps.Registry.Register(c); err != nil {
+				return nil, fmt.Errorf("register webhook metrics: %w", err)
+			}
 		}
 	}
-	return &Intake{cfg: cfg, deps: deps, owned: ownedFields(), results: results}, nil
+	return &Intake{cfg: cfg, deps: deps, owned: ownedFields(), results: results, work: work,
+		jobs: make(chan job, cfg.Queue)}, nil
+}
+
+// Run re-reads and decides the queued events with Config.Workers workers until ctx ends; a worker
+// finishes the event it holds first (its own timeout still applies). Events left in the queue are
+// completed by the periodic reconcile.
+func (in *Intake) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	for range in.cfg.Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case j := <-in.jobs:
+					in.do(context.WithoutCancel(ctx), j)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return nil
 }
 
 // Handler serves one webhook route. route names it in logs and metrics ("provision", "attest",
@@ -124,24 +180,38 @@ func (in *Intake) serve(w http.ResponseWriter, r *http.Request, route string) {
 		in.accept(w, &ev, route, id, "echo", "fleetd's own update; nothing left to do")
 		return
 	}
-	// 3. The same decision the reconciler makes, now.
-	ctx, cancel := context.WithTimeout(r.Context(), in.cfg.Timeout)
-	defer cancel()
-	out, err := in.decide(ctx, &ev, p, id)
-	if errors.Is(err, fleet.ErrInventory) {
-		in.results.WithLabelValues(route, api.CodeNetBoxUnavailable).Inc()
-		ev.Error().Err(err).EmbedObject(out).Msg("decision")
-		writeBody(w, http.StatusServiceUnavailable, api.Error{Code: api.CodeNetBoxUnavailable,
-			Message: "fleetd could not read the device from NetBox; the periodic reconcile will retry"})
+	// 3. Queued for a worker: the same decision the reconciler makes, soon.
+	select {
+	case in.jobs <- job{ev: ev, p: p, id: id, route: route}:
+	default:
+		in.results.WithLabelValues(route, api.CodeQueueFull).Inc()
+		ev.Warn().Int64("device_id", id).Str("step", "webhook").Str("outcome", api.CodeQueueFull).
+			Int("queue", cap(in.jobs)).Msg("decision")
+		w.Header().Set("Retry-After", fmt.Sprint(RetryAfter))
+		writeBody(w, http.StatusServiceUnavailable, api.Error{Code: api.CodeQueueFull,
+			Message: fmt.Sprintf("fleetd's webhook queue (%d events) is full; retry after %d s, and the periodic reconcile re-reads the device in any case", cap(in.jobs), RetryAfter)})
 		return
 	}
 	in.results.WithLabelValues(route, "accepted").Inc()
-	e := ev.Info()
-	if err != nil {
-		e = ev.Warn().Err(err) // recorded in NetBox; completed by a later reconcile
+	writeBody(w, http.StatusAccepted, map[string]string{"outcome": "accepted"})
+}
+
+// do re-reads and decides one queued event, within Config.Timeout.
+func (in *Intake) do(ctx context.Context, j job) {
+	ctx, cancel := context.WithTimeout(ctx, in.cfg.Timeout)
+	defer cancel()
+	out, err := in.decide(ctx, &j.ev, j.p, j.id)
+	switch {
+	case errors.Is(err, fleet.ErrInventory):
+		in.work.WithLabelValues(j.route, api.CodeNetBoxUnavailable).Inc()
+		j.ev.Error().Err(err).EmbedObject(out).Str("detail", "NetBox could not be read; the periodic reconcile retries").Msg("decision")
+	case err != nil:
+		in.work.WithLabelValues(j.route, "decided").Inc()
+		j.ev.Warn().Err(err).EmbedObject(out).Msg("decision") // recorded in NetBox; completed by a later reconcile
+	default:
+		in.work.WithLabelValues(j.route, "decided").Inc()
+		j.ev.Info().EmbedObject(out).Msg("decision")
 	}
-	e.EmbedObject(out).Msg("decision")
-	writeBody(w, http.StatusAccepted, map[string]string{"outcome": out.Result})
 }
 
 // event reads, verifies and decodes a webhook: the body (capped by the route), its signature over

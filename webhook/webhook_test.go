@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -67,6 +68,7 @@ func TestWebhook(t *testing.T) {
 		wantIDs     []int64
 		wantCode    string // error code or outcome
 		wantInvHint bool
+		wantWork    string // what the worker counts (fleetd_webhook_work_total)
 	}{
 		{name: "ok/NetBox 4.3 body (model, username)", body: body43, wantStatus: 202, wantIDs: []int64{12}, wantCode: "accepted", wantInvHint: true},
 		{name: "ok/NetBox 4.6 body (object_type, request)", body: body46, wantStatus: 202, wantIDs: []int64{12}, wantCode: "accepted", wantInvHint: true},
@@ -78,7 +80,7 @@ func TestWebhook(t *testing.T) {
 		{name: "ok/an address assigned to no device is ignored", body: ipOrphan, wantStatus: 202, wantCode: "ignored", wantInvHint: true},
 		{name: "ok/a deleted device is ignored and refreshes the reservations", body: deleted, wantStatus: 202, wantCode: "ignored", wantInvHint: true},
 		{name: "ok/Kubernetes failure is still accepted (reconcile completes it)", body: body46, reconErr: fmt.Errorf("create Workflow: connection refused"), wantStatus: 202, wantIDs: []int64{12}, wantCode: "accepted", wantInvHint: true},
-		{name: "refuse/NetBox unreachable: 503", body: body46, reconErr: fmt.Errorf("read device 12: %w: dial tcp: refused", fleet.ErrInventory), wantStatus: 503, wantIDs: []int64{12}, wantCode: "netbox_unavailable", wantInvHint: true},
+		{name: "ok/NetBox unreachable: answered 202 when queued, the worker counts the failed re-read", body: body46, reconErr: fmt.Errorf("read device 12: %w: dial tcp: refused", fleet.ErrInventory), wantStatus: 202, wantIDs: []int64{12}, wantCode: "accepted", wantInvHint: true, wantWork: "netbox_unavailable"},
 		{name: "refuse/no signature", body: body46, sig: func([]byte) string { return "" }, wantStatus: 401, wantCode: "bad_signature"},
 		{name: "refuse/signature of other bytes", body: body46, sig: func(b []byte) string { return sign(append(b, ' ')) }, wantStatus: 401, wantCode: "bad_signature"},
 		{name: "refuse/signature with sha512= prefix", body: body46, sig: func(b []byte) string { return "sha512=" + sign(b) }, wantStatus: 401, wantCode: "bad_signature"},
@@ -119,6 +121,24 @@ func TestWebhook(t *testing.T) {
 			if r.wantStatus >= 400 && r.wantStatus != 503 && resp["message"] == "" {
 				t.Errorf("refusal without a message: %s", w.Body)
 			}
+			// The answer came before any work: the accepted event waits in the queue; a worker takes it.
+			if len(rec.ids) != 0 {
+				t.Errorf("reconciled %v before a worker took the event", rec.ids)
+			}
+			wantQueued := len(r.wantIDs)
+			if len(in.jobs) != wantQueued {
+				t.Fatalf("%d events queued, want %d", len(in.jobs), wantQueued)
+			}
+			if wantQueued > 0 {
+				in.do(context.Background(), <-in.jobs)
+				work := r.wantWork
+				if work == "" {
+					work = "decided"
+				}
+				if got := testutil.ToFloat64(in.work.WithLabelValues("provision", work)); got != 1 {
+					t.Errorf("fleetd_webhook_work_total{route=provision,outcome=%s} = %v, want 1", work, got)
+				}
+			}
 			if fmt.Sprint(rec.ids) != fmt.Sprint(r.wantIDs) {
 				t.Errorf("reconciled %v, want %v", rec.ids, r.wantIDs)
 			}
@@ -136,5 +156,135 @@ func TestWebhook(t *testing.T) {
 func TestNewRefusesNoSecret(t *testing.T) {
 	if _, err := New(Config{}, Deps{Reconciler: &recorder{}}); err == nil || !strings.Contains(err.Error(), "webhook secret") {
 		t.Fatalf("New without secret: %v, want an error naming the webhook secret", err)
+	}
+}
+
+// blocker holds every reconcile until released, and says when one has started.
+type blocker struct {
+	entered chan int64
+	release chan struct{}
+}
+
+func (b *blocker) Reconcile(ctx context.Context, id int64) (fleet.Outcome, error) {
+	b.entered <- id
+	select {
+	case <-b.release:
+	case <-ctx.Done():
+	}
+	return fleet.Outcome{DeviceID: id, Result: "accepted"}, nil
+}
+
+func post(t *testing.T, h http.Handler, body string) *httptest.ResponseRecorder {
+	t.Helper()
+	req := httptest.NewRequest("POST", "/v1/netbox/webhook/provision", bytes.NewBufferString(body))
+	req.Header.Set("X-Hook-Signature", sign([]byte(body)))
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, req)
+	return w
+}
+
+// TestAnsweredBeforeTheWork: a signed webhook is answered 202 while its reconcile is still blocked
+// in a worker: the answer never waits for NetBox or Kubernetes.
+func TestAnsweredBeforeTheWork(t *testing.T) {
+	b := &blocker{entered: make(chan int64, 1), release: make(chan struct{})}
+	in, err := New(Config{Secret: []byte(secret), Workers: 1}, Deps{Reconciler: b, Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- in.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-ran; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	defer close(b.release)
+	// The first webhook occupies the only worker, which blocks in its reconcile.
+	answered := make(chan *httptest.ResponseRecorder, 2)
+	go func() { answered <- post(t, in.Handler("provision"), body46) }()
+	select {
+	case w := <-answered:
+		if w.Code != http.StatusAccepted {
+			t.Fatalf("first webhook = %d %s, want 202", w.Code, w.Body)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first webhook was not answered while its work was blocked: the answer waits for the work")
+	}
+	select {
+	case <-b.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no worker took the queued webhook")
+	}
+	// With the worker blocked, the next one is still answered (a synchronous handler would hang
+	// here until the release, which comes only after the answer).
+	go func() { answered <- post(t, in.Handler("provision"), body43) }()
+	select {
+	case w := <-answered:
+		if w.Code != http.StatusAccepted || !strings.Contains(w.Body.String(), `"accepted"`) {
+			t.Errorf("webhook while the worker is blocked = %d %s, want 202 accepted", w.Code, w.Body)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the webhook was not answered while its work was blocked: the answer waits for the work")
+	}
+}
+
+// TestQueueFull: when the queue is full, a signed webhook is answered 503 queue_full with
+// Retry-After (NetBox retries when RQ_RETRY_MAX is set; the periodic reconcile re-reads every
+// device in any case), and the queued events are still done.
+func TestQueueFull(t *testing.T) {
+	rec := &recorder{}
+	reg := prometheus.NewRegistry()
+	in, err := New(Config{Secret: []byte(secret), Queue: 1}, Deps{Reconciler: rec, Logger: zerolog.Nop(), Registry: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// No worker runs: the first event fills the queue.
+	if w := post(t, in.Handler("provision"), body46); w.Code != http.StatusAccepted {
+		t.Fatalf("first webhook = %d %s, want 202", w.Code, w.Body)
+	}
+	w := post(t, in.Handler("provision"), body43)
+	if w.Code != http.StatusServiceUnavailable {
+		t.Fatalf("webhook on a full queue = %d %s, want 503", w.Code, w.Body)
+	}
+	if got := w.Header().Get("Retry-After"); got != fmt.Sprint(RetryAfter) {
+		t.Errorf("Retry-After = %q, want %d", got, RetryAfter)
+	}
+	var resp map[string]string
+	if err := json.Unmarshal(w.Body.Bytes(), &resp); err != nil || resp["error"] != "queue_full" ||
+		!strings.Contains(resp["message"], "reconcile") {
+		t.Errorf("full-queue answer %s, want error queue_full and a message naming the reconcile", w.Body)
+	}
+	if got := testutil.ToFloat64(in.results.WithLabelValues("provision", "queue_full")); got != 1 {
+		t.Errorf("fleetd_webhooks_total{outcome=queue_full} = %v, want 1", got)
+	}
+	// A bad signature is still refused as such, full queue or not.
+	req := httptest.NewRequest("POST", "/v1/netbox/webhook/provision", bytes.NewBufferString(body46))
+	req.Header.Set("X-Hook-Signature", sign([]byte(body43)))
+	bad := httptest.NewRecorder()
+	in.Handler("provision").ServeHTTP(bad, req)
+	if bad.Code != http.StatusUnauthorized {
+		t.Errorf("bad signature on a full queue = %d, want 401", bad.Code)
+	}
+	// The queued event is done once a worker runs.
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- in.Run(ctx) }()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		rec.mu.Lock()
+		n := len(rec.ids)
+		rec.mu.Unlock()
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the queued event was never reconciled")
+		}
+	}
+	cancel()
+	<-ran
+	if fmt.Sprint(rec.ids) != "[12]" {
+		t.Errorf("reconciled %v, want [12]", rec.ids)
 	}
 }
