@@ -19,13 +19,14 @@ import (
 	"github.com/folly-infra/fleetd/agent/tpmconn"
 )
 
-// startAttempts bounds how often Start retries when another process took a port it picked.
+// startAttempts bounds how often Start retries a swtpm that failed to start.
 const startAttempts = 5
 
 // Instance is a running swtpm serving one manufactured TPM on loopback TCP.
 type Instance struct {
 	dir  string
 	addr string
+	ctrl string // the control channel, "127.0.0.1:PORT", a socket this process bound (startOnce)
 	cmd  *exec.Cmd
 	out  *lockedBuffer
 	done chan struct{} // closed when the process exited
@@ -60,15 +61,27 @@ func Start(ctx context.Context, dir string) (*Instance, error) {
 }
 
 func startOnce(ctx context.Context, dir string) (*Instance, error) {
-	ports, err := freePorts(2)
+	// The control channel is a socket this process bound and swtpm inherits. The data port is
+	// picked and released before swtpm binds it, so another process (another machine's swtpm, an
+	// outgoing connection on a busy machine) may take it meanwhile: then swtpm cannot bind and
+	// exits, and a probe of the data port would reach the other listener and call ready a swtpm
+	// that never bound, whose first command then reads EOF. swtpm serves its control channel only
+	// once its data port is bound, so an answer there is the readiness test (waitReady).
+	ports, err := pickPorts(1)
 	if err != nil {
 		return nil, err
 	}
+	ctrl, ctrlFile, err := listenLoopback()
+	if err != nil {
+		return nil, err
+	}
+	defer ctrlFile.Close()
 	cmd := exec.Command("swtpm", "socket", "--tpm2",
 		"--tpmstate", "dir="+filepath.Join(dir, stateDir),
 		"--server", "type=tcp,bindaddr=127.0.0.1,port="+strconv.Itoa(ports[0]),
-		"--ctrl", "type=tcp,bindaddr=127.0.0.1,port="+strconv.Itoa(ports[1]),
+		"--ctrl", "type=tcp,fd=3",
 		"--flags", "not-need-init,startup-clear")
+	cmd.ExtraFiles = []*os.File{ctrlFile}
 	out := &lockedBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	// End swtpm with the process that started it, so a crashed test leaves nothing behind.
@@ -76,7 +89,8 @@ func startOnce(ctx context.Context, dir string) (*Instance, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start swtpm: %w", err)
 	}
-	inst := &Instance{dir: dir, addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])),
+	ctrlFile.Close() // swtpm holds the listening socket now
+	inst := &Instance{dir: dir, addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])), ctrl: ctrl,
 		cmd: cmd, out: out, done: make(chan struct{})}
 	go func() {
 		inst.err = cmd.Wait()
@@ -89,15 +103,17 @@ func startOnce(ctx context.Context, dir string) (*Instance, error) {
 	return inst, nil
 }
 
-// waitReady polls the data port until swtpm accepts connections or exits.
+// waitReady asks swtpm's control channel for its capabilities (CMD_GET_CAPABILITY) until it
+// answers or swtpm exits. swtpm answers there only after it bound its data port, so a data port
+// that another process took makes swtpm exit instead of passing (see startOnce).
 func (i *Instance) waitReady(ctx context.Context) error {
 	deadline := time.NewTimer(10 * time.Second)
 	defer deadline.Stop()
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		if c, err := net.DialTimeout("tcp", i.addr, time.Second); err == nil {
-			return c.Close()
+		if i.ctrlAnswers() {
+			return nil
 		}
 		select {
 		case <-i.done:
@@ -105,10 +121,25 @@ func (i *Instance) waitReady(ctx context.Context) error {
 		case <-ctx.Done():
 			return fmt.Errorf("start swtpm in %s: %w", i.dir, ctx.Err())
 		case <-deadline.C:
-			return fmt.Errorf("start swtpm in %s: %s did not accept connections within 10s", i.dir, i.addr)
+			return fmt.Errorf("start swtpm in %s: its control channel %s did not answer within 10s", i.dir, i.ctrl)
 		case <-tick.C:
 		}
 	}
+}
+
+// ctrlAnswers sends CMD_GET_CAPABILITY (1) on the control channel and reads its 8-byte answer.
+func (i *Instance) ctrlAnswers() bool {
+	c, err := net.DialTimeout("tcp", i.ctrl, time.Second)
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Write([]byte{0, 0, 0, 1}); err != nil {
+		return false
+	}
+	_, err = io.ReadFull(c, make([]byte, 8))
+	return err == nil
 }
 
 // Addr is the data channel's "127.0.0.1:PORT".
@@ -168,6 +199,44 @@ func (i *Instance) shutdown() {
 	}
 }
 
+// listenLoopback binds a listening socket on a free loopback port and returns its address and
+// the socket as a file for swtpm to inherit (the listener itself is closed; the file keeps the
+// socket).
+func listenLoopback() (string, *os.File, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, fmt.Errorf("start swtpm: listen on a free loopback port: %w", err)
+	}
+	defer l.Close()
+	tl, ok := l.(*net.TCPListener)
+	if !ok {
+		return "", nil, fmt.Errorf("start swtpm: unexpected listener %T", l)
+	}
+	f, err := tl.File()
+	if err != nil {
+		return "", nil, fmt.Errorf("start swtpm: the listening socket as a file: %w", err)
+	}
+	return l.Addr().String(), f, nil
+}
+
+// lockedBuffer collects swtpm's output for error messages.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
 // freePorts asks the kernel for n free loopback ports. Another process may take one before swtpm
 // binds it; Start then retries with new ports.
 func freePorts(n int) ([]int, error) {
@@ -193,20 +262,5 @@ func freePorts(n int) ([]int, error) {
 	return ports, nil
 }
 
-// lockedBuffer collects swtpm's output for error messages.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+// pickPorts is freePorts; a test makes it return a port another process holds.
+var pickPorts = freePorts
