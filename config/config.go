@@ -81,8 +81,10 @@ type NetBox struct {
 
 // Kubernetes is how fleetd reaches Tinkerbell's API.
 type Kubernetes struct {
-	Kubeconfig string `yaml:"kubeconfig"` // empty: in-cluster configuration
-	Namespace  string `yaml:"namespace"`
+	Kubeconfig string  `yaml:"kubeconfig"` // empty: in-cluster configuration
+	Namespace  string  `yaml:"namespace"`
+	QPS        float64 `yaml:"qps"`   // the client's sustained requests per second to the API server; 0 means 200
+	Burst      int     `yaml:"burst"` // requests above QPS allowed at once; 0 means 2 × qps
 }
 
 // Attestation is the fleet's enrollment policy (docs/design.md §4).
@@ -254,6 +256,12 @@ func (c *Config) defaults() {
 	}
 	if c.Kubernetes.Namespace == "" {
 		c.Kubernetes.Namespace = "tink-system"
+	}
+	if c.Kubernetes.QPS == 0 {
+		c.Kubernetes.QPS = 200
+	}
+	if c.Kubernetes.Burst == 0 {
+		c.Kubernetes.Burst = int(2 * c.Kubernetes.QPS)
 	}
 	if c.Attestation.EKPolicy == "" {
 		c.Attestation.EKPolicy = "hash+cert"

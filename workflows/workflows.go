@@ -93,7 +93,7 @@ func New(cfg Config) (*Installer, error) {
 		}
 		rc := rest.CopyConfig(cfg.RESTConfig)
 		if rc.QPS == 0 {
-			rc.QPS, rc.Burst = 50, 100
+			rc.QPS, rc.Burst = 200, 400 // kubernetes.qps and kubernetes.burst defaults (package config)
 		}
 		if c, err = client.NewWithWatch(rc, client.Options{Scheme: s}); err != nil {
 			return nil, fmt.Errorf("workflows: build Kubernetes client for %s: %w", rc.Host, err)

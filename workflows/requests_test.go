@@ -1,0 +1,70 @@
+package workflows_test
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+
+	"k8s.io/client-go/rest"
+
+	"github.com/folly-infra/fleetd/fleet"
+)
+
+// counting records the requests made through it while on.
+type counting struct {
+	mu   sync.Mutex
+	on   bool
+	seen []string
+	next http.RoundTripper
+}
+
+func (c *counting) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.mu.Lock()
+	if c.on {
+		c.seen = append(c.seen, r.Method+" "+r.URL.Path)
+	}
+	c.mu.Unlock()
+	return c.next.RoundTrip(r)
+}
+
+func (c *counting) take(on bool) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	seen := c.seen
+	c.on, c.seen = on, nil
+	return seen
+}
+
+// TestInstallRequests counts the Kubernetes API requests a new device's Install makes against the
+// real API server, once the client has discovered the API group: the Workflow read (an existing
+// one is success), the Hardware read, the Template read, the Hardware create and the Workflow
+// create. The storm of 500 provisions is bounded by them and by the client's rate limit
+// (kubernetes.qps, kubernetes.burst).
+func TestInstallRequests(t *testing.T) {
+	ctx := context.Background()
+	c := &counting{}
+	rc := rest.CopyConfig(server.RESTConfig())
+	rc.Wrap(func(next http.RoundTripper) http.RoundTripper { c.next = next; return c })
+	e := newEnvOn(t, rc)
+	e.template(t, "talos-provision", agentTemplate)
+	// A first Install warms the client (its one discovery of the tinkerbell.org group).
+	warm := device(44, "node-warm")
+	warm.MACs = []fleet.MAC{"3c:ec:ef:4c:4f:61"}
+	if err := e.in.Install(ctx, spec(warm, "talos-provision", fleet.ActionProvision, "provision-warm1")); err != nil {
+		t.Fatalf("Install: %v", err)
+	}
+	d := device(43, "node-requests")
+	d.MACs = []fleet.MAC{"3c:ec:ef:4c:4f:60"}
+	c.take(true)
+	if err := e.in.Install(ctx, spec(d, "talos-provision", fleet.ActionProvision, "provision-requests1")); err != nil {
+		t.Fatalf("Install: %v", err)
+	}
+	seen := c.take(false)
+	t.Logf("a new device's Install: %d requests:\n%s", len(seen), strings.Join(seen, "\n"))
+	const most = 5
+	if len(seen) > most {
+		t.Errorf("a new device's Install made %d Kubernetes API requests, want at most %d:\n%s", len(seen), most, strings.Join(seen, "\n"))
+	}
+}
