@@ -2,7 +2,6 @@ package render
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -13,10 +12,12 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config"
 	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
 	"github.com/siderolabs/talos/pkg/machinery/config/configpatcher"
+	"github.com/siderolabs/talos/pkg/machinery/config/container"
 	"github.com/siderolabs/talos/pkg/machinery/config/encoder"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	"github.com/siderolabs/talos/pkg/machinery/config/machine"
+	"github.com/siderolabs/talos/pkg/machinery/config/types/v1alpha1"
 	"github.com/siderolabs/talos/pkg/machinery/constants"
 	"gopkg.in/yaml.v3"
 
@@ -194,21 +195,15 @@ func checkTalosFile(path, op string) error {
 	return nil
 }
 
-// talosNodePatch is the node's own patch, loaded (see talosNodeFields).
+// talosNodePatch is the node's own patch (see talosNodeFields), built as the typed v1alpha1
+// document Talos's loader would make of it, so no YAML is parsed per node
+// (TestNodePatchAsTalosLoadsIt holds it to what configpatcher.LoadPatch makes of the same patch).
 func (r *Renderer) talosNodePatch(d fleet.Device, files []fleet.NodeFile) (configpatcher.Patch, error) {
 	node, err := r.talosNodeFields(d, files)
 	if err != nil {
 		return nil, err
 	}
-	own, err := json.Marshal(node)
-	if err != nil {
-		return nil, fmt.Errorf("encode the node patch: %w", err)
-	}
-	p, err := configpatcher.LoadPatch(own)
-	if err != nil {
-		return nil, fmt.Errorf("load the node patch: %w", err)
-	}
-	return p, nil
+	return configpatcher.NewStrategicMergePatch(container.NewV1Alpha1(node)), nil
 }
 
 // talosNodeFields is what only this node has: its hostname, the install disk selected by the
@@ -216,38 +211,34 @@ func (r *Renderer) talosNodePatch(d fleet.Device, files []fleet.NodeFile) (confi
 // files. Talos writes each machine file at every boot (op create replaces it) with its content
 // as a string, so a file must be UTF-8 text to survive the YAML (the agent's AK blob is JSON); the
 // LDevID files go in their text form (TalosTextForm), which `fleetd boot-check` installs from.
-func (r *Renderer) talosNodeFields(d fleet.Device, files []fleet.NodeFile) (map[string]any, error) {
-	network := map[string]any{
-		"hostname":    d.Name,
-		"nameservers": addrStrings(r.cfg.DNS),
-		"interfaces": []any{map[string]any{
-			"deviceSelector": map[string]any{"hardwareAddr": string(d.PrimaryMAC())},
-			"dhcp":           false,
-			"addresses":      []string{d.Address.String()},
-			"routes":         []any{map[string]any{"network": "0.0.0.0/0", "gateway": r.cfg.Gateway.String()}},
-		}},
-	}
-	m := map[string]any{
-		"install": map[string]any{"diskSelector": map[string]any{"serial": d.Declared.DiskSerial}},
-		"network": network,
+func (r *Renderer) talosNodeFields(d fleet.Device, files []fleet.NodeFile) (*v1alpha1.Config, error) {
+	dhcp := false
+	m := &v1alpha1.MachineConfig{
+		MachineInstall: &v1alpha1.InstallConfig{InstallDiskSelector: &v1alpha1.InstallDiskSelector{Serial: d.Declared.DiskSerial}},
+		MachineNetwork: &v1alpha1.NetworkConfig{
+			NetworkHostname: d.Name,
+			NameServers:     addrStrings(r.cfg.DNS),
+			NetworkInterfaces: v1alpha1.NetworkDeviceList{{
+				DeviceSelector:  &v1alpha1.NetworkDeviceSelector{NetworkDeviceHardwareAddress: string(d.PrimaryMAC())},
+				DeviceDHCP:      &dhcp,
+				DeviceAddresses: []string{d.Address.String()},
+				DeviceRoutes:    []*v1alpha1.Route{{RouteNetwork: "0.0.0.0/0", RouteGateway: r.cfg.Gateway.String()}},
+			}},
+		},
 	}
 	if len(r.cfg.NTP) > 0 {
-		m["time"] = map[string]any{"servers": r.cfg.NTP}
+		m.MachineTime = &v1alpha1.TimeConfig{TimeServers: r.cfg.NTP}
 	}
-	if len(files) > 0 {
-		var mf []any
-		for _, f := range files {
-			if fleet.TalosTextForm(f.Name) {
-				f = f.TextForm()
-			}
-			if !utf8.Valid(f.Data) {
-				return nil, fmt.Errorf("%w: node file %s is not UTF-8 text, which a Talos machine file must be", fleet.ErrConfigRejected, f.Name)
-			}
-			mf = append(mf, map[string]any{"path": f.Path(), "permissions": uint32(f.Mode.Perm()), "op": "create", "content": string(f.Data)})
+	for _, f := range files {
+		if fleet.TalosTextForm(f.Name) {
+			f = f.TextForm()
 		}
-		m["files"] = mf
+		if !utf8.Valid(f.Data) {
+			return nil, fmt.Errorf("%w: node file %s is not UTF-8 text, which a Talos machine file must be", fleet.ErrConfigRejected, f.Name)
+		}
+		m.MachineFiles = append(m.MachineFiles, &v1alpha1.MachineFile{FilePath: f.Path(), FilePermissions: v1alpha1.FileMode(f.Mode.Perm()), FileOp: "create", FileContent: string(f.Data)})
 	}
-	return map[string]any{"machine": m}, nil
+	return &v1alpha1.Config{MachineConfig: m}, nil
 }
 
 // checkDiskSerial refuses a serial Talos would read as a pattern: diskSelector fields are glob

@@ -90,3 +90,67 @@ func TestValidateTalosInMemory(t *testing.T) {
 		t.Errorf("a node patch reached the template:\n%s", raw)
 	}
 }
+
+// TestNodePatchAsTalosLoadsIt: the node patch fleetd builds as a typed document merges into a
+// class's template exactly as Talos's own loader makes of the same patch written as a document
+// (configpatcher.LoadPatch), byte for byte in the encoded config, with and without time servers.
+func TestNodePatchAsTalosLoadsIt(t *testing.T) {
+	sec, err := GenerateTalosSecrets(fleet.SystemClock{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := []fleet.NodeFile{
+		{Name: fleet.NodeFileLAKBlob, Mode: 0o600, Data: []byte(`{"KeyEncoding":1,"TPMVersion":2}`)},
+		{Name: fleet.NodeFileLDevIDPriv, Mode: 0o600, Data: []byte{0, 1, 2, 0xff}},
+	}
+	d := fleet.Device{ID: 7, Name: "node-a", Address: netip.MustParsePrefix("10.0.0.21/24"),
+		MACs: []fleet.MAC{"3c:ec:ef:4c:4f:54"}, Declared: fleet.Declaration{DiskSerial: "S3Z9NB0K"}}
+	for _, ntp := range [][]string{{"spore.lan", "10.0.0.1"}, nil} {
+		r, err := New(Config{TalosSecrets: sec, ClusterName: "folly", ClusterEndpoint: "https://10.0.0.2:6443",
+			DNS: []netip.Addr{netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("9.9.9.9")}, NTP: ntp,
+			Gateway: netip.MustParseAddr("10.0.0.1"), Clock: fleet.SystemClock{}, Random: rand.NewChaCha8([32]byte{1})})
+		if err != nil {
+			t.Fatal(err)
+		}
+		class := fleet.Class{Name: "talos-worker", Kind: fleet.KindTalos, Talos: &fleet.TalosClass{MachineType: "worker"}}
+		tpl, err := r.talos.template(class, machine.TypeWorker)
+		if err != nil {
+			t.Fatal(err)
+		}
+		time := ""
+		if ntp != nil {
+			time = `,"time":{"servers":["spore.lan","10.0.0.1"]}`
+		}
+		doc := `{"machine":{"install":{"diskSelector":{"serial":"S3Z9NB0K"}},` +
+			`"network":{"hostname":"node-a","nameservers":["10.0.0.1","9.9.9.9"],"interfaces":[{"deviceSelector":{"hardwareAddr":"3c:ec:ef:4c:4f:54"},` +
+			`"dhcp":false,"addresses":["10.0.0.21/24"],"routes":[{"network":"0.0.0.0/0","gateway":"10.0.0.1"}]}]}` + time + `,` +
+			`"files":[{"path":"/var/lib/fleetd-node/lak.blob","permissions":384,"op":"create","content":"{\"KeyEncoding\":1,\"TPMVersion\":2}"},` +
+			`{"path":"/var/lib/fleetd-node/ldevid.priv.b64","permissions":384,"op":"create","content":"AAEC/w==\n"}]}}`
+		loaded, err := configpatcher.LoadPatch([]byte(doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		typed, err := r.talosNodePatch(d, files)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got [2]string
+		for i, p := range []configpatcher.Patch{loaded, typed} {
+			out, err := configpatcher.Apply(configpatcher.WithConfig(tpl.cfg), []configpatcher.Patch{p})
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, err := out.Bytes()
+			if err != nil {
+				t.Fatal(err)
+			}
+			got[i] = string(body)
+		}
+		if got[0] != got[1] {
+			t.Errorf("NTP %v: the typed node patch makes\n%s\nTalos's loader makes of the same patch\n%s", ntp, got[1], got[0])
+		}
+		if !strings.Contains(got[1], "S3Z9NB0K") || !strings.Contains(got[1], "ldevid.priv.b64") {
+			t.Errorf("NTP %v: the patched config lacks the node's fields:\n%s", ntp, got[1])
+		}
+	}
+}

@@ -67,7 +67,8 @@ func BenchmarkFleetdEnrollmentServer(b *testing.B) {
 }
 
 // BenchmarkFleetdEnrollmentSteps splits fleetd's checks of the same evidence by step, calling
-// attest/ and pki/ directly.
+// attest/ and pki/ directly, through the two certificates every enrollment issues (the LDevID
+// and the LAK).
 func BenchmarkFleetdEnrollmentSteps(b *testing.B) {
 	x := recordExchange(b)
 	f, ch, ev := x.m.fleetd, x.challenge, x.evidence
@@ -89,8 +90,12 @@ func BenchmarkFleetdEnrollmentSteps(b *testing.B) {
 			return err
 		}},
 		{"ak-challenge", func() error { _, err := attest.NewAKChallenge(ek, ch.AK.Attest(), rand.Reader); return err }},
-		{"token-open+activation", func() error {
-			t, err := f.tokens.Open(ev.Token, binding)
+		{"token-seal+open+activation", func() error {
+			sealed, err := f.tokens.Seal(tok.Claims())
+			if err != nil {
+				return err
+			}
+			t, err := f.tokens.Open(sealed, binding)
 			if err == nil {
 				_, err = attest.VerifyActivation(t, ev.Secret, x.platform.Public)
 			}
@@ -99,6 +104,7 @@ func BenchmarkFleetdEnrollmentSteps(b *testing.B) {
 		{"platform", func() error { _, err := attest.VerifyPlatform(ak, nonce, x.platform); return err }},
 		{"ldevid-key", func() error { _, err := attest.VerifyLDevIDKey(ak, nonce, ev.LDevID.Attest()); return err }},
 		{"issue-ldevid", func() error { _, err := f.issuer.IssueLDevID(id, key.Public); return err }},
+		{"issue-lak", func() error { _, err := f.issuer.IssueLAK(id, ak.Public); return err }},
 	})
 }
 
