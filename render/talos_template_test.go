@@ -19,21 +19,7 @@ import (
 // config's bytes, with the same message. Each row patches a worker template as a node patch
 // would.
 func TestValidateTalosInMemory(t *testing.T) {
-	sec, err := GenerateTalosSecrets(fleet.SystemClock{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := New(Config{TalosSecrets: sec, ClusterName: "folly", ClusterEndpoint: "https://10.0.0.2:6443",
-		DNS: []netip.Addr{netip.MustParseAddr("10.0.0.1")}, Gateway: netip.MustParseAddr("10.0.0.1"),
-		Clock: fleet.SystemClock{}, Random: rand.NewChaCha8([32]byte{1})})
-	if err != nil {
-		t.Fatal(err)
-	}
-	class := fleet.Class{Name: "talos-worker", Kind: fleet.KindTalos, Talos: &fleet.TalosClass{MachineType: "worker"}}
-	tpl, err := r.talos.template(class, machine.TypeWorker)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, tpl := workerTemplate(t, []netip.Addr{netip.MustParseAddr("10.0.0.1")}, nil)
 	install := `"install":{"diskSelector":{"serial":"S1"}}`
 	cases := []struct {
 		name, patch, want string
@@ -95,10 +81,6 @@ func TestValidateTalosInMemory(t *testing.T) {
 // class's template exactly as Talos's own loader makes of the same patch written as a document
 // (configpatcher.LoadPatch), byte for byte in the encoded config, with and without time servers.
 func TestNodePatchAsTalosLoadsIt(t *testing.T) {
-	sec, err := GenerateTalosSecrets(fleet.SystemClock{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	files := []fleet.NodeFile{
 		{Name: fleet.NodeFileLAKBlob, Mode: 0o600, Data: []byte(`{"KeyEncoding":1,"TPMVersion":2}`)},
 		{Name: fleet.NodeFileLDevIDPriv, Mode: 0o600, Data: []byte{0, 1, 2, 0xff}},
@@ -106,17 +88,7 @@ func TestNodePatchAsTalosLoadsIt(t *testing.T) {
 	d := fleet.Device{ID: 7, Name: "node-a", Address: netip.MustParsePrefix("10.0.0.21/24"),
 		MACs: []fleet.MAC{"3c:ec:ef:4c:4f:54"}, Declared: fleet.Declaration{DiskSerial: "S3Z9NB0K"}}
 	for _, ntp := range [][]string{{"spore.lan", "10.0.0.1"}, nil} {
-		r, err := New(Config{TalosSecrets: sec, ClusterName: "folly", ClusterEndpoint: "https://10.0.0.2:6443",
-			DNS: []netip.Addr{netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("9.9.9.9")}, NTP: ntp,
-			Gateway: netip.MustParseAddr("10.0.0.1"), Clock: fleet.SystemClock{}, Random: rand.NewChaCha8([32]byte{1})})
-		if err != nil {
-			t.Fatal(err)
-		}
-		class := fleet.Class{Name: "talos-worker", Kind: fleet.KindTalos, Talos: &fleet.TalosClass{MachineType: "worker"}}
-		tpl, err := r.talos.template(class, machine.TypeWorker)
-		if err != nil {
-			t.Fatal(err)
-		}
+		r, tpl := workerTemplate(t, []netip.Addr{netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("9.9.9.9")}, ntp)
 		time := ""
 		if ntp != nil {
 			time = `,"time":{"servers":["spore.lan","10.0.0.1"]}`
@@ -153,4 +125,25 @@ func TestNodePatchAsTalosLoadsIt(t *testing.T) {
 			t.Errorf("NTP %v: the patched config lacks the node's fields:\n%s", ntp, got[1])
 		}
 	}
+}
+
+// workerTemplate is a renderer with the given DNS and time servers, gateway 10.0.0.1, and its
+// template of a Talos worker class.
+func workerTemplate(t *testing.T, dns []netip.Addr, ntp []string) (*Renderer, *talosTemplate) {
+	t.Helper()
+	sec, err := GenerateTalosSecrets(fleet.SystemClock{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := New(Config{TalosSecrets: sec, ClusterName: "folly", ClusterEndpoint: "https://10.0.0.2:6443",
+		DNS: dns, NTP: ntp, Gateway: netip.MustParseAddr("10.0.0.1"), Clock: fleet.SystemClock{}, Random: rand.NewChaCha8([32]byte{1})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	class := fleet.Class{Name: "talos-worker", Kind: fleet.KindTalos, Talos: &fleet.TalosClass{MachineType: "worker"}}
+	tpl, err := r.talos.template(class, machine.TypeWorker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, tpl
 }
