@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/folly-infra/fleetd/netbox"
@@ -160,14 +163,32 @@ func loadSchema(root string, p paths) (netbox.Schema, error) {
 }
 
 // freeLoopbackURL picks a free port on 127.0.0.1 for one of fleetd's listeners, which binds it
-// itself (there is a small window in which another process could take it), and returns its URL
-// with scheme. The port stays the same across fleetd restarts, because NetBox's webhooks and the
-// Workflows' fleetd_url point at it.
+// itself, and returns its URL with scheme. The port stays the same across fleetd restarts,
+// because NetBox's webhooks and the Workflows' fleetd_url point at it, so it is drawn below the
+// kernel's ephemeral range (ip_local_port_range): a port from that range could be taken while
+// fleetd restarts by any outgoing connection or ":0" listener (a swtpm's, a keep-alive client's)
+// and hold fleetd off it for as long as that lives (a runbook test's fleetd failed to bind for ten
+// minutes so). Another process could still take the port in the window before fleetd binds it.
 func freeLoopbackURL(scheme string) (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("pick a port for fleetd: %w", err)
+	low := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil && n > reservedBelow+1000 {
+				low = n
+			}
+		}
 	}
-	defer l.Close()
-	return scheme + "://" + l.Addr().String(), nil
+	for range 200 {
+		port := reservedBelow + rand.IntN(low-reservedBelow)
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		return scheme + "://" + l.Addr().String(), nil
+	}
+	return "", fmt.Errorf("pick a port for fleetd: no free port on 127.0.0.1 between %d and %d after 200 tries", reservedBelow, low)
 }
+
+// reservedBelow is the lowest port freeLoopbackURL draws: ports below it are left to services.
+const reservedBelow = 20000
