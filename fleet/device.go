@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"strings"
 	"time"
+
+	"github.com/folly-infra/fleetd/api"
 )
 
 // Device is one NetBox device (dcim.device) as fleetd reads it: the owner's declaration, the
@@ -57,6 +59,11 @@ type Owned struct {
 	// Identity is what the current provision's configuration carries (identity.go); empty
 	// outside a provision and after a wipe or retirement.
 	Identity IdentityMaterial
+	// Facts are what fleetd last learned about the machine at an accepted enrollment or boot
+	// check (fleet_facts, api.Facts); empty when none are recorded or the field could not be read,
+	// and FactsUnreadable then says why (a value fleetd did not write, or a newer fleetd's).
+	Facts           api.Facts
+	FactsUnreadable string
 }
 
 // MAC is a hardware address in the form Tinkerbell and Kea use: lowercase, colon-separated.

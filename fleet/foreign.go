@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/folly-infra/fleetd/api"
 )
 
 // The fields fleetd owns survive clients that write back what they read (docs/design.md §9, "How
@@ -65,6 +67,7 @@ func ownedFieldTable() []ownedField {
 		field("boot_check", func(o *Owned) *BootCheck { return &o.BootCheck }, func(p *Patch) **BootCheck { return &p.BootCheck }, equal[BootCheck]),
 		field("fleet_identity", func(o *Owned) *IdentityMaterial { return &o.Identity }, func(p *Patch) **IdentityMaterial { return &p.Identity },
 			identityEqual),
+		field("fleet_facts", func(o *Owned) *api.Facts { return &o.Facts }, func(p *Patch) **api.Facts { return &p.Facts }, api.Facts.Equal),
 	}
 }
 

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"io"
 	"time"
+
+	"github.com/folly-infra/fleetd/api"
 )
 
 // The ports: the only ways the domain reaches the outside. Adapters implement them (netbox/,
@@ -70,6 +72,7 @@ type Patch struct {
 	LastBootCheck        *time.Time
 	BootCheck            *BootCheck
 	Identity             *IdentityMaterial // a pointer to the zero value clears fleet_identity
+	Facts                *api.Facts        // a pointer to the zero value clears fleet_facts
 }
 
 // Empty reports whether the patch writes nothing.
@@ -77,7 +80,8 @@ func (p Patch) Empty() bool {
 	return !p.ClearDesiredAction && p.Status == "" && p.State == nil && p.Message == nil &&
 		p.Request == nil && p.Workflow == nil && p.LDevIDSerial == nil && p.LAKSerial == nil &&
 		p.LDevIDSerialPrevious == nil && p.LAKSerialPrevious == nil &&
-		p.BootBaseline == nil && p.LastBootCheck == nil && p.BootCheck == nil && p.Identity == nil
+		p.BootBaseline == nil && p.LastBootCheck == nil && p.BootCheck == nil && p.Identity == nil &&
+		p.Facts == nil
 }
 
 // Installer is Tinkerbell (docs/design.md §3).

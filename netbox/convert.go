@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/folly-infra/fleetd/api"
 	"github.com/folly-infra/fleetd/fleet"
 	nb "github.com/netbox-community/go-netbox/v4"
 )
@@ -86,6 +87,7 @@ func toDevice(d deviceJSON, macs []fleet.MAC, version string) (fleet.Device, err
 		dev.Owned.LastBootCheck = t.UTC()
 	}
 	dev.Owned.Identity = identity(d.CustomFields[CFIdentity])
+	dev.Owned.Facts, dev.Owned.FactsUnreadable = facts(d.CustomFields[CFFacts])
 	return dev, nil
 }
 
@@ -108,6 +110,24 @@ func identity(v any) fleet.IdentityMaterial {
 		return fleet.IdentityMaterial{}
 	}
 	return m
+}
+
+// facts decodes fleet_facts (api.DecodeFacts). A value that is not facts this fleetd reads is no
+// facts, with the reason: an inventory check then reports the device's facts as unreadable, and
+// the stale-write protection puts fleetd's value back.
+func facts(v any) (api.Facts, string) {
+	if v == nil {
+		return api.Facts{}, ""
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return api.Facts{}, fmt.Sprintf("fleet_facts is not JSON: %v", err)
+	}
+	f, err := api.DecodeFacts(b)
+	if err != nil {
+		return api.Facts{}, err.Error()
+	}
+	return f, ""
 }
 
 func splitHashes(field string) []string {
@@ -166,6 +186,12 @@ func patchBody(p fleet.Patch) (map[string]any, string) {
 		cf[CFIdentity] = nil
 		if !p.Identity.Empty() {
 			cf[CFIdentity] = *p.Identity // encoded as a JSON object
+		}
+	}
+	if p.Facts != nil {
+		cf[CFFacts] = nil
+		if !p.Facts.Empty() {
+			cf[CFFacts] = *p.Facts // encoded as a JSON object
 		}
 	}
 	return cf, string(p.Status)

@@ -32,6 +32,7 @@ const (
 	CFLastBootCheck        = "last_boot_check"
 	CFBootCheck            = "boot_check"
 	CFIdentity             = "fleet_identity" // JSON: fleet.IdentityMaterial
+	CFFacts                = "fleet_facts"    // JSON: api.Facts
 )
 
 // DeviceStatuses are NetBox's device status values (dcim DeviceStatusChoices, 4.6).
@@ -79,6 +80,7 @@ func fleetdFields() []fleetdField {
 		{name: CFBootCheck, typ: "select", written: true, choices: []string{string(fleet.BootCheckOK),
 			string(fleet.BootCheckDrift), string(fleet.BootCheckFailed)}},
 		{name: CFIdentity, typ: "json", written: true},
+		{name: CFFacts, typ: "json", written: true},
 	}
 }
 
