@@ -148,19 +148,38 @@ func machine(ctx context.Context, dir string, args []string, stdout, stderr io.W
 	fs := flag.NewFlagSet("machine", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: fleetsim machine NAME netboot|boot|boot-check [--event-log rhel8|rhel8-other-kernel|cos85|ubuntu-no-secure-boot|ubuntu-no-dbx|FILE]")
+		fmt.Fprintln(stderr, `usage: fleetsim machine NAME netboot|boot|boot-check [--event-log rhel8|rhel8-other-kernel|cos85|ubuntu-no-secure-boot|ubuntu-no-dbx|FILE]
+       fleetsim machine NAME swap-disk [--disk sda] [--serial S] [--clone]
+       fleetsim machine NAME add-disk [--serial S]
+       fleetsim machine NAME set-mac [--mac M]
+
+swap-disk, add-disk and set-mac change the machine's hardware; NetBox keeps its declaration.`)
 		fs.PrintDefaults()
 	}
 	logName := fs.String("event-log", "", "the boot the firmware measures at this power-on (default: the machine's recorded boot, rhel8); another one models a changed boot")
+	disk := fs.String("disk", "sda", "swap-disk: the disk replaced (sda is the install disk)")
+	serial := fs.String("serial", "", "swap-disk, add-disk: the new disk's serial (default: a random SWAP…)")
+	clone := fs.Bool("clone", false, "swap-disk: the old disk's content is copied onto the new one, so the node boots as before")
+	mac := fs.String("mac", "", "set-mac: the new network card's MAC (default: a random 02:f6:…)")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return 2
 	}
 	steps := map[string]func(context.Context, stack.Info, string, stack.StepOptions) error{
 		"netboot": stack.Netboot, "boot": stack.Boot, "boot-check": stack.BootCheck}
-	if len(pos) != 2 || steps[pos[1]] == nil {
+	changes := map[string]func(stack.Info, string) (stack.HardwareChange, error){
+		"swap-disk": func(i stack.Info, n string) (stack.HardwareChange, error) {
+			return stack.SwapDisk(i, n, *disk, *serial, *clone)
+		},
+		"add-disk": func(i stack.Info, n string) (stack.HardwareChange, error) { return stack.AddDisk(i, n, *serial) },
+		"set-mac":  func(i stack.Info, n string) (stack.HardwareChange, error) { return stack.SetMAC(i, n, *mac) },
+	}
+	if len(pos) != 2 || steps[pos[1]] == nil && changes[pos[1]] == nil {
 		fs.Usage()
 		return 2
+	}
+	if change := changes[pos[1]]; change != nil {
+		return hardware(dir, pos[0], change, stdout, stderr)
 	}
 	o := stack.StepOptions{Out: stdout}
 	if *logName != "" {
@@ -178,6 +197,23 @@ func machine(ctx context.Context, dir string, args []string, stdout, stderr io.W
 		fmt.Fprintln(stderr, "fleetsim machine:", err)
 		return 1
 	}
+	return 0
+}
+
+// hardware changes the machine's hardware and says what NetBox still declares.
+func hardware(dir, name string, change func(stack.Info, string) (stack.HardwareChange, error), stdout, stderr io.Writer) int {
+	info, err := stack.ReadInfo(dir)
+	if err != nil {
+		fmt.Fprintln(stderr, "fleetsim machine:", err)
+		return 1
+	}
+	c, err := change(info, name)
+	if err != nil {
+		fmt.Fprintln(stderr, "fleetsim machine:", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "%s: %s\n", name, c.What)
+	fmt.Fprintln(stdout, "  NetBox keeps its declaration (and Kea and the Tinkerbell Hardware the declared MAC): fleetd inventory check compares the two")
 	return 0
 }
 

@@ -35,10 +35,10 @@ func machineDisks(d SeedDevice, i int) []disk {
 }
 
 // writeMachineFS writes the machine's fake sysfs and devfs: SMBIOS UUID and serial, a TPM 2.0,
-// its disks (device nodes as empty files, ATA by-id links, sysfs serials) and the firmware's
+// its network interface and MAC, its disks (device nodes as empty files, ATA by-id links, sysfs serials) and the firmware's
 // event log, a recorded UEFI boot with Secure Boot enabled (RHEL 8), which swtpm replays into
 // the PCRs at every power-on.
-func writeMachineFS(dir string, smbiosUUID, smbiosSerial string, disks []disk) error {
+func writeMachineFS(dir string, smbiosUUID, smbiosSerial, mac string, disks []disk) error {
 	sys, dev := filepath.Join(dir, MachineSysDir), filepath.Join(dir, MachineDevDir)
 	files := map[string]string{
 		filepath.Join(sys, "class/dmi/id/product_uuid"):          smbiosUUID + "\n",
@@ -47,6 +47,7 @@ func writeMachineFS(dir string, smbiosUUID, smbiosSerial string, disks []disk) e
 		filepath.Join(sys, "class/dmi/id/product_name"):          "simulated machine\n",
 		filepath.Join(sys, "class/tpm/tpm0/tpm_version_major"):   "2\n",
 		filepath.Join(sys, eventLogPath):                         string(eventlogs.RHEL8SecureBoot),
+		filepath.Join(sys, nicAddressPath):                       mac + "\n",
 		filepath.Join(dir, MachineDiskDir, ".simulated-install"): "what the simulated install actions wrote\n",
 	}
 	for _, d := range disks {
@@ -66,7 +67,7 @@ func writeMachineFS(dir string, smbiosUUID, smbiosSerial string, disks []disk) e
 		return fmt.Errorf("write machine files: %w", err)
 	}
 	for _, d := range disks {
-		link := filepath.Join(byID, "ata-FLEETSIM_DISK_"+d.dev+"_"+d.serial)
+		link := filepath.Join(byID, diskLinkName(d.dev, d.serial))
 		if err := os.Symlink("../../"+d.dev, link); err != nil {
 			return fmt.Errorf("write machine files: %w", err)
 		}

@@ -94,7 +94,7 @@ func newMachine(ctx context.Context, p paths, d SeedDevice, i int, rnd io.Reader
 	if err != nil {
 		return machineTPM{}, err
 	}
-	if err := writeMachineFS(dir, uuid, chassisSerial(i), machineDisks(d, i)); err != nil {
+	if err := writeMachineFS(dir, uuid, chassisSerial(i), mac(i), machineDisks(d, i)); err != nil {
 		return machineTPM{}, fmt.Errorf("create machine %s: %w", d.Name, err)
 	}
 	tpm, err := swtpm.Manufacture(ctx, filepath.Join(dir, MachineTPMDir), swtpm.Options{CADir: p.ekCA})

@@ -35,7 +35,15 @@ func Netboot(ctx context.Context, info Info, name string, o StepOptions) error {
 	if err != nil {
 		return err
 	}
-	wf, err := MachineWorkflow(ctx, kc, info.Namespace, mc.m)
+	// The worker id is the MAC the machine netboots from: its network card's, which is the one
+	// NetBox declares until the card is replaced (SetMAC).
+	worker := mc.m
+	if worker.MAC != "" {
+		if worker.MAC, err = MachineMAC(mc.m); err != nil {
+			return fmt.Errorf("netboot %s: %w", name, err)
+		}
+	}
+	wf, err := MachineWorkflow(ctx, kc, info.Namespace, worker)
 	if err != nil {
 		return fmt.Errorf("netboot %s: %w", name, err)
 	}
@@ -48,7 +56,7 @@ func Netboot(ctx context.Context, info Info, name string, o StepOptions) error {
 	if err := mc.useWorkflowDir(wf.Name); err != nil {
 		return fmt.Errorf("netboot %s: %w", name, err)
 	}
-	mc.say("HookOS booted; worker %s runs Workflow %s (Template %s)", mc.m.MAC, wf.Name, wf.Spec.TemplateRef)
+	mc.say("HookOS booted; worker %s runs Workflow %s (Template %s)", worker.MAC, wf.Name, wf.Spec.TemplateRef)
 	tpm, eventLog, err := mc.powerOn(ctx, o.EventLog)
 	if err != nil {
 		return err
