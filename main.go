@@ -6,6 +6,7 @@
 //	fleetd enroll [flags]                 the HookOS agent (first action of every Workflow)
 //	fleetd boot-check [flags]             the running node's hourly boot check
 //	fleetd plan DEVICE [--action A]       what fleetd would do for a device's request, writing nothing
+//	fleetd inventory check [DEVICE...]    NetBox's declaration against the machines' attested facts
 package main
 
 import (
@@ -33,6 +34,8 @@ commands:
   boot-check [flags]        running node: send the hourly boot check
   policy learn [flags]      add a known-good HookOS netboot to the boot policy
   plan [flags] DEVICE       what fleetd would do for the device's request (or --action); writes nothing
+  inventory check [DEVICE...]
+                            NetBox's declaration against what fleetd last learned of the machines
   version                   print the version
 
 Run "fleetd <command> -h" for a command's flags.
@@ -59,6 +62,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return policy(args[1:], stdout, stderr)
 	case "plan":
 		return plan(ctx, args[1:], stdout, stderr)
+	case "inventory":
+		return inventory(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, "fleetd", version)
 		return 0

@@ -27,6 +27,14 @@ type DeviceChange struct {
 	Before, After Device
 }
 
+// MACChange is one recorded save of a MAC address object (created, changed or deleted) in
+// NetBox's change log: who, when, and its value before and after ("" where there is none).
+type MACChange struct {
+	User          string
+	Time          time.Time
+	Before, After string // lowercase, colon-separated
+}
+
 // ChangeQuery selects device updates from the change log.
 type ChangeQuery struct {
 	Since      time.Time // recorded at or after this time
@@ -40,6 +48,9 @@ type ChangeQuery struct {
 type ChangeLog interface {
 	// DeviceChanges lists the updates of devices the query selects, oldest first.
 	DeviceChanges(ctx context.Context, q ChangeQuery) ([]DeviceChange, error)
+	// MACChanges lists the saves of MAC addresses since q.Since by users other than
+	// q.ExceptUser, oldest first (q.DeviceID is not used: a MAC's save names no device).
+	MACChanges(ctx context.Context, q ChangeQuery) ([]MACChange, error)
 }
 
 // changeLogLookback is how far back the first run after a start reads the change log; later runs

@@ -11,24 +11,6 @@ import (
 	"github.com/folly-infra/fleetd/fleet/fleettest"
 )
 
-// changeLog is NetBox's change log as a list the test writes.
-type changeLog struct {
-	changes []DeviceChange
-	queries []ChangeQuery
-}
-
-func (l *changeLog) DeviceChanges(_ context.Context, q ChangeQuery) ([]DeviceChange, error) {
-	l.queries = append(l.queries, q)
-	var out []DeviceChange
-	for _, ch := range l.changes {
-		if ch.Time.Before(q.Since) || q.DeviceID != 0 && ch.DeviceID != q.DeviceID || q.ExceptUser != "" && ch.User == q.ExceptUser {
-			continue
-		}
-		out = append(out, ch)
-	}
-	return out, nil
-}
-
 func newLoggedService(inv Inventory, log ChangeLog) testService {
 	clock := fleettest.NewClock(testEpoch)
 	s, err := NewService(Config{FleetdURL: "http://spore:8080", ConfigTTL: time.Hour, ServiceUser: "fleetd"},
@@ -97,7 +79,7 @@ func TestReconcileUndoesLoggedWrites(t *testing.T) {
 	for _, r := range rows {
 		t.Run(r.name, func(t *testing.T) {
 			inv := fleettest.NewInventory(r.now)
-			log := &changeLog{changes: r.changes}
+			log := &fleettest.ChangeLog{Changes: r.changes}
 			s := newLoggedService(inv, log)
 			if _, err := s.ReconcileAll(context.Background()); err != nil {
 				t.Fatalf("ReconcileAll: %v", err)
@@ -111,19 +93,19 @@ func TestReconcileUndoesLoggedWrites(t *testing.T) {
 			if r.wantJournal == "" && len(j) != 0 || r.wantJournal != "" && (len(j) != 1 || !strings.Contains(j[0], r.wantJournal)) {
 				t.Errorf("journal %q, want %q", j, r.wantJournal)
 			}
-			if q := log.queries[0]; !q.Since.Equal(testEpoch.Add(-time.Hour)) || q.ExceptUser != "fleetd" || q.DeviceID != 0 {
+			if q := log.Queries[0]; !q.Since.Equal(testEpoch.Add(-time.Hour)) || q.ExceptUser != "fleetd" || q.DeviceID != 0 {
 				t.Errorf("first query %+v, want every device's saves by others since an hour before the start", q)
 			}
 		})
 	}
 	t.Run("ok/the next run reads from the last run's start, with an overlap", func(t *testing.T) {
-		log := &changeLog{}
+		log := &fleettest.ChangeLog{}
 		s := newLoggedService(fleettest.NewInventory(claimed), log)
 		_, _ = s.ReconcileAll(context.Background())
 		s.clock.Advance(30 * time.Second)
 		_, _ = s.ReconcileAll(context.Background())
-		if len(log.queries) != 2 || !log.queries[1].Since.Equal(testEpoch.Add(-2*time.Minute)) {
-			t.Errorf("queries %+v, want the second since 2 minutes before the first run", log.queries)
+		if len(log.Queries) != 2 || !log.Queries[1].Since.Equal(testEpoch.Add(-2*time.Minute)) {
+			t.Errorf("queries %+v, want the second since 2 minutes before the first run", log.Queries)
 		}
 	})
 }

@@ -28,6 +28,14 @@ type Config struct {
 	// other user that wrote a field fleetd owns is undone (docs/design.md §9). Empty: nobody can
 	// be told from fleetd, and the change log is not read.
 	ServiceUser string
+	// InventoryBootCheckWindow is how old an active device's last accepted boot check may be
+	// before the inventory check says its boot checks stopped (inventory.boot_check_window); 0
+	// means DefaultBootCheckWindow.
+	InventoryBootCheckWindow time.Duration
+	// ChangeLogRetention is how long NetBox keeps its change log (CHANGELOG_RETENTION): facts
+	// older than that are stale, since a declaration change before it cannot be seen; 0 means
+	// DefaultChangeLogRetention.
+	ChangeLogRetention time.Duration
 }
 
 // DefaultConfigTTL is how long a configuration waits for its fetch when Config sets no TTL: an

@@ -76,6 +76,8 @@ func Table() []Route {
 		{"device", "GET", "/v1/devices/{name}", "operator", "bearer token", "one device, with its Workflow's current action", 0},
 		{"device-reconcile", "POST", "/v1/devices/{name}/reconcile", "operator", "bearer token", "re-read one device from NetBox now and take the next step", 0},
 		{"device-plan", "GET", "/v1/devices/{name}/plan", "operator", "bearer token", "what the device's request, or ?action=, would do, writing nothing", 0},
+		{"device-inventory", "GET", "/v1/devices/{name}/inventory", "operator", "bearer token", "the device's NetBox declaration against its last attested facts, writing nothing", 0},
+		{"inventory", "GET", "/v1/inventory", "operator", "bearer token", "every fleet device's (or each ?device=) declaration against its last attested facts, writing nothing", 0},
 		{"healthz", "GET", "/healthz", "systemd", "none", "liveness: the process serves HTTP", 0},
 		{"readyz", "GET", "/readyz", "systemd, load balancer", "none", "readiness: NetBox and the Kubernetes API answer", 0},
 		{"metrics", "GET", "/metrics", "Prometheus", "none", "Prometheus metrics", 0},

@@ -76,6 +76,8 @@ func New(deps Deps) (*Server, error) {
 		"device":            s.operatorOnly(s.getDevice),
 		"device-reconcile":  s.operatorOnly(s.reconcileDevice),
 		"device-plan":       s.operatorOnly(s.planDevice),
+		"inventory":         s.operatorOnly(s.inventory),
+		"device-inventory":  s.operatorOnly(s.deviceInventory),
 		"healthz":           http.HandlerFunc(s.healthz),
 		"readyz":            http.HandlerFunc(s.readyz),
 		"metrics":           promhttp.HandlerFor(deps.Gatherer, promhttp.HandlerOpts{}),

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/folly-infra/fleetd/fleet"
@@ -56,6 +57,46 @@ func (c *Client) DeviceChanges(ctx context.Context, q fleet.ChangeQuery) ([]flee
 			return out, nil
 		}
 	}
+}
+
+// MACChanges lists the saves of MAC address objects (dcim.macaddress: created, updated, deleted)
+// in NetBox's change log since q.Since by users other than q.ExceptUser, oldest first, with the
+// address before and after (fleet.ChangeLog). A MAC's save names no device (NetBox records no
+// related object for it), so the caller matches the addresses.
+func (c *Client) MACChanges(ctx context.Context, q fleet.ChangeQuery) ([]fleet.MACChange, error) {
+	v := url.Values{"changed_object_type": {"dcim.macaddress"}, "ordering": {"time"},
+		"time_after": {q.Since.UTC().Format(time.RFC3339Nano)}, "limit": {strconv.Itoa(pageSize)}}
+	if q.ExceptUser != "" {
+		v.Set("user_name__n", q.ExceptUser)
+	}
+	var out []fleet.MACChange
+	for offset := 0; ; {
+		v.Set("offset", strconv.Itoa(offset))
+		var page struct {
+			Count   int          `json:"count"`
+			Results []changeJSON `json:"results"`
+		}
+		if err := c.getJSON(ctx, "object_changes", "/api/core/object-changes/", v, &page); err != nil {
+			return nil, fmt.Errorf("list MAC address changes since %s: %w", q.Since.UTC().Format(time.RFC3339), err)
+		}
+		for _, ch := range page.Results {
+			t, err := time.Parse(time.RFC3339Nano, ch.Time)
+			if err != nil {
+				return nil, fmt.Errorf("change of MAC address %d: time %q: %w", ch.ObjectID, ch.Time, err)
+			}
+			out = append(out, fleet.MACChange{User: ch.UserName, Time: t, Before: snapshotMAC(ch.PreChange), After: snapshotMAC(ch.PostData)})
+		}
+		offset += len(page.Results)
+		if len(page.Results) == 0 || offset >= page.Count {
+			return out, nil
+		}
+	}
+}
+
+// snapshotMAC is a MAC address snapshot's mac_address as fleetd writes MACs ("" for none).
+func snapshotMAC(snap map[string]any) string {
+	s, _ := snap["mac_address"].(string)
+	return strings.ToLower(strings.TrimSpace(s))
 }
 
 func toDeviceChange(ch changeJSON) (fleet.DeviceChange, error) {

@@ -66,6 +66,7 @@ func (c clockFunc) Now() time.Time { return c() }
 type Fleetd struct {
 	Inv       *fleettest.Inventory
 	Installer *fleettest.Installer
+	ChangeLog *fleettest.ChangeLog // NetBox's change log, empty unless a test writes it
 	Service   *fleet.Service
 	Attest    fleet.Attestation
 	LDevIDCA  *pki.CA
@@ -108,7 +109,7 @@ func New(tb testing.TB, cfg Config) *Fleetd {
 		cfg.CertLifetime = time.Hour
 	}
 	clock := clockFunc(cfg.Now)
-	f := &Fleetd{Inv: fleettest.NewInventory(cfg.Devices...), Installer: fleettest.NewInstaller(), Registry: prometheus.NewRegistry()}
+	f := &Fleetd{Inv: fleettest.NewInventory(cfg.Devices...), Installer: fleettest.NewInstaller(), ChangeLog: &fleettest.ChangeLog{}, Registry: prometheus.NewRegistry()}
 	var err error
 	f.LDevIDCA, _, err = pki.NewCA(pki.NewCAConfig{Name: "fleetd LDevID", Lifetime: 24 * time.Hour, Rand: rand.Reader, Now: cfg.Now})
 	must(err)
@@ -142,7 +143,7 @@ func New(tb testing.TB, cfg Config) *Fleetd {
 	renderer, err := render.New(render.Config{TalosSecrets: f.TalosSecrets, ClusterName: "folly", ClusterEndpoint: "https://10.0.0.10:6443",
 		DNS: []netip.Addr{netip.MustParseAddr("10.0.0.1")}, Gateway: cfg.Gateway, Clock: clock, Random: rand.Reader})
 	must(err)
-	f.Service, err = fleet.NewService(fleet.Config{FleetdURL: "http://spore"}, fleet.Deps{Inventory: f.Inv, Installer: f.Installer,
+	f.Service, err = fleet.NewService(fleet.Config{FleetdURL: "http://spore"}, fleet.Deps{Inventory: f.Inv, ChangeLog: f.ChangeLog, Installer: f.Installer,
 		Catalog: cfg.Catalog, Renderer: renderer, Attest: f.Attest,
 		Clock: clock, Random: rand.Reader, Logger: zerolog.Nop(), Registry: f.Registry})
 	must(err)

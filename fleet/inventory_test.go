@@ -1,0 +1,201 @@
+package fleet_test
+
+import (
+	"context"
+	"errors"
+	"math/rand"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/folly-infra/fleetd/api"
+	. "github.com/folly-infra/fleetd/fleet"
+	"github.com/folly-infra/fleetd/fleet/fleettest"
+)
+
+const otherEK = "1111111111111111111111111111111111111111111111111111111111111111"
+
+// agreeing is an active node whose facts, learned at its attestation an hour ago and seen again
+// at its boot check ten minutes ago, are what NetBox declares.
+func agreeing(id int64, name string) Device {
+	d := fleettest.Declared(id, name)
+	d.Status, d.Owned.State, d.Owned.Request = StatusActive, StateActive, "provision-abcdefgh"
+	d = fleettest.Attested(d, "4c4c4544-0042-3510-8052-b4c04f4e5a31", testEpoch.Add(-time.Hour), time.Hour)
+	d.Owned.Identity.EKSHA256 = fleettest.EKHash
+	d.Owned.LastBootCheck = testEpoch.Add(-10 * time.Minute)
+	at := testEpoch.Add(-time.Hour)
+	d.Owned.Facts = api.Facts{Version: api.FactsVersion,
+		Proved: api.ProvedFacts{EKSHA256: fleettest.EKHash, Since: at, Source: api.FactsFromEnrollment},
+		Claimed: api.ClaimedFacts{SMBIOSUUIDSHA256: UUIDHash("4c4c4544-0042-3510-8052-b4c04f4e5a31"), MAC: "3c:ec:ef:4c:4f:54",
+			Disks:      []api.FactDisk{{Serial: "S4EWNX0R123456", Path: "/dev/disk/by-id/ata-X_S4EWNX0R123456"}, {Serial: "DATA1", Path: "/dev/disk/by-id/ata-X_DATA1"}},
+			DisksFound: 2, Since: at, Source: api.FactsFromEnrollment}}
+	return d
+}
+
+func inventoryService(t *testing.T, log *fleettest.ChangeLog, ds ...Device) (*Service, *fleettest.Inventory) {
+	t.Helper()
+	inv := fleettest.NewInventory(ds...)
+	s, err := NewService(Config{FleetdURL: "http://spore:8080", ServiceUser: "fleetd"},
+		Deps{Inventory: inv, ChangeLog: log, Installer: fleettest.NewInstaller(), Catalog: fleettest.Catalog(),
+			Clock: fleettest.NewClock(testEpoch), Renderer: sharedRenderer(), Random: rand.New(rand.NewSource(1))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, inv
+}
+
+// TestInventoryDifferences plants each kind of difference on its own device and finds exactly it,
+// with the evidence's time; a device that agrees has no line, and the check writes nothing.
+func TestInventoryDifferences(t *testing.T) {
+	type row struct {
+		name   string
+		change func(*Device)
+		kind   DifferenceKind
+		at     time.Time
+		detail string
+	}
+	seen := testEpoch.Add(-10 * time.Minute) // the boot check saw the facts again
+	rows := []row{
+		{"differ/disk-not-found", func(d *Device) { d.Owned.Facts.Claimed.Disks[0].Serial = "NEWDISK1" }, DiffDiskNotFound, seen, `disk_serial "S4EWNX0R123456" is not among the 2 disks`},
+		{"differ/disk-found-twice", func(d *Device) { d.Owned.Facts.Claimed.Disks[1].Serial = "S4EWNX0R123456" }, DiffDiskTwice, seen, "is on 2 of the machine's disks"},
+		{"differ/mac", func(d *Device) { d.Owned.Facts.Claimed.MAC = "02:f6:00:00:00:01" }, DiffMAC, seen, "reported MAC 02:f6:00:00:00:01, which NetBox does not declare (3c:ec:ef:4c:4f:54)"},
+		{"differ/uuid", func(d *Device) {
+			d.Owned.Facts.Claimed.SMBIOSUUIDSHA256 = UUIDHash("00000000-0000-4000-8000-000000000001")
+		}, DiffUUID, seen, "is not the one attested when its identity was issued"},
+		{"differ/ek-undeclared", func(d *Device) { d.Owned.Facts.Proved.EKSHA256 = otherEK }, DiffEK, seen, "which ek_sha256 does not declare"},
+		{"differ/ek-not-the-identity's", func(d *Device) {
+			d.Owned.Facts.Proved.EKSHA256 = otherEK
+			d.Declared.EKHashes = append(d.Declared.EKHashes, otherEK)
+		}, DiffEK, seen, "they belong to another TPM"},
+		{"differ/tpm-12", func(d *Device) { d.Declared.TPM = TPM12 }, DiffTPM, seen, "tpm declares 1.2"},
+		{"differ/ek-certificate", func(d *Device) {
+			d.Declared.EKCert = EKCertNone
+			d.Owned.Facts.Proved.EKIssuer = "CN=swtpm-localca"
+		}, DiffTPM, seen, `ek_certificate declares none, and the machine's TPM has an EK certificate issued by "CN=swtpm-localca"`},
+		{"differ/boot-checks-stopped", func(d *Device) { d.Owned.LastBootCheck = testEpoch.Add(-4 * time.Hour) }, DiffBootChecksStopped, testEpoch.Add(-4 * time.Hour), "its last accepted boot check was 4h0m0s ago, longer than 3h0m0s"},
+		{"differ/facts-unreadable", func(d *Device) {
+			d.Owned.Facts, d.Owned.FactsUnreadable = api.Facts{}, "fleet_facts is not fleetd's facts"
+		}, DiffFactsUnreadable, time.Time{}, "fleet_facts cannot be read"},
+	}
+	for i, r := range rows {
+		t.Run(r.name, func(t *testing.T) {
+			d := agreeing(int64(i+2), "node-x")
+			r.change(&d)
+			ok := agreeing(1, "node-ok")
+			s, inv := inventoryService(t, &fleettest.ChangeLog{}, ok, d)
+			before := []Device{inv.Get(1), inv.Get(d.ID)}
+			rep, err := s.InventoryCheck(context.Background(), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rep.Devices) != 2 || rep.Devices[0].Device != "node-ok" || rep.Devices[0].Result != InventoryAgrees || len(rep.Devices[0].Differences) != 0 {
+				t.Fatalf("the agreeing device: %+v", rep.Devices)
+			}
+			got := rep.Devices[1]
+			if got.Result != InventoryDiffers || len(got.Differences) != 1 {
+				t.Fatalf("%s: %+v, want one %s", d.Name, got, r.kind)
+			}
+			diff := got.Differences[0]
+			if diff.Kind != r.kind || !diff.At.Equal(r.at) || !strings.Contains(diff.Detail, r.detail) {
+				t.Errorf("difference %+v, want %s at %s with %q", diff, r.kind, r.at, r.detail)
+			}
+			if !rep.Differs() || rep.Count()[r.kind] != 1 {
+				t.Errorf("Differs %v, count %v", rep.Differs(), rep.Count())
+			}
+			after := []Device{inv.Get(1), inv.Get(d.ID)}
+			if !reflect.DeepEqual(before, after) || len(inv.JournalOf(1))+len(inv.JournalOf(d.ID)) != 0 {
+				t.Errorf("the check wrote: %+v", after)
+			}
+		})
+	}
+}
+
+// TestInventoryAgrees: a fleet whose every device agrees (or has no facts yet) has no line.
+func TestInventoryAgrees(t *testing.T) {
+	planned := fleettest.Declared(3, "node-new")
+	s, _ := inventoryService(t, &fleettest.ChangeLog{}, agreeing(1, "node-a"), agreeing(2, "node-b"), planned)
+	rep, err := s.InventoryCheck(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]InventoryResult{"node-a": InventoryAgrees, "node-b": InventoryAgrees, "node-new": InventoryNoFacts}
+	for _, d := range rep.Devices {
+		if d.Result != want[d.Device] || len(d.Differences)+len(d.Stale) != 0 {
+			t.Errorf("%s: %+v, want %s and no line", d.Device, d, want[d.Device])
+		}
+	}
+	if rep.Differs() || len(rep.Devices) != 3 {
+		t.Errorf("report %+v", rep)
+	}
+}
+
+// TestInventoryStale: facts last seen before the owner changed the declaration are stale, not a
+// difference; fleetd's own saves and a desired_action are no declaration change.
+func TestInventoryStale(t *testing.T) {
+	d := agreeing(1, "node-a")
+	d.Declared.DiskSerial = "NEWSERIAL"                   // the owner declared the new disk...
+	d.Owned.LastBootCheck = testEpoch.Add(-2 * time.Hour) // ...after the machine was last seen
+	d.Owned.Facts.Proved.Since, d.Owned.Facts.Claimed.Since = testEpoch.Add(-3*time.Hour), testEpoch.Add(-3*time.Hour)
+	before, after := d, d
+	before.Declared.DiskSerial = "S4EWNX0R123456"
+	request := d
+	request.Declared.DesiredAction = ActionAttest
+	log := &fleettest.ChangeLog{Changes: []DeviceChange{
+		{DeviceID: 1, User: "admin", Time: testEpoch.Add(-30 * time.Minute), Before: d, After: request}, // a request only
+		{DeviceID: 1, User: "owner", Time: testEpoch.Add(-time.Hour), Before: before, After: after},
+		{DeviceID: 1, User: "fleetd", Time: testEpoch.Add(-20 * time.Minute), Before: before, After: after},
+	}}
+	s, _ := inventoryService(t, log, d)
+	rep, err := s.InventoryCheck(context.Background(), []string{"node-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := rep.Devices[0]
+	if got.Result != InventoryStale || len(got.Differences) != 0 || len(got.Stale) != 2 ||
+		!got.DeclaredAt.Equal(testEpoch.Add(-time.Hour)) || got.Stale[0].By != "owner" {
+		t.Errorf("stale facts: %+v", got)
+	}
+	if q := log.Queries[0]; q.ExceptUser != "fleetd" || !q.Since.Equal(testEpoch.Add(-3*time.Hour)) {
+		t.Errorf("change log query %+v", q)
+	}
+
+	// A MAC the owner changed after the facts is a declaration change too.
+	m := agreeing(2, "node-b")
+	m.MACs = []MAC{"02:aa:00:00:00:01"}
+	log = &fleettest.ChangeLog{MACs: []MACChange{{User: "owner", Time: testEpoch.Add(-5 * time.Minute), Before: "3c:ec:ef:4c:4f:54", After: "02:aa:00:00:00:01"}}}
+	s, _ = inventoryService(t, log, m)
+	rep, err = s.InventoryCheck(context.Background(), nil)
+	if err != nil || rep.Devices[0].Result != InventoryStale || len(rep.Devices[0].Differences) != 0 {
+		t.Errorf("MAC changed by the owner: %+v, %v", rep.Devices, err)
+	}
+}
+
+type downInventory struct{ *fleettest.Inventory }
+
+var errDown = errors.New("dial tcp netbox:443: connection refused")
+
+func (downInventory) Devices(context.Context) ([]Device, error) { return nil, errDown }
+func (downInventory) DeviceByName(context.Context, string) (Device, error) {
+	return Device{}, errDown
+}
+
+// TestInventoryCannotCheck: NetBox down, its change log unreadable, an unknown device.
+func TestInventoryCannotCheck(t *testing.T) {
+	s, err := NewService(Config{FleetdURL: "http://spore:8080"},
+		Deps{Inventory: downInventory{fleettest.NewInventory()}, ChangeLog: &fleettest.ChangeLog{}, Installer: fleettest.NewInstaller(),
+			Catalog: fleettest.Catalog(), Clock: fleettest.NewClock(testEpoch), Random: rand.New(rand.NewSource(1))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.InventoryCheck(context.Background(), nil); !errors.Is(err, ErrInventory) {
+		t.Errorf("NetBox down: %v, want ErrInventory", err)
+	}
+	s2, _ := inventoryService(t, &fleettest.ChangeLog{Err: errDown}, agreeing(1, "node-a"))
+	if _, err := s2.InventoryCheck(context.Background(), nil); !errors.Is(err, ErrInventory) || !strings.Contains(err.Error(), "change log") {
+		t.Errorf("change log down: %v", err)
+	}
+	if _, err := s2.InventoryCheck(context.Background(), []string{"nobody"}); err == nil || !strings.Contains(err.Error(), `no device named "nobody"`) {
+		t.Errorf("unknown device: %v", err)
+	}
+}

@@ -1,0 +1,109 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"time"
+
+	"github.com/folly-infra/fleetd/api"
+)
+
+// inventory asks the running fleetd to compare NetBox with the machines (GET /v1/inventory,
+// docs/http.md "Check the inventory") and prints one line per difference: human text, or the
+// JSON with -o json. Exit status 0 when every device agrees (stale facts and devices without facts
+// are listed, not counted), 1 when something differs, 2 when it could not check.
+func inventory(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] != "check" {
+		fmt.Fprintln(stderr, "usage: fleetd inventory check [flags] [DEVICE...]")
+		return 2
+	}
+	fs := flag.NewFlagSet("inventory check", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: fleetd inventory check [flags] [DEVICE...]\n\nNetBox's declaration of each fleet device (or each DEVICE) against what fleetd last learned of the machine; writes nothing.")
+		fs.PrintDefaults()
+	}
+	var o operatorFlags
+	o.register(fs)
+	format := fs.String("o", "text", "output: text or json")
+	devices, err := parseInterspersedArgs(fs, args[1:])
+	if err != nil {
+		return 2
+	}
+	if *format != "text" && *format != "json" {
+		fmt.Fprintf(stderr, "fleetd inventory check: -o %q: want text or json\n", *format)
+		return 2
+	}
+	c, err := o.client()
+	if err != nil {
+		fmt.Fprintln(stderr, "fleetd inventory check:", err)
+		return 2
+	}
+	var rep api.Inventory
+	var body []byte
+	if len(devices) == 1 {
+		body, err = c.get(ctx, "/v1/devices/"+url.PathEscape(devices[0])+"/inventory", nil, &rep)
+	} else {
+		body, err = c.get(ctx, "/v1/inventory", url.Values{"device": devices}, &rep)
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "fleetd inventory check: could not check:", err)
+		return 2
+	}
+	if *format == "json" {
+		stdout.Write(body)
+	} else {
+		printInventory(stdout, rep)
+	}
+	if rep.Differences > 0 {
+		return 1
+	}
+	return 0
+}
+
+// parseInterspersedArgs parses flags standing anywhere among the positional arguments.
+func parseInterspersedArgs(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		if fs.NArg() == 0 {
+			return pos, nil
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+}
+
+// printInventory writes one line per difference and per stale half, then a summary.
+func printInventory(w io.Writer, r api.Inventory) {
+	stale, noFacts := 0, 0
+	for _, d := range r.Devices {
+		for _, diff := range d.Differences {
+			fmt.Fprintf(w, "%s: %s: %s (%s, %s)\n", d.Device, diff.Kind, diff.Detail, diff.Source, when(diff.At))
+		}
+		for _, st := range d.Stale {
+			fmt.Fprintf(w, "%s: stale: the %s facts, last seen %s, are older than the declaration's change at %s by %s: not compared (attest the device to check it again)\n",
+				d.Device, st.Facts, when(st.Seen), when(st.DeclaredAt), st.By)
+		}
+		switch d.Result {
+		case "stale":
+			stale++
+		case "no-facts":
+			noFacts++
+		}
+	}
+	fmt.Fprintf(w, "inventory: %d devices checked at %s, %d differences; %d stale, %d without facts yet\n",
+		len(r.Devices), when(r.CheckedAt), r.Differences, stale, noFacts)
+}
+
+func when(t time.Time) string {
+	if t.IsZero() {
+		return "no time"
+	}
+	return t.UTC().Format(time.RFC3339)
+}
