@@ -116,7 +116,10 @@ var ErrNoChangeLog = errors.New("fleetd reads no change log, so it cannot tell f
 
 // InventoryCheck checks the named devices, or with none every fleet device (one with a
 // fleet_class). An unknown name is refused; a NetBox that cannot be read is ErrInventory.
-func (s *Service) InventoryCheck(ctx context.Context, names []string) (InventoryReport, error) {
+func (s *Service) InventoryCheck(ctx context.Context, names []string) (rep InventoryReport, err error) {
+	if len(names) == 0 {
+		defer func() { s.observeInventory(rep, err) }()
+	}
 	if s.changes == nil {
 		return InventoryReport{}, ErrNoChangeLog
 	}
@@ -142,6 +145,40 @@ func (s *Service) InventoryCheck(ctx context.Context, names []string) (Inventory
 		r.Devices = append(r.Devices, s.checkInventory(d, decl[d.ID], now))
 	}
 	return r, nil
+}
+
+// InventoryInterval is how often `fleetd serve` checks the whole fleet's inventory for its metric.
+const InventoryInterval = time.Hour
+
+// RunInventory checks the whole fleet now and then every interval until ctx ends, for
+// fleetd_inventory_differences; a check that fails is counted and logged, and the gauge keeps
+// the last check's counts.
+func (s *Service) RunInventory(ctx context.Context, interval time.Duration) error {
+	for {
+		rep, err := s.InventoryCheck(ctx, nil)
+		if err != nil && ctx.Err() == nil {
+			s.log.Warn().Err(err).Msg("inventory check failed; the next one tries again")
+		} else if err == nil {
+			s.log.Info().Int("devices", len(rep.Devices)).Bool("differs", rep.Differs()).Msg("inventory checked")
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(interval):
+		}
+	}
+}
+
+// observeInventory records a whole fleet's check in the metrics.
+func (s *Service) observeInventory(rep InventoryReport, err error) {
+	if err != nil {
+		s.metrics.inventoryRuns.WithLabelValues("error").Inc()
+		return
+	}
+	s.metrics.inventoryRuns.WithLabelValues("ok").Inc()
+	for k, n := range rep.Count() {
+		s.metrics.inventoryDiffs.WithLabelValues(string(k)).Set(float64(n))
+	}
 }
 
 // inventoryDevices reads the named devices, or every fleet device, sorted by name.

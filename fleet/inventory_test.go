@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/folly-infra/fleetd/api"
 	. "github.com/folly-infra/fleetd/fleet"
 	"github.com/folly-infra/fleetd/fleet/fleettest"
@@ -34,15 +36,52 @@ func agreeing(id int64, name string) Device {
 }
 
 func inventoryService(t *testing.T, log *fleettest.ChangeLog, ds ...Device) (*Service, *fleettest.Inventory) {
+	s, inv, _ := inventoryServiceReg(t, log, ds...)
+	return s, inv
+}
+
+func inventoryServiceReg(t *testing.T, log *fleettest.ChangeLog, ds ...Device) (*Service, *fleettest.Inventory, *prometheus.Registry) {
 	t.Helper()
 	inv := fleettest.NewInventory(ds...)
+	reg := prometheus.NewRegistry()
 	s, err := NewService(Config{FleetdURL: "http://spore:8080", ServiceUser: "fleetd"},
-		Deps{Inventory: inv, ChangeLog: log, Installer: fleettest.NewInstaller(), Catalog: fleettest.Catalog(),
+		Deps{Inventory: inv, ChangeLog: log, Registry: reg, Installer: fleettest.NewInstaller(), Catalog: fleettest.Catalog(),
 			Clock: fleettest.NewClock(testEpoch), Renderer: sharedRenderer(), Random: rand.New(rand.NewSource(1))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s, inv
+	return s, inv, reg
+}
+
+// TestInventoryMetric: a check of the whole fleet sets fleetd_inventory_differences by kind and
+// counts itself; a check of named devices changes neither; a failed check is counted as an error.
+func TestInventoryMetric(t *testing.T) {
+	d := agreeing(2, "node-b")
+	d.Owned.Facts.Claimed.MAC = "02:f6:00:00:00:01"
+	log := &fleettest.ChangeLog{}
+	s, _, reg := inventoryServiceReg(t, log, agreeing(1, "node-a"), d)
+	gauge := func(kind string) float64 {
+		mfs, _ := reg.Gather()
+		for _, mf := range mfs {
+			for _, m := range mf.GetMetric() {
+				if mf.GetName() == "fleetd_inventory_differences" && m.GetLabel()[0].GetValue() == kind {
+					return m.GetGauge().GetValue()
+				}
+			}
+		}
+		return -1
+	}
+	if _, err := s.InventoryCheck(context.Background(), []string{"node-b"}); err != nil || gauge("mac_changed") != 0 {
+		t.Errorf("a named check set the gauge: %v, %v", gauge("mac_changed"), err)
+	}
+	if _, err := s.InventoryCheck(context.Background(), nil); err != nil || gauge("mac_changed") != 1 || gauge("disk_not_found") != 0 {
+		t.Errorf("after the fleet's check: mac_changed %v, disk_not_found %v, %v", gauge("mac_changed"), gauge("disk_not_found"), err)
+	}
+	log.Err = errDown
+	_, _ = s.InventoryCheck(context.Background(), nil)
+	if gauge("mac_changed") != 1 {
+		t.Errorf("a failed check changed the gauge")
+	}
 }
 
 // TestInventoryDifferences plants each kind of difference on its own device and finds exactly it,

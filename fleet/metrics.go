@@ -24,6 +24,8 @@ type metrics struct {
 	enrollments      *prometheus.CounterVec
 	bootCheckRuns    *prometheus.CounterVec
 	renewals         *prometheus.CounterVec
+	inventoryDiffs   *prometheus.GaugeVec
+	inventoryRuns    *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, clock Clock) (*metrics, error) {
@@ -78,8 +80,16 @@ func newMetrics(reg prometheus.Registerer, clock Clock) (*metrics, error) {
 			Name: "fleetd_cert_renewals_total",
 			Help: "Certificates a boot check found due, by profile (ldevid, lak) and result: renewed, or the code that kept it from being renewed (renewal_failed is fleetd's own failure to issue).",
 		}, []string{"profile", "result"}),
+		inventoryDiffs: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "fleetd_inventory_differences",
+			Help: "Differences between NetBox's declarations and the machines' attested facts, by kind, as the last inventory check of the whole fleet found them (docs/design.md §10).",
+		}, []string{"kind"}),
+		inventoryRuns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fleetd_inventory_checks_total",
+			Help: "Inventory checks of the whole fleet, by result (ok, error: it could not check).",
+		}, []string{"result"}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.reconcileRuns, m.reconcileSeconds,
+	for _, c := range []prometheus.Collector{m.inventoryDiffs, m.inventoryRuns, m.requests, m.reconcileRuns, m.reconcileSeconds,
 		m.conflicts, m.installErrors, m.journalErrors, m.pendingConfigs, m.ownedWrites, m.deliveries, m.bootChecks, m.enrollments, m.bootCheckRuns, m.renewals} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register fleet metrics: %w", err)
@@ -101,6 +111,10 @@ func (m *metrics) startAtZero() {
 	}
 	for _, r := range []string{"ok", "error"} {
 		m.reconcileRuns.WithLabelValues(r)
+		m.inventoryRuns.WithLabelValues(r)
+	}
+	for _, k := range DifferenceKinds {
+		m.inventoryDiffs.WithLabelValues(string(k))
 	}
 	for _, o := range []string{"restored", "error"} {
 		m.ownedWrites.WithLabelValues(o)
