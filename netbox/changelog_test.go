@@ -204,3 +204,41 @@ func TestOlderRequestWrittenBackNotFollowed(t *testing.T) {
 		t.Errorf("%d Workflows created; want none", installer.Creates())
 	}
 }
+
+// TestMACChanges: an owner's change of a MAC address object is read back from NetBox's change log
+// with its value before and after, lowercase, and fleetd's own user can be left out.
+func TestMACChanges(t *testing.T) {
+	e := newEnv(t, 0)
+	ctx := context.Background()
+	owner := func(method, path, body string) map[string]any {
+		t.Helper()
+		req, _ := http.NewRequest(method, e.emu.URL()+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Token "+e.admin)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("%s %s: %v %v", method, path, resp, err)
+		}
+		defer resp.Body.Close()
+		var out map[string]any
+		_ = json.NewDecoder(resp.Body).Decode(&out)
+		return out
+	}
+	since := time.Now().Add(-time.Minute)
+	list := owner("GET", fmt.Sprintf("/api/dcim/mac-addresses/?device_id=%d", e.node1), "")
+	results, _ := list["results"].([]any)
+	if len(results) == 0 {
+		t.Fatal("node1 has no MAC address")
+	}
+	m := results[0].(map[string]any)
+	before := strings.ToLower(m["mac_address"].(string))
+	owner("PATCH", fmt.Sprintf("/api/dcim/mac-addresses/%v/", m["id"]), `{"mac_address": "02:F6:00:00:00:2A"}`)
+
+	got, err := e.client.MACChanges(ctx, fleet.ChangeQuery{Since: since, ExceptUser: "fleetd"})
+	if err != nil || len(got) != 1 || got[0].User != "admin" || got[0].Before != before || got[0].After != "02:f6:00:00:00:2a" {
+		t.Fatalf("MAC changes = %+v, %v; want admin's %s → 02:f6:00:00:00:2a", got, err, before)
+	}
+	if got, err := e.client.MACChanges(ctx, fleet.ChangeQuery{Since: since, ExceptUser: "admin"}); err != nil || len(got) != 0 {
+		t.Errorf("MAC changes by others than admin = %+v, %v", got, err)
+	}
+}

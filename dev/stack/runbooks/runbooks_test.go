@@ -134,7 +134,8 @@ func TestHelpersFailLoudly(t *testing.T) {
 var sporeOnly = map[string]string{
 	"journalctl -u fleetd -o cat": `cat "$(jq -r .fleetd.log $S)"`, // the stack's fleetd logs to a file
 	// fleetd plan reads the stack's fleetd.yaml, as root reads spore's (its operator token).
-	"sudo fleetd plan --config /etc/fleetd/fleetd.yaml": `bin/fleetd plan --config "$(jq -r .fleetd.config $S)"`,
+	"sudo fleetd plan --config /etc/fleetd/fleetd.yaml":            `bin/fleetd plan --config "$(jq -r .fleetd.config $S)"`,
+	"sudo fleetd inventory check --config /etc/fleetd/fleetd.yaml": `bin/fleetd inventory check --config "$(jq -r .fleetd.config $S)"`,
 }
 
 // TestOperatorDocs runs the operator blocks of docs/operate.md and docs/http.md: each doc's "on
