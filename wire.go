@@ -102,7 +102,7 @@ func wire(ctx context.Context, cfg *config.Config, log zerolog.Logger) (*app, er
 		return nil, err
 	}
 	a.intake, err = webhook.New(webhook.Config{Secret: sec.webhook,
-		ServiceUser: cfg.NetBox.ServiceUser}, webhook.Deps{Reconciler: a.service, Undo: a.service, Inventory: a.pokeKea, Logger: log, Registry: reg})
+		ServiceUser: cfg.NetBox.ServiceUser, Workers: cfg.NetBox.WebhookWorkers}, webhook.Deps{Reconciler: a.service, Undo: a.service, Inventory: a.pokeKea, Logger: log, Registry: reg})
 	if err != nil {
 		return nil, err
 	}

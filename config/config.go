@@ -77,6 +77,9 @@ type NetBox struct {
 	ServiceUser       string   `yaml:"service_user"` // the NetBox user fleetd's token belongs to (echo detection)
 	Timeout           Duration `yaml:"timeout"`
 	Retries           int      `yaml:"retries"`
+	// WebhookWorkers is how many NetBox events are re-read and decided at once; each holds up to
+	// three NetBox requests at a time (a device read). 0 means 16 (docs/performance.md).
+	WebhookWorkers int `yaml:"webhook_workers"`
 }
 
 // Kubernetes is how fleetd reaches Tinkerbell's API.
@@ -253,6 +256,9 @@ func (c *Config) defaults() {
 	def(&c.NetBox.Timeout, 10*time.Second)
 	if c.NetBox.Retries == 0 {
 		c.NetBox.Retries = 4
+	}
+	if c.NetBox.WebhookWorkers == 0 {
+		c.NetBox.WebhookWorkers = 16
 	}
 	if c.Kubernetes.Namespace == "" {
 		c.Kubernetes.Namespace = "tink-system"

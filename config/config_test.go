@@ -60,6 +60,7 @@ func TestParseDefaults(t *testing.T) {
 		{"ldevid renewal point default: half its lifetime", c.PKI.LDevID.RenewAfter.D(), 360 * time.Hour},
 		{"lak renewal point default: half its lifetime", c.PKI.LAK.RenewAfter.D(), 15 * 24 * time.Hour},
 		{"relative path resolved", c.Path(c.ClassesFile), filepath.Join(dir, "classes.json")},
+		{"webhook_workers default", c.NetBox.WebhookWorkers, 16},
 	}
 	for _, ch := range checks {
 		if ch.got != ch.want {
@@ -106,6 +107,9 @@ func TestParseRefusals(t *testing.T) {
 		{"refuse/relative Kea paths", func(s string) string {
 			return strings.Replace(s, "kea: {subnet: 10.0.0.0/24}", "kea: {subnet: 10.0.0.0/24, reservations_file: fleet.json, control_socket: kea.sock}", 1)
 		}, []string{`kea.reservations_file: "fleet.json" is not an absolute path`, `kea.control_socket: "kea.sock" is not an absolute path`}},
+		{"refuse/negative webhook workers", func(s string) string {
+			return strings.Replace(s, "netbox: {", "netbox: {webhook_workers: -1, ", 1)
+		}, []string{"netbox.webhook_workers: -1 is negative"}},
 		{"refuse/hash+cert needs a CA bundle", func(s string) string {
 			return strings.Replace(s, "ek_ca_bundle: ek.pem, ", "", 1)
 		}, []string{"attestation.ek_ca_bundle: is required"}},

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 )
 
 // reject ends a request the declaration cannot carry: state rejected, a message naming every
@@ -72,9 +73,14 @@ func (s *Service) accept(ctx context.Context, d Device, action Action) (Outcome,
 	}
 	claimed.MACs = d.MACs // Update does not read them again
 	s.metrics.requests.WithLabelValues(string(action), "accepted").Inc()
-	s.journal(ctx, claimed, t.Journal, msg)
+	// The claim's journal entry and its Workflow are writes to two systems that do not depend on
+	// each other: sent at once, the claim waits for the slower one, not for both in turn
+	// (docs/performance.md). install waits for the entry before it records anything more, so a
+	// refused Template's entry still follows the claim's.
+	var journaled sync.WaitGroup
+	journaled.Go(func() { s.journal(ctx, claimed, t.Journal, msg) })
 	out.Detail = msg
-	if _, err := s.install(ctx, claimed, action, class); err != nil {
+	if _, err := s.install(ctx, claimed, action, class, journaled.Wait); err != nil {
 		out.Result = "accepted-install-deferred"
 		return out, err
 	}
@@ -82,11 +88,16 @@ func (s *Service) accept(ctx context.Context, d Device, action Action) (Outcome,
 }
 
 // install creates the request's Workflow (idempotent). A Template that cannot carry the request
-// fails the request; any other error leaves it pending for the next reconcile.
-func (s *Service) install(ctx context.Context, d Device, action Action, class Class) (Outcome, error) {
+// fails the request; any other error leaves it pending for the next reconcile. journaled, when
+// not nil, waits for a journal entry written alongside the Workflow: it returns before install
+// records anything of its own.
+func (s *Service) install(ctx context.Context, d Device, action Action, class Class, journaled func()) (Outcome, error) {
 	out := outcomeFor(d, action, "install", "workflow-created")
 	spec := s.workflowSpec(d, action, class)
 	err := s.inst.Install(ctx, spec)
+	if journaled != nil {
+		journaled()
+	}
 	switch {
 	case err == nil:
 		return out, nil
@@ -132,7 +143,7 @@ func (s *Service) follow(ctx context.Context, d Device, listed workflowListing) 
 			msg := fmt.Sprintf("%s request %s failed: class %q is no longer in classes.json.", action, d.Owned.Request, d.Declared.Class)
 			return s.apply(ctx, d, action, EventWorkflowFailed, msg)
 		}
-		return s.install(ctx, d, action, class)
+		return s.install(ctx, d, action, class, nil)
 	case errors.Is(err, ErrNotFound):
 		msg := fmt.Sprintf("%s request %s failed: its Workflow %s no longer exists in Kubernetes.", action, d.Owned.Request, d.Owned.Workflow)
 		return s.apply(ctx, d, action, EventWorkflowFailed, msg)

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -122,6 +123,49 @@ func TestReadDevice(t *testing.T) {
 	}
 	if err := e.client.Ping(ctx); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestReadDeviceAtOnce: a device read sends its three requests (the device, its interfaces, its
+// MAC addresses) at once, so a decision waits for one NetBox round trip, not three. The transport
+// holds each request until all three are in flight: sent one after another, the first is held
+// until the barrier gives up and the read fails.
+func TestReadDeviceAtOnce(t *testing.T) {
+	e := newEnv(t, 0)
+	var (
+		mu      sync.Mutex
+		paths   []string
+		arrived = make(chan struct{})
+	)
+	barrier := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		mu.Lock()
+		paths = append(paths, r.URL.Path)
+		if len(paths) == 3 {
+			close(arrived)
+		}
+		mu.Unlock()
+		select {
+		case <-arrived:
+		case <-time.After(10 * time.Second):
+			return nil, errors.New("the device read's requests were not in flight at once")
+		}
+		return http.DefaultTransport.RoundTrip(r)
+	})
+	tok, _ := e.emu.AddToken(netboxemu.TokenSpec{User: "reader"})
+	c, err := netbox.New(netbox.Config{URL: e.emu.URL(), Token: tok, Retries: -1, HTTPClient: &http.Client{Transport: barrier},
+		Registry: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := c.Device(context.Background(), e.node1)
+	if err != nil {
+		t.Fatalf("read device: %v (requests: %v)", err, paths)
+	}
+	if got := joinMACs(d.MACs); got != "aa:bb:cc:00:00:02,aa:bb:cc:00:00:01,aa:bb:cc:00:00:99" {
+		t.Errorf("MACs = %s, want the interfaces' and MAC addresses' answers joined as a sequential read joins them", got)
+	}
+	if len(paths) != 3 {
+		t.Errorf("requests = %v, want exactly the device, its interfaces and its MAC addresses", paths)
 	}
 }
 
@@ -240,8 +284,8 @@ func TestRetries(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), fmt.Sprint(tt.status)) {
 				t.Errorf("err = %v", err)
 			}
-			if n := e.attempts.n.Load() - before; n != 1 {
-				t.Errorf("%d attempts, want 1", n)
+			if n := e.attempts.n.Load() - before; n != 3 {
+				t.Errorf("%d attempts, want 3: the device once (not retried), its interfaces and MACs once each, sent alongside it", n)
 			}
 		})
 	}
@@ -395,3 +439,7 @@ func TestPingWarnsOfOldNetBox(t *testing.T) {
 		}
 	}
 }
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

@@ -48,7 +48,7 @@ type Config struct {
 	ServiceUser string        // fleetd's own NetBox user: its device updates are echoes
 	Timeout     time.Duration // how long one webhook may take to re-read and decide
 	Queue       int           // verified events waiting for a worker; 0 means 1024
-	Workers     int           // events re-read and decided at once; 0 means 8
+	Workers     int           // events re-read and decided at once; 0 means 16 (fleetd.yaml netbox.webhook_workers)
 }
 
 // RetryAfter is what a full queue tells NetBox to wait, in seconds (Retry-After).
@@ -96,7 +96,7 @@ func New(cfg Config, deps Deps) (*Intake, error) {
 		cfg.Queue = 1024
 	}
 	if cfg.Workers <= 0 {
-		cfg.Workers = 8
+		cfg.Workers = 16
 	}
 	results := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "fleetd_webhooks_total",
