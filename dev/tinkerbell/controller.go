@@ -79,14 +79,15 @@ type Process struct {
 const controllerReady = `"msg":"Starting workers"`
 
 // StartController starts tink-controller v0.12.2 against the API server, with leader election
-// off (the harness serves no Leases) and no metrics or probe listeners (several stacks run on
+// off (the harness serves no Leases), its debug log on, and no metrics or probe listeners (several stacks run on
 // one machine), and returns once it reconciles Workflows. Its environment holds only what it
 // needs: the controller reads its flags from any environment variable of the same name.
 func StartController(ctx context.Context, o ControllerOptions) (*Controller, error) {
 	if o.Binary == "" || o.Kubeconfig == "" || o.Log == "" {
 		return nil, errors.New("start tink-controller: Binary, Kubeconfig and Log are required")
 	}
-	args := []string{"--kubeconfig", o.Kubeconfig, "--leader-elect=false",
+	// --log-level 1 logs each reconcile's journal, which WaitReconciled reads.
+	args := []string{"--kubeconfig", o.Kubeconfig, "--leader-elect=false", "--log-level", "1",
 		"--metrics-bind-address", "0", "--health-probe-bind-address", "0"}
 	if o.Namespace != "" {
 		args = append(args, "--namespace", o.Namespace)

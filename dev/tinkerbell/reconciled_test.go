@@ -1,0 +1,106 @@
+package tinkerbell_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	tinkv1 "github.com/tinkerbell/tink/api/v1alpha1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/folly-infra/fleetd/dev/tinkerbell"
+)
+
+// journalLine is one reconcile's debug line as tink-controller v0.12.2 logs it (zapr over zap's
+// production JSON encoder; controller-runtime adds the Workflow's key), its journal the given
+// branch entries after "starting reconcile".
+func journalLine(at time.Time, ns, name string, branch ...string) string {
+	entries := []string{`{"msg":"starting reconcile","source":{"function":"Reconcile()","file":"reconciler.go","line":67},"time":"x"}`}
+	for _, b := range branch {
+		entries = append(entries, fmt.Sprintf(`{"msg":%q,"source":{"function":"Reconcile()","file":"reconciler.go","line":80},"time":"x"}`, b))
+	}
+	return fmt.Sprintf(`{"level":"debug","ts":%.9f,"logger":"github.com/tinkerbell/tink","caller":"workflow/reconciler.go:62","msg":"Reconcile code flow journal","controller":"workflow","controllerGroup":"tinkerbell.org","controllerKind":"Workflow","Workflow":{"name":%q,"namespace":%q},"namespace":%q,"name":%q,"reconcileID":"r","journal":[%s]}`,
+		float64(at.UnixNano())/1e9, name, ns, ns, name, strings.Join(entries, ","))
+}
+
+func reconcileLine(at time.Time, name string) string {
+	return fmt.Sprintf(`{"level":"info","ts":%.9f,"logger":"github.com/tinkerbell/tink","msg":"Reconcile","Workflow":{"name":%q,"namespace":"ns"}}`, float64(at.UnixNano())/1e9, name)
+}
+
+// TestWaitReconciled: a worker may start only once tink-controller logged a reconcile that read
+// its Workflow prepared; a render, another Workflow's reconcile, or one of an older Workflow of
+// the same name is not that.
+func TestWaitReconciled(t *testing.T) {
+	created := time.Date(2026, 12, 2, 17, 0, 0, 0, time.UTC)
+	wf := &tinkv1.Workflow{ObjectMeta: metav1.ObjectMeta{Name: "wipe-1", Namespace: "ns", CreationTimestamp: metav1.NewTime(created)}}
+	at := func(d time.Duration) time.Time { return created.Add(d) }
+	// filler is other Workflows' reconciles, more than one read-back chunk of them.
+	var filler []string
+	for i := 0; len(strings.Join(filler, "\n")) < 600<<10; i++ {
+		filler = append(filler, journalLine(at(2*time.Second), "ns", fmt.Sprintf("other-%d", i), "controller will not trigger another reconcile"))
+	}
+	tests := []struct {
+		name   string
+		lines  []string
+		later  string // appended while WaitReconciled waits
+		wantOK bool
+	}{
+		{name: "ok/pending read after the render", wantOK: true, lines: []string{
+			reconcileLine(at(0), "wipe-1"), journalLine(at(0), "ns", "wipe-1", "new workflow", "patching status"),
+			journalLine(at(time.Second), "ns", "wipe-1", "controller will not trigger another reconcile")}},
+		{name: "ok/running read, before more than a chunk of other lines", wantOK: true, lines: append([]string{
+			journalLine(at(0), "ns", "wipe-1", "new workflow", "patching status"),
+			journalLine(at(time.Second), "ns", "wipe-1", "process running workflow")}, filler...)},
+		{name: "ok/logged while it waits", wantOK: true,
+			lines: []string{journalLine(at(0), "ns", "wipe-1", "new workflow", "patching status")},
+			later: journalLine(at(time.Second), "ns", "wipe-1", "controller will not trigger another reconcile")},
+		{name: "refuse/only renders", lines: []string{
+			journalLine(at(0), "ns", "wipe-1", "new workflow", "patching status"),
+			journalLine(at(time.Second), "ns", "wipe-1", "new workflow", "patching status")}},
+		{name: "refuse/another Workflow whose name begins the same", lines: []string{
+			journalLine(at(time.Second), "ns", "wipe-10", "controller will not trigger another reconcile")}},
+		{name: "refuse/the same name in another namespace", lines: []string{
+			journalLine(at(time.Second), "other", "wipe-1", "controller will not trigger another reconcile")}},
+		{name: "refuse/an older Workflow of the same name", lines: append([]string{
+			journalLine(at(-time.Hour), "ns", "wipe-1", "controller will not trigger another reconcile"),
+			journalLine(at(0), "ns", "wipe-1", "new workflow", "patching status")}, filler...)},
+		{name: "refuse/a line not yet complete", lines: []string{
+			journalLine(at(0), "ns", "wipe-1", "new workflow", "patching status"),
+			strings.TrimSuffix(journalLine(at(time.Second), "ns", "wipe-1", "controller will not trigger another reconcile"), "}")}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			log := filepath.Join(t.TempDir(), "tink-controller.log")
+			body := strings.Join(tc.lines, "\n")
+			if !strings.HasPrefix(tc.name, "refuse/a line not yet") {
+				body += "\n"
+			}
+			if err := os.WriteFile(log, []byte(body), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if tc.later != "" {
+				go func() {
+					time.Sleep(100 * time.Millisecond)
+					f, err := os.OpenFile(log, os.O_APPEND|os.O_WRONLY, 0)
+					if err == nil {
+						fmt.Fprintln(f, tc.later)
+						f.Close()
+					}
+				}()
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			err := tinkerbell.WaitReconciled(ctx, log, wf)
+			switch {
+			case tc.wantOK && err != nil:
+				t.Fatalf("WaitReconciled: %v", err)
+			case !tc.wantOK && (err == nil || !strings.Contains(err.Error(), "logged no reconcile that read Workflow wipe-1 prepared")):
+				t.Fatalf("WaitReconciled = %v, want it to say no reconcile read the Workflow prepared", err)
+			}
+		})
+	}
+}
