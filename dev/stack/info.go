@@ -27,9 +27,20 @@ type Info struct {
 	Kubeconfig    string             `json:"kubeconfig"`
 	Namespace     string             `json:"namespace"`
 	Kubernetes    KubernetesInfo     `json:"kubernetes"`
+	Tinkerbell    TinkerbellInfo     `json:"tinkerbell"`
 	CA            CAInfo             `json:"ca"`
 	Machines      map[string]Machine `json:"machines"`
 	Devices       []DeviceInfo       `json:"devices"`
+}
+
+// TinkerbellInfo is the stack's Tinkerbell v0.12.2: tink-controller and tink-server run with
+// the stack; a machine's tink-worker (Worker, the binary) runs only while it netboots, against
+// Server (tink-server's plain gRPC address on loopback).
+type TinkerbellInfo struct {
+	Server        string `json:"server"`
+	ServerLog     string `json:"server_log"`
+	ControllerLog string `json:"controller_log"`
+	Worker        string `json:"worker"`
 }
 
 // NetBoxInfo is the NetBox emulator. Token is the owner's (user admin), so whoever reads it acts

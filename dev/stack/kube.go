@@ -69,17 +69,34 @@ func crdDir(ctx context.Context, root string) (string, error) {
 	return filepath.Join(string(bytes.TrimSpace(out)), "config", "crd", "bases"), nil
 }
 
-// startController starts Tinkerbell's own tink-controller (scripts/tools.sh builds it) against
-// the stack's API server, watching the stack's namespace; it renders and moves every Workflow.
-// Its log is tink-controller.log in the state directory.
+// startController starts Tinkerbell's own tink-controller and tink-server (scripts/tools.sh
+// builds them) against the stack's API server, for the stack's namespace: the controller renders
+// and moves every Workflow, the server is the API a machine's tink-worker asks for work while
+// the machine netboots (Netboot). Their logs are tink-controller.log and tink-server.log in the
+// state directory.
 func (s *Stack) startController(ctx context.Context) error {
-	bin, err := tinkerbell.Tool(s.opts.Root, "tink-controller")
-	if err != nil {
-		return fmt.Errorf("start tink-controller: %w", err)
+	bins := map[string]string{}
+	for _, n := range []string{"tink-controller", "tink-server", "tink-worker"} {
+		bin, err := tinkerbell.Tool(s.opts.Root, n)
+		if err != nil {
+			return fmt.Errorf("start Tinkerbell: %w", err)
+		}
+		bins[n] = bin
 	}
-	s.ctrl, err = tinkerbell.StartController(ctx, tinkerbell.ControllerOptions{Binary: bin, Kubeconfig: s.paths.kubeconfig,
+	var err error
+	s.ctrl, err = tinkerbell.StartController(ctx, tinkerbell.ControllerOptions{Binary: bins["tink-controller"], Kubeconfig: s.paths.kubeconfig,
 		Namespace: s.opts.Namespace, Log: s.paths.tinkController})
-	return err
+	if err != nil {
+		return err
+	}
+	s.tsrv, err = tinkerbell.StartServer(ctx, tinkerbell.ServerOptions{Binary: bins["tink-server"], Kubeconfig: s.paths.kubeconfig,
+		Namespace: s.opts.Namespace, Log: s.paths.tinkServer})
+	if err != nil {
+		return err
+	}
+	s.tink = TinkerbellInfo{Server: s.tsrv.Addr, ServerLog: s.paths.tinkServer, ControllerLog: s.paths.tinkController,
+		Worker: bins["tink-worker"]}
+	return nil
 }
 
 // installTemplates installs the example Templates (examples/tinkerbell) into the namespace.

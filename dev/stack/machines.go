@@ -19,10 +19,11 @@ import (
 
 // Files of a simulated machine's directory (docs/design.md §8).
 const (
-	MachineTPMDir      = "tpm"       // the swtpm state, with its EK certificate
-	MachineWorkflowDir = "workflow"  // what the agent wrote for later actions
-	MachineLog         = "log"       // what the simulated actions did
-	MachineAgentLog    = "agent.log" // what `fleetd enroll` and `fleetd boot-check` wrote, as they wrote it
+	MachineTPMDir      = "tpm"             // the swtpm state, with its EK certificate
+	MachineWorkflowDir = "workflow"        // what the agent wrote for later actions
+	MachineLog         = "log"             // what the simulated actions did
+	MachineAgentLog    = "agent.log"       // what `fleetd enroll` and `fleetd boot-check` wrote, as they wrote it
+	MachineWorkerLog   = "tink-worker.log" // the machine's tink-worker and its Docker API, while it netboots
 )
 
 // machineTPM is the EK of one device: a manufactured swtpm, or for a declared TPM 1.2 (which

@@ -8,23 +8,27 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
+
+	"github.com/rs/zerolog"
 
 	tinkv1 "github.com/tinkerbell/tink/api/v1alpha1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/folly-infra/fleetd/dev/swtpm"
+	"github.com/folly-infra/fleetd/dev/dockerapi"
 	"github.com/folly-infra/fleetd/dev/tinkerbell"
 	"github.com/folly-infra/fleetd/workflows"
 )
 
-// Netboot is `fleetsim machine NAME netboot` (docs/design.md §8): the machine boots HookOS and its worker
-// runs its current Workflow (the one whose hardwareMap device_1 is its MAC, once tink-controller
-// has rendered and prepared it) action after action, reporting each to the
-// Kubernetes API as tink-worker does. The first action is the real `fleetd enroll` against the
-// machine's swtpm; the others are simulated by image, each writing what it did into the
-// machine's log. It returns nil when every action succeeded, and the failing action's error
-// otherwise (the Workflow is then failed, as Tinkerbell would have it).
+// Netboot is `fleetsim machine NAME netboot` (docs/design.md §8): the machine boots HookOS and
+// Tinkerbell's own tink-worker (its id the machine's MAC) runs, only while the machine netboots,
+// the Workflow tink-server serves it, once tink-controller has rendered and prepared it: the
+// worker reports each action to tink-server and runs its container through the machine's Docker
+// API (dev/dockerapi), whose containers are the machine's actions. The first action is the real
+// `fleetd enroll` against the machine's swtpm; the others are simulated by image, each writing
+// what it did into the machine's log. It returns nil when the Workflow succeeded, and the failing
+// action's error otherwise (an *ActionError: the Workflow is then failed, as Tinkerbell has it).
 func Netboot(ctx context.Context, info Info, name string, o StepOptions) error {
 	mc, err := openMachine(info, name, "netboot", o.Out)
 	if err != nil {
@@ -53,6 +57,11 @@ func Netboot(ctx context.Context, info Info, name string, o StepOptions) error {
 	if s := bareState(wf.Status.State); s != "PENDING" && s != "RUNNING" {
 		return fmt.Errorf("netboot %s: Workflow %s is %s after tink-controller prepared it; the worker gets only PENDING or RUNNING Workflows", name, wf.Name, wf.Status.State)
 	}
+	// The worker starts only once tink-controller's cache holds the prepared Workflow: a
+	// reconcile that still read it unprepared would render it again over the worker's reports.
+	if err := tinkerbell.WaitReconciled(ctx, info.Tinkerbell.ControllerLog, wf); err != nil {
+		return fmt.Errorf("netboot %s: %w", name, err)
+	}
 	if err := mc.useWorkflowDir(wf.Name); err != nil {
 		return fmt.Errorf("netboot %s: %w", name, err)
 	}
@@ -62,48 +71,133 @@ func Netboot(ctx context.Context, info Info, name string, o StepOptions) error {
 		return err
 	}
 	defer tpm.Stop()
-	for _, a := range tinkerbell.Actions(wf) {
-		if bareState(a.State) == "SUCCESS" {
-			continue
+	// The actions run on the engine's goroutines while runWorker reads the Workflow into wf:
+	// they get the Workflow as the worker was started on it, a copy of their own.
+	rendered := wf.DeepCopy()
+	actions := map[string]tinkerbell.Action{}
+	for _, a := range tinkerbell.Actions(rendered) {
+		actions[tinkerbell.ContainerName(a.Name)] = a
+	}
+	var mu sync.Mutex
+	var failed *ActionError
+	run := func(cctx context.Context, c dockerapi.Container) (string, int) {
+		a, ok := actions[c.Name]
+		if !ok {
+			return fmt.Sprintf("fleetsim: container %s is no action of Workflow %s\n", c.Name, rendered.Name), 1
 		}
-		if err := mc.runReported(ctx, kc, wf, a, tpm, eventLog); err != nil {
-			return err
+		a.Env = c.EnvMap() // what the worker passed, the task's and the action's environment merged
+		mc.say("action %s (%s) RUNNING", a.Name, a.Image)
+		actx := cctx
+		if a.Timeout > 0 {
+			var cancel context.CancelFunc
+			actx, cancel = context.WithTimeout(cctx, a.Timeout)
+			defer cancel()
 		}
+		msg, err := mc.runAction(actx, rendered, a, tpm, eventLog)
+		state, code := "SUCCESS", 0
+		switch {
+		case errors.Is(actx.Err(), context.DeadlineExceeded):
+			state, msg, code = "TIMEOUT", fmt.Sprintf("the action ran longer than its timeout of %s", a.Timeout), 124
+		case err != nil:
+			state, msg, code = "FAILED", err.Error(), 1
+		}
+		mc.say("action %s %s: %s", a.Name, state, msg)
+		if code != 0 {
+			mu.Lock()
+			failed = &ActionError{Action: a.Name, State: state, Message: msg}
+			mu.Unlock()
+		}
+		return msg + "\n", code
+	}
+	if err := runWorker(ctx, mc.info, kc, wf, mc.m.MAC, mc.path(MachineWorkerLog), run, nil); err != nil {
+		return fmt.Errorf("netboot %s: %w", name, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if s := bareState(wf.Status.State); s != "SUCCESS" {
+		if failed == nil {
+			failed = &ActionError{Action: wf.Status.CurrentAction, State: s, Message: "see the worker's log " + mc.path(MachineWorkerLog)}
+		}
+		return fmt.Errorf("netboot %s: %w", mc.name, failed)
 	}
 	mc.say("Workflow %s is %s", wf.Name, wf.Status.State)
 	return nil
 }
 
-// runReported runs one action between its RUNNING report and its SUCCESS, FAILED or TIMEOUT
-// report, bounded by the action's timeout.
-func (mc *machine) runReported(ctx context.Context, kc client.Client, wf *tinkv1.Workflow, a tinkerbell.Action, tpm *swtpm.Instance, eventLog string) error {
-	if err := tinkerbell.ReportAction(ctx, kc, wf, a.Name, tinkv1.WorkflowStateRunning, ""); err != nil {
+// workflowEnded says whether a Workflow reached an end state.
+func workflowEnded(wf *tinkv1.Workflow) bool {
+	switch bareState(wf.Status.State) {
+	case "SUCCESS", "FAILED", "TIMEOUT":
+		return true
+	}
+	return false
+}
+
+// runWorker is a machine's HookOS for one Workflow: a Docker Engine API (dev/dockerapi) whose
+// containers run, and Tinkerbell's own tink-worker with the machine's MAC as its worker id,
+// asking the stack's tink-server for work. It returns once wf (refreshed) has ended, or once
+// stop (when set) says so, and stops both: a worker runs only while its machine netboots, so
+// that a large fleet does not poll tink-server. The worker's and the engine's logs go to log.
+func runWorker(ctx context.Context, info Info, kc client.Client, wf *tinkv1.Workflow, mac, log string, run dockerapi.Runner, stop func(*tinkv1.Workflow) bool) error {
+	if info.Tinkerbell.Server == "" || info.Tinkerbell.Worker == "" {
+		return errors.New("stack.json has no tinkerbell server or worker: the stack was started by an older fleetsim; stop it and start it again")
+	}
+	// A unix socket path is at most 107 bytes; the state directory may be deeper than that.
+	sockDir, err := os.MkdirTemp("", "fleetsim-docker-")
+	if err != nil {
+		return fmt.Errorf("make the Docker API's directory: %w", err)
+	}
+	defer os.RemoveAll(sockDir)
+	lf, err := os.OpenFile(log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("open the worker's log: %w", err)
+	}
+	defer lf.Close()
+	engine, err := dockerapi.Start(filepath.Join(sockDir, "docker.sock"), run, zerolog.New(lf).With().Timestamp().Str("component", "dockerapi").Logger())
+	if err != nil {
 		return err
 	}
-	mc.say("action %s (%s) RUNNING", a.Name, a.Image)
-	actx := ctx
-	if a.Timeout > 0 {
-		var cancel context.CancelFunc
-		actx, cancel = context.WithTimeout(ctx, a.Timeout)
-		defer cancel()
+	defer engine.Close()
+	worker, err := tinkerbell.StartWorker(ctx, tinkerbell.WorkerOptions{Binary: info.Tinkerbell.Worker, ID: mac,
+		Server: info.Tinkerbell.Server, DockerHost: engine.Host(), Log: log})
+	if err != nil {
+		return err
 	}
-	msg, err := mc.runAction(actx, wf, a, tpm, eventLog)
-	state := tinkv1.WorkflowStateSuccess
-	switch {
-	case errors.Is(actx.Err(), context.DeadlineExceeded):
-		state, msg = tinkv1.WorkflowStateTimeout, fmt.Sprintf("the action ran longer than its timeout of %s", a.Timeout)
-	case err != nil:
-		state, msg = tinkv1.WorkflowStateFailed, err.Error()
+	defer worker.Stop()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	started := map[string]string{} // action -> the state it was seen in once it had started
+	for {
+		if err := kc.Get(ctx, client.ObjectKeyFromObject(wf), wf); err == nil {
+			if err := notReset(wf, started); err != nil {
+				return fmt.Errorf("%w; see tink-controller's log %s and the worker's log %s", err, info.Tinkerbell.ControllerLog, log)
+			}
+			if workflowEnded(wf) || (stop != nil && stop(wf)) {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("Workflow %s did not end (state %s, action %s): %w; see the worker's log %s", wf.Name, wf.Status.State, wf.Status.CurrentAction, ctx.Err(), log)
+		case <-worker.Done():
+			return fmt.Errorf("tink-worker exited while Workflow %s ran; see its log %s", wf.Name, log)
+		case <-tick.C:
+		}
 	}
-	// The report must reach the API even when the step's context ended.
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer cancel()
-	if rerr := tinkerbell.ReportAction(rctx, kc, wf, a.Name, state, msg); rerr != nil {
-		return errors.Join(err, rerr)
-	}
-	mc.say("action %s %s: %s", a.Name, bareState(state), msg)
-	if state != tinkv1.WorkflowStateSuccess {
-		return fmt.Errorf("netboot %s: %w", mc.name, &ActionError{Action: a.Name, State: bareState(state), Message: msg})
+}
+
+// notReset fails when an action seen started (in started, which it updates) is PENDING again:
+// tink-controller rendered the Workflow again under the running worker, which then retries a
+// report tink-server refuses forever (dev/tinkerbell.WaitReconciled says why).
+func notReset(wf *tinkv1.Workflow, started map[string]string) error {
+	for _, a := range tinkerbell.Actions(wf) {
+		s := bareState(a.State)
+		if was, ok := started[a.Name]; ok && s == "PENDING" {
+			return fmt.Errorf("Workflow %s was reset under its running worker: action %s went from %s back to PENDING (tink-controller rendered it again)", wf.Name, a.Name, was)
+		}
+		if s != "" && s != "PENDING" {
+			started[a.Name] = s
+		}
 	}
 	return nil
 }

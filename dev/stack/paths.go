@@ -33,7 +33,7 @@ type paths struct {
 
 	fleetdConfig, classes, webhooks, fleetdPID, fleetdLog, keaReservations string
 
-	kube, kubeconfig, machines, tinkController string
+	kube, kubeconfig, machines, tinkController, tinkServer string
 }
 
 func newPaths(dir string) paths {
@@ -48,6 +48,7 @@ func newPaths(dir string) paths {
 		fleetdConfig: j("fleetd.yaml"), classes: j("classes.json"), webhooks: j("netbox-webhooks.yaml"),
 		fleetdPID: j("fleetd.pid"), fleetdLog: j("fleetd.log"), keaReservations: j("kea", "reservations.json"),
 		kube: j("kube"), kubeconfig: j("kubeconfig"), machines: j("machines"), tinkController: j("tink-controller.log"),
+		tinkServer: j("tink-server.log"),
 	}
 }
 

@@ -148,6 +148,8 @@ type Stack struct {
 	sups  []*supervisor          // one per fleetd instance, in order
 	front []*front               // the https and plain fronts with several instances, else none
 	ctrl  *tinkerbell.Controller // tink-controller
+	tsrv  *tinkerbell.Server     // tink-server, the workers' API
+	tink  TinkerbellInfo
 
 	lock *os.File // the state directory's marker, locked while the stack runs
 
@@ -208,6 +210,7 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 			Instances: instances},
 		WebhookSecret: gen.webhookSecret, Kubeconfig: s.paths.kubeconfig, Namespace: o.Namespace,
 		Kubernetes: KubernetesInfo{URL: s.kubeURL(), Dir: s.paths.kube},
+		Tinkerbell: s.tink,
 		CA:         CAInfo{LDevID: s.paths.ldevidCert, LAK: s.paths.lakCert, EK: s.paths.ekBundle, Fleetd: s.paths.fleetdCA},
 		Machines:   machines, Devices: seeded}
 	if err := s.startFleetd(fleetdURL, httpURL); err != nil {
@@ -322,6 +325,9 @@ func (s *Stack) Close() error {
 		if sup != nil {
 			errs = append(errs, sup.stop())
 		}
+	}
+	if s.tsrv != nil {
+		errs = append(errs, s.tsrv.Stop())
 	}
 	if s.ctrl != nil {
 		errs = append(errs, s.ctrl.Stop())
