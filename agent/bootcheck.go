@@ -74,13 +74,19 @@ func BootCheck(ctx context.Context, cfg BootCheckConfig) error {
 		return err
 	}
 	c := cfg.Conn.client(log)
-	res, err := bootCheck(ctx, log, tpm, c, chain, blob, ld)
+	var claimed *api.BootCheckClaims
+	if cl, err := cfg.Hardware.claims(log); err != nil {
+		log.Warn().Err(err).Msg("the machine's disks or SMBIOS identity cannot be read: the check claims nothing, and fleetd keeps the claimed facts it has")
+	} else {
+		claimed = &cl
+	}
+	res, err := bootCheck(ctx, log, tpm, c, chain, blob, ld, claimed)
 	if refused := (*RefusedError)(nil); errors.As(err, &refused) && refused.Code == codeReplayed {
 		// The nonce was fresh, so an earlier attempt of this same check was recorded and its
 		// answer lost (fleetd killed or the connection cut after its NetBox write), and the
 		// retry was refused as its replay: the check is made once more, from a new nonce.
 		log.Warn().Str("code", refused.Code).Msg("an attempt of this check was recorded and its answer lost; checking again with a new nonce")
-		res, err = bootCheck(ctx, log, tpm, c, chain, blob, ld)
+		res, err = bootCheck(ctx, log, tpm, c, chain, blob, ld, claimed)
 	}
 	if err != nil {
 		return err
@@ -96,7 +102,7 @@ func BootCheck(ctx context.Context, cfg BootCheckConfig) error {
 const codeReplayed = "replayed"
 
 // bootCheck is the check proper, on an open TPM.
-func bootCheck(ctx context.Context, log zerolog.Logger, tpm *TPM, c *client, chain [][]byte, blob []byte, ld *ldevidFiles) (*api.BootCheckResponse, error) {
+func bootCheck(ctx context.Context, log zerolog.Logger, tpm *TPM, c *client, chain [][]byte, blob []byte, ld *ldevidFiles, claimed *api.BootCheckClaims) (*api.BootCheckResponse, error) {
 	// Step 1: the AK, which must be the key lak.pem certifies.
 	ak, err := tpm.Attest().LoadAK(blob)
 	if err != nil {
@@ -125,7 +131,7 @@ func bootCheck(ctx context.Context, log zerolog.Logger, tpm *TPM, c *client, cha
 	if err != nil {
 		return nil, &TPMError{Op: "quote PCRs", Err: err}
 	}
-	req := api.BootCheckRequest{Token: n.Token, LAKChain: chain, Platform: api.NewPlatform(pp)}
+	req := api.BootCheckRequest{Token: n.Token, LAKChain: chain, Platform: api.NewPlatform(pp), Claimed: claimed}
 	// Step 4: the LDevID key, certified by the same AK over the same nonce. A key that cannot be
 	// certified fails only its renewal (fleetd answers ldevid_unproven), never the check.
 	if ld != nil {

@@ -22,6 +22,9 @@ type BootCheckConfig struct {
 	TPM      string // "" is /dev/tpmrm0; a device path, or "swtpm:HOST:PORT" (FLEETD_TPM)
 	EventLog string // "" is /sys/kernel/security/tpm0/binary_bios_measurements (FLEETD_EVENT_LOG)
 	Dir      string // "" is DefaultNodeDir: holds lak.pem and lak.blob (FLEETD_NODE_DIR)
+	// Hardware is where the claims are read, as the enrollment reads them, so a swapped disk or
+	// interface shows in fleet_facts; a check whose claims cannot be read sends none.
+	Hardware
 	// InstallOnly installs the node files delivered in their text form and checks nothing
 	// (--install-only): no TPM, no fleetd URL needed.
 	InstallOnly bool
@@ -67,6 +70,7 @@ func ParseBootCheckArgs(args []string, getenv func(string) string, stderr io.Wri
 	fs.StringVar(&c.FleetdURL, "url", getenv("FLEETD_URL"), "the same as --fleetd-url")
 	fs.StringVar(&c.TPM, "tpm", getenv("FLEETD_TPM"), "TPM device path or swtpm:HOST:PORT; /dev/tpmrm0 when empty (FLEETD_TPM)")
 	fs.StringVar(&c.EventLog, "event-log", getenv("FLEETD_EVENT_LOG"), "measured-boot event log file; the kernel's when empty (FLEETD_EVENT_LOG)")
+	c.Hardware.addFlags(fs, getenv)
 	fs.StringVar(&c.Dir, "dir", getenv("FLEETD_NODE_DIR"), "the directory holding lak.pem and lak.blob from the enrollment; "+DefaultNodeDir+" when empty (FLEETD_NODE_DIR)")
 	fs.BoolVar(&c.InstallOnly, "install-only", false, "only install the LDevID files the configuration delivered in their text form (Talos), without a check")
 	err := c.Conn.parseFlags(fs, args) // before c is returned: it sets Retries

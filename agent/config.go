@@ -32,6 +32,10 @@ type EnrollConfig struct {
 	SysRoot     string // "" is /sys: dmi/id (SMBIOS), block (disk serials), class/tpm (FLEETD_SYSFS)
 	DevRoot     string // "" is /dev: disk/by-id (FLEETD_DEVFS)
 	WorkflowDir string // "" is /workflow (FLEETD_WORKFLOW_DIR)
+	// MAC and RouteFile are as in Hardware: the MAC claimed as it netbooted (FLEETD_MAC), else the
+	// default route's interface's.
+	MAC       string
+	RouteFile string
 
 	// Channel, when set, is the TPM to use instead of opening TPM (tests use the simulator). It
 	// is closed by Enroll.
@@ -163,6 +167,7 @@ func ParseEnrollArgs(args []string, getenv func(string) string, stderr io.Writer
 	fs.StringVar(&c.EventLog, "event-log", getenv("FLEETD_EVENT_LOG"), "measured-boot event log file (FLEETD_EVENT_LOG)")
 	fs.StringVar(&c.SysRoot, "sysfs", getenv("FLEETD_SYSFS"), "sysfs root, /sys when empty (FLEETD_SYSFS)")
 	fs.StringVar(&c.DevRoot, "devfs", getenv("FLEETD_DEVFS"), "device root, /dev when empty (FLEETD_DEVFS)")
+	fs.StringVar(&c.MAC, "mac", getenv("FLEETD_MAC"), "the MAC to claim; the default route's interface's when empty (FLEETD_MAC)")
 	fs.StringVar(&c.WorkflowDir, "workflow-dir", getenv("FLEETD_WORKFLOW_DIR"), "where to write the enrollment's files, /workflow when empty (FLEETD_WORKFLOW_DIR)")
 	err := c.Conn.parseFlags(fs, args) // before c is returned: it sets Retries
 	return c, err

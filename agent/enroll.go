@@ -120,12 +120,12 @@ func (e *enrollment) run(ctx context.Context, tpm *TPM) error {
 	}
 
 	// Step 4: the machine's identity and disks.
-	if ev.SMBIOS, err = readSMBIOS(e.cfg.SysRoot); err != nil {
+	hw := Hardware{SysRoot: e.cfg.SysRoot, DevRoot: e.cfg.DevRoot, RouteFile: e.cfg.RouteFile, MAC: e.cfg.MAC}
+	claims, err := hw.claims(e.log)
+	if err != nil {
 		return err
 	}
-	if ev.Disks, err = readDisks(e.cfg.DevRoot, e.cfg.SysRoot); err != nil {
-		return err
-	}
+	ev.SMBIOS, ev.Disks, ev.MAC = claims.SMBIOS, claims.Disks, claims.MAC
 
 	// Step 5: the evidence round trip.
 	var res api.EvidenceResponse

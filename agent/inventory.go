@@ -2,6 +2,7 @@ package agent
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"io/fs"
 	"os"
@@ -9,6 +10,8 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+
+	"github.com/rs/zerolog"
 
 	"github.com/folly-infra/fleetd/api"
 )
@@ -154,4 +157,87 @@ func readSMBIOS(sysRoot string) (api.SMBIOS, error) {
 		return api.SMBIOS{}, err
 	}
 	return api.SMBIOS{UUID: strings.ToLower(uuid), Serial: serial}, nil
+}
+
+// Hardware is where the agent reads what it claims of the machine besides its TPM (the SMBIOS
+// identity, the disks, the MAC), the same for `fleetd enroll` and `fleetd boot-check`. Zero values
+// take the defaults documented on each field.
+type Hardware struct {
+	SysRoot string // "" is /sys: dmi/id (SMBIOS), block (disk serials), class/net (MACs) (FLEETD_SYSFS)
+	DevRoot string // "" is /dev: disk/by-id (FLEETD_DEVFS)
+	// RouteFile is the kernel's IPv4 routing table, whose default route names the interface the
+	// machine netbooted (HookOS) or boots from (an installed node); "" is /proc/net/route.
+	RouteFile string
+	// MAC, when set, is claimed as it is instead of the default route's interface's (FLEETD_MAC).
+	MAC string
+}
+
+func (h Hardware) withDefaults() Hardware {
+	if h.SysRoot == "" {
+		h.SysRoot = "/sys"
+	}
+	if h.DevRoot == "" {
+		h.DevRoot = "/dev"
+	}
+	if h.RouteFile == "" {
+		h.RouteFile = "/proc/net/route"
+	}
+	return h
+}
+
+// readMAC is the MAC the agent claims: Hardware.MAC when set, else the address of the interface
+// of the default route with the lowest metric (RouteFile, then SysRoot/class/net/IFACE/address).
+// An error means the agent cannot tell; the caller claims no MAC then.
+func (h Hardware) readMAC() (string, error) {
+	if h.MAC != "" {
+		return strings.ToLower(strings.TrimSpace(h.MAC)), nil
+	}
+	b, err := os.ReadFile(h.RouteFile)
+	if err != nil {
+		return "", fmt.Errorf("read the routing table: %w", err)
+	}
+	iface, metric := "", -1
+	for _, line := range strings.Split(string(b), "\n")[1:] {
+		f := strings.Fields(line) // Iface Destination Gateway Flags RefCnt Use Metric Mask …
+		if len(f) < 8 || f[1] != "00000000" || f[7] != "00000000" {
+			continue
+		}
+		var m int
+		if _, err := fmt.Sscan(f[6], &m); err == nil && (metric < 0 || m < metric) {
+			iface, metric = f[0], m
+		}
+	}
+	if iface == "" || strings.ContainsAny(iface, "/.") {
+		return "", fmt.Errorf("%s has no default route", h.RouteFile)
+	}
+	mac, err := os.ReadFile(filepath.Join(h.SysRoot, "class", "net", iface, "address"))
+	if err != nil {
+		return "", fmt.Errorf("read the MAC of %s, the default route's interface: %w", iface, err)
+	}
+	return strings.ToLower(strings.TrimSpace(string(mac))), nil
+}
+
+// claims reads what the agent claims of the machine: its SMBIOS identity, its disks and its MAC
+// (empty, with a warning, when it cannot tell: the MAC is kept for the inventory check, it
+// authorizes nothing).
+func (h Hardware) claims(log zerolog.Logger) (api.BootCheckClaims, error) {
+	h = h.withDefaults()
+	var c api.BootCheckClaims
+	var err error
+	if c.SMBIOS, err = readSMBIOS(h.SysRoot); err != nil {
+		return c, err
+	}
+	if c.Disks, err = readDisks(h.DevRoot, h.SysRoot); err != nil {
+		return c, err
+	}
+	if c.MAC, err = h.readMAC(); err != nil {
+		log.Warn().Err(err).Msg("the MAC this machine netbooted from is unknown; fleetd keeps none")
+	}
+	return c, nil
+}
+
+func (h *Hardware) addFlags(fs *flag.FlagSet, getenv func(string) string) {
+	fs.StringVar(&h.SysRoot, "sysfs", getenv("FLEETD_SYSFS"), "sysfs root, /sys when empty (FLEETD_SYSFS)")
+	fs.StringVar(&h.DevRoot, "devfs", getenv("FLEETD_DEVFS"), "device root, /dev when empty (FLEETD_DEVFS)")
+	fs.StringVar(&h.MAC, "mac", getenv("FLEETD_MAC"), "the MAC to claim; the default route's interface's when empty (FLEETD_MAC)")
 }

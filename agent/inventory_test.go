@@ -3,6 +3,7 @@ package agent
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -80,5 +81,40 @@ func TestReadSMBIOS(t *testing.T) {
 	got, err := readSMBIOS(sys)
 	if err != nil || got != (api.SMBIOS{UUID: "4c4c4544-0042-3510-8051-b4c04f4a3232"}) {
 		t.Errorf("readSMBIOS = %+v, %v", got, err)
+	}
+}
+
+// TestReadMAC: the claimed MAC is the default route's interface's (the lowest metric), or the
+// one set; a machine with no default route claims none, with the reason.
+func TestReadMAC(t *testing.T) {
+	dir := t.TempDir()
+	route := filepath.Join(dir, "route")
+	writeTestFile(t, route, "Iface\tDestination\tGateway\tFlags\tRefCnt\tUse\tMetric\tMask\tMTU\tWindow\tIRTT\n"+
+		"eth1\t00000000\t0101A8C0\t0003\t0\t0\t200\t00000000\t0\t0\t0\n"+
+		"eth0\t00000000\t0100A8C0\t0003\t0\t0\t100\t00000000\t0\t0\t0\n"+
+		"eth0\t0000A8C0\t00000000\t0001\t0\t0\t100\t00FFFFFF\t0\t0\t0\n")
+	writeTestFile(t, filepath.Join(dir, "sys/class/net/eth0/address"), "52:54:00:AB:CD:EF\n")
+	writeTestFile(t, filepath.Join(dir, "sys/class/net/eth1/address"), "52:54:00:00:00:01\n")
+	h := Hardware{SysRoot: filepath.Join(dir, "sys"), RouteFile: route}
+	if mac, err := h.readMAC(); err != nil || mac != "52:54:00:ab:cd:ef" {
+		t.Errorf("readMAC = %q, %v; want eth0's, lowercase", mac, err)
+	}
+	h.MAC = "52:54:00:00:00:02"
+	if mac, err := h.readMAC(); err != nil || mac != "52:54:00:00:00:02" {
+		t.Errorf("readMAC with FLEETD_MAC = %q, %v", mac, err)
+	}
+	writeTestFile(t, route, "Iface\tDestination\tGateway\tFlags\tRefCnt\tUse\tMetric\tMask\tMTU\tWindow\tIRTT\n")
+	if mac, err := (Hardware{SysRoot: h.SysRoot, RouteFile: route}).readMAC(); err == nil || !strings.Contains(err.Error(), "no default route") {
+		t.Errorf("readMAC without a default route = %q, %v; want the reason", mac, err)
+	}
+}
+
+func writeTestFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
 	}
 }

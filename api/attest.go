@@ -110,6 +110,10 @@ type EvidenceRequest struct {
 	LDevID   Certification `json:"ldevid"`
 	SMBIOS   SMBIOS        `json:"smbios"`
 	Disks    []Disk        `json:"disks"`
+	// MAC is the MAC the agent netbooted from (the interface of HookOS's default route), lowercase
+	// and colon-separated; empty when the agent could not tell. Claimed: kept in fleet_facts
+	// (docs/design.md, "Attested facts"), never checked against NetBox at the enrollment.
+	MAC string `json:"mac,omitempty"`
 	// LAKBlob is the AK as go-attestation's AK.Marshal() returns it, what the agent writes to
 	// lak.blob: the AK's public area and its private part wrapped by the TPM's storage key, so it
 	// can be loaded (attest.TPM.LoadAK) only in the TPM that created it and is no secret

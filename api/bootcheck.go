@@ -38,6 +38,18 @@ type BootCheckRequest struct {
 	// the node has ldevid.pem, ldevid.pub and ldevid.priv; fleetd renews the LDevID only with it
 	// (docs/enrollment.md, "Renewal").
 	LDevID *BootCheckLDevID `json:"ldevid,omitempty"`
+	// Claimed is what the node says of its hardware, gathered as the enrollment gathers it, so a
+	// swapped disk or interface on an installed node shows in fleet_facts; absent from an agent
+	// older than fleet_facts (fleetd then keeps the facts it has). Untrusted and capped like the
+	// enrollment's (api.Facts).
+	Claimed *BootCheckClaims `json:"claimed,omitempty"`
+}
+
+// BootCheckClaims is the claimed part of a boot check.
+type BootCheckClaims struct {
+	SMBIOS SMBIOS `json:"smbios"`
+	Disks  []Disk `json:"disks"`
+	MAC    string `json:"mac,omitempty"` // the interface of the node's default route
 }
 
 // BootCheckLDevID is the LDevID part of a boot check.

@@ -167,14 +167,20 @@ func (p *BootPolicy) allowed(class string) ([]AllowedBoot, string) {
 // allows. The refusal names, for fleetd's log, the first component that differs from the nearest
 // allowed boot.
 func (p *BootPolicy) Check(vb *VerifiedBoot, class string) error {
+	_, err := p.Match(vb, class)
+	return err
+}
+
+// Match is Check that also names the allowed boot the verified boot is.
+func (p *BootPolicy) Match(vb *VerifiedBoot, class string) (string, error) {
 	got := NewBootComponents(vb.Events)
 	boots, whose := p.allowed(class)
 	for _, b := range boots {
 		if b.BootComponents.Equal(got) {
-			return nil
+			return b.Name, nil
 		}
 	}
-	return refuse(CheckBootPolicy, "the verified boot is none of the %d boots %s's boot policy allows: %s",
+	return "", refuse(CheckBootPolicy, "the verified boot is none of the %d boots %s's boot policy allows: %s",
 		len(boots), whose, nearestDifference(got, boots))
 }
 

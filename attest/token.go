@@ -46,16 +46,21 @@ func ParseTokenKey(b []byte) ([]byte, error) {
 
 // TokenClaims is what a token carries from the challenge to the evidence round trip.
 type TokenClaims struct {
-	DeviceID    int64     `json:"did"`
-	Device      string    `json:"dev"`
-	Request     string    `json:"req"`
-	EKSHA256    string    `json:"ek"`  // the approved EK (VerifiedEK.SHA256)
-	HWSerialNum []byte    `json:"hw"`  // VerifiedEK.HWSerialNum, for the certificates' SAN
-	AKDigest    []byte    `json:"ak"`  // SHA-256 of the AK's TPMT_PUBLIC
-	Secret      []byte    `json:"sec"` // the credential-activation secret
-	Nonce       []byte    `json:"n"`   // the nonce the quote and the LDevID certification must carry
-	IssuedAt    time.Time `json:"iat"`
-	ExpiresAt   time.Time `json:"exp"`
+	DeviceID    int64  `json:"did"`
+	Device      string `json:"dev"`
+	Request     string `json:"req"`
+	EKSHA256    string `json:"ek"` // the approved EK (VerifiedEK.SHA256)
+	HWSerialNum []byte `json:"hw"` // VerifiedEK.HWSerialNum, for the certificates' SAN
+	// EKIssuer is the issuer DN of an EK certificate whose chain was verified, and
+	// TPMManufacturer the manufacturer code its SAN names: proved facts the evidence records
+	// (api.ProvedFacts). Both empty when the EK was approved by its hash alone.
+	EKIssuer        string    `json:"eki,omitempty"`
+	TPMManufacturer string    `json:"tpmm,omitempty"`
+	AKDigest        []byte    `json:"ak"`  // SHA-256 of the AK's TPMT_PUBLIC
+	Secret          []byte    `json:"sec"` // the credential-activation secret
+	Nonce           []byte    `json:"n"`   // the nonce the quote and the LDevID certification must carry
+	IssuedAt        time.Time `json:"iat"`
+	ExpiresAt       time.Time `json:"exp"`
 }
 
 // TokenConfig configures a TokenSealer.

@@ -9,6 +9,7 @@ import (
 
 	goattest "github.com/google/go-attestation/attest"
 
+	"github.com/folly-infra/fleetd/api"
 	"github.com/folly-infra/fleetd/attest"
 	"github.com/folly-infra/fleetd/pki"
 )
@@ -35,6 +36,9 @@ type BootCheckInput struct {
 	LAKChain [][]byte // DER, the LAK leaf first
 	Platform goattest.PlatformParameters
 	LDevID   *LDevIDProof // nil when the node sent none (renew.go)
+	// Claimed is what the node says of its hardware (facts.go); nil from an agent older than
+	// fleet_facts, which leaves the claimed facts as they are.
+	Claimed *ClaimedHardware
 }
 
 // BootCheckResult is an accepted boot check.
@@ -84,6 +88,14 @@ func (s *Service) BootCheck(ctx context.Context, in BootCheckInput) (BootCheckRe
 	if err != nil {
 		return BootCheckResult{}, s.bootCheckRefused(out, err), err
 	}
+	var claimed *api.ClaimedFacts
+	if in.Claimed != nil {
+		cf, err := claimedFacts(*in.Claimed)
+		if err != nil {
+			return BootCheckResult{}, s.bootCheckRefused(Outcome{Device: lak.Device, Step: "boot-check", Result: "refused"}, err), err
+		}
+		claimed = &cf
+	}
 	d, err := s.bootCheckTarget(ctx, lak.Device)
 	if errors.Is(err, ErrNotFound) {
 		err = Refuse(RefusedNotFound, "unknown_device",
@@ -95,7 +107,7 @@ func (s *Service) BootCheck(ctx context.Context, in BootCheckInput) (BootCheckRe
 	}
 	unlock := s.locks.lock(d.ID)
 	defer unlock()
-	c := bootCheck{nonce: nonce, lak: lak, platform: in.Platform, ldevid: in.LDevID}
+	c := bootCheck{nonce: nonce, lak: lak, platform: in.Platform, ldevid: in.LDevID, claimed: claimed}
 	for attempt := 0; ; attempt++ {
 		// The device read before the lock is used when it carries a version: the conditional
 		// write then fails if anyone changed it since, and the retry reads it again.
@@ -146,6 +158,7 @@ type bootCheck struct {
 	boot     *attest.VerifiedBoot
 	failure  error // a verification failure of the identified device
 	renewed  map[pki.Profile]*pki.Certificate
+	claimed  *api.ClaimedFacts // checked and capped; nil when the node claimed nothing
 }
 
 // bootCheckDevice runs the checks that depend on the device as NetBox has it now, then records

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/folly-infra/fleetd/api"
 	"github.com/folly-infra/fleetd/attest"
 )
 
@@ -48,6 +49,9 @@ func (s *Service) recordBootCheck(ctx context.Context, d Device, out Outcome, c 
 		if res.Outcome != d.Owned.BootCheck {
 			kind, msg = bootCheckChanged(d, res)
 		}
+	}
+	if f, changed := nextFacts(d.Owned.Facts, bootCheckProved(d, c.boot), c.claimed, now, api.FactsFromBootCheck); changed {
+		p.Facts = &f // in the check's one write, only when a fact changed
 	}
 	renewal, renewMsg := s.renew(d, c, res.Outcome, &p)
 	if _, err := s.inv.Update(ctx, d.ID, p); err != nil {

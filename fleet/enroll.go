@@ -62,6 +62,7 @@ type EvidenceInput struct {
 	// LDevIDPrivate is the LDevID key's TPM2B_PRIVATE contents (api.EvidenceRequest.LDevIDPrivate);
 	// opaque. Its public area is LDevID.Public, which the certification verified.
 	LDevIDPrivate []byte
+	ClaimedMAC    string // the MAC the agent netbooted from (api.EvidenceRequest.MAC); "" when not sent
 }
 
 // Enrolled is the second round trip's answer: the certificates (for a provision only: an attest
@@ -120,8 +121,12 @@ func (s *Service) challenge(d Device, in ChallengeInput) (Challenge, error) {
 	if err != nil {
 		return Challenge{}, err
 	}
-	tok, err := s.attest.Tokens.Seal(attest.TokenClaims{DeviceID: d.ID, Device: d.Name, Request: d.Owned.Request,
-		EKSHA256: ek.SHA256, HWSerialNum: ek.HWSerialNum, AKDigest: ch.AKDigest, Secret: ch.Secret, Nonce: nonce})
+	claims := attest.TokenClaims{DeviceID: d.ID, Device: d.Name, Request: d.Owned.Request,
+		EKSHA256: ek.SHA256, HWSerialNum: ek.HWSerialNum, AKDigest: ch.AKDigest, Secret: ch.Secret, Nonce: nonce}
+	if ek.Cert != nil && ek.CertVerified {
+		claims.EKIssuer, claims.TPMManufacturer = ek.Cert.Issuer.String(), ek.Manufacturer
+	}
+	tok, err := s.attest.Tokens.Seal(claims)
 	if err != nil {
 		return Challenge{}, err
 	}

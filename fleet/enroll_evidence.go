@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/folly-infra/fleetd/api"
 	"github.com/folly-infra/fleetd/attest"
 	"github.com/folly-infra/fleetd/pki"
 )
@@ -52,6 +53,10 @@ func (s *Service) EnrollEvidence(ctx context.Context, in EvidenceInput) (Enrolle
 		m := identityFor(d, p, in, v.token.EKSHA256, s.clock.Now(), s.cfg.ConfigTTL)
 		m.FetchSecretSHA256 = p.fetchSecretHash()
 		patch.Identity = &m
+	}
+	proved, claimed := enrollmentFacts(v, v.claimed)
+	if f, changed := nextFacts(d.Owned.Facts, &proved, &claimed, s.clock.Now().UTC(), api.FactsFromEnrollment); changed {
+		patch.Facts = &f
 	}
 	out, wrote, err := s.applyRecorded(ctx, d, action, EventAttested, msg, patch)
 	if err != nil {
@@ -136,6 +141,10 @@ type verified struct {
 	boot   *attest.VerifiedBoot
 	ldevid *attest.VerifiedLDevIDKey
 	disk   *attest.VerifiedDisk
+	// bootPolicy names the boot policy entry the boot matched; claimed is what the agent claimed
+	// of the machine, checked and capped (facts.go).
+	bootPolicy string
+	claimed    api.ClaimedFacts
 }
 
 func (s *Service) verifyEvidence(d Device, class Class, in EvidenceInput) (verified, error) {
@@ -162,13 +171,16 @@ func (s *Service) verifyEvidence(d Device, class Class, in EvidenceInput) (verif
 	if s.attest.BootPolicy == nil {
 		return v, errNoBootPolicy
 	}
-	if err = s.attest.BootPolicy.Check(v.boot, class.Name); err != nil {
+	if v.bootPolicy, err = s.attest.BootPolicy.Match(v.boot, class.Name); err != nil {
 		return v, err
 	}
 	if v.ldevid, err = attest.VerifyLDevIDKey(v.ak, v.token.Nonce, in.LDevID); err != nil {
 		return v, err
 	}
-	v.disk, err = attest.MatchDisk(d.Declared.DiskSerial, in.Disks)
+	if v.disk, err = attest.MatchDisk(d.Declared.DiskSerial, in.Disks); err != nil {
+		return v, err
+	}
+	v.claimed, err = claimedFacts(ClaimedHardware{SMBIOSUUID: in.SMBIOSUUID, Disks: in.Disks, MAC: in.ClaimedMAC})
 	return v, err
 }
 

@@ -4,7 +4,9 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/folly-infra/fleetd/api"
 	. "github.com/folly-infra/fleetd/fleet"
 	"github.com/folly-infra/fleetd/fleet/fleettest"
 )
@@ -67,6 +69,29 @@ func TestUndoForeignWrite(t *testing.T) {
 			}
 		})
 	}
+	// fleet_facts is fleetd's too: an owner's client writing back the facts it read before the
+	// last boot check found a swapped disk must not put the old disk back.
+	t.Run("ok/older fleet_facts written back: the newer facts put back", func(t *testing.T) {
+		older, newer := active, active
+		since := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+		older.Owned.Facts = api.Facts{Version: api.FactsVersion, Claimed: api.ClaimedFacts{Disks: []api.FactDisk{{Serial: "SER-A"}}, DisksFound: 1,
+			Since: since, Source: api.FactsFromEnrollment}}
+		newer.Owned.Facts = older.Owned.Facts
+		newer.Owned.Facts.Claimed = api.ClaimedFacts{Disks: []api.FactDisk{{Serial: "SER-B"}}, DisksFound: 1,
+			Since: since.Add(time.Hour), Source: api.FactsFromBootCheck}
+		inv := fleettest.NewInventory(older)
+		s := newTestService(inv, fleettest.NewInstaller())
+		out, err := s.UndoForeignWrite(context.Background(), ForeignWrite{DeviceID: 12, User: "admin", Before: newer, After: older})
+		if err != nil || out.Result != "restored" {
+			t.Fatalf("UndoForeignWrite = %+v, %v", out, err)
+		}
+		if got := inv.Get(12).Owned.Facts; !got.Equal(newer.Owned.Facts) {
+			t.Errorf("fleet_facts after the undo = %+v, want fleetd's newer %+v", got, newer.Owned.Facts)
+		}
+		if j := inv.JournalOf(12); len(j) != 1 || !strings.Contains(j[0], "(fleet_facts): restored") {
+			t.Errorf("journal %q, want one entry naming fleet_facts restored", j)
+		}
+	})
 	t.Run("ok/nothing fleetd owns changed: nothing written", func(t *testing.T) {
 		inv := fleettest.NewInventory(active)
 		s := newTestService(inv, fleettest.NewInstaller())

@@ -51,7 +51,8 @@ func (s *Server) evidence(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	in := fleet.EvidenceInput{ClaimedDevice: req.Device, Token: req.Token, Secret: req.Secret, Platform: platform,
-		LDevID: req.LDevID.Attest(), SMBIOSUUID: req.SMBIOS.UUID, SMBIOSSerial: req.SMBIOS.Serial, LAKBlob: req.LAKBlob, LDevIDPrivate: req.LDevIDPrivate}
+		LDevID: req.LDevID.Attest(), SMBIOSUUID: req.SMBIOS.UUID, SMBIOSSerial: req.SMBIOS.Serial, LAKBlob: req.LAKBlob, LDevIDPrivate: req.LDevIDPrivate,
+		ClaimedMAC: req.MAC}
 	for _, d := range req.Disks {
 		in.Disks = append(in.Disks, attest.Disk{Serial: d.Serial, Path: d.Path})
 	}

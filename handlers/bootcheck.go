@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/folly-infra/fleetd/api"
+	"github.com/folly-infra/fleetd/attest"
 	"github.com/folly-infra/fleetd/fleet"
 )
 
@@ -35,6 +36,12 @@ func (s *Server) bootCheck(w http.ResponseWriter, r *http.Request) {
 	in := fleet.BootCheckInput{Token: req.Token, LAKChain: req.LAKChain, Platform: platform}
 	if req.LDevID != nil {
 		in.LDevID = &fleet.LDevIDProof{Chain: req.LDevID.Chain, Certification: req.LDevID.Certification.Attest()}
+	}
+	if req.Claimed != nil {
+		in.Claimed = &fleet.ClaimedHardware{SMBIOSUUID: req.Claimed.SMBIOS.UUID, MAC: req.Claimed.MAC}
+		for _, d := range req.Claimed.Disks {
+			in.Claimed.Disks = append(in.Claimed.Disks, attest.Disk{Serial: d.Serial, Path: d.Path})
+		}
 	}
 	res, out, err := s.deps.Service.BootCheck(r.Context(), in)
 	if err != nil {

@@ -53,6 +53,9 @@ func enrollActiveOn(t testing.TB, hc handlerstest.Config, ekSHA256 string, cfg a
 	}
 	cfg.FleetdURL, cfg.Device, cfg.Request, cfg.SysRoot, cfg.DevRoot = f.url, "node-a", d.Owned.Request, sysRoot, devRoot
 	cfg.WorkflowDir, cfg.RetryWait, cfg.Log = t.TempDir(), time.Millisecond, zerolog.Nop()
+	if cfg.MAC == "" {
+		cfg.MAC = "52:54:00:12:34:56"
+	}
 	if err := agent.Enroll(context.Background(), cfg); err != nil {
 		t.Fatalf("enroll: %v", err)
 	}
@@ -70,8 +73,16 @@ func TestBootCheck(t *testing.T) {
 	sim, ch := simulatorBoot(t)
 	defer sim.Close()
 	f, dir := enrollActive(t, catalog(fleet.SecureBootRequired), simulatorEK(t, ch), agent.EnrollConfig{Channel: ch})
-	cfg := agent.BootCheckConfig{Conn: agent.Conn{FleetdURL: f.url, RetryWait: time.Millisecond}, Dir: dir, Channel: ch, Log: zerolog.Nop()}
+	cfg := agent.BootCheckConfig{Conn: agent.Conn{FleetdURL: f.url, RetryWait: time.Millisecond}, Dir: dir, Channel: ch, Log: zerolog.Nop(),
+		Hardware: agent.Hardware{SysRoot: t.TempDir(), DevRoot: t.TempDir()}}
 	journal := len(f.inv.JournalOf(12)) // the enrollment's
+	// ok/the enrollment kept its facts: proved by the TPM, claimed by the agent (issue 21.2).
+	enrolled := f.inv.Get(12).Owned.Facts
+	if p, c := enrolled.Proved, enrolled.Claimed; p.EKSHA256 != simulatorEK(t, ch) || p.Source != api.FactsFromEnrollment || len(p.BootState) != 64 ||
+		p.BootPolicy == "" || c.SMBIOSUUIDSHA256 != fleet.UUIDHash(machineUUID) || c.DisksFound != 1 || c.Disks[0].Serial != "S4EWNX0R123456" ||
+		c.MAC != "52:54:00:12:34:56" || c.Source != api.FactsFromEnrollment {
+		t.Fatalf("fleet_facts after the enrollment = %+v", enrolled)
+	}
 
 	// ok/first check after the install: baseline taken, one journal entry.
 	if err := agent.BootCheck(context.Background(), cfg); err != nil {
@@ -80,6 +91,12 @@ func TestBootCheck(t *testing.T) {
 	first := f.inv.Get(12)
 	if first.Owned.BootCheck != fleet.BootCheckOK || !strings.HasPrefix(first.Owned.BootBaseline, "fleetd-baseline/1\n") || first.Owned.LastBootCheck.IsZero() {
 		t.Fatalf("after the first check: boot_check %q, last_boot_check %v, baseline %.40q", first.Owned.BootCheck, first.Owned.LastBootCheck, first.Owned.BootBaseline)
+	}
+	// The first check proves the boot state again, from the boot check; this node's claims cannot
+	// be read (its Hardware is empty), so it claims nothing and the claimed facts stay as they are.
+	if fa := first.Owned.Facts; fa.Proved.Source != api.FactsFromBootCheck ||
+		fa.Proved.EKSHA256 != enrolled.Proved.EKSHA256 || fa.Proved.BootPolicy != "" || !fa.Claimed.Since.Equal(enrolled.Claimed.Since) {
+		t.Errorf("fleet_facts after the first check = %+v (enrollment's %+v)", fa, enrolled)
 	}
 	j := f.inv.JournalOf(12)
 	if len(j) != journal+1 || !strings.HasPrefix(j[journal], "info: First boot check of node-a after its installation: baseline taken (") ||
@@ -103,6 +120,9 @@ func TestBootCheck(t *testing.T) {
 	}
 	if j := f.inv.JournalOf(12); len(j) != journal+1 {
 		t.Errorf("an hourly ok wrote a journal entry: %q", j[journal+1:])
+	}
+	if !second.Owned.Facts.Equal(first.Owned.Facts) {
+		t.Errorf("an unchanged check changed fleet_facts: %+v, was %+v", second.Owned.Facts, first.Owned.Facts)
 	}
 	if n := counter(t, f, "fleetd_boot_checks_total", "ok"); n != 2 {
 		t.Errorf("fleetd_boot_checks_total{outcome=ok} = %v, want 2", n)

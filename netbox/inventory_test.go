@@ -17,6 +17,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/folly-infra/fleetd/api"
 	"github.com/folly-infra/fleetd/dev/netboxemu"
 	"github.com/folly-infra/fleetd/fleet"
 	"github.com/folly-infra/fleetd/netbox"
@@ -443,3 +444,48 @@ func TestPingWarnsOfOldNetBox(t *testing.T) {
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// fleet_facts is a JSON custom field: written as an object and read back as the same facts; a
+// boot check's write without Patch.Facts (nothing changed) leaves it out of the change: NetBox's
+// change log shows the same fleet_facts before and after that save, while last_boot_check moved.
+func TestUpdateFacts(t *testing.T) {
+	e := newEnv(t, 0)
+	ctx := context.Background()
+	since := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	f := api.Facts{Version: api.FactsVersion,
+		Proved: api.ProvedFacts{EKSHA256: strings.Repeat("ab", 32), BootState: strings.Repeat("cd", 32), BootPolicy: "hookos",
+			Since: since, Source: api.FactsFromEnrollment},
+		Claimed: api.ClaimedFacts{SMBIOSUUIDSHA256: fleet.UUIDHash("4c4c4544-0042"), Disks: []api.FactDisk{{Serial: "SER-A", Path: "/dev/disk/by-id/virtio-SER-A"}},
+			DisksFound: 1, MAC: "52:54:00:12:34:56", Since: since, Source: api.FactsFromEnrollment}}
+	if _, err := e.client.Update(ctx, e.node1, fleet.Patch{Facts: &f}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := e.client.Device(ctx, e.node1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(f, got.Owned.Facts); diff != "" || got.Owned.FactsUnreadable != "" {
+		t.Errorf("facts read back (-wrote +read):\n%s\nunreadable: %q", diff, got.Owned.FactsUnreadable)
+	}
+	checked, ok := since.Add(time.Hour), fleet.BootCheckOK
+	if _, err := e.client.Update(ctx, e.node1, fleet.Patch{IfVersion: got.Version, LastBootCheck: &checked, BootCheck: &ok}); err != nil {
+		t.Fatal(err)
+	}
+	changes := e.emu.Changes("dcim.device", e.node1)
+	last := changes[len(changes)-1]
+	cfOf := func(snap map[string]any) map[string]any { m, _ := snap["custom_fields"].(map[string]any); return m }
+	pre, post := cfOf(last.PreChange), cfOf(last.PostChange)
+	if pre == nil || post == nil || pre["last_boot_check"] == post["last_boot_check"] {
+		t.Fatalf("the boot check's change: pre %v post %v, want last_boot_check moved", pre, post)
+	}
+	if !cmp.Equal(pre["fleet_facts"], post["fleet_facts"]) || post["fleet_facts"] == nil {
+		t.Errorf("an unchanged boot check changed fleet_facts: pre %v, post %v", pre["fleet_facts"], post["fleet_facts"])
+	}
+	// A value fleetd cannot read is no facts, with the reason.
+	for _, raw := range []any{map[string]any{"version": 9}, "a string", []any{1}} {
+		got, err := netbox.FieldsOf(map[string]any{"fleet_facts": raw})
+		if err != nil || !got.Owned.Facts.Empty() || !strings.Contains(got.Owned.FactsUnreadable, "fleet_facts") {
+			t.Errorf("fleet_facts %v read as %+v, %q, %v; want no facts with the reason", raw, got.Owned.Facts, got.Owned.FactsUnreadable, err)
+		}
+	}
+}

@@ -176,6 +176,9 @@ func Apply(d *fleet.Device, p fleet.Patch) {
 	if p.Identity != nil {
 		d.Owned.Identity = *p.Identity
 	}
+	if p.Facts != nil {
+		d.Owned.Facts = *p.Facts
+	}
 }
 
 // Journal implements fleet.Inventory.

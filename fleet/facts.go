@@ -1,0 +1,98 @@
+package fleet
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"time"
+
+	"github.com/folly-infra/fleetd/api"
+	"github.com/folly-infra/fleetd/attest"
+)
+
+// The attested facts (docs/design.md, "Attested facts"): at each accepted enrollment and boot
+// check fleetd keeps what it learned about the machine in fleet_facts (api.Facts), in the write
+// that records the evidence, and only when a value changed: a half whose values are the same
+// keeps its Since, and facts that are the same are not written at all.
+
+// ClaimedHardware is what an agent says of the machine besides its TPM's proofs. Untrusted: the
+// agent decides it (claimedFacts checks its shape and caps it before anything is stored).
+type ClaimedHardware struct {
+	SMBIOSUUID string
+	Disks      []attest.Disk
+	MAC        string // the interface it netbooted or boots from; "" when the agent did not say
+}
+
+// claimedFacts checks and caps what the agent claimed: the MAC must be a MAC (stored in its
+// canonical form), each disk's serial and path within api's caps and printable; a list longer
+// than api.MaxFactDisks is stored capped, with the count found. The SMBIOS UUID is kept as its
+// hash. A malformed claim is a refusal (claim_malformed): nothing claimed is silently dropped.
+func claimedFacts(c ClaimedHardware) (api.ClaimedFacts, error) {
+	var out api.ClaimedFacts
+	if normUUID(c.SMBIOSUUID) != "" {
+		out.SMBIOSUUIDSHA256 = UUIDHash(c.SMBIOSUUID)
+	}
+	if c.MAC != "" {
+		m, err := ParseMAC(c.MAC)
+		if err != nil {
+			return api.ClaimedFacts{}, &attest.Refusal{Check: attest.CheckClaimMalformed, Msg: fmt.Sprintf("the claimed MAC %.32q is not a MAC", c.MAC)}
+		}
+		out.MAC = string(m)
+	}
+	for _, d := range c.Disks {
+		if err := api.CheckFactDisk(d.Serial, d.Path); err != nil {
+			return api.ClaimedFacts{}, &attest.Refusal{Check: attest.CheckClaimMalformed, Msg: "claimed disks: " + err.Error()}
+		}
+		if len(out.Disks) < api.MaxFactDisks {
+			out.Disks = append(out.Disks, api.FactDisk{Serial: d.Serial, Path: d.Path})
+		}
+	}
+	out.DisksFound = len(c.Disks)
+	return out, nil
+}
+
+// bootState is the hex SHA-256 of a verified boot's baseline text: what the boot baseline
+// compares, in a form short enough to keep with the facts.
+func bootState(vb *attest.VerifiedBoot) string {
+	sum := sha256.Sum256([]byte(vb.BaselineText))
+	return hex.EncodeToString(sum[:])
+}
+
+// nextFacts is the device's facts after evidence that proved p and claimed c at now from source,
+// and whether they differ from what NetBox holds. A half with the same values keeps its Since and
+// Source; a nil claimed half (an agent that sent no claims) keeps the one NetBox holds.
+func nextFacts(cur api.Facts, p *api.ProvedFacts, c *api.ClaimedFacts, now time.Time, source string) (api.Facts, bool) {
+	next := api.Facts{Version: api.FactsVersion, Proved: cur.Proved, Claimed: cur.Claimed}
+	if p != nil && !(cur.Proved.SameValues(*p) && !cur.Proved.Since.IsZero()) {
+		next.Proved = *p
+		next.Proved.Since, next.Proved.Source = now, source
+	}
+	if c != nil && !(cur.Claimed.SameValues(*c) && !cur.Claimed.Since.IsZero()) {
+		next.Claimed = *c
+		next.Claimed.Since, next.Claimed.Source = now, source
+	}
+	return next, !next.Equal(cur)
+}
+
+// enrollmentFacts are the facts an accepted enrollment proved and claimed.
+func enrollmentFacts(v verified, claimed api.ClaimedFacts) (api.ProvedFacts, api.ClaimedFacts) {
+	return api.ProvedFacts{EKSHA256: v.token.EKSHA256, EKIssuer: v.token.EKIssuer, TPMManufacturer: v.token.TPMManufacturer,
+		BootState: bootState(v.boot), BootPolicy: v.bootPolicy}, claimed
+}
+
+// bootCheckProved is what an accepted boot check proved: the boot state, by the LAK fleetd
+// certified for the EK the facts (or, from before fleet_facts, the identity) name. The EK's own
+// facts are the enrollment's; a boot is compared with the baseline, not the boot policy. Nil when
+// fleetd knows no EK for the device.
+func bootCheckProved(d Device, vb *attest.VerifiedBoot) *api.ProvedFacts {
+	p := d.Owned.Facts.Proved
+	p.Since, p.Source = time.Time{}, ""
+	if p.EKSHA256 == "" {
+		p = api.ProvedFacts{EKSHA256: d.Owned.Identity.EKSHA256}
+	}
+	if !IsEKHash(p.EKSHA256) {
+		return nil
+	}
+	p.BootState, p.BootPolicy = bootState(vb), ""
+	return &p
+}

@@ -1,0 +1,94 @@
+package fleet
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/folly-infra/fleetd/api"
+	"github.com/folly-infra/fleetd/attest"
+)
+
+// TestClaimedFacts: what the agent claims is kept checked and capped; a claim fleetd would not
+// keep is refused with claim_malformed and a message naming it, never stored cut.
+func TestClaimedFacts(t *testing.T) {
+	disk := attest.Disk{Serial: "SER-A", Path: "/dev/disk/by-id/virtio-SER-A"}
+	many := make([]attest.Disk, api.MaxFactDisks+6)
+	for i := range many {
+		many[i] = attest.Disk{Serial: fmt.Sprint("S", i), Path: fmt.Sprint("/dev/disk/by-id/virtio-S", i)}
+	}
+	for _, r := range []struct {
+		name string
+		in   ClaimedHardware
+		want string // the refusal's message, "" for accepted
+	}{
+		{name: "ok/mac in upper case with dashes is kept canonical", in: ClaimedHardware{SMBIOSUUID: "4C4C4544-0042", MAC: "52-54-00-12-34-5A", Disks: []attest.Disk{disk}}},
+		{name: "ok/no mac: an older agent", in: ClaimedHardware{Disks: []attest.Disk{disk}}},
+		{name: "ok/70 disks: 64 kept, 70 found", in: ClaimedHardware{Disks: many}},
+		{name: "refuse/mac not a mac", in: ClaimedHardware{MAC: "52:54:00:12:34"}, want: `the claimed MAC "52:54:00:12:34" is not a MAC`},
+		{name: "refuse/mac of 60 KiB", in: ClaimedHardware{MAC: strings.Repeat("a", 60<<10)}, want: "is not a MAC"},
+		{name: "refuse/serial too long", in: ClaimedHardware{Disks: []attest.Disk{disk, {Serial: strings.Repeat("s", 200), Path: "/dev/x"}}},
+			want: "a disk serial is 200 bytes, more than 128"},
+		{name: "refuse/serial with a newline", in: ClaimedHardware{Disks: []attest.Disk{{Serial: "SER\nfleet_state: active", Path: "/dev/x"}}},
+			want: "control characters"},
+		{name: "refuse/path too long", in: ClaimedHardware{Disks: []attest.Disk{{Serial: "S", Path: "/" + strings.Repeat("p", 300)}}},
+			want: "a disk path is 301 bytes, more than 256"},
+	} {
+		t.Run(r.name, func(t *testing.T) {
+			got, err := claimedFacts(r.in)
+			if r.want != "" {
+				ar, ok := attest.AsRefusal(err)
+				if !ok || ar.Check != attest.CheckClaimMalformed || !strings.Contains(ar.Msg, r.want) {
+					t.Fatalf("err = %v, want claim_malformed with %q", err, r.want)
+				}
+				if len(ar.Msg) > 200 {
+					t.Errorf("the refusal quotes %d bytes of the claim", len(ar.Msg))
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			got.Since, got.Source = time.Now(), api.FactsFromBootCheck
+			if cerr := (api.Facts{Version: api.FactsVersion, Claimed: got}).Check(); cerr != nil {
+				t.Errorf("the kept claims fail their own check: %v", cerr)
+			}
+			if got.DisksFound != len(r.in.Disks) || len(got.Disks) != min(len(r.in.Disks), api.MaxFactDisks) {
+				t.Errorf("disks: %d kept of %d found, claimed %d", len(got.Disks), got.DisksFound, len(r.in.Disks))
+			}
+			if r.in.MAC != "" && got.MAC != "52:54:00:12:34:5a" {
+				t.Errorf("mac = %q, want the canonical form", got.MAC)
+			}
+			if r.in.SMBIOSUUID != "" && got.SMBIOSUUIDSHA256 != UUIDHash("4c4c4544-0042") {
+				t.Errorf("smbios_uuid_sha256 = %q, want the hash of the lowercase UUID", got.SMBIOSUUIDSHA256)
+			}
+		})
+	}
+}
+
+// TestNextFacts: Since moves only when a half's values change; nothing is written when nothing
+// changed; a check that claims nothing keeps the claimed half.
+func TestNextFacts(t *testing.T) {
+	t0 := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	t1 := t0.Add(time.Hour)
+	proved := api.ProvedFacts{EKSHA256: strings.Repeat("ab", 32), BootState: strings.Repeat("cd", 32)}
+	claimed := api.ClaimedFacts{MAC: "52:54:00:12:34:56", Disks: []api.FactDisk{{Serial: "SER-A"}}, DisksFound: 1}
+	cur, changed := nextFacts(api.Facts{}, &proved, &claimed, t0, api.FactsFromEnrollment)
+	if !changed || !cur.Proved.Since.Equal(t0) || cur.Claimed.Source != api.FactsFromEnrollment || cur.Check() != nil {
+		t.Fatalf("first facts = %+v, changed %v, check %v", cur, changed, cur.Check())
+	}
+	if same, changed := nextFacts(cur, &proved, &claimed, t1, api.FactsFromBootCheck); changed || !same.Equal(cur) {
+		t.Errorf("the same values at t1: changed %v, facts %+v", changed, same)
+	}
+	if kept, changed := nextFacts(cur, &proved, nil, t1, api.FactsFromBootCheck); changed || !kept.Equal(cur) {
+		t.Errorf("no claims at t1: changed %v, facts %+v", changed, kept)
+	}
+	swapped := claimed
+	swapped.Disks = []api.FactDisk{{Serial: "SER-B"}}
+	next, changed := nextFacts(cur, &proved, &swapped, t1, api.FactsFromBootCheck)
+	if !changed || !next.Claimed.Since.Equal(t1) || next.Claimed.Source != api.FactsFromBootCheck || !next.Proved.Since.Equal(t0) ||
+		next.Claimed.Disks[0].Serial != "SER-B" {
+		t.Errorf("a swapped disk at t1 = %+v, changed %v; want claimed since t1, proved still since t0", next, changed)
+	}
+}
