@@ -194,7 +194,7 @@ func (h Hardware) readMAC() (string, error) {
 	}
 	b, err := os.ReadFile(h.RouteFile)
 	if err != nil {
-		return "", fmt.Errorf("read the routing table: %w", err)
+		return h.onlyMAC(fmt.Errorf("read the routing table: %w", err))
 	}
 	iface, metric := "", -1
 	for _, line := range strings.Split(string(b), "\n")[1:] {
@@ -208,11 +208,31 @@ func (h Hardware) readMAC() (string, error) {
 		}
 	}
 	if iface == "" || strings.ContainsAny(iface, "/.") {
-		return "", fmt.Errorf("%s has no default route", h.RouteFile)
+		return h.onlyMAC(fmt.Errorf("%s has no default route", h.RouteFile))
 	}
 	mac, err := os.ReadFile(filepath.Join(h.SysRoot, "class", "net", iface, "address"))
 	if err != nil {
-		return "", fmt.Errorf("read the MAC of %s, the default route's interface: %w", iface, err)
+		return h.onlyMAC(fmt.Errorf("read the MAC of %s, the default route's interface: %w", iface, err))
+	}
+	return strings.ToLower(strings.TrimSpace(string(mac))), nil
+}
+
+// onlyMAC is the MAC of the machine's one interface besides lo when the default route does not
+// name one (no route yet, or a sysfs root apart from the kernel's); else the error why.
+func (h Hardware) onlyMAC(why error) (string, error) {
+	entries, err := os.ReadDir(filepath.Join(h.SysRoot, "class", "net"))
+	var names []string
+	for _, e := range entries {
+		if e.Name() != "lo" {
+			names = append(names, e.Name())
+		}
+	}
+	if err != nil || len(names) != 1 {
+		return "", fmt.Errorf("%w, and the machine has %d interfaces besides lo", why, len(names))
+	}
+	mac, err := os.ReadFile(filepath.Join(h.SysRoot, "class", "net", names[0], "address"))
+	if err != nil {
+		return "", fmt.Errorf("%w, and the MAC of %s cannot be read: %w", why, names[0], err)
 	}
 	return strings.ToLower(strings.TrimSpace(string(mac))), nil
 }

@@ -104,8 +104,15 @@ func TestReadMAC(t *testing.T) {
 		t.Errorf("readMAC with FLEETD_MAC = %q, %v", mac, err)
 	}
 	writeTestFile(t, route, "Iface\tDestination\tGateway\tFlags\tRefCnt\tUse\tMetric\tMask\tMTU\tWindow\tIRTT\n")
-	if mac, err := (Hardware{SysRoot: h.SysRoot, RouteFile: route}).readMAC(); err == nil || !strings.Contains(err.Error(), "no default route") {
-		t.Errorf("readMAC without a default route = %q, %v; want the reason", mac, err)
+	if mac, err := (Hardware{SysRoot: h.SysRoot, RouteFile: route}).readMAC(); err == nil || !strings.Contains(err.Error(), "no default route, and the machine has 2 interfaces") {
+		t.Errorf("readMAC without a default route, two interfaces = %q, %v; want the reason", mac, err)
+	}
+	if err := os.RemoveAll(filepath.Join(dir, "sys/class/net/eth1")); err != nil {
+		t.Fatal(err)
+	}
+	writeTestFile(t, filepath.Join(dir, "sys/class/net/lo/address"), "00:00:00:00:00:00\n")
+	if mac, err := (Hardware{SysRoot: h.SysRoot, RouteFile: route}).readMAC(); err != nil || mac != "52:54:00:ab:cd:ef" {
+		t.Errorf("readMAC without a default route, one interface = %q, %v; want its MAC", mac, err)
 	}
 }
 

@@ -217,7 +217,8 @@ func BootCheck(ctx context.Context, info Info, name string, o StepOptions) error
 	}
 	defer stop()
 	cmd := exec.Command(info.Fleetd.Binary, "boot-check", "--fleetd-url", relayURL, "--tpm", tpm.Spec(),
-		"--event-log", eventLog, "--dir", mc.nodeDir(), "--ca-file", info.CA.Fleetd, "--retries", "2")
+		"--event-log", eventLog, "--dir", mc.nodeDir(), "--ca-file", info.CA.Fleetd, "--retries", "2",
+		"--sysfs", mc.path(MachineSysDir), "--devfs", mc.path(MachineDevDir)) // its claims are the machine's, not this host's
 	out, err := mc.run(ctx, cmd, nil)
 	var exit *exec.ExitError
 	switch {
