@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -51,6 +52,9 @@ func Demo(ctx context.Context, info Info, out io.Writer) error {
 				return err
 			}
 		}
+	}
+	if err := d.inventory(ctx, "edge-1"); err != nil {
+		return err
 	}
 	fmt.Fprintln(out, "demo: every step did what it should")
 	return nil
@@ -184,6 +188,50 @@ func (d *demo) plan(ctx context.Context, name, action string) error {
 		return fmt.Errorf("fleetd plan --action %s %s: the plan does not accept the request and name the disk it erases", action, name)
 	}
 	return nil
+}
+
+// inventory shows `fleetd inventory check` on an installed machine: it agrees with NetBox, then
+// its install disk is replaced (its content copied, so the node boots as before), its next boot
+// check reports the disks it has, and the check finds NetBox's disk_serial no longer there.
+func (d *demo) inventory(ctx context.Context, name string) error {
+	// A boot check first: it brings the facts up to date, and renews certificates the demo's short
+	// lifetime has brought close to expiry, which the check would report too.
+	if err := BootCheck(ctx, d.info, name, StepOptions{Out: d.out}); err != nil {
+		return err
+	}
+	d.say("%s: fleetd inventory check, NetBox's declaration against what the machine proved and reported", name)
+	if out, code, err := d.inventoryCheck(ctx, name); err != nil || code != 0 {
+		return fmt.Errorf("fleetd inventory check %s before the swap: exit %d, want 0 (NetBox and the machine agree): %v\n%s", name, code, err, out)
+	}
+	ch, err := SwapDisk(d.info, name, "sda", "", true)
+	if err != nil {
+		return err
+	}
+	d.say("%s: %s; NetBox still declares the old one", name, ch.What)
+	if err := BootCheck(ctx, d.info, name, StepOptions{Out: d.out}); err != nil {
+		return err
+	}
+	out, code, err := d.inventoryCheck(ctx, name)
+	if code != 1 || !strings.Contains(out, name+": disk_not_found: ") {
+		return fmt.Errorf("fleetd inventory check %s after the swap: exit %d, want 1 with a disk_not_found line: %v\n%s", name, code, err, out)
+	}
+	return nil
+}
+
+// inventoryCheck runs `fleetd inventory check` for one device and returns its output and exit code.
+func (d *demo) inventoryCheck(ctx context.Context, name string) (string, int, error) {
+	var out bytes.Buffer
+	cmd := exec.CommandContext(ctx, d.info.Fleetd.Binary, "inventory", "check", "--config", d.info.Fleetd.Config, name)
+	cmd.Stdout, cmd.Stderr = io.MultiWriter(d.out, &out), d.out
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		return out.String(), exit.ExitCode(), nil
+	}
+	if err != nil {
+		return out.String(), -1, err
+	}
+	return out.String(), 0, nil
 }
 
 // erase is a wipe or a retirement of an installed machine: the request, then netboot.
