@@ -171,8 +171,11 @@ func logTail(path string) string {
 	return strings.Join(lines, "\n")
 }
 
-// prepareTimeout bounds how long WaitPrepared waits for tink-controller.
-const prepareTimeout = 30 * time.Second
+// prepareTimeout bounds how long WaitPrepared waits for tink-controller. Two minutes, not less: on
+// the busy 2-core machine make test runs on, the controller once left a new Workflow unreconciled
+// (state "") for 30 s while the stack ran dozens of others (TestRestartBetweenNetbootAndBoot); a
+// controller that is not running is still reported, later.
+const prepareTimeout = 2 * time.Minute
 
 // prepareSettle is how long a prepared Workflow must stay unchanged before WaitPrepared returns.
 // tink-controller v0.12.2 reconciles from its cache and writes status with a merge patch, which
