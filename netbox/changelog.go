@@ -35,28 +35,19 @@ func (c *Client) DeviceChanges(ctx context.Context, q fleet.ChangeQuery) ([]flee
 	if q.ExceptUser != "" {
 		v.Set("user_name__n", q.ExceptUser)
 	}
-	var out []fleet.DeviceChange
-	for offset := 0; ; {
-		v.Set("offset", strconv.Itoa(offset))
-		var page struct {
-			Count   int          `json:"count"`
-			Results []changeJSON `json:"results"`
-		}
-		if err := c.getJSON(ctx, "object_changes", "/api/core/object-changes/", v, &page); err != nil {
-			return nil, fmt.Errorf("list device changes since %s: %w", q.Since.UTC().Format(time.RFC3339), err)
-		}
-		for _, ch := range page.Results {
-			dc, err := toDeviceChange(ch)
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, dc)
-		}
-		offset += len(page.Results)
-		if len(page.Results) == 0 || offset >= page.Count {
-			return out, nil
-		}
+	changes, err := c.objectChanges(ctx, v)
+	if err != nil {
+		return nil, fmt.Errorf("list device changes since %s: %w", q.Since.UTC().Format(time.RFC3339), err)
 	}
+	out := make([]fleet.DeviceChange, 0, len(changes))
+	for _, ch := range changes {
+		dc, err := toDeviceChange(ch)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, dc)
+	}
+	return out, nil
 }
 
 // MACChanges lists the saves of MAC address objects (dcim.macaddress: created, updated, deleted)
@@ -69,7 +60,25 @@ func (c *Client) MACChanges(ctx context.Context, q fleet.ChangeQuery) ([]fleet.M
 	if q.ExceptUser != "" {
 		v.Set("user_name__n", q.ExceptUser)
 	}
-	var out []fleet.MACChange
+	changes, err := c.objectChanges(ctx, v)
+	if err != nil {
+		return nil, fmt.Errorf("list MAC address changes since %s: %w", q.Since.UTC().Format(time.RFC3339), err)
+	}
+	out := make([]fleet.MACChange, 0, len(changes))
+	for _, ch := range changes {
+		t, err := time.Parse(time.RFC3339Nano, ch.Time)
+		if err != nil {
+			return nil, fmt.Errorf("change of MAC address %d: time %q: %w", ch.ObjectID, ch.Time, err)
+		}
+		out = append(out, fleet.MACChange{User: ch.UserName, Time: t, Before: snapshotMAC(ch.PreChange), After: snapshotMAC(ch.PostData)})
+	}
+	return out, nil
+}
+
+// objectChanges reads every page of NetBox's change log that the filters v select (v's limit is
+// the page size; its offset is set here).
+func (c *Client) objectChanges(ctx context.Context, v url.Values) ([]changeJSON, error) {
+	var out []changeJSON
 	for offset := 0; ; {
 		v.Set("offset", strconv.Itoa(offset))
 		var page struct {
@@ -77,15 +86,9 @@ func (c *Client) MACChanges(ctx context.Context, q fleet.ChangeQuery) ([]fleet.M
 			Results []changeJSON `json:"results"`
 		}
 		if err := c.getJSON(ctx, "object_changes", "/api/core/object-changes/", v, &page); err != nil {
-			return nil, fmt.Errorf("list MAC address changes since %s: %w", q.Since.UTC().Format(time.RFC3339), err)
+			return nil, err
 		}
-		for _, ch := range page.Results {
-			t, err := time.Parse(time.RFC3339Nano, ch.Time)
-			if err != nil {
-				return nil, fmt.Errorf("change of MAC address %d: time %q: %w", ch.ObjectID, ch.Time, err)
-			}
-			out = append(out, fleet.MACChange{User: ch.UserName, Time: t, Before: snapshotMAC(ch.PreChange), After: snapshotMAC(ch.PostData)})
-		}
+		out = append(out, page.Results...)
 		offset += len(page.Results)
 		if len(page.Results) == 0 || offset >= page.Count {
 			return out, nil
