@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/Masterminds/sprig/v3 v3.3.0
 	github.com/distribution/reference v0.6.0
+	github.com/go-json-experiment/json v1.27.2
 	github.com/go-logr/zerologr v1.2.3
 	github.com/google/go-attestation v0.6.4
 	github.com/google/go-cmp v0.7.0

@@ -8,6 +8,7 @@ import (
 	ga "github.com/google/go-attestation/attest"
 
 	"github.com/folly-infra/fleetd/attest"
+	"github.com/folly-infra/fleetd/dev/benchcpu"
 	"github.com/folly-infra/fleetd/dev/swtpm/eventlogs"
 	"github.com/folly-infra/fleetd/pki"
 )
@@ -34,6 +35,7 @@ func BenchmarkEnrollmentServer(b *testing.B) {
 	s := benchScenario(b)
 	pending := s.v.f.Inv.Get(idNodeA)
 	b.ResetTimer()
+	defer benchcpu.Start(b)()
 	for b.Loop() {
 		if _, err := s.v.challenge(s.c1); err != nil {
 			b.Fatal(err)
@@ -103,6 +105,7 @@ func BenchmarkEnrollmentSteps(b *testing.B) {
 	}
 	for name, f := range steps {
 		b.Run(name, func(b *testing.B) {
+			defer benchcpu.Start(b)()
 			for b.Loop() {
 				if err := f(); err != nil {
 					b.Fatal(err)

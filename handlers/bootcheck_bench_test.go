@@ -27,6 +27,7 @@ import (
 	"github.com/folly-infra/fleetd/agent"
 	"github.com/folly-infra/fleetd/api"
 	"github.com/folly-infra/fleetd/attest"
+	"github.com/folly-infra/fleetd/dev/benchcpu"
 	"github.com/folly-infra/fleetd/dev/netboxemu"
 	"github.com/folly-infra/fleetd/fleet"
 	"github.com/folly-infra/fleetd/fleet/fleettest"
@@ -125,12 +126,14 @@ func BenchmarkBootCheckVerify(b *testing.B) {
 	b.Run("repeated", func(b *testing.B) {
 		lakv, boots := newLAKVerifier(bb), attest.NewBootCache(16)
 		check(b, lakv, boots, bb.device.Owned.BootBaseline)
+		defer benchcpu.Start(b)()
 		for b.Loop() {
 			check(b, lakv, boots, bb.device.Owned.BootBaseline)
 		}
 	})
 	b.Run("first", func(b *testing.B) {
 		stored := bb.device.Owned.BootBaseline + "\n" // the same baseline, in another text
+		defer benchcpu.Start(b)()
 		for b.Loop() {
 			check(b, newLAKVerifier(bb), attest.NewBootCache(16), stored)
 		}
@@ -202,6 +205,7 @@ func BenchmarkBootCheckFloor(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	defer benchcpu.Start(b)()
 	for b.Loop() {
 		digest := sha256.Sum256(q.Quote)
 		if err := rsa.VerifyPKCS1v15(pub, crypto.SHA256, digest[:], sig.RSA.Signature); err != nil {

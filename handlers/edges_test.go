@@ -38,9 +38,34 @@ func TestHTTPEdges(t *testing.T) {
 			413, "", []string{`"error":"too_large"`, "larger than 1048576 bytes"}, nil},
 		{"refuse/413 a challenge over the route's 64 KiB", "POST", "/v1/attest/challenge", "", `{"device": "` + strings.Repeat("x", 64<<10) + `"}`,
 			413, "", []string{`"error": "too_large"`}, nil},
+		{"refuse/413 a challenge over 64 KiB without a Content-Length", "POST", "/v1/attest/challenge", "chunked", `{"device": "` + strings.Repeat("x", 64<<10) + `"}`,
+			413, "", []string{`"error": "too_large"`}, nil},
+		// A node's body is read strictly, so that no two readers of the same bytes see two
+		// different requests: a key given twice, a key in another case, a key fleetd does not know
+		// a string that is not UTF-8 and anything after the object are refused as malformed before anything is decided (the
+		// same bodies read leniently would be judged, and node-a, with no request, refused
+		// no_request). The message is the code's fixed sentence; the detail is in the log.
+		{"refuse/a challenge naming its device twice", "POST", "/v1/attest/challenge", "", `{"device": "node-a", "tpm_version": "1.2", "device": "node-b"}`,
+			400, "", []string{`"error": "malformed"`}, nil},
+		{"refuse/a key in another case", "POST", "/v1/attest/challenge", "", `{"Device": "node-a", "tpm_version": "1.2"}`,
+			400, "", []string{`"error": "malformed"`}, nil},
+		{"refuse/an unknown key", "POST", "/v1/attest/challenge", "chunked", `{"device": "node-a", "tpm_version": "1.2", "colour": "red"}`,
+			400, "", []string{`"error": "malformed"`}, nil},
+		{"refuse/a name that is not UTF-8", "POST", "/v1/attest/challenge", "", "{\"device\": \"node-a\xff\", \"tpm_version\": \"1.2\"}",
+			400, "", []string{`"error": "malformed"`}, nil},
+		{"refuse/data after the object", "POST", "/v1/attest/challenge", "", `{"device": "node-a", "tpm_version": "1.2"} {}`,
+			400, "", []string{`"error": "malformed"`}, nil},
+		{"refuse/a body cut short", "POST", "/v1/attest/challenge", "", `{"device": "node-a", "tpm_ver`,
+			400, "", []string{`"error": "malformed"`}, nil},
+		{"refuse/a well-formed body without a Content-Length is read and judged", "POST", "/v1/attest/challenge", "chunked", `{"device": "node-a", "tpm_version": "1.2"}`,
+			409, "", []string{`"error": "no_request"`}, nil},
 	}
 	for _, r := range rows {
-		req, _ := http.NewRequest(r.method, f.URL+r.path, strings.NewReader(r.body))
+		var in io.Reader = strings.NewReader(r.body)
+		if r.token == "chunked" { // no Content-Length: the body arrives chunked
+			in, r.token = io.MultiReader(in), ""
+		}
+		req, _ := http.NewRequest(r.method, f.URL+r.path, in)
 		if r.token != "" {
 			req.Header.Set("Authorization", "Bearer "+r.token)
 		}

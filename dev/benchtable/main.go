@@ -19,6 +19,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/folly-infra/fleetd/dev/benchcpu"
 )
 
 // The markers around the generated part of the document.
@@ -47,6 +49,7 @@ var pairs = []pair{
 // result is one benchmark's line.
 type result struct {
 	nsOp, bytesOp, allocsOp float64
+	cpuNsOp                 float64 // the process's CPU time per iteration (dev/benchcpu), 0 when not reported
 	metrics                 map[string]float64
 }
 
@@ -80,6 +83,8 @@ func parse(r io.Reader, into map[string]result) (cpu string, err error) {
 				res.bytesOp = v
 			case "allocs/op":
 				res.allocsOp = v
+			case benchcpu.Metric:
+				res.cpuNsOp = v
 			default:
 				res.metrics[f[i+1]] = v
 			}
@@ -92,7 +97,7 @@ func parse(r io.Reader, into map[string]result) (cpu string, err error) {
 // table renders the rows; a benchmark missing from the run says so.
 func table(res map[string]result) string {
 	var b strings.Builder
-	b.WriteString("| figure | measured | floor or peer | ratio (time / allocations) | goal |\n|---|---|---|---|---|\n")
+	b.WriteString("| figure | measured | floor or peer | ratio (time / CPU time / allocations) | goal |\n|---|---|---|---|---|\n")
 	for _, p := range pairs {
 		r, ok := res[p.bench]
 		if !ok {
@@ -113,30 +118,39 @@ func table(res map[string]result) string {
 			fmt.Fprintf(&b, "| %s | %s (`%s`) | `%s` not run | | %s |\n", p.figure, describe(r), p.bench, p.peer, p.goal)
 			continue
 		}
-		fmt.Fprintf(&b, "| %s | %s (`%s`) | %s (`%s`) | %s / %s | %s |\n", p.figure, describe(r), p.bench, describe(q), p.peer,
-			ratio(r.nsOp, q.nsOp), ratio(r.allocsOp, q.allocsOp), p.goal)
+		fmt.Fprintf(&b, "| %s | %s (`%s`) | %s (`%s`) | %s / %s / %s | %s |\n", p.figure, describe(r), p.bench, describe(q), p.peer,
+			ratio(r.nsOp, q.nsOp), ratio(r.cpuNsOp, q.cpuNsOp), ratio(r.allocsOp, q.allocsOp), p.goal)
 	}
 	return b.String()
 }
 
 // lookup is a benchmark's result, or the sum of its sub-benchmarks' (a Steps benchmark is one
-// sub-benchmark per step, and the peer is their sum).
+// sub-benchmark per step, and the peer is their sum). The CPU time is summed only when every
+// step reported it; otherwise it is 0, and the ratio says "—".
 func lookup(res map[string]result, name string) (result, bool) {
 	if r, ok := res[name]; ok {
 		return r, true
 	}
 	var sum result
-	found := false
+	found, cpuEach := false, true
 	for n, r := range res {
 		if strings.HasPrefix(n, name+"/") {
 			sum.nsOp, sum.bytesOp, sum.allocsOp = sum.nsOp+r.nsOp, sum.bytesOp+r.bytesOp, sum.allocsOp+r.allocsOp
+			sum.cpuNsOp += r.cpuNsOp
+			cpuEach = cpuEach && r.cpuNsOp > 0
 			found = true
 		}
+	}
+	if !cpuEach {
+		sum.cpuNsOp = 0
 	}
 	return sum, found
 }
 
 func describe(r result) string {
+	if r.cpuNsOp > 0 {
+		return fmt.Sprintf("%s (CPU %s), %s, %.0f allocs", duration(r.nsOp), duration(r.cpuNsOp), size(r.bytesOp), r.allocsOp)
+	}
 	return fmt.Sprintf("%s, %s, %.0f allocs", duration(r.nsOp), size(r.bytesOp), r.allocsOp)
 }
 
@@ -219,7 +233,8 @@ func main() {
 		os.Exit(1)
 	}
 	part := fmt.Sprintf("Written by `make bench` on %s: %s, %d cores, load average at the end %s. Times on a shared "+
-		"machine move with its load; allocations do not, so read the ratio of allocations where the times disagree.\n\n%s",
+		"machine move with its load; the CPU time of the benchmark's own process (where it is reported, dev/benchcpu) moves "+
+		"much less, and allocations not at all, so read those ratios where the times disagree.\n\n%s",
 		time.Now().UTC().Format("2006-01-02 15:04 UTC"), cpu, runtime.NumCPU(), loadAverage(), table(res))
 	doc, err = splice(doc, part)
 	if err == nil {

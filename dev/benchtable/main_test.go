@@ -12,12 +12,17 @@ BenchmarkBootCheckFloor-2                   	   10000	    207725 ns/op	    1376 
 BenchmarkEnrollmentServer-2   	      76	  16000000 ns/op	 1472929 B/op	    9000 allocs/op
 BenchmarkEnrollmentSteps/platform-2         	     896	   1000000 ns/op	  350454 B/op	    3000 allocs/op
 BenchmarkEnrollmentSteps/ldevid-2           	   10000	    1000000 ns/op	    5824 B/op	     1500 allocs/op
+BenchmarkFleetdEnrollmentServer-2   	     200	   6000000 ns/op	   3000000 cpu-ns/op	  709899 B/op	    5695 allocs/op
+BenchmarkFleetdEnrollmentSteps/platform-2 	     200	   1000000 ns/op	    800000 cpu-ns/op	  350705 B/op	    3380 allocs/op
+BenchmarkFleetdEnrollmentSteps/issue-lak-2 	     200	   2000000 ns/op	   1200000 cpu-ns/op	   24752 B/op	     422 allocs/op
+BenchmarkSPIREServerAttest-2 	     200	   2000000 ns/op	   50000 tpm-ns/op	  100000 B/op	     1000 allocs/op
 BenchmarkBootCheckHTTP/netbox-emulator-2    	     100	  10957663 ns/op	        91.26 checks/s	         2.030 netbox-requests/check	  751420 B/op	    4160 allocs/op
 PASS
 `
 
-// TestTable checks the rows: a ratio of time and of allocations, a peer that is the sum of its
-// sub-benchmarks, a reported metric, and a benchmark missing from the run named as not run.
+// TestTable checks the rows: a ratio of time, of CPU time and of allocations, a peer that is the
+// sum of its sub-benchmarks, a reported metric, a CPU time missing on one side ("—"), and a
+// benchmark missing from the run named as not run.
 func TestTable(t *testing.T) {
 	res := map[string]result{}
 	cpu, err := parse(strings.NewReader(sample), res)
@@ -26,10 +31,13 @@ func TestTable(t *testing.T) {
 	}
 	got := table(res)
 	for _, want := range []string{
-		"| boot check, a node's repeated check of the same boot, verification | 415.5 µs, 18.2 KB, 164 allocs (`BootCheckVerify/repeated`) | 207.7 µs, 1.3 KB, 8 allocs (`BootCheckFloor`) | 2.0× / 20.5× | ≤ 2× |",
+		"| boot check, a node's repeated check of the same boot, verification | 415.5 µs, 18.2 KB, 164 allocs (`BootCheckVerify/repeated`) | 207.7 µs, 1.3 KB, 8 allocs (`BootCheckFloor`) | 2.0× / — / 20.5× | ≤ 2× |",
 		"| 2.03 netbox-requests/check (`BootCheckHTTP/netbox-emulator`) |",
-		"`FleetdEnrollmentServer` not run",
-		"(`EnrollmentSteps`) | 8.0× / 2.0× |", // the sum of its steps
+		"`BootCheckVerify/first` not run",
+		"(`EnrollmentSteps`) | 8.0× / — / 2.0× |", // the sum of its steps
+		// the sum of its steps, CPU time too: 3.00 / (0.80 + 1.20) ms
+		"| 6.00 ms (CPU 3.00 ms), 693.3 KB, 5695 allocs (`FleetdEnrollmentServer`) | 3.00 ms (CPU 2.00 ms), 366.7 KB, 3802 allocs (`FleetdEnrollmentSteps`) | 2.0× / 1.5× / 1.5× | ≤ 1.5× |",
+		"(`SPIREServerAttest`) | 3.0× / — / 5.7× |", // the peer reports no CPU time
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("the table has no %q:\n%s", want, got)

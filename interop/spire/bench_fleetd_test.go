@@ -14,6 +14,7 @@ import (
 
 	"github.com/folly-infra/fleetd/api"
 	"github.com/folly-infra/fleetd/attest"
+	"github.com/folly-infra/fleetd/dev/benchcpu"
 	"github.com/folly-infra/fleetd/pki"
 )
 
@@ -52,6 +53,7 @@ func BenchmarkFleetdEnrollmentServer(b *testing.B) {
 		path string
 		body []byte
 	}{{api.PathAttestChallenge, f.recorded(api.PathAttestChallenge)}, {api.PathAttestEvidence, f.recorded(api.PathAttestEvidence)}}
+	defer benchcpu.Start(b)()
 	for b.Loop() {
 		f.inv.Set(f.device)
 		for _, r := range bodies {

@@ -17,6 +17,7 @@ import (
 	serverdevid "github.com/spiffe/spire/pkg/server/plugin/nodeattestor/tpmdevid"
 
 	"github.com/folly-infra/fleetd/agent"
+	"github.com/folly-infra/fleetd/dev/benchcpu"
 	"github.com/folly-infra/fleetd/pki"
 )
 
@@ -196,6 +197,7 @@ type step struct {
 func runSteps(b *testing.B, steps []step) {
 	for _, s := range steps {
 		b.Run(s.name, func(b *testing.B) {
+			defer benchcpu.Start(b)()
 			for b.Loop() {
 				if err := s.f(); err != nil {
 					b.Fatal(err)

@@ -1,0 +1,27 @@
+package benchcpu_test
+
+import (
+	"crypto/sha256"
+	"testing"
+
+	"github.com/folly-infra/fleetd/dev/benchcpu"
+)
+
+// TestStart: a benchmark that hashes reports its CPU time per iteration, more than nothing and
+// not more than the wall time two busy cores could spend; one that never loops reports nothing.
+func TestStart(t *testing.T) {
+	r := testing.Benchmark(func(b *testing.B) {
+		buf := make([]byte, 1<<16)
+		defer benchcpu.Start(b)()
+		for b.Loop() {
+			sha256.Sum256(buf)
+		}
+	})
+	cpu, ok := r.Extra[benchcpu.Metric]
+	if !ok || cpu <= 0 {
+		t.Fatalf("no %s reported: %v", benchcpu.Metric, r.Extra)
+	}
+	if wall := float64(r.T.Nanoseconds()) / float64(r.N); cpu > 4*wall {
+		t.Errorf("%s = %.0f, more than four times the wall time per iteration (%.0f ns)", benchcpu.Metric, cpu, wall)
+	}
+}
