@@ -29,7 +29,10 @@ const (
 // (the real agent enrolls with its swtpm) and boots, and every node runs its boot check (the
 // real `fleetd boot-check`, each from its own address). It reports latencies (p50/p99), fleetd's
 // memory, and fails when anything was dropped: a request without exactly one Workflow, a device
-// not active, a boot check not recorded, or any violation of the promise (chaos.Check).
+// not active, a boot check not recorded, or any violation of the promise (chaos.Check). Each
+// phase also says the CPU time each of the stack's processes spent in it against what the
+// machine's cores had (cpu_test.go), so a latency can be read as waiting or as a full machine;
+// LOAD_PROFILE_DIR=DIR writes this process's CPU profile of each phase there.
 func TestLoad(t *testing.T) {
 	s := needStack(t)
 	ctx := context.Background()
@@ -57,10 +60,18 @@ func TestLoad(t *testing.T) {
 	}()
 
 	half := len(names) / 2
-	say(stormViaNetBox(t, s, created, names[:half])...)
-	say(stormDirect(t, s, created, names[half:])...)
-	say(installAll(t, ctx, s, names)...)
-	say(bootCheckAll(t, ctx, s, names)...)
+	phase := func(name string, run func() []string) {
+		cpu, err := startCPU(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := run()
+		say(append(lines, "  "+cpu.stop())...)
+	}
+	phase("storm-netbox", func() []string { return stormViaNetBox(t, s, created, names[:half]) })
+	phase("storm-direct", func() []string { return stormDirect(t, s, created, names[half:]) })
+	phase("install", func() []string { return installAll(t, ctx, s, names) })
+	phase("boot-check", func() []string { return bootCheckAll(t, ctx, s, names) })
 	say(verify(t, ctx, s, created, names)...)
 }
 
