@@ -9,7 +9,6 @@ import (
 	"github.com/go-logr/zerologr"
 	"github.com/rs/zerolog"
 	"k8s.io/klog/v2"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/folly-infra/fleetd/config"
 )
@@ -27,15 +26,14 @@ func newLogger(c config.Log, w io.Writer) zerolog.Logger {
 // routeLibraryLogs sends what the libraries fleetd links would write on their own through l, so
 // that every line fleetd writes is one JSON object (STYLE habit 19; a plain-text line stops the
 // documented `journalctl … | jq` pipeline): client-go's klog (watch interruptions, the API
-// server's warnings) and controller-runtime's logger, each named in "logger" (zerologr's key for
-// logr names, so a library's own WithName extends it rather than repeating the key). It is process-wide,
-// as klog and controller-runtime are. So is Go's standard logger, which net/http's client writes
+// server's warnings), named in "logger" (zerologr's key for logr names, so a library's own
+// WithName extends it rather than repeating the key). It is process-wide, as klog is. So is Go's
+// standard logger, which net/http's client writes
 // to on its own ("RoundTripper returned a response & error; ignoring response", seen in the dev
 // stack's log while NetBox was faulted): each of its lines is a warning named "log".
 // http.Server's error log is httpErrorLog.
 func routeLibraryLogs(l zerolog.Logger) {
 	klog.SetLogger(zerologr.New(&l).WithName("klog"))
-	ctrllog.SetLogger(zerologr.New(&l).WithName("controller-runtime"))
 	log.SetFlags(0)
 	log.SetPrefix("")
 	log.SetOutput(lineWriter{l.With().Str("logger", "log").Logger()})

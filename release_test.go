@@ -31,6 +31,8 @@ var notInProduction = []struct{ path, why string }{
 	{"github.com/spiffe/spire", "SPIRE (fleetd issues what SPIRE verifies; it never links SPIRE)"},
 	{"github.com/spiffe/spire-api-sdk", "SPIRE's API"},
 	{"github.com/spiffe/spire-plugin-sdk", "SPIRE's plugin SDK"},
+	{"sigs.k8s.io/controller-runtime/pkg/client", "controller-runtime's client, which registers every built-in Kubernetes API group at start (workflows/kube.go; docs/operate.md#memory)"},
+	{"k8s.io/client-go/kubernetes/scheme", "client-go's scheme of every built-in Kubernetes API group (workflows/kube.go)"},
 }
 
 // forbiddenIn returns one line per package of pkgs that notInProduction names.
@@ -94,6 +96,8 @@ func TestForbiddenInCatchesTheDevelopmentStack(t *testing.T) {
 		{name: "refuse/apiserver", pkgs: []string{"k8s.io/apiserver/pkg/server"}, want: []string{"k8s.io/apiserver/pkg/server"}},
 		{name: "refuse/emulator", pkgs: []string{"github.com/folly-infra/fleetd/dev/netboxemu"}, want: []string{"dev/netboxemu"}},
 		{name: "refuse/simulator", pkgs: []string{"github.com/google/go-tpm-tools/simulator/internal"}, want: []string{"simulator"}},
+		{name: "refuse/every Kubernetes API group", pkgs: []string{"sigs.k8s.io/controller-runtime/pkg/client/apiutil", "k8s.io/client-go/kubernetes/scheme"}, want: []string{"controller-runtime", "client-go's scheme"}},
+		{name: "ok/controller-runtime's scheme builder (tink's API types use it)", pkgs: []string{"sigs.k8s.io/controller-runtime/pkg/scheme", "k8s.io/client-go/dynamic"}},
 		{name: "refuse/spire", pkgs: []string{"github.com/spiffe/spire/pkg/agent", "github.com/spiffe/spire-api-sdk/proto/spire/api/types"}, want: []string{"spire/pkg/agent", "spire-api-sdk"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -9,7 +9,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/util/retry"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/folly-infra/fleetd/fleet"
 )
@@ -17,7 +16,7 @@ import (
 // readHardware returns the device's Hardware, or nil when there is none.
 func (in *Installer) readHardware(ctx context.Context, name string) (*tinkv1.Hardware, error) {
 	hw := &tinkv1.Hardware{}
-	err := in.observe("get_hardware", in.c.Get(ctx, client.ObjectKey{Namespace: in.ns, Name: name}, hw))
+	err := in.observe("get_hardware", in.k.getTyped(ctx, hardwareResource, name, hw))
 	switch {
 	case objectNotFound(err):
 		return nil, nil
@@ -99,7 +98,7 @@ func (in *Installer) applyHardware(ctx context.Context, w fleet.WorkflowSpec, bo
 		}
 		first = false
 		if existing == nil {
-			err := in.observe("create_hardware", in.c.Create(ctx, want))
+			err := in.observe("create_hardware", in.k.create(ctx, hardwareResource, "Hardware", want))
 			if apierrors.IsAlreadyExists(err) {
 				return apierrors.NewConflict(tinkv1.GroupVersion.WithResource("hardware").GroupResource(), want.Name, err)
 			}
@@ -108,7 +107,7 @@ func (in *Installer) applyHardware(ctx context.Context, w fleet.WorkflowSpec, bo
 		if equality.Semantic.DeepEqual(existing.Spec, want.Spec) && equality.Semantic.DeepEqual(existing.Labels, want.Labels) {
 			return nil
 		}
-		return in.observe("update_hardware", in.c.Update(ctx, want))
+		return in.observe("update_hardware", in.k.update(ctx, hardwareResource, "Hardware", want))
 	})
 	switch {
 	case apierrors.IsInvalid(err):

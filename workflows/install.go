@@ -12,7 +12,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/folly-infra/fleetd/fleet"
 )
@@ -28,9 +27,9 @@ import (
 func (in *Installer) Install(ctx context.Context, w fleet.WorkflowSpec) error {
 	log := in.log.With().Str("device", w.Device.Name).Str("class", w.Class.Name).
 		Str("action", string(w.Action)).Str("step", "install").Str("workflow", w.Name).Logger()
-	wfKey := client.ObjectKey{Namespace: in.ns, Name: w.Name}
 	// 1. An existing Workflow is success: the request was installed before.
-	err := in.observe("get_workflow", in.c.Get(ctx, wfKey, &tinkv1.Workflow{}))
+	_, err := in.k.get(ctx, workflowResource, w.Name)
+	err = in.observe("get_workflow", err)
 	switch {
 	case err == nil:
 		log.Info().Str("outcome", "exists").Msg("Workflow already exists")
@@ -146,7 +145,7 @@ func validNames(w fleet.WorkflowSpec) error {
 func (in *Installer) checkTemplate(ctx context.Context, w fleet.WorkflowSpec, hm map[string]string, hw *tinkv1.Hardware) error {
 	name := w.Template
 	tpl := &tinkv1.Template{}
-	err := in.observe("get_template", in.c.Get(ctx, client.ObjectKey{Namespace: in.ns, Name: name}, tpl))
+	err := in.observe("get_template", in.k.getTyped(ctx, templateResource, name, tpl))
 	switch {
 	case objectNotFound(err):
 		return refuse(name, "it does not exist in namespace %s: apply it from the infrastructure repo", in.ns)
@@ -200,7 +199,7 @@ func (in *Installer) createWorkflow(ctx context.Context, w fleet.WorkflowSpec, h
 		Spec: tinkv1.WorkflowSpec{TemplateRef: w.Template, HardwareRef: w.Device.Name,
 			HardwareMap: hm, BootOptions: boot},
 	}
-	err := in.observe("create_workflow", in.c.Create(ctx, wf))
+	err := in.observe("create_workflow", in.k.create(ctx, workflowResource, "Workflow", wf))
 	switch {
 	case err == nil:
 		in.metrics.created.Inc()

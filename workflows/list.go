@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	tinkv1 "github.com/tinkerbell/tink/api/v1alpha1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"sigs.k8s.io/controller-runtime/pkg/client"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/folly-infra/fleetd/fleet"
 )
@@ -14,8 +12,9 @@ import (
 // listPage is how many Workflows one List request returns.
 const listPage = 500
 
-// fleetdCreated selects the Workflows fleetd created: those with the LabelDeviceID label.
-var fleetdCreated = client.HasLabels{LabelDeviceID}
+// fleetdCreated selects the Workflows fleetd created: those with the LabelDeviceID label (a
+// label selector of the bare key).
+const fleetdCreated = LabelDeviceID
 
 // Workflows reads every Workflow fleetd created (label LabelDeviceID) in a few List requests —
 // one per listPage Workflows — instead of one request per Workflow: the periodic reconcile over
@@ -26,10 +25,7 @@ func (in *Installer) Workflows(ctx context.Context) (map[string]fleet.WorkflowSt
 	out := map[string]fleet.WorkflowStatus{}
 	cont := ""
 	for {
-		list := &unstructured.UnstructuredList{}
-		list.SetGroupVersionKind(tinkv1.GroupVersion.WithKind("WorkflowList"))
-		err := in.c.List(ctx, list, client.InNamespace(in.ns), fleetdCreated,
-			client.Limit(listPage), client.Continue(cont))
+		list, err := in.k.list(ctx, workflowResource, metav1.ListOptions{LabelSelector: fleetdCreated, Limit: listPage, Continue: cont})
 		if err := in.observe("list_workflows", err); err != nil {
 			return nil, fmt.Errorf("list Workflows in namespace %s: %w", in.ns, err)
 		}

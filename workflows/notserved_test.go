@@ -10,10 +10,6 @@ import (
 	"testing"
 	"time"
 
-	tinkv1 "github.com/tinkerbell/tink/api/v1alpha1"
-	"k8s.io/apimachinery/pkg/api/meta"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
 	"github.com/folly-infra/fleetd/dev/kubeharness"
 	"github.com/folly-infra/fleetd/fleet"
 	"github.com/folly-infra/fleetd/workflows"
@@ -34,20 +30,9 @@ func TestResourceNotServed(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Stop() })
-	scheme, err := workflows.Scheme()
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The mapping a client learnt while the resources were served.
-	mapper := meta.NewDefaultRESTMapper(nil)
-	for _, k := range []string{"Hardware", "Template", "Workflow"} {
-		mapper.Add(tinkv1.GroupVersion.WithKind(k), meta.RESTScopeNamespace)
-	}
-	c, err := client.NewWithWatch(srv.RESTConfig(), client.Options{Scheme: scheme, Mapper: mapper})
-	if err != nil {
-		t.Fatal(err)
-	}
-	in, err := workflows.New(workflows.Config{Client: c, Namespace: "default"})
+	// fleetd's client names the resources' paths itself (no discovery), as a long-lived client
+	// that learnt them while they were served does.
+	in, err := workflows.New(workflows.Config{RESTConfig: srv.RESTConfig(), Namespace: "default"})
 	if err != nil {
 		t.Fatal(err)
 	}

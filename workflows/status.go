@@ -8,7 +8,6 @@ import (
 
 	tinkv1 "github.com/tinkerbell/tink/api/v1alpha1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/folly-infra/fleetd/fleet"
 )
@@ -21,8 +20,8 @@ import (
 // tinkerbell/tinkerbell (SUCCESS, actions[].state, status.templateRendering,
 // status.currentState.actionName); see tinkerbell-talos.md §1.
 func (in *Installer) Workflow(ctx context.Context, name string) (fleet.WorkflowStatus, error) {
-	u := newUnstructuredWorkflow()
-	err := in.observe("get_workflow", in.c.Get(ctx, client.ObjectKey{Namespace: in.ns, Name: name}, u))
+	u, err := in.k.get(ctx, workflowResource, name)
+	err = in.observe("get_workflow", err)
 	switch {
 	case objectNotFound(err):
 		return fleet.WorkflowStatus{}, fmt.Errorf("read Workflow %s in namespace %s: %w", name, in.ns, fleet.ErrNotFound)
@@ -30,12 +29,6 @@ func (in *Installer) Workflow(ctx context.Context, name string) (fleet.WorkflowS
 		return fleet.WorkflowStatus{}, fmt.Errorf("read Workflow %s in namespace %s: %w", name, in.ns, err)
 	}
 	return statusOf(u)
-}
-
-func newUnstructuredWorkflow() *unstructured.Unstructured {
-	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(tinkv1.GroupVersion.WithKind("Workflow"))
-	return u
 }
 
 // observedStatus is the union of both generations' status fields that fleetd reads.

@@ -41,7 +41,7 @@ func TestStatusOfNewerTinkerbell(t *testing.T) {
 			if err := json.Unmarshal([]byte(tc.status), &st); err != nil {
 				t.Fatal(err)
 			}
-			u := newUnstructuredWorkflow()
+			u := &unstructured.Unstructured{Object: map[string]any{}}
 			u.SetName("wf")
 			u.Object["status"] = st
 			got, err := statusOf(u)

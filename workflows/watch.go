@@ -6,11 +6,9 @@ import (
 	"strconv"
 	"time"
 
-	tinkv1 "github.com/tinkerbell/tink/api/v1alpha1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/watch"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/folly-infra/fleetd/fleet"
 )
@@ -62,9 +60,8 @@ func (in *Installer) Watch(ctx context.Context, fn func(deviceID int64, wf fleet
 // watchOnce lists and then watches until the watch ends. It returns nil when the server ended
 // the watch normally.
 func (in *Installer) watchOnce(ctx context.Context, seen map[string]fleet.WorkflowStatus, fn func(int64, fleet.WorkflowStatus)) error {
-	list := &unstructured.UnstructuredList{}
-	list.SetGroupVersionKind(tinkv1.GroupVersion.WithKind("WorkflowList"))
-	if err := in.observe("list_workflows", in.c.List(ctx, list, client.InNamespace(in.ns), fleetdCreated)); err != nil {
+	list, err := in.k.list(ctx, workflowResource, metav1.ListOptions{LabelSelector: fleetdCreated})
+	if err := in.observe("list_workflows", err); err != nil {
 		return fmt.Errorf("list Workflows: %w", err)
 	}
 	present := map[string]bool{}
@@ -78,8 +75,8 @@ func (in *Installer) watchOnce(ctx context.Context, seen map[string]fleet.Workfl
 		}
 	}
 	timeout := int64(watchTimeout / time.Second)
-	w, err := in.c.Watch(ctx, list, client.InNamespace(in.ns), fleetdCreated,
-		&client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: list.GetResourceVersion(), TimeoutSeconds: &timeout}})
+	w, err := in.k.watch(ctx, workflowResource, metav1.ListOptions{LabelSelector: fleetdCreated,
+		ResourceVersion: list.GetResourceVersion(), TimeoutSeconds: &timeout})
 	if err = in.observe("watch_workflows", err); err != nil {
 		return fmt.Errorf("watch Workflows: %w", err)
 	}

@@ -1,6 +1,6 @@
 // Package workflows is fleetd's Tinkerbell adapter: it implements fleet.Installer on Tinkerbell's
-// Kubernetes API (tinkerbell.org/v1alpha1 Hardware, Template, Workflow; docs/design.md §3) through a
-// controller-runtime client with the tink v0.12.2 types.
+// Kubernetes API (tinkerbell.org/v1alpha1 Hardware, Template, Workflow; docs/design.md §3) through
+// client-go's dynamic client with the tink v0.12.2 types (kube.go says why not controller-runtime's).
 //
 // Trust: the Kubernetes API is trusted to store what fleetd writes; Templates come from the
 // infrastructure repo and are checked before fleetd creates a Workflow from them (CheckTemplate);
@@ -16,9 +16,10 @@ import (
 	"github.com/rs/zerolog"
 	tinkv1 "github.com/tinkerbell/tink/api/v1alpha1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/folly-infra/fleetd/fleet"
 )
@@ -46,11 +47,10 @@ const (
 	MapGlobalTimeout = "global_timeout"
 )
 
-// Config configures New. Exactly one of RESTConfig and Client is set.
+// Config configures New.
 type Config struct {
-	RESTConfig *rest.Config     // built into a client with the tink v0.12.2 scheme
-	Client     client.WithWatch // used as is; its scheme must know tink v0.12.2's types
-	Namespace  string           // where Hardware, Templates and Workflows live (Tinkerbell's namespace)
+	RESTConfig *rest.Config // the API server and credentials (kubernetes.*); QPS 0 means 200 with burst 400
+	Namespace  string       // where Hardware, Templates and Workflows live (Tinkerbell's namespace)
 	Logger     zerolog.Logger
 	Registry   prometheus.Registerer // metrics are registered here; nil means none are exported
 	Clock      fleet.Clock           // nil means the wall clock
@@ -59,7 +59,7 @@ type Config struct {
 // Installer implements fleet.Installer on Tinkerbell's Kubernetes API. It is safe for
 // concurrent use.
 type Installer struct {
-	c       client.WithWatch
+	k       kube
 	ns      string
 	log     zerolog.Logger
 	clock   fleet.Clock
@@ -82,22 +82,16 @@ func New(cfg Config) (*Installer, error) {
 	if cfg.Namespace == "" {
 		return nil, errors.New("workflows: Namespace is empty: name Tinkerbell's namespace")
 	}
-	if (cfg.RESTConfig == nil) == (cfg.Client == nil) {
-		return nil, errors.New("workflows: set exactly one of RESTConfig and Client")
+	if cfg.RESTConfig == nil {
+		return nil, errors.New("workflows: RESTConfig is nil: name the Kubernetes API server")
 	}
-	c := cfg.Client
-	if c == nil {
-		s, err := Scheme()
-		if err != nil {
-			return nil, err
-		}
-		rc := rest.CopyConfig(cfg.RESTConfig)
-		if rc.QPS == 0 {
-			rc.QPS, rc.Burst = 200, 400 // kubernetes.qps and kubernetes.burst defaults (package config)
-		}
-		if c, err = client.NewWithWatch(rc, client.Options{Scheme: s}); err != nil {
-			return nil, fmt.Errorf("workflows: build Kubernetes client for %s: %w", rc.Host, err)
-		}
+	rc := rest.CopyConfig(cfg.RESTConfig)
+	if rc.QPS == 0 {
+		rc.QPS, rc.Burst = 200, 400 // kubernetes.qps and kubernetes.burst defaults (package config)
+	}
+	dyn, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("workflows: build Kubernetes client for %s: %w", rc.Host, err)
 	}
 	clock := cfg.Clock
 	if clock == nil {
@@ -107,14 +101,14 @@ func New(cfg Config) (*Installer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Installer{c: c, ns: cfg.Namespace, log: cfg.Logger, clock: clock, metrics: m}, nil
+	return &Installer{k: kube{dyn: dyn, ns: cfg.Namespace}, ns: cfg.Namespace, log: cfg.Logger, clock: clock, metrics: m}, nil
 }
 
 // Ping checks that the API server answers and serves Workflows (readiness, docs/design.md §6): a List of
 // at most one Workflow in the namespace.
 func (in *Installer) Ping(ctx context.Context) error {
-	err := in.observe("list_workflows", in.c.List(ctx, &tinkv1.WorkflowList{}, client.InNamespace(in.ns), client.Limit(1)))
-	if err != nil {
+	_, err := in.k.list(ctx, workflowResource, metav1.ListOptions{Limit: 1})
+	if err = in.observe("list_workflows", err); err != nil {
 		return fmt.Errorf("list Workflows in namespace %s: %w", in.ns, err)
 	}
 	return nil

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -46,18 +48,62 @@ func measureIdleRSS(s *stack.Stack) (int, error) {
 }
 
 // TestFleetdIdleMemory reports the resident memory of `fleetd serve` at rest with the seeded
-// inventory (spore is a Raspberry Pi: the number goes into the issue notes), and fails only if
-// it is far beyond what such a service needs.
+// inventory (spore is a Raspberry Pi: the number goes into the issue notes) beside the floor of
+// its code (dev/rssfloor: the packages fleetd links, initialised and left idle, built as the
+// stack's fleetd is), and fails only if fleetd is far beyond what such a service needs or the
+// floor could not be measured.
 func TestFleetdIdleMemory(t *testing.T) {
 	needStack(t)
 	if idleRSS == 0 {
 		t.Fatal("fleetd's idle memory was not measured")
 	}
-	t.Logf("fleetd serve idle VmRSS: %d KiB (%.1f MiB) with %d NetBox devices: RssAnon %.1f MiB (heap, stacks, runtime), RssFile %.1f MiB (the binary's pages)",
-		idleRSS, float64(idleRSS)/1024, len(testStack.Info().Devices), float64(idleAnon)/1024, float64(idleFile)/1024)
+	floor, floorAnon, floorFile := floorRSS(t)
+	t.Logf("fleetd serve idle VmRSS: %d KiB (%.1f MiB) with %d NetBox devices: RssAnon %.1f MiB (heap, stacks, runtime), RssFile %.1f MiB (the binary's pages); "+
+		"the floor of its linked code (dev/rssfloor) %.1f MiB: RssAnon %.1f MiB, RssFile %.1f MiB",
+		idleRSS, float64(idleRSS)/1024, len(testStack.Info().Devices), float64(idleAnon)/1024, float64(idleFile)/1024,
+		float64(floor)/1024, float64(floorAnon)/1024, float64(floorFile)/1024)
 	if idleRSS > 400*1024 {
 		t.Errorf("fleetd serve uses %d KiB at rest, more than 400 MiB", idleRSS)
 	}
+}
+
+// floorRSS builds and starts dev/rssfloor, waits until its packages have initialised (it prints
+// its pid after) and a second more, and reads its VmRSS, RssAnon and RssFile (KiB).
+func floorRSS(t *testing.T) (rss, anon, file int) {
+	t.Helper()
+	root, err := stack.FindRoot(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "rssfloor")
+	build := exec.Command("go", "build", "-o", bin, "./dev/rssfloor")
+	build.Dir, build.Env = root, append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build dev/rssfloor: %v\n%s", err, out)
+	}
+	cmd := exec.Command(bin)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	if _, err := bufio.NewReader(out).ReadString('\n'); err != nil {
+		t.Fatalf("dev/rssfloor printed no pid: %v", err)
+	}
+	time.Sleep(time.Second)
+	pid := cmd.Process.Pid
+	for _, f := range []struct {
+		key string
+		v   *int
+	}{{"VmRSS", &rss}, {"RssAnon", &anon}, {"RssFile", &file}} {
+		if *f.v, err = statusKiB(pid, f.key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return rss, anon, file
 }
 
 func vmRSS(pid int) (int, error) { return statusKiB(pid, "VmRSS") }

@@ -1,0 +1,104 @@
+package workflows
+
+import (
+	"context"
+	"fmt"
+
+	tinkv1 "github.com/tinkerbell/tink/api/v1alpha1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
+)
+
+// The resources of Tinkerbell's API group that fleetd reads and writes (tink v0.12.2's CRDs).
+var (
+	hardwareResource = tinkv1.GroupVersion.WithResource("hardware")
+	templateResource = tinkv1.GroupVersion.WithResource("templates")
+	workflowResource = tinkv1.GroupVersion.WithResource("workflows")
+)
+
+// kube is the Installer's client of Tinkerbell's objects in one namespace, on client-go's
+// dynamic client: objects travel as unstructured JSON, converted to tink v0.12.2's types where
+// fleetd builds or checks them, and read as JSON where fleetd reads both Tinkerbell generations'
+// status (status.go). It is not controller-runtime's client, whose package registers every
+// built-in Kubernetes API group's types when the process starts: about 15 MiB of resident memory
+// on a Raspberry Pi for types fleetd never uses (docs/operate.md#memory). Errors are the API
+// server's, as client-go returns them (apierrors.IsNotFound, IsConflict, ...).
+type kube struct {
+	dyn dynamic.Interface
+	ns  string
+}
+
+func (k kube) resource(r schema.GroupVersionResource) dynamic.ResourceInterface {
+	return k.dyn.Resource(r).Namespace(k.ns)
+}
+
+// get reads the object name of resource r as JSON.
+func (k kube) get(ctx context.Context, r schema.GroupVersionResource, name string) (*unstructured.Unstructured, error) {
+	return k.resource(r).Get(ctx, name, metav1.GetOptions{})
+}
+
+// getTyped reads the object name of resource r into obj, a tink v0.12.2 type.
+func (k kube) getTyped(ctx context.Context, r schema.GroupVersionResource, name string, obj runtime.Object) error {
+	u, err := k.get(ctx, r, name)
+	if err != nil {
+		return err
+	}
+	return fromUnstructured(u, obj)
+}
+
+// create creates obj (a tink v0.12.2 object of kind) and reads what the server stored back into
+// it.
+func (k kube) create(ctx context.Context, r schema.GroupVersionResource, kind string, obj runtime.Object) error {
+	u, err := toUnstructured(obj, kind)
+	if err != nil {
+		return err
+	}
+	if u, err = k.resource(r).Create(ctx, u, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	return fromUnstructured(u, obj)
+}
+
+// update writes obj (a tink v0.12.2 object of kind, with the resourceVersion it was read at: a
+// newer one on the server is a conflict) and reads what the server stored back into it.
+func (k kube) update(ctx context.Context, r schema.GroupVersionResource, kind string, obj runtime.Object) error {
+	u, err := toUnstructured(obj, kind)
+	if err != nil {
+		return err
+	}
+	if u, err = k.resource(r).Update(ctx, u, metav1.UpdateOptions{}); err != nil {
+		return err
+	}
+	return fromUnstructured(u, obj)
+}
+
+// list reads one page of resource r.
+func (k kube) list(ctx context.Context, r schema.GroupVersionResource, opts metav1.ListOptions) (*unstructured.UnstructuredList, error) {
+	return k.resource(r).List(ctx, opts)
+}
+
+// watch watches resource r; its events carry *unstructured.Unstructured.
+func (k kube) watch(ctx context.Context, r schema.GroupVersionResource, opts metav1.ListOptions) (watch.Interface, error) {
+	return k.resource(r).Watch(ctx, opts)
+}
+
+func toUnstructured(obj runtime.Object, kind string) (*unstructured.Unstructured, error) {
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		return nil, fmt.Errorf("encode %s: %w", kind, err)
+	}
+	u := &unstructured.Unstructured{Object: m}
+	u.SetGroupVersionKind(tinkv1.GroupVersion.WithKind(kind))
+	return u, nil
+}
+
+func fromUnstructured(u *unstructured.Unstructured, obj runtime.Object) error {
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, obj); err != nil {
+		return fmt.Errorf("decode %s %s: %w", u.GetKind(), u.GetName(), err)
+	}
+	return nil
+}
