@@ -218,15 +218,18 @@ func BenchmarkBootCheckFloor(b *testing.B) {
 // BenchmarkBootCheckHTTP is one whole check through the handlers and the fleet service:
 // in-memory is the cost with NetBox's writes out of the request path (the bound that batching
 // them would approach); netbox-emulator is the cost with the real NetBox adapter writing to the
-// NetBox emulator over loopback (one name lookup, one read for the ETag, one PATCH per check,
-// and the webhook NetBox sends back for fleetd's own update).
+// NetBox emulator over loopback (one read, which carries the ETag, and one conditional PATCH per
+// repeated check, and the webhook NetBox sends back for fleetd's own update; the first check,
+// which fills what fleetd caches of the node, is not counted).
 func BenchmarkBootCheckHTTP(b *testing.B) {
 	bb := newBootBench(b)
 	frozen := fleettest.NewClock(bb.issued.Add(-time.Second))
-	run := func(b *testing.B, inv fleet.Inventory) {
+	// run checks the same boot repeatedly, as a node does every hour; a first check, untimed,
+	// fills what fleetd caches of the node, and warmed (when set) hears that it is done.
+	run := func(b *testing.B, inv fleet.Inventory, warmed func()) {
 		url := benchService(b, bb.f, inv, frozen)
 		body := mustJSON(b, bb.req)
-		for b.Loop() {
+		check := func() {
 			resp, err := http.Post(url+api.PathBootCheck, "application/json", bytes.NewReader(body))
 			if err != nil {
 				b.Fatal(err)
@@ -236,18 +239,26 @@ func BenchmarkBootCheckHTTP(b *testing.B) {
 				b.Fatalf("status %d", resp.StatusCode)
 			}
 		}
+		check()
+		if warmed != nil {
+			warmed()
+		}
+		for b.Loop() {
+			check()
+		}
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "checks/s")
 	}
 	b.Run("in-memory", func(b *testing.B) {
 		d := bb.device
 		d.Owned.LastBootCheck = frozen.Now().Add(-time.Hour)
-		run(b, fleettest.NewInventory(d))
+		run(b, fleettest.NewInventory(d), nil)
 	})
 	b.Run("netbox-emulator", func(b *testing.B) {
 		client, requests, webhooks := benchNetBox(b, bb.device, frozen.Now().Add(-time.Hour))
-		run(b, client)
-		b.ReportMetric(math.Round(float64(requests.Load())/float64(b.N)*100)/100, "netbox-requests/check")
-		b.ReportMetric(math.Round(float64(webhooks())/float64(b.N)*100)/100, "webhooks/check")
+		var firstRequests, firstHooks int64
+		run(b, client, func() { firstRequests, firstHooks = requests.Load(), webhooks() })
+		b.ReportMetric(math.Round(float64(requests.Load()-firstRequests)/float64(b.N)*100)/100, "netbox-requests/check")
+		b.ReportMetric(math.Round(float64(webhooks()-firstHooks)/float64(b.N)*100)/100, "webhooks/check")
 	})
 }
 
