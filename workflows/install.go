@@ -18,8 +18,10 @@ import (
 
 // Install makes the device's Hardware current and creates the request's Workflow (docs/design.md §3).
 //
-// It is idempotent: when the Workflow w.Name exists, Install returns nil and changes nothing;
-// concurrent calls for one request create one Workflow (the API server's AlreadyExists decides).
+// It is idempotent: when the Workflow w.Name exists, Install returns nil, having brought the
+// Hardware to what the request needs (which is what it already is, unless NetBox changed) and
+// created nothing; concurrent calls for one request create one Workflow (the API server's
+// AlreadyExists decides).
 // Before writing anything it reads the class's Template, renders it with this Workflow's
 // hardwareMap and applies CheckTemplate; a Template or device that cannot carry the request
 // yields a *RefusedError (wrapping fleet.ErrTemplate). Any other error means the API server could
@@ -27,25 +29,25 @@ import (
 func (in *Installer) Install(ctx context.Context, w fleet.WorkflowSpec) error {
 	log := in.log.With().Str("device", w.Device.Name).Str("class", w.Class.Name).
 		Str("action", string(w.Action)).Str("step", "install").Str("workflow", w.Name).Logger()
-	// 1. An existing Workflow is success: the request was installed before.
-	_, err := in.k.get(ctx, workflowResource, w.Name)
-	err = in.observe("get_workflow", err)
-	switch {
-	case err == nil:
-		log.Info().Str("outcome", "exists").Msg("Workflow already exists")
-		return nil
-	case !objectNotFound(err):
-		return fmt.Errorf("read Workflow %s: %w", w.Name, err)
-	}
-	// 2. Build what will be written and check it without side effects.
+	// 1. Build what will be written and check it without side effects. No read of the Workflow
+	// comes first: fleet installs a request it just claimed or whose Workflow it just read
+	// missing, so the read would cost every new Workflow a request to learn what the create's
+	// AlreadyExists says anyway (docs/performance.md).
 	p, err := in.prepare(ctx, w)
-	if err != nil {
-		if errors.Is(err, fleet.ErrTemplate) {
-			log.Warn().Str("outcome", "refused").Err(err).Msg("request refused")
+	if errors.Is(err, fleet.ErrTemplate) {
+		// A request installed before is not refused for what its Template became since.
+		if exists, rerr := in.workflowExists(ctx, w.Name); rerr != nil || exists {
+			if exists {
+				log.Info().Str("outcome", "exists").Msg("Workflow already exists")
+			}
+			return rerr
 		}
+		log.Warn().Str("outcome", "refused").Err(err).Msg("request refused")
+	}
+	if err != nil {
 		return err
 	}
-	// 3. Write the Hardware, then create the Workflow.
+	// 2. Write the Hardware, then create the Workflow (AlreadyExists is success).
 	if err := in.applyHardware(ctx, w, p.boot, p.existing, p.hw); err != nil {
 		return err
 	}
@@ -53,7 +55,11 @@ func (in *Installer) Install(ctx context.Context, w fleet.WorkflowSpec) error {
 	if err != nil {
 		return err
 	}
-	ev := log.Info().Str("outcome", "created").Str("template", w.Template).Bool("created", created)
+	outcome := "created"
+	if !created {
+		outcome = "exists"
+	}
+	ev := log.Info().Str("outcome", outcome).Str("template", w.Template).Bool("created", created)
 	if p.note != "" {
 		ev = ev.Str("note", p.note)
 	}
@@ -223,4 +229,16 @@ func workflowLabels(w fleet.WorkflowSpec) map[string]string {
 // netmask is the dotted IPv4 netmask of a prefix length.
 func netmask(bits int) string {
 	return net.IP(net.CIDRMask(bits, 32)).String()
+}
+
+// workflowExists reads whether the Workflow name exists.
+func (in *Installer) workflowExists(ctx context.Context, name string) (bool, error) {
+	_, err := in.k.get(ctx, workflowResource, name)
+	switch err = in.observe("get_workflow", err); {
+	case err == nil:
+		return true, nil
+	case objectNotFound(err):
+		return false, nil
+	}
+	return false, fmt.Errorf("read Workflow %s: %w", name, err)
 }

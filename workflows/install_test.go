@@ -188,6 +188,23 @@ func TestInstallConcurrentCreatesOneWorkflow(t *testing.T) {
 	if err := e.in.Install(ctx, s); err != nil {
 		t.Errorf("Install after the Workflow exists: %v, want nil", err)
 	}
+	// A request installed before is not refused for what its Template became since: Install
+	// reads the Workflow only then, and finds it.
+	tpl := &tinkv1.Template{}
+	tpl.Name, tpl.Namespace = "talos-provision", e.ns
+	if err := e.c.Delete(ctx, tpl); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.in.Install(ctx, s); err != nil {
+		t.Errorf("Install after the Workflow exists and its Template is gone: %v, want nil", err)
+	}
+	other := spec(device(10, "node-d2"), "talos-provision", fleet.ActionProvision, "provision-cccccccd")
+	if err := e.in.Install(ctx, other); !errors.Is(err, fleet.ErrTemplate) {
+		t.Errorf("refuse/a new request on the deleted Template: %v, want fleet.ErrTemplate", err)
+	}
+	if err := e.c.List(ctx, list, client.InNamespace(e.ns)); err != nil || len(list.Items) != 1 {
+		t.Errorf("%d Workflows (%v) after the Installs on a deleted Template, want the one", len(list.Items), err)
+	}
 }
 
 func TestInstallAPIUnreachableIsNotARefusal(t *testing.T) {
