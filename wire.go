@@ -95,7 +95,7 @@ func wire(ctx context.Context, cfg *config.Config, log zerolog.Logger) (*app, er
 	}
 	a.service, err = fleet.NewService(fleet.Config{FleetdURL: cfg.PublicURL,
 		BootCheckMissingAfter: cfg.BootCheck.MissingAfter.D(), ConfigTTL: cfg.Delivery.PendingTTL.D(),
-		ServiceUser: cfg.NetBox.ServiceUser}, fleet.Deps{Inventory: a.netbox, ChangeLog: a.netbox,
+		ServiceUser: cfg.NetBox.ServiceUser, InventoryBootCheckWindow: cfg.Inventory.BootCheckWindow.D()}, fleet.Deps{Inventory: a.netbox, ChangeLog: a.netbox,
 		Installer: a.install, Catalog: catalog, Renderer: renderer, Attest: att, Clock: clock,
 		Random: rand.Reader, Logger: log, Registry: reg})
 	if err != nil {

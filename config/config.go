@@ -36,6 +36,7 @@ type Config struct {
 	Operator    Operator    `yaml:"operator"`
 	Reconcile   Reconcile   `yaml:"reconcile"`
 	BootCheck   BootCheck   `yaml:"boot_check"`
+	Inventory   Inventory   `yaml:"inventory"`
 	TLS         TLS         `yaml:"tls"`
 	Limits      Limits      `yaml:"limits"`
 	Log         Log         `yaml:"log"`
@@ -163,31 +164,22 @@ type BootCheck struct {
 	NonceLifetime Duration `yaml:"nonce_lifetime"`
 }
 
+// Inventory is the inventory check's policy (docs/design.md §10).
+type Inventory struct {
+	// BootCheckWindow is how old an active node's last accepted boot check may be before the
+	// inventory check reports boot_checks_stopped; unset means 3h (three hourly checks missed).
+	// A pointer, so that a written 0s is refused rather than taken for unset.
+	BootCheckWindow *Duration `yaml:"boot_check_window"`
+}
+
+// DefaultInventoryBootCheckWindow is inventory.boot_check_window when unset.
+const DefaultInventoryBootCheckWindow = 3 * time.Hour
+
 // Log is the log output.
 type Log struct {
 	Level  string `yaml:"level"`  // debug, info, warn, error
 	Format string `yaml:"format"` // json or console
 }
-
-// Duration is a time.Duration written as "90s", "2h".
-type Duration time.Duration
-
-// UnmarshalYAML reads a Go duration string.
-func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
-	var s string
-	if err := n.Decode(&s); err != nil {
-		return fmt.Errorf("line %d: want a duration such as \"90s\" or \"2h\"", n.Line)
-	}
-	v, err := time.ParseDuration(s)
-	if err != nil {
-		return fmt.Errorf("line %d: %q is not a duration such as \"90s\" or \"2h\"", n.Line, s)
-	}
-	*d = Duration(v)
-	return nil
-}
-
-// D returns the value as a time.Duration.
-func (d Duration) D() time.Duration { return time.Duration(d) }
 
 // Override holds command-line values that replace the file's (the NixOS module passes the
 // listen addresses as flags). Empty fields leave the file's values.
@@ -226,7 +218,7 @@ func Parse(r io.Reader, dir string, o ...Override) (*Config, error) {
 		if errors.Is(err, io.EOF) {
 			return nil, errors.New("the file is empty")
 		}
-		return nil, fmt.Errorf("decode: %s", strings.TrimPrefix(err.Error(), "yaml: "))
+		return nil, fmt.Errorf("decode: %s", strings.TrimPrefix(namedKey(raw, err).Error(), "yaml: "))
 	}
 	for _, ov := range o {
 		if ov.ListenHTTP != "" {
@@ -286,6 +278,10 @@ func (c *Config) defaults() {
 	def(&c.Reconcile.Interval, 2*time.Minute)
 	def(&c.BootCheck.MissingAfter, 2*time.Hour)
 	def(&c.BootCheck.NonceLifetime, 5*time.Minute)
+	if c.Inventory.BootCheckWindow == nil {
+		w := Duration(DefaultInventoryBootCheckWindow)
+		c.Inventory.BootCheckWindow = &w
+	}
 	if c.Kea.ReservationsFile == "" {
 		c.Kea.ReservationsFile = kea.DefaultPath
 	}

@@ -61,11 +61,16 @@ func TestParseDefaults(t *testing.T) {
 		{"lak renewal point default: half its lifetime", c.PKI.LAK.RenewAfter.D(), 15 * 24 * time.Hour},
 		{"relative path resolved", c.Path(c.ClassesFile), filepath.Join(dir, "classes.json")},
 		{"webhook_workers default", c.NetBox.WebhookWorkers, 16},
+		{"inventory.boot_check_window default", c.Inventory.BootCheckWindow.D(), 3 * time.Hour},
 	}
 	for _, ch := range checks {
 		if ch.got != ch.want {
 			t.Errorf("%s: %v, want %v", ch.name, ch.got, ch.want)
 		}
+	}
+	c, err = Parse(strings.NewReader(text+"inventory: {boot_check_window: 90s}\n"), dir)
+	if err != nil || c.Inventory.BootCheckWindow.D() != 90*time.Second {
+		t.Errorf("inventory.boot_check_window: 90s read as %v, %v", c.Inventory.BootCheckWindow, err)
 	}
 	tok, err := c.ReadSecret("netbox.token_file", c.NetBox.TokenFile)
 	if err != nil || string(tok) != "x" {
@@ -83,8 +88,17 @@ func TestParseRefusals(t *testing.T) {
 		{"refuse/unknown key names the line", func(s string) string { return s + "colour: red\n" },
 			[]string{"field colour not found"}},
 		{"refuse/empty file", func(string) string { return "" }, []string{"the file is empty"}},
-		{"refuse/bad duration", func(s string) string { return s + "reconcile: {interval: soon}\n" },
-			[]string{`"soon" is not a duration`}},
+		{"refuse/bad duration names its key", func(s string) string { return s + "reconcile: {interval: soon}\n" },
+			[]string{`reconcile.interval: "soon" is not a duration`}},
+		{"refuse/a duration that is no string names its key", func(s string) string { return s + "boot_check:\n  missing_after: [2h]\n" },
+			[]string{`boot_check.missing_after: want a duration`}},
+		{"refuse/unparsable inventory window", func(s string) string { return s + "inventory:\n  boot_check_window: three hours\n" },
+			[]string{`inventory.boot_check_window: "three hours" is not a duration`}},
+		{"refuse/zero inventory window", func(s string) string { return s + "inventory: {boot_check_window: 0s}\n" },
+			[]string{"inventory.boot_check_window: 0s is not positive"}},
+		{"refuse/negative inventory window", func(s string) string { return s + "inventory: {boot_check_window: -1h}\n" },
+			[]string{"inventory.boot_check_window: -1h0m0s is not positive"}},
+		{"ok/inventory window", func(s string) string { return s + "inventory: {boot_check_window: 90s}\n" }, nil},
 		{"refuse/every problem listed", func(s string) string {
 			s = strings.Replace(s, "public_url: https://spore.lan:8443", "public_url: spore", 1)
 			s = strings.Replace(s, "token_file: nb-token", "token_file: missing-token", 1)

@@ -177,12 +177,15 @@ func (c *Config) validateKea(p *problems) {
 	}
 }
 
-// validateOperation checks operator, reconcile, boot_check and log: how fleetd runs.
+// validateOperation checks operator, reconcile, boot_check, inventory and log: how fleetd runs.
 func (c *Config) validateOperation(p *problems) {
 	p.file("operator.token_file", c.Operator.TokenFile)
 	p.atLeast("reconcile.interval", c.Reconcile.Interval, 5*time.Second)
 	p.atLeast("boot_check.missing_after", c.BootCheck.MissingAfter, time.Minute)
 	p.atLeast("boot_check.nonce_lifetime", c.BootCheck.NonceLifetime, 10*time.Second)
+	if w := c.Inventory.BootCheckWindow; w != nil && w.D() <= 0 {
+		p.bad("inventory.boot_check_window", "%s is not positive: give how old an active node's last accepted boot check may be before the inventory check reports boot_checks_stopped, such as \"3h\"", w.D())
+	}
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":
 	default:
