@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/folly-infra/fleetd/api"
 )
 
 // The fields fleetd owns survive clients that write back what they read (docs/design.md §9, "How
@@ -67,8 +66,16 @@ func ownedFieldTable() []ownedField {
 		field("boot_check", func(o *Owned) *BootCheck { return &o.BootCheck }, func(p *Patch) **BootCheck { return &p.BootCheck }, equal[BootCheck]),
 		field("fleet_identity", func(o *Owned) *IdentityMaterial { return &o.Identity }, func(p *Patch) **IdentityMaterial { return &p.Identity },
 			identityEqual),
-		field("fleet_facts", func(o *Owned) *api.Facts { return &o.Facts }, func(p *Patch) **api.Facts { return &p.Facts }, api.Facts.Equal),
+		factsField,
 	}
+}
+
+// factsField is fleet_facts: a value fleetd cannot read decodes as no facts, so the reason it
+// could not be read is compared too (an unreadable value written over none is put back to none).
+var factsField = ownedField{name: "fleet_facts",
+	same:    func(a, b Owned) bool { return a.Facts.Equal(b.Facts) && a.FactsUnreadable == b.FactsUnreadable },
+	restore: func(p *Patch, o Owned) { f := o.Facts; p.Facts = &f },
+	set:     func(dst *Owned, src Owned) { dst.Facts, dst.FactsUnreadable = src.Facts, src.FactsUnreadable },
 }
 
 // undoPatch is the write that puts back what w changed of fleetd's fields on the device as it is

@@ -92,6 +92,24 @@ func TestUndoForeignWrite(t *testing.T) {
 			t.Errorf("journal %q, want one entry naming fleet_facts restored", j)
 		}
 	})
+	// A value fleetd cannot read decodes as no facts: written over none, it is still a write of
+	// fleet_facts, and none is put back.
+	t.Run("ok/unreadable fleet_facts written over none: none put back", func(t *testing.T) {
+		garbage := active
+		garbage.Owned.FactsUnreadable = "fleet_facts: version 2, this fleetd reads version 1"
+		inv := fleettest.NewInventory(garbage)
+		s := newTestService(inv, fleettest.NewInstaller())
+		out, err := s.UndoForeignWrite(context.Background(), ForeignWrite{DeviceID: 12, User: "admin", Before: active, After: garbage})
+		if err != nil || out.Result != "restored" {
+			t.Fatalf("UndoForeignWrite = %+v, %v", out, err)
+		}
+		if got := inv.Get(12).Owned; got.FactsUnreadable != "" || !got.Facts.Empty() {
+			t.Errorf("fleet_facts after the undo: %+v, unreadable %q; want none", got.Facts, got.FactsUnreadable)
+		}
+		if j := inv.JournalOf(12); len(j) != 1 || !strings.Contains(j[0], "(fleet_facts): restored") {
+			t.Errorf("journal %q, want one entry naming fleet_facts restored", j)
+		}
+	})
 	t.Run("ok/nothing fleetd owns changed: nothing written", func(t *testing.T) {
 		inv := fleettest.NewInventory(active)
 		s := newTestService(inv, fleettest.NewInstaller())

@@ -177,7 +177,7 @@ func Apply(d *fleet.Device, p fleet.Patch) {
 		d.Owned.Identity = *p.Identity
 	}
 	if p.Facts != nil {
-		d.Owned.Facts = *p.Facts
+		d.Owned.Facts, d.Owned.FactsUnreadable = *p.Facts, ""
 	}
 }
 
