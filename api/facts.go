@@ -48,11 +48,15 @@ type ProvedFacts struct {
 	// EKIssuer is the issuer DN of the EK certificate that chained to a manufacturer CA; empty
 	// when the EK was approved by its hash alone (or the TPM has no EK certificate).
 	EKIssuer string `json:"ek_issuer,omitempty"`
-	// TPMManufacturer and TPMVersion are the TPM's manufacturer (its TCG vendor ID as text, e.g.
-	// "IBM", "INTC") and firmware version, from the EK certificate's TPM attributes; empty when
-	// the EK certificate does not carry them.
+	// TPMManufacturer is the TPM's manufacturer, the tcg-at-tpmManufacturer code of the EK
+	// certificate's subjectAltName in lowercase hex (e.g. "00001014"), when its chain was verified;
+	// empty otherwise.
 	TPMManufacturer string `json:"tpm_manufacturer,omitempty"`
-	TPMVersion      string `json:"tpm_version,omitempty"`
+	// TPMVersion is the TPM version the attestation proved: "2.0" (fleetd verifies TPM 2.0's
+	// credential activation and quotes only), followed by the specification level and revision
+	// when the EK certificate's chain was verified and its tcg-at-tpmSpecification names a TPM
+	// 2.0 ("2.0 level 0 revision 1.64"). Empty in facts from before fleetd kept it.
+	TPMVersion string `json:"tpm_version,omitempty"`
 	// BootState is the lowercase hex digest of the quoted boot state: what the boot baseline
 	// compares (boot_baseline), from the verified event log.
 	BootState string `json:"boot_state,omitempty"`

@@ -104,10 +104,29 @@ type VerifiedEK struct {
 	CertVerified bool
 	// Manufacturer is the TPM manufacturer code from the certificate's SAN (e.g. "00001014").
 	Manufacturer string
+	// Spec is the TPM specification the certificate names (tcg-at-tpmSpecification); zero when
+	// it names none.
+	Spec TPMSpec
 	// HWSerialNum is the LDevID/LAK SAN's hwSerialNum (TCG DevID profile): the ASCII
 	// "<manufacturer>:<EK cert authorityKeyId hex>:<EK cert serial hex>" (lowercase hex) when a
 	// certificate with those fields exists, else the 32-byte SHA-256 of the EK's SPKI.
 	HWSerialNum []byte
+}
+
+// TPMVersion is the TPM version an accepted enrollment with this EK proves (docs/design.md,
+// "Attested facts"): "2.0", since fleetd verifies only TPM 2.0's attestation — the AK's
+// creation attestation (a TPMS_ATTEST with TPM_GENERATED_VALUE, go-attestation's
+// CheckAKParameters), TPM2_ActivateCredential under this EK, and TPM2_Quote — which a TPM 1.2
+// cannot answer. When the certificate's chain was verified and it names a TPM 2.0 specification,
+// the manufacturer's level and revision follow ("2.0 level 0 revision 1.64"); a certificate that
+// names another family adds nothing, since the protocol, not the certificate, shows the family.
+// Proved only once the enrollment's activation and quote verified: before, it is what the EK
+// would prove.
+func (ek *VerifiedEK) TPMVersion() string {
+	if ek.CertVerified && ek.Spec.Family == TPMVersion20 {
+		return ek.Spec.String()
+	}
+	return TPMVersion20
 }
 
 // EKApproval is what the device's owner declared in NetBox about its EK.
@@ -173,7 +192,7 @@ func (v *EKVerifier) checkCert(ek *VerifiedEK, claimedCertDER []byte) error {
 		}
 		ek.CertVerified = true
 	}
-	ek.Manufacturer = tpmManufacturer(cert)
+	ek.Manufacturer, ek.Spec = tpmManufacturer(cert), tpmSpec(cert)
 	if ek.Manufacturer != "" && len(cert.AuthorityKeyId) > 0 {
 		ek.HWSerialNum = fmt.Appendf(nil, "%s:%x:%x", ek.Manufacturer, cert.AuthorityKeyId, cert.SerialNumber.Bytes())
 	}

@@ -1,6 +1,7 @@
 package attest_test
 
 import (
+	"cmp"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
@@ -39,8 +40,14 @@ func TestEKVerify(t *testing.T) {
 		want     attest.Check
 		wantHW   string
 		verified bool
+		version  string // VerifiedEK.TPMVersion; "" is "2.0"
 	}{
-		{name: "ok/hash+cert", policy: attest.EKPolicyHashCert, bundle: bundle, cert: certDER, approved: []string{hash}, wantHW: wantHW, verified: true},
+		{name: "ok/hash+cert", policy: attest.EKPolicyHashCert, bundle: bundle, cert: certDER, approved: []string{hash}, wantHW: wantHW, verified: true,
+			version: "2.0 level 0 revision 1.38"},
+		{name: "ok/hash+cert-without-tpm-specification", policy: attest.EKPolicyHashCert, bundle: bundle, cert: ekCertFor(t, vendor, spki, ""), approved: []string{hash},
+			wantHW: wantHW, verified: true},
+		{name: "ok/hash+cert-specification-of-another-family", policy: attest.EKPolicyHashCert, bundle: bundle, cert: ekCertFor(t, vendor, spki, "1.2"), approved: []string{hash},
+			wantHW: wantHW, verified: true},
 		{name: "ok/hash+cert-no-certificate-declared-none", policy: attest.EKPolicyHashCert, bundle: bundle, approved: []string{hash}, noCert: true},
 		{name: "ok/hash-no-certificate", policy: attest.EKPolicyHash, approved: []string{hash}},
 		{name: "refuse/hash+cert-certificate-left-out", policy: attest.EKPolicyHashCert, bundle: bundle, approved: []string{hash}, want: attest.CheckEKCertMissing},
@@ -85,6 +92,11 @@ func TestEKVerify(t *testing.T) {
 			}
 			if wantHW != "" && string(ek.HWSerialNum) != wantHW {
 				t.Errorf("HWSerialNum = %q, want %q", ek.HWSerialNum, wantHW)
+			}
+			// Only a verified certificate adds the manufacturer's specification to the "2.0"
+			// the protocol proves (ok/hash-uppercase-approval carries one, unverified).
+			if want := cmp.Or(tc.version, "2.0"); ek.TPMVersion() != want {
+				t.Errorf("TPMVersion() = %q, want %q", ek.TPMVersion(), want)
 			}
 		})
 	}

@@ -115,6 +115,9 @@ func TestEnrollSimulator(t *testing.T) {
 		if got, want := hwSerial(t, a.ldevid), sha256.Sum256(s.c1.ekPub); !bytes.Equal(got, want[:]) {
 			t.Errorf("hwSerialNum = %x, want the SHA-256 of the EK SPKI %x when there is no EK certificate", got, want)
 		}
+		if got := s.v.f.Inv.Get(idNodeA).Owned.Facts.Proved.TPMVersion; got != "2.0" {
+			t.Errorf("proved tpm_version %q, want 2.0 (no EK certificate: the protocol alone)", got)
+		}
 	})
 	runRefusals(t, s)
 }
@@ -135,6 +138,10 @@ func TestEnrollSwtpm(t *testing.T) {
 		want := "00001014:" // swtpm's manufacturer code, then the EK certificate's AKI and serial
 		if got := string(hwSerial(t, a.ldevid)); !strings.HasPrefix(got, want) || strings.Count(got, ":") != 2 {
 			t.Errorf("hwSerialNum = %q, want %q<aki hex>:<serial hex>", got, want)
+		}
+		// swtpm_cert certifies TPM 2.0, level 0, revision 164 (tcg-at-tpmSpecification).
+		if got := s.v.f.Inv.Get(idNodeA).Owned.Facts.Proved.TPMVersion; got != "2.0 level 0 revision 1.64" {
+			t.Errorf("proved tpm_version %q, want the verified EK certificate's 2.0 level 0 revision 1.64", got)
 		}
 	})
 	runRefusals(t, s)

@@ -54,6 +54,13 @@ func swtpmRootOnly(t testing.TB) []byte {
 // ekPubDER is nil, from ca.
 func ekCertFrom(t testing.TB, ca *pki.CA, ekPubDER []byte) []byte {
 	t.Helper()
+	return ekCertFor(t, ca, ekPubDER, "2.0")
+}
+
+// ekCertFor is ekCertFrom naming the TPM specification family in its subjectDirectoryAttributes
+// (tcg-at-tpmSpecification: family, level 0, revision 1.38), or none with "".
+func ekCertFor(t testing.TB, ca *pki.CA, ekPubDER []byte, family string) []byte {
+	t.Helper()
 	var pub any
 	if ekPubDER == nil {
 		k, err := rsa.GenerateKey(rand.Reader, 2048)
@@ -85,6 +92,23 @@ func ekCertFrom(t testing.TB, ca *pki.CA, ekPubDER []byte) []byte {
 		KeyUsage:           x509.KeyUsageKeyEncipherment,
 		UnknownExtKeyUsage: []asn1.ObjectIdentifier{{2, 23, 133, 8, 1}},
 		ExtraExtensions:    []pkix.Extension{{Id: asn1.ObjectIdentifier{2, 5, 29, 17}, Critical: true, Value: san}},
+	}
+	if family != "" {
+		spec, err := asn1.Marshal(struct {
+			Family          string `asn1:"utf8"`
+			Level, Revision int
+		}{family, 0, 138})
+		if err != nil {
+			t.Fatal(err)
+		}
+		attrs, err := asn1.Marshal([]struct {
+			Type   asn1.ObjectIdentifier
+			Values []asn1.RawValue `asn1:"set"`
+		}{{asn1.ObjectIdentifier{2, 23, 133, 2, 16}, []asn1.RawValue{{FullBytes: spec}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tmpl.ExtraExtensions = append(tmpl.ExtraExtensions, pkix.Extension{Id: asn1.ObjectIdentifier{2, 5, 29, 9}, Value: attrs})
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, pub, ca.Signer)
 	if err != nil {

@@ -54,13 +54,16 @@ type TokenClaims struct {
 	// EKIssuer is the issuer DN of an EK certificate whose chain was verified, and
 	// TPMManufacturer the manufacturer code its SAN names: proved facts the evidence records
 	// (api.ProvedFacts). Both empty when the EK was approved by its hash alone.
-	EKIssuer        string    `json:"eki,omitempty"`
-	TPMManufacturer string    `json:"tpmm,omitempty"`
-	AKDigest        []byte    `json:"ak"`  // SHA-256 of the AK's TPMT_PUBLIC
-	Secret          []byte    `json:"sec"` // the credential-activation secret
-	Nonce           []byte    `json:"n"`   // the nonce the quote and the LDevID certification must carry
-	IssuedAt        time.Time `json:"iat"`
-	ExpiresAt       time.Time `json:"exp"`
+	EKIssuer        string `json:"eki,omitempty"`
+	TPMManufacturer string `json:"tpmm,omitempty"`
+	// TPMVersion is VerifiedEK.TPMVersion: what the evidence proves of the TPM's version, once its
+	// activation and quote verified.
+	TPMVersion string    `json:"tpmv,omitempty"`
+	AKDigest   []byte    `json:"ak"`  // SHA-256 of the AK's TPMT_PUBLIC
+	Secret     []byte    `json:"sec"` // the credential-activation secret
+	Nonce      []byte    `json:"n"`   // the nonce the quote and the LDevID certification must carry
+	IssuedAt   time.Time `json:"iat"`
+	ExpiresAt  time.Time `json:"exp"`
 }
 
 // TokenConfig configures a TokenSealer.

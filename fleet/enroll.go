@@ -122,7 +122,7 @@ func (s *Service) challenge(d Device, in ChallengeInput) (Challenge, error) {
 		return Challenge{}, err
 	}
 	claims := attest.TokenClaims{DeviceID: d.ID, Device: d.Name, Request: d.Owned.Request,
-		EKSHA256: ek.SHA256, HWSerialNum: ek.HWSerialNum, AKDigest: ch.AKDigest, Secret: ch.Secret, Nonce: nonce}
+		EKSHA256: ek.SHA256, HWSerialNum: ek.HWSerialNum, TPMVersion: ek.TPMVersion(), AKDigest: ch.AKDigest, Secret: ch.Secret, Nonce: nonce}
 	if ek.Cert != nil && ek.CertVerified {
 		claims.EKIssuer, claims.TPMManufacturer = ek.Cert.Issuer.String(), ek.Manufacturer
 	}

@@ -76,14 +76,15 @@ func nextFacts(cur api.Facts, p *api.ProvedFacts, c *api.ClaimedFacts, now time.
 
 // enrollmentFacts are the facts an accepted enrollment proved and claimed.
 func enrollmentFacts(v verified, claimed api.ClaimedFacts) (api.ProvedFacts, api.ClaimedFacts) {
-	return api.ProvedFacts{EKSHA256: v.token.EKSHA256, EKIssuer: v.token.EKIssuer, TPMManufacturer: v.token.TPMManufacturer,
+	return api.ProvedFacts{EKSHA256: v.token.EKSHA256, EKIssuer: v.token.EKIssuer, TPMManufacturer: v.token.TPMManufacturer, TPMVersion: v.token.TPMVersion,
 		BootState: bootState(v.boot), BootPolicy: v.bootPolicy}, claimed
 }
 
 // bootCheckProved is what an accepted boot check proved: the boot state, by the LAK fleetd
 // certified for the EK the facts (or, from before fleet_facts, the identity) name. The EK's own
-// facts are the enrollment's; a boot is compared with the baseline, not the boot policy. Nil when
-// fleetd knows no EK for the device.
+// facts are the enrollment's, but for a TPM version they lack (facts from before it was kept):
+// "2.0", since the LAK is a restricted TPM 2.0 key and its quote TPM 2.0's. A boot is compared
+// with the baseline, not the boot policy. Nil when fleetd knows no EK for the device.
 func bootCheckProved(d Device, vb *attest.VerifiedBoot) *api.ProvedFacts {
 	p := d.Owned.Facts.Proved
 	p.Since, p.Source = time.Time{}, ""
@@ -94,5 +95,8 @@ func bootCheckProved(d Device, vb *attest.VerifiedBoot) *api.ProvedFacts {
 		return nil
 	}
 	p.BootState, p.BootPolicy = bootState(vb), ""
+	if p.TPMVersion == "" {
+		p.TPMVersion = attest.TPMVersion20
+	}
 	return &p
 }

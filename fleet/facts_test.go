@@ -92,3 +92,46 @@ func TestNextFacts(t *testing.T) {
 		t.Errorf("a swapped disk at t1 = %+v, changed %v; want claimed since t1, proved still since t0", next, changed)
 	}
 }
+
+// TestBootCheckProved: a boot check proves the boot state again for the EK the enrollment
+// proved (or, before fleet_facts, the identity's), keeps the enrollment's TPM facts, and fills a
+// TPM version the facts lack with 2.0: its quote came from the LAK, a restricted TPM 2.0 key.
+func TestBootCheckProved(t *testing.T) {
+	ek, other := strings.Repeat("ab", 32), strings.Repeat("ef", 32)
+	vb := &attest.VerifiedBoot{BaselineText: "fleetd-baseline/1\n"}
+	enrolled := api.ProvedFacts{EKSHA256: ek, EKIssuer: "CN=vendor", TPMManufacturer: "00001014", TPMVersion: "2.0 level 0 revision 1.64",
+		BootState: strings.Repeat("00", 32), BootPolicy: "hookos", Since: time.Unix(1, 0), Source: api.FactsFromEnrollment}
+	withFacts := func(p api.ProvedFacts) Device {
+		var d Device
+		d.Owned.Facts.Proved = p
+		d.Owned.Identity.EKSHA256 = other
+		return d
+	}
+	unversioned := enrolled
+	unversioned.TPMVersion = ""
+	var identityOnly Device
+	identityOnly.Owned.Identity.EKSHA256 = other
+	for _, r := range []struct {
+		name        string
+		d           Device
+		ek, version string
+	}{
+		{"ok/the-enrollment's-tpm-facts-kept", withFacts(enrolled), ek, "2.0 level 0 revision 1.64"},
+		{"ok/facts-from-before-tpm_version", withFacts(unversioned), ek, "2.0"},
+		{"ok/identity-from-before-fleet_facts", identityOnly, other, "2.0"},
+	} {
+		t.Run(r.name, func(t *testing.T) {
+			p := bootCheckProved(r.d, vb)
+			if p == nil || p.EKSHA256 != r.ek || p.TPMVersion != r.version || p.BootState != bootState(vb) || p.BootPolicy != "" ||
+				!p.Since.IsZero() || p.Source != "" {
+				t.Fatalf("bootCheckProved = %+v, want EK %.8s…, tpm_version %q, the boot's state, no boot policy, no since", p, r.ek, r.version)
+			}
+			if r.d.Owned.Facts.Proved.EKIssuer != "" && (p.EKIssuer != enrolled.EKIssuer || p.TPMManufacturer != enrolled.TPMManufacturer) {
+				t.Errorf("the enrollment's EK issuer and manufacturer were not kept: %+v", p)
+			}
+		})
+	}
+	if p := bootCheckProved(Device{}, vb); p != nil {
+		t.Errorf("a device without a known EK: %+v, want nil", p)
+	}
+}

@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/folly-infra/fleetd/api"
+	"github.com/folly-infra/fleetd/attest"
 )
 
 // provedDifferences compares what the TPM proved with the declaration and with the identity
@@ -30,7 +32,7 @@ func provedDifferences(d Device, p api.ProvedFacts, seen time.Time) []Difference
 			p.EKSHA256, stamp(id.Issued), id.EKSHA256))
 	}
 	if d.Declared.TPM == TPM12 {
-		out = append(out, diff(DiffTPM, "tpm declares 1.2, and the machine proved a TPM 2.0 EK (%.16s…)", p.EKSHA256))
+		out = append(out, diff(DiffTPM, "tpm declares 1.2, and the machine proved a TPM %s (EK %.16s…)", cmp.Or(p.TPMVersion, attest.TPMVersion20), p.EKSHA256))
 	}
 	if d.Declared.EKCert == EKCertNone && p.EKIssuer != "" {
 		out = append(out, diff(DiffTPM, "ek_certificate declares none, and the machine's TPM has an EK certificate issued by %q", p.EKIssuer))

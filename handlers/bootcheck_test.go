@@ -80,7 +80,7 @@ func TestBootCheck(t *testing.T) {
 	enrolled := f.inv.Get(12).Owned.Facts
 	if p, c := enrolled.Proved, enrolled.Claimed; p.EKSHA256 != simulatorEK(t, ch) || p.Source != api.FactsFromEnrollment || len(p.BootState) != 64 ||
 		p.BootPolicy == "" || c.SMBIOSUUIDSHA256 != fleet.UUIDHash(machineUUID) || c.DisksFound != 1 || c.Disks[0].Serial != "S4EWNX0R123456" ||
-		c.MAC != "52:54:00:12:34:56" || c.Source != api.FactsFromEnrollment {
+		c.MAC != "52:54:00:12:34:56" || c.Source != api.FactsFromEnrollment || p.TPMVersion != "2.0" {
 		t.Fatalf("fleet_facts after the enrollment = %+v", enrolled)
 	}
 
