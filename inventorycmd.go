@@ -87,7 +87,7 @@ func printInventory(w io.Writer, r api.Inventory) {
 			fmt.Fprintf(w, "%s: %s: %s (%s, %s)\n", d.Device, diff.Kind, diff.Detail, diff.Source, when(diff.At))
 		}
 		for _, st := range d.Stale {
-			fmt.Fprintf(w, "%s: stale: the %s facts, last seen %s, are older than the declaration's change at %s by %s: not compared (attest the device to check it again)\n",
+			fmt.Fprintf(w, "%s: stale: the %s facts, last seen %s, are older than the declaration's change at %s by %s: not compared until the node's next accepted boot check, or an attest, reports them again\n",
 				d.Device, st.Facts, when(st.Seen), when(st.DeclaredAt), st.By)
 		}
 		switch d.Result {

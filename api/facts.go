@@ -21,8 +21,9 @@ import (
 // values are capped (MaxFactDisks, MaxFactText) and checked for shape before they are stored
 // (docs/security.md, "Claimed input").
 //
-// Each half has its own Since: the time of the first accepted evidence with these values. A
-// check that finds the same values writes nothing here (the check's own time is last_boot_check).
+// Each half has its own Since: the time of the last accepted enrollment, or of the first boot
+// check after it that found other values. A boot check that finds the same values writes nothing
+// here (the check's own time is last_boot_check).
 //
 // The JSON keys are the contract with other fleetd versions: add keys, never rename them.
 type Facts struct {
@@ -64,7 +65,7 @@ type ProvedFacts struct {
 	// enrollment's HookOS boot is checked against the boot policy; an installed node's boot is
 	// compared with its baseline, so a boot check's BootPolicy is empty).
 	BootPolicy string    `json:"boot_policy,omitempty"`
-	Since      time.Time `json:"since"`  // the first accepted evidence with these values
+	Since      time.Time `json:"since"`  // the last enrollment, or the first boot check since that found these values
 	Source     string    `json:"source"` // FactsFromEnrollment or FactsFromBootCheck
 }
 
@@ -83,7 +84,7 @@ type ClaimedFacts struct {
 	// default-route interface), lowercase and colon-separated; empty when the agent did not say
 	// (an agent older than fleet_facts).
 	MAC    string    `json:"mac,omitempty"`
-	Since  time.Time `json:"since"`  // the first accepted evidence with these values
+	Since  time.Time `json:"since"`  // the last enrollment, or the first boot check since that found these values
 	Source string    `json:"source"` // FactsFromEnrollment or FactsFromBootCheck
 }
 

@@ -59,15 +59,19 @@ func bootState(vb *attest.VerifiedBoot) string {
 }
 
 // nextFacts is the device's facts after evidence that proved p and claimed c at now from source,
-// and whether they differ from what NetBox holds. A half with the same values keeps its Since and
-// Source; a nil claimed half (an agent that sent no claims) keeps the one NetBox holds.
+// and whether they differ from what NetBox holds. A boot check's half with the same values keeps
+// its Since and Source (the hourly check writes nothing more; last_boot_check says when it saw
+// them); an enrollment's always starts again at now, so that facts an enrollment found the same
+// after a declaration change are not left stale behind it (one per request, in the write that
+// records it anyway). A nil claimed half (an agent that sent no claims) keeps the one NetBox holds.
 func nextFacts(cur api.Facts, p *api.ProvedFacts, c *api.ClaimedFacts, now time.Time, source string) (api.Facts, bool) {
 	next := api.Facts{Version: api.FactsVersion, Proved: cur.Proved, Claimed: cur.Claimed}
-	if p != nil && !(cur.Proved.SameValues(*p) && !cur.Proved.Since.IsZero()) {
+	renew := source == api.FactsFromEnrollment
+	if p != nil && (renew || !(cur.Proved.SameValues(*p) && !cur.Proved.Since.IsZero())) {
 		next.Proved = *p
 		next.Proved.Since, next.Proved.Source = now, source
 	}
-	if c != nil && !(cur.Claimed.SameValues(*c) && !cur.Claimed.Since.IsZero()) {
+	if c != nil && (renew || !(cur.Claimed.SameValues(*c) && !cur.Claimed.Since.IsZero())) {
 		next.Claimed = *c
 		next.Claimed.Since, next.Claimed.Source = now, source
 	}

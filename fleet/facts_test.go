@@ -67,8 +67,9 @@ func TestClaimedFacts(t *testing.T) {
 	}
 }
 
-// TestNextFacts: Since moves only when a half's values change; nothing is written when nothing
-// changed; a check that claims nothing keeps the claimed half.
+// TestNextFacts: at a boot check Since moves only when a half's values change, and nothing is
+// written when nothing changed; an enrollment starts both halves again; a check that claims
+// nothing keeps the claimed half.
 func TestNextFacts(t *testing.T) {
 	t0 := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
 	t1 := t0.Add(time.Hour)
@@ -83,6 +84,12 @@ func TestNextFacts(t *testing.T) {
 	}
 	if kept, changed := nextFacts(cur, &proved, nil, t1, api.FactsFromBootCheck); changed || !kept.Equal(cur) {
 		t.Errorf("no claims at t1: changed %v, facts %+v", changed, kept)
+	}
+	// An enrollment (the next request's) starts both halves again, found the same or not: facts
+	// it saw after a declaration change must not stay stale behind it.
+	if again, changed := nextFacts(cur, &proved, &claimed, t1, api.FactsFromEnrollment); !changed || !again.Proved.Since.Equal(t1) ||
+		!again.Claimed.Since.Equal(t1) || !again.Proved.SameValues(proved) || !again.Claimed.SameValues(claimed) {
+		t.Errorf("the same values from an enrollment at t1: changed %v, facts %+v; want both halves since t1", changed, again)
 	}
 	swapped := claimed
 	swapped.Disks = []api.FactDisk{{Serial: "SER-B"}}

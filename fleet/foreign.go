@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"strings"
 	"time"
-
 )
 
 // The fields fleetd owns survive clients that write back what they read (docs/design.md §9, "How
