@@ -28,7 +28,7 @@ type changeJSON struct {
 // changed_object_id and user_name__n.
 func (c *Client) DeviceChanges(ctx context.Context, q fleet.ChangeQuery) ([]fleet.DeviceChange, error) {
 	v := url.Values{"changed_object_type": {"dcim.device"}, "action": {"update"}, "ordering": {"time"},
-		"time_after": {q.Since.UTC().Format(time.RFC3339Nano)}, "limit": {strconv.Itoa(pageSize)}}
+		"time_after": {q.Since.UTC().Format(time.RFC3339Nano)}}
 	if q.DeviceID != 0 {
 		v.Set("changed_object_id", strconv.FormatInt(q.DeviceID, 10))
 	}
@@ -56,7 +56,7 @@ func (c *Client) DeviceChanges(ctx context.Context, q fleet.ChangeQuery) ([]flee
 // related object for it), so the caller matches the addresses.
 func (c *Client) MACChanges(ctx context.Context, q fleet.ChangeQuery) ([]fleet.MACChange, error) {
 	v := url.Values{"changed_object_type": {"dcim.macaddress"}, "ordering": {"time"},
-		"time_after": {q.Since.UTC().Format(time.RFC3339Nano)}, "limit": {strconv.Itoa(pageSize)}}
+		"time_after": {q.Since.UTC().Format(time.RFC3339Nano)}}
 	if q.ExceptUser != "" {
 		v.Set("user_name__n", q.ExceptUser)
 	}
@@ -75,25 +75,9 @@ func (c *Client) MACChanges(ctx context.Context, q fleet.ChangeQuery) ([]fleet.M
 	return out, nil
 }
 
-// objectChanges reads every page of NetBox's change log that the filters v select (v's limit is
-// the page size; its offset is set here).
+// objectChanges reads every page of NetBox's change log that the filters v select.
 func (c *Client) objectChanges(ctx context.Context, v url.Values) ([]changeJSON, error) {
-	var out []changeJSON
-	for offset := 0; ; {
-		v.Set("offset", strconv.Itoa(offset))
-		var page struct {
-			Count   int          `json:"count"`
-			Results []changeJSON `json:"results"`
-		}
-		if err := c.getJSON(ctx, "object_changes", "/api/core/object-changes/", v, &page); err != nil {
-			return nil, err
-		}
-		out = append(out, page.Results...)
-		offset += len(page.Results)
-		if len(page.Results) == 0 || offset >= page.Count {
-			return out, nil
-		}
-	}
+	return pagedList[changeJSON](ctx, c, "object_changes", "/api/core/object-changes/", v)
 }
 
 // snapshotMAC is a MAC address snapshot's mac_address as fleetd writes MACs ("" for none).

@@ -120,19 +120,15 @@ func (c *Client) DeviceByName(ctx context.Context, name string) (fleet.Device, e
 
 // Devices lists every device with its MACs: the devices, the interfaces and the MAC addresses
 // are each read as a paged list (1,000 per page) and joined here, never one request per device.
-// Versions are empty: NetBox sends no ETag on lists.
+// Versions are empty: NetBox sends no ETag on lists. The device list is decoded leniently,
+// without go-netbox's models (pagedList): the full reconcile reads every device, go-netbox's
+// strict decoding (every nested model decoded twice) costs most of a 1,000-device list, and a
+// lenient decode cannot be broken by a newer NetBox's status values. config_context is excluded:
+// fleetd does not use it.
 func (c *Client) Devices(ctx context.Context) ([]fleet.Device, error) {
-	var all []deviceJSON
-	for offset := 0; ; {
-		page, err := c.devicePage(ctx, offset)
-		if err != nil {
-			return nil, err
-		}
-		all = append(all, page.Results...)
-		offset += len(page.Results)
-		if len(page.Results) == 0 || offset >= page.Count {
-			break
-		}
+	all, err := pagedList[deviceJSON](ctx, c, "devices", "/api/dcim/devices/", url.Values{"exclude": {"config_context"}})
+	if err != nil {
+		return nil, fmt.Errorf("list devices: %w", err)
 	}
 	ifaces, err := c.interfaces(ctx, 0)
 	if err != nil {
@@ -157,34 +153,34 @@ func (c *Client) Devices(ctx context.Context) ([]fleet.Device, error) {
 	return out, nil
 }
 
-// devicePage reads one page of the device list. This endpoint is decoded leniently, without
-// go-netbox's models: the full reconcile reads every device, go-netbox's strict decoding (every
-// nested model decoded twice) costs most of a 1,000-device list, and a lenient decode cannot be
-// broken by a newer NetBox's status values. config_context is excluded: fleetd does not use it.
-func (c *Client) devicePage(ctx context.Context, offset int) (deviceListJSON, error) {
-	var page deviceListJSON
-	q := url.Values{"limit": {strconv.Itoa(pageSize)}, "offset": {strconv.Itoa(offset)}, "exclude": {"config_context"}}
-	if err := c.getJSON(ctx, "devices", "/api/dcim/devices/", q, &page); err != nil {
-		return page, fmt.Errorf("list devices from offset %d: %w", offset, err)
-	}
-	return page, nil
-}
-
 // interfaces reads the interfaces of one device (or of all, device 0). They are decoded
 // leniently: go-netbox's interface type is a closed enum and NetBox keeps adding types.
 func (c *Client) interfaces(ctx context.Context, device int64) ([]ifaceJSON, error) {
-	var out []ifaceJSON
+	q := url.Values{}
+	if device != 0 {
+		q.Set("device_id", strconv.FormatInt(device, 10))
+	}
+	out, err := pagedList[ifaceJSON](ctx, c, "interfaces", "/api/dcim/interfaces/", q)
+	if err != nil {
+		return nil, fmt.Errorf("list interfaces (device %d): %w", device, err)
+	}
+	return out, nil
+}
+
+// pagedList reads every page of the NetBox list at path that the filters q select, pageSize
+// results at a time (q's limit and offset are set here), each page through getJSON (metered as
+// op, decoded leniently).
+func pagedList[T any](ctx context.Context, c *Client, op, path string, q url.Values) ([]T, error) {
+	q.Set("limit", strconv.Itoa(pageSize))
+	var out []T
 	for offset := 0; ; {
-		q := url.Values{"limit": {strconv.Itoa(pageSize)}, "offset": {strconv.Itoa(offset)}}
-		if device != 0 {
-			q.Set("device_id", strconv.FormatInt(device, 10))
-		}
+		q.Set("offset", strconv.Itoa(offset))
 		var page struct {
-			Count   int         `json:"count"`
-			Results []ifaceJSON `json:"results"`
+			Count   int `json:"count"`
+			Results []T `json:"results"`
 		}
-		if err := c.getJSON(ctx, "interfaces", "/api/dcim/interfaces/", q, &page); err != nil {
-			return nil, fmt.Errorf("list interfaces (device %d): %w", device, err)
+		if err := c.getJSON(ctx, op, path, q, &page); err != nil {
+			return nil, err
 		}
 		out = append(out, page.Results...)
 		offset += len(page.Results)
