@@ -1,7 +1,9 @@
 package fleet
 
 import (
+	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -95,41 +97,56 @@ func newMetrics(reg prometheus.Registerer, clock Clock) (*metrics, error) {
 			return nil, fmt.Errorf("register fleet metrics: %w", err)
 		}
 	}
-	m.startAtZero()
+	if err := m.startAtZero(); err != nil {
+		return nil, fmt.Errorf("create fleet metrics at 0: %w", err)
+	}
 	return m, nil
 }
 
-// startAtZero creates every series of the labelled counters whose labels fleetd knows in
-// advance, at 0 (STYLE habit 19): a series that first appears at 1, as after a restart, gives
-// increase() nothing to see, so an alert on it would never fire for the first event. Open label
-// sets (refusal codes) appear when they first happen.
-func (m *metrics) startAtZero() {
-	for _, a := range []Action{ActionProvision, ActionAttest, ActionWipe, ActionRetire} {
-		for _, r := range []string{"accepted", "rejected", "succeeded", "failed"} {
-			m.requests.WithLabelValues(string(a), r)
+// startAtZero creates every series of the labelled counters and gauges whose labels fleetd
+// knows in advance, at 0 (STYLE habit 19): a series that first appears at 1, as after a restart,
+// gives increase() nothing to see, so an alert on it would never fire for the first event. Open
+// label sets (refusal codes) appear when they first happen.
+func (m *metrics) startAtZero() error {
+	okError := []string{"ok", "error"}
+	return errors.Join(
+		atZero(m.requests.MetricVec, labels(ActionProvision, ActionAttest, ActionWipe, ActionRetire), []string{"accepted", "rejected", "succeeded", "failed"}),
+		atZero(m.reconcileRuns.MetricVec, okError),
+		atZero(m.inventoryRuns.MetricVec, okError),
+		atZero(m.inventoryDiffs.MetricVec, labels(DifferenceKinds...)),
+		atZero(m.ownedWrites.MetricVec, []string{"restored", "error"}),
+		atZero(m.deliveries.MetricVec, labels(KindTalos, KindNixOS, KindAlpine, KindCloudInit), []string{"delivered"}),
+		atZero(m.bootCheckRuns.MetricVec, labels(BootCheckOK, BootCheckDrift, BootCheckFailed)),
+		atZero(m.renewals.MetricVec, labels(pki.ProfileLDevID, pki.ProfileLAK), []string{"renewed", RenewRefusedError}),
+	)
+}
+
+// atZero creates vec's series for every combination of the label values given, one list per
+// label in the vec's label order.
+func atZero(vec *prometheus.MetricVec, values ...[]string) error {
+	var errs []error
+	var walk func(prefix []string, rest [][]string)
+	walk = func(prefix []string, rest [][]string) {
+		if len(rest) == 0 {
+			_, err := vec.GetMetricWithLabelValues(prefix...)
+			errs = append(errs, err)
+			return
+		}
+		for _, v := range rest[0] {
+			walk(append(slices.Clip(prefix), v), rest[1:])
 		}
 	}
-	for _, r := range []string{"ok", "error"} {
-		m.reconcileRuns.WithLabelValues(r)
-		m.inventoryRuns.WithLabelValues(r)
+	walk(nil, values)
+	return errors.Join(errs...)
+}
+
+// labels are typed label values as strings.
+func labels[T ~string](vs ...T) []string {
+	out := make([]string, len(vs))
+	for i, v := range vs {
+		out[i] = string(v)
 	}
-	for _, k := range DifferenceKinds {
-		m.inventoryDiffs.WithLabelValues(string(k))
-	}
-	for _, o := range []string{"restored", "error"} {
-		m.ownedWrites.WithLabelValues(o)
-	}
-	for _, k := range []Kind{KindTalos, KindNixOS, KindAlpine, KindCloudInit} {
-		m.deliveries.WithLabelValues(string(k), "delivered")
-	}
-	for _, o := range []BootCheck{BootCheckOK, BootCheckDrift, BootCheckFailed} {
-		m.bootCheckRuns.WithLabelValues(string(o))
-	}
-	for _, p := range []pki.Profile{pki.ProfileLDevID, pki.ProfileLAK} {
-		for _, r := range []string{"renewed", RenewRefusedError} {
-			m.renewals.WithLabelValues(string(p), r)
-		}
-	}
+	return out
 }
 
 // observePending counts the devices whose configuration is open for its fetch.
