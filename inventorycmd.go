@@ -16,31 +16,19 @@ import (
 // JSON with -o json. Exit status 0 when every device agrees (stale facts and devices without facts
 // are listed, not counted), 1 when something differs, 2 when it could not check.
 func inventory(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	const usage = "usage: fleetd inventory check [flags] [DEVICE...]"
 	if len(args) == 0 || args[0] != "check" {
-		fmt.Fprintln(stderr, "usage: fleetd inventory check [flags] [DEVICE...]")
+		fmt.Fprintln(stderr, usage)
 		return 2
 	}
-	fs := flag.NewFlagSet("inventory check", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: fleetd inventory check [flags] [DEVICE...]\n\nNetBox's declaration of each fleet device (or each DEVICE) against what fleetd last learned of the machine; writes nothing.")
-		fs.PrintDefaults()
-	}
-	var o operatorFlags
-	o.register(fs)
-	format := fs.String("o", "text", "output: text or json")
-	devices, err := parseInterspersedArgs(fs, args[1:])
+	cmd := newOperatorCommand("inventory check", usage+"\n\nNetBox's declaration of each fleet device (or each DEVICE) against what fleetd last learned of the machine; writes nothing.", stderr)
+	devices, err := parseInterspersedArgs(cmd.flags, args[1:])
 	if err != nil {
-		return 2
+		return 2 // the flag package said why
 	}
-	if *format != "text" && *format != "json" {
-		fmt.Fprintf(stderr, "fleetd inventory check: -o %q: want text or json\n", *format)
-		return 2
-	}
-	c, err := o.client()
+	c, err := cmd.client()
 	if err != nil {
-		fmt.Fprintln(stderr, "fleetd inventory check:", err)
-		return 2
+		return cmd.fail(err)
 	}
 	var rep api.Inventory
 	var body []byte
@@ -50,14 +38,9 @@ func inventory(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		body, err = c.get(ctx, "/v1/inventory", url.Values{"device": devices}, &rep)
 	}
 	if err != nil {
-		fmt.Fprintln(stderr, "fleetd inventory check: could not check:", err)
-		return 2
+		return cmd.fail(fmt.Errorf("could not check: %w", err))
 	}
-	if *format == "json" {
-		stdout.Write(body)
-	} else {
-		printInventory(stdout, rep)
-	}
+	cmd.write(stdout, body, func(w io.Writer) { printInventory(w, rep) })
 	if rep.Differences > 0 {
 		return 1
 	}
