@@ -24,8 +24,8 @@ func TestInventoryCommand(t *testing.T) {
 	now := time.Now().UTC()
 	facts := func(d fleet.Device, diskSerial string) fleet.Device {
 		d.Owned.Facts = api.Facts{Version: api.FactsVersion,
-			Proved:  api.ProvedFacts{EKSHA256: fleettest.EKHash, Since: now.Add(-time.Hour), Source: api.FactsFromEnrollment},
-			Claimed: api.ClaimedFacts{MAC: string(d.MACs[0]), Disks: []api.FactDisk{{Serial: diskSerial, Path: "/dev/disk/by-id/ata-X_" + diskSerial}}, DisksFound: 1, Since: now.Add(-time.Hour), Source: api.FactsFromEnrollment}}
+			Proved:  api.ProvedFacts{EKSHA256: fleettest.EKHash, Learned: api.Learned{Since: now.Add(-time.Hour), Source: api.FactsFromEnrollment}},
+			Claimed: api.ClaimedFacts{MAC: string(d.MACs[0]), Disks: []api.FactDisk{{Serial: diskSerial, Path: "/dev/disk/by-id/ata-X_" + diskSerial}}, DisksFound: 1, Learned: api.Learned{Since: now.Add(-time.Hour), Source: api.FactsFromEnrollment}}}
 		return d
 	}
 	ok := facts(fleettest.Declared(1, "node-a"), "S4EWNX0R123456")

@@ -64,9 +64,8 @@ type ProvedFacts struct {
 	// BootPolicy is the boot policy entry the verified boot matched, when one did (the
 	// enrollment's HookOS boot is checked against the boot policy; an installed node's boot is
 	// compared with its baseline, so a boot check's BootPolicy is empty).
-	BootPolicy string    `json:"boot_policy,omitempty"`
-	Since      time.Time `json:"since"`  // the last enrollment, or the first boot check since that found these values
-	Source     string    `json:"source"` // FactsFromEnrollment or FactsFromBootCheck
+	BootPolicy string `json:"boot_policy,omitempty"`
+	Learned
 }
 
 // ClaimedFacts are what the agent said at the enrollment or boot check named by Source.
@@ -83,9 +82,28 @@ type ClaimedFacts struct {
 	// MAC is the MAC the agent netbooted from (HookOS) or boots from (the installed node's
 	// default-route interface), lowercase and colon-separated; empty when the agent did not say
 	// (an agent older than fleet_facts).
-	MAC    string    `json:"mac,omitempty"`
+	MAC string `json:"mac,omitempty"`
+	Learned
+}
+
+// Learned is when, and from which evidence, a half of Facts took its values (its JSON keys
+// since and source sit in the half's object).
+type Learned struct {
 	Since  time.Time `json:"since"`  // the last enrollment, or the first boot check since that found these values
 	Source string    `json:"source"` // FactsFromEnrollment or FactsFromBootCheck
+}
+
+func (l Learned) equal(o Learned) bool { return l.Since.Equal(o.Since) && l.Source == o.Source }
+
+// check refuses a half (named half) without its time, or with a source fleetd does not write.
+func (l Learned) check(half string) error {
+	switch {
+	case l.Since.IsZero():
+		return fmt.Errorf("%s facts have no since", half)
+	case l.Source != FactsFromEnrollment && l.Source != FactsFromBootCheck:
+		return fmt.Errorf("%s facts have source %.32q, want %s or %s", half, l.Source, FactsFromEnrollment, FactsFromBootCheck)
+	}
+	return nil
 }
 
 // FactDisk is one disk the agent found.
@@ -111,7 +129,7 @@ func (f Facts) Empty() bool { return f.Proved.Since.IsZero() && f.Claimed.Since.
 // SameValues reports whether p and o hold the same proved values, whenever and wherever they
 // were learned (Since and Source are not compared).
 func (p ProvedFacts) SameValues(o ProvedFacts) bool {
-	p.Since, p.Source, o.Since, o.Source = time.Time{}, "", time.Time{}, ""
+	p.Learned, o.Learned = Learned{}, Learned{}
 	return p == o
 }
 
@@ -133,8 +151,8 @@ func (c ClaimedFacts) SameValues(o ClaimedFacts) bool {
 // protection compares).
 func (f Facts) Equal(o Facts) bool {
 	return f.Version == o.Version &&
-		f.Proved.SameValues(o.Proved) && f.Proved.Since.Equal(o.Proved.Since) && f.Proved.Source == o.Proved.Source &&
-		f.Claimed.SameValues(o.Claimed) && f.Claimed.Since.Equal(o.Claimed.Since) && f.Claimed.Source == o.Claimed.Source
+		f.Proved.SameValues(o.Proved) && f.Proved.Learned.equal(o.Proved.Learned) &&
+		f.Claimed.SameValues(o.Claimed) && f.Claimed.Learned.equal(o.Claimed.Learned)
 }
 
 // CheckFactDisk refuses a claimed disk fleetd would not store: an empty, too long or
@@ -166,10 +184,10 @@ func (f Facts) Check() error {
 		if !isHexHash(f.Proved.EKSHA256) {
 			problems = append(problems, errors.New("proved ek_sha256 is not a hex SHA-256"))
 		}
-		problems = append(problems, checkWhen("proved", f.Proved.Since, f.Proved.Source))
+		problems = append(problems, f.Proved.Learned.check("proved"))
 	}
 	if !f.Claimed.Since.IsZero() || f.Claimed.Source != "" {
-		problems = append(problems, checkWhen("claimed", f.Claimed.Since, f.Claimed.Source))
+		problems = append(problems, f.Claimed.Learned.check("claimed"))
 	}
 	if h := f.Claimed.SMBIOSUUIDSHA256; h != "" && !isHexHash(h) {
 		problems = append(problems, errors.New("claimed smbios_uuid_sha256 is not a hex SHA-256"))
@@ -187,16 +205,6 @@ func (f Facts) Check() error {
 		}
 	}
 	return errors.Join(problems...)
-}
-
-func checkWhen(half string, since time.Time, source string) error {
-	switch {
-	case since.IsZero():
-		return fmt.Errorf("%s facts have no since", half)
-	case source != FactsFromEnrollment && source != FactsFromBootCheck:
-		return fmt.Errorf("%s facts have source %.32q, want %s or %s", half, source, FactsFromEnrollment, FactsFromBootCheck)
-	}
-	return nil
 }
 
 // DecodeFacts reads fleet_facts as NetBox returns it (raw JSON; null or absent is no facts).

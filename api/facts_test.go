@@ -20,9 +20,9 @@ var (
 func goodFacts() api.Facts {
 	return api.Facts{Version: api.FactsVersion,
 		Proved: api.ProvedFacts{EKSHA256: factsHash, EKIssuer: "CN=Test EK CA", TPMManufacturer: "IBM", TPMVersion: "1.2",
-			BootState: strings.Repeat("cd", 32), BootPolicy: "hookos-v0.10", Since: factsSince, Source: api.FactsFromEnrollment},
+			BootState: strings.Repeat("cd", 32), BootPolicy: "hookos-v0.10", Learned: api.Learned{Since: factsSince, Source: api.FactsFromEnrollment}},
 		Claimed: api.ClaimedFacts{SMBIOSUUIDSHA256: factsHash, Disks: []api.FactDisk{{Serial: "SER-A", Path: "/dev/disk/by-id/virtio-SER-A"}},
-			DisksFound: 1, MAC: "52:54:00:12:34:56", Since: factsSince, Source: api.FactsFromBootCheck},
+			DisksFound: 1, MAC: "52:54:00:12:34:56", Learned: api.Learned{Since: factsSince, Source: api.FactsFromBootCheck}},
 	}
 }
 

@@ -107,7 +107,7 @@ func TestBootCheckProved(t *testing.T) {
 	ek, other := strings.Repeat("ab", 32), strings.Repeat("ef", 32)
 	vb := &attest.VerifiedBoot{BaselineText: "fleetd-baseline/1\n"}
 	enrolled := api.ProvedFacts{EKSHA256: ek, EKIssuer: "CN=vendor", TPMManufacturer: "00001014", TPMVersion: "2.0 level 0 revision 1.64",
-		BootState: strings.Repeat("00", 32), BootPolicy: "hookos", Since: time.Unix(1, 0), Source: api.FactsFromEnrollment}
+		BootState: strings.Repeat("00", 32), BootPolicy: "hookos", Learned: api.Learned{Since: time.Unix(1, 0), Source: api.FactsFromEnrollment}}
 	withFacts := func(p api.ProvedFacts) Device {
 		var d Device
 		d.Owned.Facts.Proved = p

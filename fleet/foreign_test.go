@@ -75,10 +75,10 @@ func TestUndoForeignWrite(t *testing.T) {
 		older, newer := active, active
 		since := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
 		older.Owned.Facts = api.Facts{Version: api.FactsVersion, Claimed: api.ClaimedFacts{Disks: []api.FactDisk{{Serial: "SER-A"}}, DisksFound: 1,
-			Since: since, Source: api.FactsFromEnrollment}}
+			Learned: api.Learned{Since: since, Source: api.FactsFromEnrollment}}}
 		newer.Owned.Facts = older.Owned.Facts
 		newer.Owned.Facts.Claimed = api.ClaimedFacts{Disks: []api.FactDisk{{Serial: "SER-B"}}, DisksFound: 1,
-			Since: since.Add(time.Hour), Source: api.FactsFromBootCheck}
+			Learned: api.Learned{Since: since.Add(time.Hour), Source: api.FactsFromBootCheck}}
 		inv := fleettest.NewInventory(older)
 		s := newTestService(inv, fleettest.NewInstaller())
 		out, err := s.UndoForeignWrite(context.Background(), ForeignWrite{DeviceID: 12, User: "admin", Before: newer, After: older})

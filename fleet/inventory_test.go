@@ -28,10 +28,10 @@ func agreeing(id int64, name string) Device {
 	d.Owned.LastBootCheck = testEpoch.Add(-10 * time.Minute)
 	at := testEpoch.Add(-time.Hour)
 	d.Owned.Facts = api.Facts{Version: api.FactsVersion,
-		Proved: api.ProvedFacts{EKSHA256: fleettest.EKHash, Since: at, Source: api.FactsFromEnrollment},
+		Proved: api.ProvedFacts{EKSHA256: fleettest.EKHash, Learned: api.Learned{Since: at, Source: api.FactsFromEnrollment}},
 		Claimed: api.ClaimedFacts{SMBIOSUUIDSHA256: UUIDHash("4c4c4544-0042-3510-8052-b4c04f4e5a31"), MAC: "3c:ec:ef:4c:4f:54",
 			Disks:      []api.FactDisk{{Serial: "S4EWNX0R123456", Path: "/dev/disk/by-id/ata-X_S4EWNX0R123456"}, {Serial: "DATA1", Path: "/dev/disk/by-id/ata-X_DATA1"}},
-			DisksFound: 2, Since: at, Source: api.FactsFromEnrollment}}
+			DisksFound: 2, Learned: api.Learned{Since: at, Source: api.FactsFromEnrollment}}}
 	return d
 }
 

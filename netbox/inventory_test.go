@@ -454,9 +454,9 @@ func TestUpdateFacts(t *testing.T) {
 	since := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
 	f := api.Facts{Version: api.FactsVersion,
 		Proved: api.ProvedFacts{EKSHA256: strings.Repeat("ab", 32), BootState: strings.Repeat("cd", 32), BootPolicy: "hookos",
-			Since: since, Source: api.FactsFromEnrollment},
+			Learned: api.Learned{Since: since, Source: api.FactsFromEnrollment}},
 		Claimed: api.ClaimedFacts{SMBIOSUUIDSHA256: fleet.UUIDHash("4c4c4544-0042"), Disks: []api.FactDisk{{Serial: "SER-A", Path: "/dev/disk/by-id/virtio-SER-A"}},
-			DisksFound: 1, MAC: "52:54:00:12:34:56", Since: since, Source: api.FactsFromEnrollment}}
+			DisksFound: 1, MAC: "52:54:00:12:34:56", Learned: api.Learned{Since: since, Source: api.FactsFromEnrollment}}}
 	if _, err := e.client.Update(ctx, e.node1, fleet.Patch{Facts: &f}); err != nil {
 		t.Fatal(err)
 	}
