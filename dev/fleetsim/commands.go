@@ -152,8 +152,11 @@ func machine(ctx context.Context, dir string, args []string, stdout, stderr io.W
        fleetsim machine NAME swap-disk [--disk sda] [--serial S] [--clone]
        fleetsim machine NAME add-disk [--serial S]
        fleetsim machine NAME set-mac [--mac M]
+       fleetsim machine NAME set-uuid [--uuid U]
+       fleetsim machine NAME replace-tpm
 
-swap-disk, add-disk and set-mac change the machine's hardware; NetBox keeps its declaration.`)
+swap-disk, add-disk, set-mac, set-uuid (a new mainboard) and replace-tpm change the machine's
+hardware; NetBox keeps its declaration.`)
 		fs.PrintDefaults()
 	}
 	logName := fs.String("event-log", "", "the boot the firmware measures at this power-on (default: the machine's recorded boot, rhel8); another one models a changed boot")
@@ -161,6 +164,7 @@ swap-disk, add-disk and set-mac change the machine's hardware; NetBox keeps its 
 	serial := fs.String("serial", "", "swap-disk, add-disk: the new disk's serial (default: a random SWAP…)")
 	clone := fs.Bool("clone", false, "swap-disk: the old disk's content is copied onto the new one, so the node boots as before")
 	mac := fs.String("mac", "", "set-mac: the new network card's MAC (default: a random 02:f6:…)")
+	uuid := fs.String("uuid", "", "set-uuid: the new mainboard's SMBIOS UUID (default: a random one)")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return 2
@@ -173,6 +177,10 @@ swap-disk, add-disk and set-mac change the machine's hardware; NetBox keeps its 
 		},
 		"add-disk": func(i stack.Info, n string) (stack.HardwareChange, error) { return stack.AddDisk(i, n, *serial) },
 		"set-mac":  func(i stack.Info, n string) (stack.HardwareChange, error) { return stack.SetMAC(i, n, *mac) },
+		"set-uuid": func(i stack.Info, n string) (stack.HardwareChange, error) { return stack.SetSMBIOSUUID(i, n, *uuid) },
+		"replace-tpm": func(i stack.Info, n string) (stack.HardwareChange, error) {
+			return stack.ReplaceTPM(ctx, i, n)
+		},
 	}
 	if len(pos) != 2 || steps[pos[1]] == nil && changes[pos[1]] == nil {
 		fs.Usage()

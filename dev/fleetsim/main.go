@@ -4,7 +4,8 @@
 //	fleetsim restart fleetd [--instance K]                  restart fleetd as a reboot of spore would
 //	fleetsim workflow NAME succeed|fail [--action A] ...    move a device's Workflow as Tinkerbell would
 //	fleetsim machine NAME netboot|boot|boot-check           drive a simulated machine
-//	fleetsim machine NAME swap-disk|add-disk|set-mac        change its hardware (NetBox keeps its declaration)
+//	fleetsim machine NAME swap-disk|add-disk|set-mac|set-uuid|replace-tpm
+//	                                                        change its hardware (NetBox keeps its declaration)
 //	fleetsim demo                                           make demo: the lifecycle of every class kind
 //
 // The state directory is $FLEETSIM_DIR (default .fleetsim in the working directory); the
@@ -40,8 +41,8 @@ commands:
   restart fleetd [--instance K]           restart fleetd (every instance, or the K-th) the way a reboot of spore would
   workflow NAME succeed|fail [flags]      move device NAME's Workflow as Tinkerbell would
   machine NAME netboot|boot|boot-check    drive the simulated machine of device NAME
-  machine NAME swap-disk|add-disk|set-mac
-                                          change its hardware (a disk, its MAC); NetBox keeps its declaration
+  machine NAME swap-disk|add-disk|set-mac|set-uuid|replace-tpm
+                                          change its hardware (a disk, its MAC, its mainboard, its TPM); NetBox keeps its declaration
   demo                                    start a fresh stack, walk every class kind through its lifecycle, stop
   version                                 print the version
 

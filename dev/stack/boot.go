@@ -123,7 +123,11 @@ func (mc *machine) classKind(ctx context.Context) (fleet.Kind, error) {
 // fetchConfig gets the node's configuration as its OS does at first boot.
 func (mc *machine) fetchConfig(ctx context.Context, kind fleet.Kind) ([]byte, error) {
 	base := mc.info.Fleetd.URL + "/v1/config/"
-	q := url.Values{"uuid": {mc.m.SMBIOSUUID}}
+	uuid, err := MachineUUID(mc.m) // its firmware's, after a new mainboard too
+	if err != nil {
+		return nil, err
+	}
+	q := url.Values{"uuid": {uuid}}
 	switch kind {
 	case fleet.KindTalos:
 		q.Set("serial", mc.m.SMBIOSSerial)

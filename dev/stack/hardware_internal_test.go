@@ -1,11 +1,14 @@
 package stack
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/folly-infra/fleetd/dev/swtpm"
 )
 
 // byIDSerials is what a machine's disk/by-id says, as the agent reads it: each link's device and
@@ -135,6 +138,71 @@ func TestHardwareChanges(t *testing.T) {
 	t.Run("refuse/unknown-machine", func(t *testing.T) {
 		if _, err := SetMAC(info, "nobody", ""); err == nil {
 			t.Errorf("SetMAC of an unknown machine accepted")
+		}
+	})
+}
+
+// TestIdentityChanges changes the parts a simulated machine's identity rests on, as `fleetsim
+// machine NAME set-uuid|replace-tpm` does: its SMBIOS UUID as the agent and Talos read it, and its
+// TPM, whose new EK is certified by the same EK CA while NetBox's declaration is left alone.
+func TestIdentityChanges(t *testing.T) {
+	info, dir := hardwareMachine(t)
+	built := "3f0c7a52-8d1e-4b7a-9c55-0c1d2e3f4a5b"
+	info.Machines["m"] = Machine{Dir: dir, SMBIOSUUID: built}
+	readUUID := func() string {
+		b, err := os.ReadFile(filepath.Join(dir, MachineSysDir, "class", "dmi", "id", "product_uuid"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(b))
+	}
+
+	t.Run("ok/set-uuid", func(t *testing.T) {
+		c, err := SetSMBIOSUUID(info, "m", "5E6F0000-1111-4222-8333-444455556666")
+		if err != nil || c.Before != built || c.After != "5e6f0000-1111-4222-8333-444455556666" {
+			t.Fatalf("SetSMBIOSUUID = %+v, %v", c, err)
+		}
+		if got, _ := MachineUUID(info.Machines["m"]); got != c.After || readUUID() != c.After {
+			t.Errorf("after set-uuid the machine's UUID is %q (sysfs %q), want %s", got, readUUID(), c.After)
+		}
+		if info.Machines["m"].SMBIOSUUID != built {
+			t.Errorf("stack.json's UUID changed")
+		}
+		c, err = SetSMBIOSUUID(info, "m", "")
+		if err != nil || !uuidForm.MatchString(c.After) || c.Before != "5e6f0000-1111-4222-8333-444455556666" {
+			t.Errorf("SetSMBIOSUUID with a random UUID = %+v, %v", c, err)
+		}
+	})
+	t.Run("refuse/set-uuid", func(t *testing.T) {
+		now := readUUID()
+		for _, bad := range []string{"not-a-uuid", "3f0c7a52-8d1e-4b7a-9c55-0c1d2e3f4a5", now} {
+			if _, err := SetSMBIOSUUID(info, "m", bad); err == nil {
+				t.Errorf("SetSMBIOSUUID(%q) accepted", bad)
+			}
+		}
+		if readUUID() != now {
+			t.Errorf("a refused set-uuid changed the UUID to %s", readUUID())
+		}
+	})
+	t.Run("refuse/replace-tpm-without-a-tpm", func(t *testing.T) {
+		if _, err := ReplaceTPM(context.Background(), info, "m"); err == nil {
+			t.Errorf("ReplaceTPM of a machine without a TPM accepted")
+		}
+	})
+	t.Run("ok/replace-tpm", func(t *testing.T) {
+		info.Dir = t.TempDir() // the stack's state: its EK CA
+		old, err := swtpm.Manufacture(context.Background(), filepath.Join(dir, MachineTPMDir), swtpm.Options{CADir: newPaths(info.Dir).ekCA})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := ReplaceTPM(context.Background(), info, "m")
+		if err != nil || c.Before != old.EKSHA256 || c.After == old.EKSHA256 || len(c.After) != 64 {
+			t.Fatalf("ReplaceTPM = %+v, %v; the old EK was %s", c, err, old.EKSHA256)
+		}
+		now, err := swtpm.Read(filepath.Join(dir, MachineTPMDir))
+		if err != nil || now.EKSHA256 != c.After || now.EKCert.Issuer.String() != old.EKCert.Issuer.String() {
+			t.Errorf("the machine's TPM after replace-tpm: %v, EK %s issued by %v; want EK %s from the same EK CA (%s)",
+				err, now.EKSHA256, now.EKCert.Issuer, c.After, old.EKCert.Issuer)
 		}
 	})
 }
