@@ -60,9 +60,11 @@ func TestInventoryCommand(t *testing.T) {
 		t.Errorf("unknown device: exit %d, %q", code, errOut)
 	}
 	f.ChangeLog.Err = errors.New("connection refused")
-	if code, _, errOut := check(); code != 2 || !strings.Contains(errOut, "could not check") || !strings.Contains(errOut, "503 netbox_unavailable") {
-		t.Errorf("NetBox down: exit %d, %q", code, errOut)
+	if code, _, errOut := check(); code != 2 || !strings.Contains(errOut, "could not check") || !strings.Contains(errOut, "503 netbox_unavailable") ||
+		!strings.Contains(errOut, "NetBox's change log") {
+		t.Errorf("NetBox's change log down: exit %d, %q; want 2 naming the change log", code, errOut)
 	}
+
 	after := []fleet.Device{f.Inv.Get(1), f.Inv.Get(2)}
 	if !reflect.DeepEqual(before, after) || len(f.Inv.JournalOf(1))+len(f.Inv.JournalOf(2)) != 0 || f.Installer.Creates() != 0 {
 		t.Errorf("the check wrote: %+v", after)

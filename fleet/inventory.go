@@ -110,6 +110,10 @@ const (
 	DefaultChangeLogRetention = 90 * 24 * time.Hour
 )
 
+// ErrChangeLog is NetBox's change log that could not be read (an ErrInventory): the inventory
+// check cannot tell stale facts from differences without it, so it does not check.
+var ErrChangeLog = fmt.Errorf("%w: its change log could not be read", ErrInventory)
+
 // ErrNoChangeLog is fleetd wired without NetBox's change log: the check cannot tell stale facts
 // from differences, so it does not check.
 var ErrNoChangeLog = errors.New("fleetd reads no change log, so it cannot tell facts older than a declaration change")
@@ -147,24 +151,31 @@ func (s *Service) InventoryCheck(ctx context.Context, names []string) (rep Inven
 	return r, nil
 }
 
-// InventoryInterval is how often `fleetd serve` checks the whole fleet's inventory for its metric.
-const InventoryInterval = time.Hour
+// InventoryInterval is how often `fleetd serve` checks the whole fleet's inventory for its
+// metric, and InventoryFirstCheck how long after start it checks the first time: not at once,
+// where it would add a device listing and two change-log reads to the start's own work (the first
+// reconcile of every device, the webhooks that waited), and not an hour later, which would leave
+// fleetd_inventory_differences unknown that long (docs/operate.md, "Metrics and alerts").
+const (
+	InventoryInterval   = time.Hour
+	InventoryFirstCheck = time.Minute
+)
 
-// RunInventory checks the whole fleet now and then every interval until ctx ends, for
-// fleetd_inventory_differences; a check that fails is counted and logged, and the gauge keeps
-// the last check's counts.
-func (s *Service) RunInventory(ctx context.Context, interval time.Duration) error {
-	for {
+// RunInventory checks the whole fleet first after first, then every interval until ctx ends,
+// for fleetd_inventory_differences; a check that fails is counted and logged, and the gauge
+// keeps the last check's counts (it has no series before this process's first check).
+func (s *Service) RunInventory(ctx context.Context, first, interval time.Duration) error {
+	for wait := first; ; wait = interval {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
 		rep, err := s.InventoryCheck(ctx, nil)
 		if err != nil && ctx.Err() == nil {
 			s.log.Warn().Err(err).Msg("inventory check failed; the next one tries again")
 		} else if err == nil {
 			s.log.Info().Int("devices", len(rep.Devices)).Bool("differs", rep.Differs()).Msg("inventory checked")
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(interval):
 		}
 	}
 }

@@ -139,7 +139,7 @@ func (s *Service) declarationChanges(ctx context.Context, since time.Time, devic
 	}
 	saves, err := s.changes.DeviceChanges(ctx, q)
 	if err != nil {
-		return nil, fmt.Errorf("read NetBox's change log of devices since %s: %w: %w", stamp(since), ErrInventory, err)
+		return nil, fmt.Errorf("read NetBox's change log of devices since %s: %w: %w", stamp(since), ErrChangeLog, err)
 	}
 	for _, ch := range saves {
 		if declarationDiffers(ch.Before.Declared, ch.After.Declared) {
@@ -148,7 +148,7 @@ func (s *Service) declarationChanges(ctx context.Context, since time.Time, devic
 	}
 	macs, err := s.changes.MACChanges(ctx, q)
 	if err != nil {
-		return nil, fmt.Errorf("read NetBox's change log of MAC addresses since %s: %w: %w", stamp(since), ErrInventory, err)
+		return nil, fmt.Errorf("read NetBox's change log of MAC addresses since %s: %w: %w", stamp(since), ErrChangeLog, err)
 	}
 	for _, d := range devices {
 		mine := append(macStrings(d.MACs), d.Owned.Facts.Claimed.MAC)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/folly-infra/fleetd/api"
 	. "github.com/folly-infra/fleetd/fleet"
@@ -53,8 +54,9 @@ func inventoryServiceReg(t *testing.T, log *fleettest.ChangeLog, ds ...Device) (
 	return s, inv, reg
 }
 
-// TestInventoryMetric: a check of the whole fleet sets fleetd_inventory_differences by kind and
-// counts itself; a check of named devices changes neither; a failed check is counted as an error.
+// TestInventoryMetric: fleetd_inventory_differences has no series until a check of the whole
+// fleet sets it by kind (every kind) and counts itself; a check of named devices changes neither;
+// a failed check is counted as an error and keeps the gauge.
 func TestInventoryMetric(t *testing.T) {
 	d := agreeing(2, "node-b")
 	d.Owned.Facts.Claimed.MAC = "02:f6:00:00:00:01"
@@ -71,7 +73,10 @@ func TestInventoryMetric(t *testing.T) {
 		}
 		return -1
 	}
-	if _, err := s.InventoryCheck(context.Background(), []string{"node-b"}); err != nil || gauge("mac_changed") != 0 {
+	if gauge("mac_changed") != -1 {
+		t.Errorf("before the first check of the whole fleet the gauge is %v, want no series (not a 0 that says the fleet agrees)", gauge("mac_changed"))
+	}
+	if _, err := s.InventoryCheck(context.Background(), []string{"node-b"}); err != nil || gauge("mac_changed") != -1 {
 		t.Errorf("a named check set the gauge: %v, %v", gauge("mac_changed"), err)
 	}
 	if _, err := s.InventoryCheck(context.Background(), nil); err != nil || gauge("mac_changed") != 1 || gauge("disk_not_found") != 0 {
@@ -81,6 +86,42 @@ func TestInventoryMetric(t *testing.T) {
 	_, _ = s.InventoryCheck(context.Background(), nil)
 	if gauge("mac_changed") != 1 {
 		t.Errorf("a failed check changed the gauge")
+	}
+}
+
+// TestRunInventory: fleetd serve's loop checks the whole fleet first after its first delay, not
+// at start, where it would add to the start's own NetBox reads (docs/operate.md).
+func TestRunInventory(t *testing.T) {
+	log := &fleettest.ChangeLog{}
+	s, _, reg := inventoryServiceReg(t, log, agreeing(1, "node-a"))
+	series := func() float64 {
+		n, err := testutil.GatherAndCount(reg, "fleetd_inventory_differences")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return float64(n)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- s.RunInventory(ctx, time.Hour, time.Hour) }()
+	cancel()
+	if err := <-done; err != nil || len(log.Queries) != 0 || series() != 0 {
+		t.Fatalf("stopped before its first delay: %v, %d change-log reads, %v gauge series; want no check", err, len(log.Queries), series())
+	}
+	ctx, cancel = context.WithCancel(context.Background())
+	defer cancel()
+	go func() { done <- s.RunInventory(ctx, time.Millisecond, time.Hour) }()
+	for end := time.Now().Add(10 * time.Second); series() == 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("no check of the whole fleet after the first delay")
+		}
+	}
+	if n := series(); n != float64(len(DifferenceKinds)) {
+		t.Errorf("%v gauge series after the first check, want every kind (%d)", n, len(DifferenceKinds))
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("RunInventory = %v after its context ended", err)
 	}
 }
 
@@ -227,11 +268,11 @@ func TestInventoryCannotCheck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.InventoryCheck(context.Background(), nil); !errors.Is(err, ErrInventory) {
-		t.Errorf("NetBox down: %v, want ErrInventory", err)
+	if _, err := s.InventoryCheck(context.Background(), nil); !errors.Is(err, ErrInventory) || errors.Is(err, ErrChangeLog) {
+		t.Errorf("NetBox down: %v, want ErrInventory, not ErrChangeLog", err)
 	}
 	s2, _ := inventoryService(t, &fleettest.ChangeLog{Err: errDown}, agreeing(1, "node-a"))
-	if _, err := s2.InventoryCheck(context.Background(), nil); !errors.Is(err, ErrInventory) || !strings.Contains(err.Error(), "change log") {
+	if _, err := s2.InventoryCheck(context.Background(), nil); !errors.Is(err, ErrInventory) || !errors.Is(err, ErrChangeLog) || !strings.Contains(err.Error(), "change log") {
 		t.Errorf("change log down: %v", err)
 	}
 	if _, err := s2.InventoryCheck(context.Background(), []string{"nobody"}); err == nil || !strings.Contains(err.Error(), `no device named "nobody"`) {

@@ -103,17 +103,18 @@ func newMetrics(reg prometheus.Registerer, clock Clock) (*metrics, error) {
 	return m, nil
 }
 
-// startAtZero creates every series of the labelled counters and gauges whose labels fleetd
-// knows in advance, at 0 (STYLE habit 19): a series that first appears at 1, as after a restart,
-// gives increase() nothing to see, so an alert on it would never fire for the first event. Open
-// label sets (refusal codes) appear when they first happen.
+// startAtZero creates every series of the labelled counters whose labels fleetd knows in
+// advance, at 0 (STYLE habit 19): a series that first appears at 1, as after a restart, gives
+// increase() nothing to see, so an alert on it would never fire for the first event. Open label
+// sets (refusal codes) appear when they first happen. fleetd_inventory_differences is a gauge of
+// what a check found: it has no series until this process's first check of the whole fleet, so
+// that no 0 says a fleet agrees before it was checked.
 func (m *metrics) startAtZero() error {
 	okError := []string{"ok", "error"}
 	return errors.Join(
 		atZero(m.requests.MetricVec, labels(ActionProvision, ActionAttest, ActionWipe, ActionRetire), []string{"accepted", "rejected", "succeeded", "failed"}),
 		atZero(m.reconcileRuns.MetricVec, okError),
 		atZero(m.inventoryRuns.MetricVec, okError),
-		atZero(m.inventoryDiffs.MetricVec, labels(DifferenceKinds...)),
 		atZero(m.ownedWrites.MetricVec, []string{"restored", "error"}),
 		atZero(m.deliveries.MetricVec, labels(KindTalos, KindNixOS, KindAlpine, KindCloudInit), []string{"delivered"}),
 		atZero(m.bootCheckRuns.MetricVec, labels(BootCheckOK, BootCheckDrift, BootCheckFailed)),

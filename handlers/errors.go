@@ -40,8 +40,11 @@ func writeError(w http.ResponseWriter, log zerolog.Logger, err error) {
 	}
 	if errors.Is(err, fleet.ErrInventory) {
 		log.Error().Err(err).Msg("netbox unavailable")
-		writeJSON(w, http.StatusServiceUnavailable, api.Error{Code: "netbox_unavailable",
-			Message: "fleetd could not reach NetBox; retry shortly"})
+		msg := "fleetd could not reach NetBox; retry shortly"
+		if errors.Is(err, fleet.ErrChangeLog) {
+			msg = "fleetd could not read NetBox's change log (/api/core/object-changes/; its log says why); retry shortly"
+		}
+		writeJSON(w, http.StatusServiceUnavailable, api.Error{Code: "netbox_unavailable", Message: msg})
 		return
 	}
 	log.Error().Err(err).Msg("internal error")

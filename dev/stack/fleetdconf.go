@@ -1,6 +1,7 @@
 package stack
 
 import (
+	"cmp"
 	"fmt"
 	"net/netip"
 	"net/url"
@@ -25,8 +26,7 @@ type fleetdConfig struct {
 }
 
 // writeFleetdConfig copies examples/classes.json into the state directory, learns the boot
-// policy, and writes fleetd.yaml next to them, every path absolute, then loads it as `fleetd
-// serve` will, so a mistake is reported here with fleetd's own words.
+// policy, and writes fleetd.yaml next to them (writeFleetdYAML).
 func writeFleetdConfig(p paths, c fleetdConfig) error {
 	classes, err := os.ReadFile(filepath.Join(c.opts.Root, "examples", "classes.json"))
 	if err != nil {
@@ -38,6 +38,12 @@ func writeFleetdConfig(p paths, c fleetdConfig) error {
 	if err := learnBootPolicy(p, c.opts.FleetdBinary); err != nil {
 		return err
 	}
+	return writeFleetdYAML(p, c)
+}
+
+// writeFleetdYAML writes fleetd.yaml from c, every path absolute, then loads it as `fleetd serve`
+// will, so a mistake is reported here with fleetd's own words.
+func writeFleetdYAML(p paths, c fleetdConfig) error {
 	public, err := url.Parse(c.fleetdURL)
 	if err != nil {
 		return fmt.Errorf("write fleetd.yaml: fleetd URL %q: %w", c.fleetdURL, err)
@@ -59,7 +65,7 @@ func writeFleetdConfig(p paths, c fleetdConfig) error {
 		"attestation": map[string]any{"ek_policy": "hash+cert", "ek_ca_bundle": p.ekBundle,
 			"token_key_file": p.tokenKey, "token_lifetime": "10m", "boot_policy_file": p.bootPolicy},
 		"pki": map[string]any{
-			"ldevid": map[string]any{"cert": p.ldevidCert, "key": p.ldevidKey, "lifetime": c.opts.CertLifetime.String()},
+			"ldevid": map[string]any{"cert": p.ldevidCert, "key": p.ldevidKey, "lifetime": cmp.Or(c.opts.LDevIDLifetime, c.opts.CertLifetime).String()},
 			"lak":    map[string]any{"cert": p.lakCert, "key": p.lakKey, "lifetime": c.opts.CertLifetime.String()},
 		},
 		"config_delivery": map[string]any{"pending_ttl": "4h"},
@@ -71,6 +77,9 @@ func writeFleetdConfig(p paths, c fleetdConfig) error {
 		"operator":  map[string]any{"token_file": p.operatorToken},
 		"reconcile": map[string]any{"interval": c.opts.ReconcileInterval.String()},
 		"log":       map[string]any{"level": c.opts.LogLevel, "format": "json"},
+	}
+	if w := c.opts.InventoryBootCheckWindow; w != 0 {
+		doc["inventory"] = map[string]any{"boot_check_window": w.String()}
 	}
 	b, err := yaml.Marshal(doc)
 	if err != nil {

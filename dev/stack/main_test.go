@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -55,7 +56,8 @@ func runWithStack(m *testing.M) int {
 	defer cancel()
 	logw := zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: time.TimeOnly}
 	testStack, err = stack.Start(ctx, stack.Options{Dir: filepath.Join(tmp, "state"), FleetdBinary: bin,
-		ExtraDevices: extraDevices, MoreDevices: lifecycleDevices, ReconcileInterval: testReconcileInterval, LogLevel: "debug",
+		ExtraDevices: extraDevices, MoreDevices: slices.Concat(lifecycleDevices, inventoryDevices), ReconcileInterval: testReconcileInterval,
+		InventoryBootCheckWindow: inventoryWindow, LogLevel: "debug",
 		Logger: zerolog.New(logw).Level(zerolog.WarnLevel).With().Timestamp().Logger()})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "stack tests: start the stack:", err)

@@ -248,3 +248,34 @@ func (s *Stack) WaitNewFleetdInstance(ctx context.Context, k, oldPID int) (int, 
 func (s *Stack) WaitFleetdReady(ctx context.Context) error {
 	return waitFleetdReady(ctx, s.info)
 }
+
+// ReconfigureFleetd rewrites fleetd.yaml from the stack's options with change applied (the
+// options of fleetd.yaml only: certificate lifetimes, the inventory's window, timeouts) and
+// restarts every fleetd instance with it (RestartFleetd). It returns a function that writes the
+// options as they were and restarts fleetd again. stack.json is not rewritten.
+func (s *Stack) ReconfigureFleetd(ctx context.Context, change func(*Options)) (restore func(context.Context) error, err error) {
+	s.confMu.Lock()
+	before := s.conf
+	s.confMu.Unlock()
+	apply := func(ctx context.Context, c fleetdConfig) error {
+		s.confMu.Lock()
+		defer s.confMu.Unlock()
+		if err := writeFleetdYAML(s.paths, c); err != nil {
+			return err
+		}
+		s.conf = c
+		_, err := RestartFleetd(ctx, s.info)
+		return err
+	}
+	next := before
+	change(&next.opts)
+	if err := apply(ctx, next); err != nil {
+		return nil, fmt.Errorf("reconfigure fleetd: %w", err)
+	}
+	return func(ctx context.Context) error {
+		if err := apply(ctx, before); err != nil {
+			return fmt.Errorf("restore fleetd's configuration: %w", err)
+		}
+		return nil
+	}, nil
+}

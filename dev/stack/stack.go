@@ -68,6 +68,12 @@ type Options struct {
 	// CertLifetime is fleetd's pki.ldevid.lifetime and pki.lak.lifetime, each renewed from half
 	// of it by boot checks (renewal tests); default 2160h (90 days), at least a minute.
 	CertLifetime time.Duration
+	// LDevIDLifetime is fleetd's pki.ldevid.lifetime when set, CertLifetime otherwise (a test
+	// that needs an LDevID close to its end without waiting: ReconfigureFleetd).
+	LDevIDLifetime time.Duration
+	// InventoryBootCheckWindow is fleetd's inventory.boot_check_window; unset leaves fleetd's
+	// default (3 h). The test stack's is short, so that boot_checks_stopped is seen in a test.
+	InventoryBootCheckWindow time.Duration
 	// FleetdInstances is how many `fleetd serve` processes run, each with listeners, a pid file
 	// and a log of its own, against the same NetBox, Kubernetes API and fleetd.yaml; with more
 	// than one, a round-robin TCP front that keeps the client's source address answers on
@@ -139,17 +145,19 @@ func (o *Options) defaults() error {
 
 // Stack is a running development stack. Its methods are safe for concurrent use.
 type Stack struct {
-	opts  Options
-	info  Info
-	paths paths
-	emu   *netboxemu.Emulator
-	kc    client.WithWatch
-	supMu sync.Mutex             // guards sups' entries (StopFleetdInstance, StartFleetdInstance)
-	sups  []*supervisor          // one per fleetd instance, in order
-	front []*front               // the https and plain fronts with several instances, else none
-	ctrl  *tinkerbell.Controller // tink-controller
-	tsrv  *tinkerbell.Server     // tink-server, the workers' API
-	tink  TinkerbellInfo
+	opts   Options
+	info   Info
+	conf   fleetdConfig // what fleetd.yaml was written from (ReconfigureFleetd)
+	confMu sync.Mutex   // guards conf
+	paths  paths
+	emu    *netboxemu.Emulator
+	kc     client.WithWatch
+	supMu  sync.Mutex             // guards sups' entries (StopFleetdInstance, StartFleetdInstance)
+	sups   []*supervisor          // one per fleetd instance, in order
+	front  []*front               // the https and plain fronts with several instances, else none
+	ctrl   *tinkerbell.Controller // tink-controller
+	tsrv   *tinkerbell.Server     // tink-server, the workers' API
+	tink   TinkerbellInfo
 
 	lock *os.File // the state directory's marker, locked while the stack runs
 
@@ -195,8 +203,9 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := writeFleetdConfig(s.paths, fleetdConfig{opts: o, fleetdURL: fleetdURL, httpURL: httpURL, netboxURL: s.emu.URL(),
-		gatewayAddr: Gateway, talosEndpoint: talosEndpoint(devices)}); err != nil {
+	s.conf = fleetdConfig{opts: o, fleetdURL: fleetdURL, httpURL: httpURL, netboxURL: s.emu.URL(),
+		gatewayAddr: Gateway, talosEndpoint: talosEndpoint(devices)}
+	if err := writeFleetdConfig(s.paths, s.conf); err != nil {
 		return nil, err
 	}
 	instances, err := s.instances(fleetdURL, httpURL)
