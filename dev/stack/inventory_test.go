@@ -48,6 +48,14 @@ var inventoryKinds = map[string]string{
 	"inv-expiring": "cert_expiring", "inv-unreadable": "facts_unreadable",
 }
 
+// inventoryDetails are words each device's difference must say where its kind has branches: the
+// TPM replaced under certificates issued for the old one (not an EK NetBox does not declare), the
+// LDevID (not the LAK), the window fleetd.yaml sets.
+var inventoryDetails = map[string]string{
+	"inv-tpm": "they belong to another TPM", "inv-expiring": "the LDevID certificate lapses in", "inv-ek-cert": "ek_certificate declares none",
+	"inv-stopped": "longer than " + inventoryWindow.String(), "inv-unreadable": "version 2, this fleetd reads version 1",
+}
+
 // TestInventory plants every kind of difference `fleetd inventory check` reports on a machine of
 // its own of the real stack — swtpm machines enrolled and boot-checked for real, NetBox's change
 // log — with fleetsim's hardware changes and owner edits in NetBox, and finds each device
@@ -164,6 +172,12 @@ func TestInventory(t *testing.T) {
 			t.Errorf("boot_check_window %s, want fleetd.yaml's inventory.boot_check_window %s", rep.BootCheckWindow, inventoryWindow)
 		}
 	})
+	t.Run("ok/the-cli-text", func(t *testing.T) {
+		code, _, out := inventoryCLI(t, "-o", "text", "inv-disk-gone")
+		if code != 1 || !strings.Contains(out, `inv-disk-gone: disk_not_found: disk_serial "`+info.Machines["inv-disk-gone"].DiskSerial+`" is not among the 2 disks`) {
+			t.Errorf("exit %d, want 1 with the difference's line:\n%s", code, out)
+		}
+	})
 	t.Run("ok/agrees-exit-0", func(t *testing.T) {
 		if code, rep, out := inventoryCLI(t, "inv-agrees"); code != 0 || deviceOf(t, rep, "inv-agrees").Result != "agrees" {
 			t.Errorf("exit %d, want 0 with inv-agrees agreeing:\n%s", code, out)
@@ -214,6 +228,8 @@ func checkKinds(t *testing.T, rep api.Inventory, names []string) {
 		}
 		if !slices.Equal(kinds, want) || d.Result != result || len(d.Stale) != 0 {
 			t.Errorf("%s: %s with kinds %v, %d stale halves; want %s with %v, none stale: %+v", n, d.Result, kinds, len(d.Stale), result, want, d)
+		} else if w := inventoryDetails[n]; w != "" && !strings.Contains(d.Differences[0].Detail, w) {
+			t.Errorf("%s: %q does not say %q", n, d.Differences[0].Detail, w)
 		}
 	}
 }
