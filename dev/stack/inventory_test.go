@@ -2,6 +2,7 @@ package stack_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -87,11 +88,20 @@ func TestInventory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	restored := false
+	t.Cleanup(func() { // the other tests share this fleetd
+		if !restored {
+			if err := restore(context.Background()); err != nil {
+				t.Error(err)
+			}
+		}
+	})
 	provisioned(t, "inv-expiring")
 	checked(t, "inv-expiring")
 	if err := restore(tctx(t)); err != nil {
 		t.Fatal(err)
 	}
+	restored = true
 
 	// 3. The technicians' changes, and the owner's.
 	info := testStack.Info()
