@@ -4,10 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -250,4 +252,22 @@ func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Helper()
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
+}
+
+// runFleetd runs the stack's fleetd binary with args, as an operator on spore runs it, and
+// returns its exit status, stdout and stderr.
+func runFleetd(t testing.TB, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	cmd := exec.CommandContext(tctx(t), testStack.Info().Fleetd.Binary, args...)
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	var exit *exec.ExitError
+	switch {
+	case errors.As(err, &exit):
+		return exit.ExitCode(), out.String(), errOut.String()
+	case err != nil:
+		t.Fatalf("run fleetd %v: %v", args, err)
+	}
+	return 0, out.String(), errOut.String()
 }

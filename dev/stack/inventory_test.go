@@ -1,7 +1,6 @@
 package stack_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,7 +8,6 @@ import (
 	"maps"
 	"net/http"
 	"os"
-	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -264,24 +262,14 @@ func inventoryCLI(t *testing.T, args ...string) (int, api.Inventory, string) {
 	if !slices.Contains(args, "-o") {
 		args = append([]string{"-o", "json"}, args...)
 	}
-	var out, errOut bytes.Buffer
-	cmd := exec.CommandContext(tctx(t), info.Fleetd.Binary, append([]string{"inventory", "check", "--config", info.Fleetd.Config}, args...)...)
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	err := cmd.Run()
-	code := 0
-	var exit *exec.ExitError
-	if errors.As(err, &exit) {
-		code = exit.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
+	code, out, errOut := runFleetd(t, append([]string{"inventory", "check", "--config", info.Fleetd.Config}, args...)...)
 	var rep api.Inventory
 	if code != 2 && slices.Contains(args, "json") {
-		if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
-			t.Fatalf("fleetd inventory check %v: exit %d, %v: %s %s", args, code, err, out.String(), errOut.String())
+		if err := json.Unmarshal([]byte(out), &rep); err != nil {
+			t.Fatalf("fleetd inventory check %v: exit %d, %v: %s %s", args, code, err, out, errOut)
 		}
 	}
-	return code, rep, out.String() + errOut.String()
+	return code, rep, out + errOut
 }
 
 // inventoryAPI GETs an inventory route of fleetd's operator API.

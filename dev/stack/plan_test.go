@@ -1,12 +1,9 @@
 package stack_test
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -65,20 +62,10 @@ func fleetdPlan(t *testing.T, device, action string) (int, api.Plan) {
 	if action != "" {
 		args = append(args, "--action", action)
 	}
-	var out, errOut bytes.Buffer
-	cmd := exec.CommandContext(tctx(t), info.Fleetd.Binary, append(args, device)...)
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	err := cmd.Run()
-	code := 0
-	var exit *exec.ExitError
-	if errors.As(err, &exit) {
-		code = exit.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
+	code, out, errOut := runFleetd(t, append(args, device)...)
 	var p api.Plan
-	if err := json.Unmarshal(out.Bytes(), &p); err != nil {
-		t.Fatalf("fleetd plan %s %s: exit %d, %v: %s %s", device, action, code, err, out.String(), errOut.String())
+	if err := json.Unmarshal([]byte(out), &p); err != nil {
+		t.Fatalf("fleetd plan %s %s: exit %d, %v: %s %s", device, action, code, err, out, errOut)
 	}
 	return code, p
 }
