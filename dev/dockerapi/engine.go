@@ -245,7 +245,9 @@ func (e *Engine) start(c *container, log zerolog.Logger) {
 		out, code := e.run(ctx, c.Container)
 		c.output, c.exit = out, code
 		close(c.done)
-		e.log.Info().Str("container", c.Name).Int("exit_code", code).Str("decision", "exited").Msg("container exited")
+		// The output is logged as a Docker daemon keeps a container's log: tink-worker v0.12.2
+		// reports no action output to tink-server, and fetches it only sometimes itself.
+		e.log.Info().Str("container", c.Name).Int("exit_code", code).Str("output", capped(out)).Str("decision", "exited").Msg("container exited")
 	}()
 }
 
@@ -273,6 +275,16 @@ func (e *Engine) remove(c *container, log zerolog.Logger) {
 		cancel()
 	}
 	log.Info().Str("container", c.Name).Str("decision", "removed").Msg("container removed")
+}
+
+// maxLoggedOutput caps a container's output in the engine's log.
+const maxLoggedOutput = 4 << 10
+
+func capped(out string) string {
+	if len(out) <= maxLoggedOutput {
+		return out
+	}
+	return out[:maxLoggedOutput] + fmt.Sprintf("… (%d bytes more)", len(out)-maxLoggedOutput)
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

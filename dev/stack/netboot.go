@@ -9,9 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"time"
-
-	"github.com/rs/zerolog"
 
 	tinkv1 "github.com/tinkerbell/tink/api/v1alpha1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -51,15 +48,7 @@ func Netboot(ctx context.Context, info Info, name string, o StepOptions) error {
 	if err != nil {
 		return fmt.Errorf("netboot %s: %w", name, err)
 	}
-	if err := tinkerbell.WaitPrepared(ctx, kc, wf); err != nil {
-		return fmt.Errorf("netboot %s: %w", name, err)
-	}
-	if s := bareState(wf.Status.State); s != "PENDING" && s != "RUNNING" {
-		return fmt.Errorf("netboot %s: Workflow %s is %s after tink-controller prepared it; the worker gets only PENDING or RUNNING Workflows", name, wf.Name, wf.Status.State)
-	}
-	// The worker starts only once tink-controller's cache holds the prepared Workflow: a
-	// reconcile that still read it unprepared would render it again over the worker's reports.
-	if err := tinkerbell.WaitReconciled(ctx, info.Tinkerbell.ControllerLog, wf); err != nil {
+	if err := tinkerbell.WaitServable(ctx, kc, wf, info.Tinkerbell.ControllerLog); err != nil {
 		return fmt.Errorf("netboot %s: %w", name, err)
 	}
 	if err := mc.useWorkflowDir(wf.Name); err != nil {
@@ -109,7 +98,7 @@ func Netboot(ctx context.Context, info Info, name string, o StepOptions) error {
 		}
 		return msg + "\n", code
 	}
-	if err := runWorker(ctx, mc.info, kc, wf, mc.m.MAC, mc.path(MachineWorkerLog), run, nil); err != nil {
+	if err := runWorker(ctx, mc.info, kc, wf, tinkerbell.RunOptions{ID: mc.m.MAC, Log: mc.path(MachineWorkerLog), Run: run}); err != nil {
 		return fmt.Errorf("netboot %s: %w", name, err)
 	}
 	mu.Lock()
@@ -124,82 +113,14 @@ func Netboot(ctx context.Context, info Info, name string, o StepOptions) error {
 	return nil
 }
 
-// workflowEnded says whether a Workflow reached an end state.
-func workflowEnded(wf *tinkv1.Workflow) bool {
-	switch bareState(wf.Status.State) {
-	case "SUCCESS", "FAILED", "TIMEOUT":
-		return true
-	}
-	return false
-}
-
-// runWorker is a machine's HookOS for one Workflow: a Docker Engine API (dev/dockerapi) whose
-// containers run, and Tinkerbell's own tink-worker with the machine's MAC as its worker id,
-// asking the stack's tink-server for work. It returns once wf (refreshed) has ended, or once
-// stop (when set) says so, and stops both: a worker runs only while its machine netboots, so
-// that a large fleet does not poll tink-server. The worker's and the engine's logs go to log.
-func runWorker(ctx context.Context, info Info, kc client.Client, wf *tinkv1.Workflow, mac, log string, run dockerapi.Runner, stop func(*tinkv1.Workflow) bool) error {
+// runWorker runs the machine's HookOS for wf (tinkerbell.RunWorker) with the stack's tink-server
+// and tink-worker binary; o names the rest.
+func runWorker(ctx context.Context, info Info, kc client.Client, wf *tinkv1.Workflow, o tinkerbell.RunOptions) error {
 	if info.Tinkerbell.Server == "" || info.Tinkerbell.Worker == "" {
 		return errors.New("stack.json has no tinkerbell server or worker: the stack was started by an older fleetsim; stop it and start it again")
 	}
-	// A unix socket path is at most 107 bytes; the state directory may be deeper than that.
-	sockDir, err := os.MkdirTemp("", "fleetsim-docker-")
-	if err != nil {
-		return fmt.Errorf("make the Docker API's directory: %w", err)
-	}
-	defer os.RemoveAll(sockDir)
-	lf, err := os.OpenFile(log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return fmt.Errorf("open the worker's log: %w", err)
-	}
-	defer lf.Close()
-	engine, err := dockerapi.Start(filepath.Join(sockDir, "docker.sock"), run, zerolog.New(lf).With().Timestamp().Str("component", "dockerapi").Logger())
-	if err != nil {
-		return err
-	}
-	defer engine.Close()
-	worker, err := tinkerbell.StartWorker(ctx, tinkerbell.WorkerOptions{Binary: info.Tinkerbell.Worker, ID: mac,
-		Server: info.Tinkerbell.Server, DockerHost: engine.Host(), Log: log})
-	if err != nil {
-		return err
-	}
-	defer worker.Stop()
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	started := map[string]string{} // action -> the state it was seen in once it had started
-	for {
-		if err := kc.Get(ctx, client.ObjectKeyFromObject(wf), wf); err == nil {
-			if err := notReset(wf, started); err != nil {
-				return fmt.Errorf("%w; see tink-controller's log %s and the worker's log %s", err, info.Tinkerbell.ControllerLog, log)
-			}
-			if workflowEnded(wf) || (stop != nil && stop(wf)) {
-				return nil
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("Workflow %s did not end (state %s, action %s): %w; see the worker's log %s", wf.Name, wf.Status.State, wf.Status.CurrentAction, ctx.Err(), log)
-		case <-worker.Done():
-			return fmt.Errorf("tink-worker exited while Workflow %s ran; see its log %s", wf.Name, log)
-		case <-tick.C:
-		}
-	}
-}
-
-// notReset fails when an action seen started (in started, which it updates) is PENDING again:
-// tink-controller rendered the Workflow again under the running worker, which then retries a
-// report tink-server refuses forever (dev/tinkerbell.WaitReconciled says why).
-func notReset(wf *tinkv1.Workflow, started map[string]string) error {
-	for _, a := range tinkerbell.Actions(wf) {
-		s := bareState(a.State)
-		if was, ok := started[a.Name]; ok && s == "PENDING" {
-			return fmt.Errorf("Workflow %s was reset under its running worker: action %s went from %s back to PENDING (tink-controller rendered it again)", wf.Name, a.Name, was)
-		}
-		if s != "" && s != "PENDING" {
-			started[a.Name] = s
-		}
-	}
-	return nil
+	o.Worker, o.Server, o.ControllerLog = info.Tinkerbell.Worker, info.Tinkerbell.Server, info.Tinkerbell.ControllerLog
+	return tinkerbell.RunWorker(ctx, kc, wf, o)
 }
 
 // ActionError is a netboot whose worker ran the Workflow and one of its actions ended FAILED or

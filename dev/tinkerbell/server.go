@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"regexp"
 	"time"
+
+	tinkv1 "github.com/tinkerbell/tink/api/v1alpha1"
 )
 
 // ServerOptions configure StartServer.
@@ -85,4 +87,11 @@ var invalidContainerChars = regexp.MustCompile(`[^a-zA-Z0-9_.-]`)
 // Docker does not allow replaced by "_".
 func ContainerName(action string) string {
 	return "action_" + invalidContainerChars.ReplaceAllString(action, "_")
+}
+
+// WorkflowBind is the bind tink-worker v0.12.2 gives every action's container of a Workflow, its
+// shared directory (cmd/tink-worker/worker CreateContainer: /worker/<namespace>/<name> at
+// /workflow): it says which Workflow a container belongs to.
+func WorkflowBind(wf *tinkv1.Workflow) string {
+	return "/worker/" + wf.Namespace + "/" + wf.Name + ":/workflow"
 }

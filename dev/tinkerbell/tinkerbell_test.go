@@ -104,7 +104,7 @@ func TestRealWorkerRunsWorkflow(t *testing.T) {
 	defer ts.Stop()
 	defer func() {
 		if t.Failed() {
-			for _, l := range []string{"tink-controller.log", "tink-server.log", "tink-worker.log"} {
+			for _, l := range []string{"tink-controller.log", "tink-server.log", "tink-worker.log", "dockerapi.log"} {
 				b, _ := os.ReadFile(filepath.Join(dir, l))
 				t.Logf("%s:\n%s", l, b)
 			}
@@ -113,6 +113,11 @@ func TestRealWorkerRunsWorkflow(t *testing.T) {
 
 	rec := &ran{}
 	failAt := ""
+	engineLog, err := os.Create(filepath.Join(dir, "dockerapi.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer engineLog.Close()
 	engine, err := dockerapi.Start(filepath.Join(dir, "docker.sock"), func(ctx context.Context, c dockerapi.Container) (string, int) {
 		rec.mu.Lock()
 		rec.runs = append(rec.runs, c)
@@ -121,7 +126,7 @@ func TestRealWorkerRunsWorkflow(t *testing.T) {
 			return "2 disks have serial S1; refusing to choose\n", 3
 		}
 		return "ran " + c.Name + "\n", 0
-	}, zerolog.New(zerolog.NewTestWriter(t)))
+	}, zerolog.New(engineLog))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +200,7 @@ func TestRealWorkerRunsWorkflow(t *testing.T) {
 		if env["FROM_TASK"] != "task" || env["FROM_ACTION"] != "node-a" || !slices.Equal(first.Cmd, []string{"/bin/sh", "-c", "echo first"}) {
 			t.Errorf("first action: env %v, cmd %v; want the task's and the action's environment and its command", first.Env, first.Cmd)
 		}
-		if !slices.Contains(first.Binds, "/worker/"+ns+"/wf-ok:/workflow") || !slices.Contains(first.Binds, "/dev:/dev") || !first.Privileged {
+		if !slices.Contains(first.Binds, tinkerbell.WorkflowBind(wf)) || !slices.Contains(first.Binds, "/dev:/dev") || !first.Privileged {
 			t.Errorf("first action: binds %v, privileged %t; want /workflow, the task's volume, privileged", first.Binds, first.Privileged)
 		}
 		cur := &tinkv1.Hardware{}
@@ -224,8 +229,15 @@ func TestRealWorkerRunsWorkflow(t *testing.T) {
 		if got := rec.names(); !slices.Equal(got, []string{"action_first", "action_second"}) {
 			t.Errorf("containers run: %v, want first and second only", got)
 		}
-		// Not asserted: that the failed action's output reaches the worker's log. tink-worker
-		// v0.12.2 fetches a container's logs only sometimes before it removes it (make test saw the
-		// line missing 15 s after the failure, in one run of three).
+		// tink-worker v0.12.2 fetches a container's logs only sometimes before it removes it
+		// (make test saw the line missing 15 s after the failure, in one run of three), so the
+		// output is kept where the engine logs the container's exit.
+		b, err := os.ReadFile(engineLog.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(b), `"container":"action_second","exit_code":3,"output":"2 disks have serial S1; refusing to choose\n"`) {
+			t.Errorf("the Docker API's log does not hold the failed container's exit code and output:\n%s", b)
+		}
 	})
 }
