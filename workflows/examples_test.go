@@ -16,8 +16,9 @@ import (
 )
 
 // TestExampleTemplates installs every example Template, has fleetd install a Workflow from it
-// (so it passes the Template check), renders it as tink-controller would, and walks every
-// action to success as tink-worker would, alternating the two state spellings.
+// (so it passes the Template check), has tink-controller render and prepare it, and runs it
+// through tink-server and a real tink-worker whose containers all succeed: the worker runs every
+// action in order, and the controller's post step ends it SUCCESS with allowPXE off again.
 func TestExampleTemplates(t *testing.T) {
 	tests := []struct {
 		template string
@@ -35,6 +36,7 @@ func TestExampleTemplates(t *testing.T) {
 	}
 	ctx := context.Background()
 	e := newControlledEnv(t)
+	withServer(t, e)
 	if err := tinkerbell.InstallTemplates(ctx, e.c, e.ns, exampletemplates.FS); err != nil {
 		t.Fatal(err)
 	}
@@ -44,10 +46,6 @@ func TestExampleTemplates(t *testing.T) {
 	}
 	for i, tc := range tests {
 		t.Run("ok/"+tc.template, func(t *testing.T) {
-			var opts []tinkerbell.Option
-			if i%2 == 1 {
-				opts = append(opts, tinkerbell.NewSpelling())
-			}
 			d := device(int64(100+i), fmt.Sprintf("node-%d", i))
 			s := spec(d, tc.template, tc.action, fmt.Sprintf("%s-example%d", tc.action, i))
 			s.Class.Kind = tc.kind
@@ -74,12 +72,16 @@ func TestExampleTemplates(t *testing.T) {
 			if wf.Status.GlobalTimeout != 3600 {
 				t.Errorf("globalTimeout %d, want 3600 (the class's default workflow_timeout)", wf.Status.GlobalTimeout)
 			}
+			var ran []string
+			for _, c := range runWorkflow(t, e, wf) {
+				ran = append(ran, c.Name)
+			}
+			var containers []string
 			for _, a := range tc.actions {
-				for _, st := range []tinkv1.WorkflowState{tinkv1.WorkflowStateRunning, tinkv1.WorkflowStateSuccess} {
-					if err := tinkerbell.ReportAction(ctx, e.c, wf, a, st, "", opts...); err != nil {
-						t.Fatalf("ReportAction %s %s: %v", a, st, err)
-					}
-				}
+				containers = append(containers, tinkerbell.ContainerName(a))
+			}
+			if strings.Join(ran, ",") != strings.Join(containers, ",") {
+				t.Errorf("the worker ran containers %v, want %v", ran, containers)
 			}
 			got, err := e.in.Workflow(ctx, s.Name)
 			if err != nil || got.Phase != fleet.WorkflowSucceeded {

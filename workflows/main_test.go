@@ -35,6 +35,10 @@ var server *kubeharness.Server
 // under one shared rate limit.
 var ctrlBin string
 
+// serverBin and workerBin are tink-server and tink-worker, for the tests that run a Workflow
+// through Tinkerbell's own worker (withServer, runWorkflow).
+var serverBin, workerBin string
+
 func TestMain(m *testing.M) {
 	os.Exit(runMain(m))
 }
@@ -43,9 +47,14 @@ func runMain(m *testing.M) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var err error
-	if ctrlBin, err = tinkerbell.Tool("..", "tink-controller"); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+	for _, b := range []struct {
+		bin  *string
+		name string
+	}{{&ctrlBin, "tink-controller"}, {&serverBin, "tink-server"}, {&workerBin, "tink-worker"}} {
+		if *b.bin, err = tinkerbell.Tool("..", b.name); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
 	}
 	rufio, err := tinkerbell.RufioCRDs(ctx, "..")
 	if err != nil {
@@ -76,6 +85,7 @@ func withController(t *testing.T, srv *kubeharness.Server, e *env) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	e.ctrlLog = ctrl.Log()
 	t.Cleanup(func() {
 		ctrl.Stop()
 		if t.Failed() {
@@ -101,6 +111,9 @@ type env struct {
 	in  *workflows.Installer
 	c   client.WithWatch
 	reg *prometheus.Registry
+	// ctrlLog is tink-controller's log (withController), tinkServer tink-server's gRPC address
+	// (withServer).
+	ctrlLog, tinkServer string
 }
 
 func newEnv(t *testing.T) *env {

@@ -11,7 +11,6 @@ import (
 	tinkv1 "github.com/tinkerbell/tink/api/v1alpha1"
 
 	"github.com/folly-infra/fleetd/dev/kubeharness"
-	"github.com/folly-infra/fleetd/dev/tinkerbell"
 	"github.com/folly-infra/fleetd/fleet"
 )
 
@@ -84,24 +83,31 @@ func startWatch(t *testing.T, e *env) (*recorder, func()) {
 	}
 }
 
+// TestWatchReportsStatusChanges: Watch reports each change of a Workflow's status once, as
+// tink-server records a worker's reports (written directly, setStatus, once in the newer
+// Tinkerbell's spelling) and tink-controller moves it on (the current action while it runs, the
+// post step to success).
 func TestWatchReportsStatusChanges(t *testing.T) {
-	ctx := context.Background()
 	e := newControlledEnv(t)
 	rec, stop := startWatch(t, e)
 	defer stop()
 	wf, s := installed(t, e, "watched")
 	name := s.Name
 	rec.waitFor(t, "5 "+name+" waiting ")
-	if err := tinkerbell.ReportAction(ctx, e.c, wf, "fleetd-enroll", "RUNNING", "", tinkerbell.NewSpelling()); err != nil {
-		t.Fatal(err)
+	setStatus(t, e, wf, "RUNNING", map[string]tinkv1.WorkflowState{"fleetd-enroll": "RUNNING"}, "")
+	rec.waitFor(t, "5 "+name+" running ") // tink-controller v0.12.2 reads only its own spelling
+	for _, step := range []struct {
+		actions map[string]tinkv1.WorkflowState
+		state   tinkv1.WorkflowState
+		want    string
+	}{
+		{map[string]tinkv1.WorkflowState{"fleetd-enroll": tinkv1.WorkflowStateRunning}, tinkv1.WorkflowStateRunning, "running fleetd-enroll"},
+		{map[string]tinkv1.WorkflowState{"fleetd-enroll": tinkv1.WorkflowStateSuccess, "wipe": tinkv1.WorkflowStateRunning}, tinkv1.WorkflowStateRunning, "running wipe"},
+		{map[string]tinkv1.WorkflowState{"wipe": tinkv1.WorkflowStateSuccess}, tinkv1.WorkflowStatePost, "succeeded wipe"},
+	} {
+		setStatus(t, e, wf, step.state, step.actions, "")
+		rec.waitFor(t, "5 "+name+" "+step.want)
 	}
-	rec.waitFor(t, "5 "+name+" running fleetd-enroll")
-	for _, r := range []struct{ a, s string }{{"fleetd-enroll", "SUCCESS"}, {"wipe", "RUNNING"}, {"wipe", "SUCCESS"}} {
-		if err := tinkerbell.ReportAction(ctx, e.c, wf, r.a, tinkv1.WorkflowState(r.s), ""); err != nil {
-			t.Fatal(err)
-		}
-	}
-	rec.waitFor(t, "5 "+name+" succeeded wipe")
 	rec.noRepeats(t)
 }
 
@@ -121,10 +127,8 @@ func TestWatchSurvivesAPIServerRestart(t *testing.T) {
 	defer stop()
 	wf, s := installed(t, e, "restarted")
 	rec.waitFor(t, "5 "+s.Name+" waiting ")
-	if err := tinkerbell.ReportAction(ctx, e.c, wf, "fleetd-enroll", "RUNNING", ""); err != nil {
-		t.Fatal(err)
-	}
-	rec.waitFor(t, "5 "+s.Name+" running fleetd-enroll")
+	setStatus(t, e, wf, tinkv1.WorkflowStateRunning, map[string]tinkv1.WorkflowState{"fleetd-enroll": tinkv1.WorkflowStateRunning}, "")
+	rec.waitFor(t, "5 "+s.Name+" running fleetd-enroll") // tink-controller names the running action
 
 	if err := s1.Stop(); err != nil {
 		t.Fatal(err)
@@ -137,9 +141,7 @@ func TestWatchSurvivesAPIServerRestart(t *testing.T) {
 		t.Fatalf("restart API server: %v", err)
 	}
 	defer s2.Stop()
-	if err := tinkerbell.ReportAction(ctx, e.c, wf, "fleetd-enroll", "FAILED", "TPM not found"); err != nil {
-		t.Fatal(err)
-	}
+	setStatus(t, e, wf, tinkv1.WorkflowStateFailed, map[string]tinkv1.WorkflowState{"fleetd-enroll": tinkv1.WorkflowStateFailed}, "")
 	rec.waitFor(t, "5 "+s.Name+" failed fleetd-enroll")
 	rec.noRepeats(t)
 	if err := e.in.Ping(ctx); err != nil {

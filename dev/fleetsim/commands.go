@@ -61,17 +61,17 @@ func restart(ctx context.Context, dir string, args []string, stdout, stderr io.W
 	return 0
 }
 
-// workflow moves device NAME's current Workflow to success or failure as Tinkerbell would.
+// workflow runs device NAME's current Workflow through the stack's tink-server and a real
+// tink-worker whose containers succeed or fail as asked (stack.DriveWorkflow).
 func workflow(ctx context.Context, dir string, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("workflow", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: fleetsim workflow NAME succeed|fail [--action A] [--message M] [--new-spelling]")
+		fmt.Fprintln(stderr, "usage: fleetsim workflow NAME succeed|fail [--action A] [--message M]")
 		fs.PrintDefaults()
 	}
 	action := fs.String("action", "", "fail: the action that fails (default: the first unfinished); succeed: the last action to succeed (default: all)")
-	message := fs.String("message", "", "the message the worker reports with the action")
-	newSpelling := fs.Bool("new-spelling", false, "write the newer Tinkerbell's state names (SUCCESS) instead of tink v0.12's (STATE_SUCCESS)")
+	message := fs.String("message", "", "fail: the failing action's output (its container's, in the machine's tink-worker.log)")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return 2
@@ -81,6 +81,10 @@ func workflow(ctx context.Context, dir string, args []string, stdout, stderr io.
 		return 2
 	}
 	name, fail := pos[0], pos[1] == "fail"
+	if !fail && *message != "" {
+		fmt.Fprintln(stderr, "fleetsim workflow: --message is the failing action's output and goes with fail only; a succeeding action's container prints its own")
+		return 2
+	}
 	if fail && *message == "" {
 		*message = "simulated failure (fleetsim workflow " + name + " fail)"
 	}
@@ -89,9 +93,7 @@ func workflow(ctx context.Context, dir string, args []string, stdout, stderr io.
 		fmt.Fprintln(stderr, "fleetsim workflow:", err)
 		return 1
 	}
-	err = driveDeviceWorkflow(ctx, info, name, stack.Drive{Fail: fail, Action: *action, Message: *message,
-		NewSpelling: *newSpelling}, stdout)
-	if err != nil {
+	if err := driveDeviceWorkflow(ctx, info, name, stack.Drive{Fail: fail, Action: *action, Message: *message}, stdout); err != nil {
 		fmt.Fprintln(stderr, "fleetsim workflow:", err)
 		return 1
 	}
@@ -112,14 +114,14 @@ func driveDeviceWorkflow(ctx context.Context, info stack.Info, name string, d st
 		return err
 	}
 	fmt.Fprintf(stdout, "%s: Workflow %s (Template %s)\n", name, wf.Name, wf.Spec.TemplateRef)
-	d.Report = func(action string, state tinkv1.WorkflowState, msg string) {
+	d.Report = func(action string, state tinkv1.WorkflowState, output string) {
 		line := fmt.Sprintf("  action %-20s %s", action, strings.TrimPrefix(string(state), "STATE_"))
-		if msg != "" {
-			line += ": " + msg
+		if output != "" {
+			line += ": " + output
 		}
 		fmt.Fprintln(stdout, line)
 	}
-	if err := stack.DriveWorkflow(ctx, kc, wf, d); err != nil {
+	if err := stack.DriveWorkflow(ctx, info, kc, wf, d); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "%s: Workflow %s is %s\n", name, wf.Name, wf.Status.State)

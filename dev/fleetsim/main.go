@@ -2,7 +2,7 @@
 //
 //	fleetsim up [--extra-devices N] [--fleetd-instances N]  the stack, in the foreground
 //	fleetsim restart fleetd [--instance K]                  restart fleetd as a reboot of spore would
-//	fleetsim workflow NAME succeed|fail [--action A] ...    move a device's Workflow as Tinkerbell would
+//	fleetsim workflow NAME succeed|fail [--action A] ...    run a device's Workflow: tink-worker, scripted containers
 //	fleetsim machine NAME netboot|boot|boot-check           drive a simulated machine
 //	fleetsim machine NAME swap-disk|add-disk|set-mac|set-uuid|replace-tpm
 //	                                                        change its hardware (NetBox keeps its declaration)

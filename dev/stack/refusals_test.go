@@ -66,7 +66,7 @@ func checkRefusal(t *testing.T, dev string, setup map[string]any, action string,
 			// Decommissioning asks for retirement: let it be accepted first, then fail it, so
 			// that the device is idle again and the provision below is what is judged.
 			d := waitState(t, dev, "pending")
-			failWorkflow(t, dev, d.Field("fleet_workflow"), "wipe-disk", "simulated", false)
+			failWorkflow(t, dev, d.Field("fleet_workflow"), "wipe-disk", "simulated")
 			waitState(t, dev, "failed")
 			waitJournal(t, dev, 2)
 		}

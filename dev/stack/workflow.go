@@ -69,64 +69,84 @@ func sortByCreation(wfs []tinkv1.Workflow) {
 
 // Drive says how DriveWorkflow ends a Workflow.
 type Drive struct {
-	// Fail fails the Workflow at Action (default: the first action that has not succeeded)
-	// with Message; otherwise the actions succeed, up to and including Action when it is set.
+	// Fail fails the Workflow at Action (default: the first action that has not succeeded): its
+	// container exits 1 with Message as its output. Otherwise the actions succeed, up to and
+	// including Action when it is set.
 	Fail    bool
 	Action  string
 	Message string
-	// NewSpelling writes the newer Tinkerbell's state names (SUCCESS) instead of tink v0.12's.
-	NewSpelling bool
-	// Report, when set, hears every report: action name, state, message.
-	Report func(action string, state tinkv1.WorkflowState, message string)
+	// Report, when set, hears each action's state as tink-server recorded it, in order: the
+	// action's name, its state and, for a failed action, its container's output.
+	Report func(action string, state tinkv1.WorkflowState, output string)
 }
 
-// DriveWorkflow moves a Workflow as Tinkerbell would: once the stack's tink-controller has
-// rendered and prepared it, the worker reports each action RUNNING and then SUCCESS, in order,
-// or FAILED at the chosen action (dev/tinkerbell.ReportAction). A Workflow that is not PENDING
-// or RUNNING once prepared is refused, as a worker is never served one.
-func DriveWorkflow(ctx context.Context, c client.Client, wf *tinkv1.Workflow, d Drive) error {
-	var opts []tinkerbell.Option
-	if d.NewSpelling {
-		opts = append(opts, tinkerbell.NewSpelling())
-	}
-	if err := tinkerbell.WaitPrepared(ctx, c, wf); err != nil {
-		return err
-	}
-	if s := bareState(wf.Status.State); s != "PENDING" && s != "RUNNING" {
-		return fmt.Errorf("Workflow %s is %s: a worker runs only PENDING or RUNNING Workflows", wf.Name, wf.Status.State)
-	}
-	actions := tinkerbell.Actions(wf)
-	target, err := driveTarget(actions, d)
+// DriveWorkflow runs a Workflow as its machine's netboot would, without the machine: once
+// tink-controller has prepared it (tinkerbell.WaitServable), Tinkerbell's own tink-worker, its id
+// the Workflow's hardwareMap MAC, asks the stack's tink-server for work and reports each action,
+// and a scripted container runtime (dev/dockerapi) answers for the machine: every action up to
+// the target exits 0; with Fail the target exits 1 with Message as its output. A drive that ends
+// at an action stops the worker once that action has succeeded, as a machine switched off: the
+// worker has by then reported the next action RUNNING (it starts it at once), and whoever runs
+// the Workflow next (a drive or a netboot) runs that action again, as tink-server serves it.
+//
+// What tink-server would never serve is refused before a worker starts: a Workflow that is not
+// PENDING or RUNNING, an action that has succeeded already or does not exist, and a worker id
+// that has another open Workflow (tink-server would serve the worker that one too). The
+// machine's tink-worker.log holds the worker's and the containers' log.
+func DriveWorkflow(ctx context.Context, info Info, kc client.Client, wf *tinkv1.Workflow, d Drive) error {
+	mc, err := openMachine(info, wf.Spec.HardwareMap[workflows.MapDeviceName], "workflow", nil)
 	if err != nil {
 		return fmt.Errorf("drive Workflow %s: %w", wf.Name, err)
 	}
-	report := func(action string, state tinkv1.WorkflowState, msg string) error {
-		if d.Report != nil {
-			d.Report(action, state, msg)
-		}
-		return tinkerbell.ReportAction(ctx, c, wf, action, state, msg, opts...)
+	defer mc.close()
+	if err := tinkerbell.WaitServable(ctx, kc, wf, info.Tinkerbell.ControllerLog); err != nil {
+		return fmt.Errorf("drive Workflow %s: %w", wf.Name, err)
 	}
-	for _, a := range actions {
-		if bareState(a.State) == "SUCCESS" {
-			continue
-		}
-		if bareState(a.State) != "RUNNING" {
-			if err := report(a.Name, tinkv1.WorkflowStateRunning, ""); err != nil {
-				return err
-			}
-		}
-		if d.Fail && a.Name == target {
-			return report(a.Name, tinkv1.WorkflowStateFailed, d.Message)
-		}
-		msg := d.Message
-		if d.Fail {
-			msg = "" // the message belongs to the failing action
-		}
-		if err := report(a.Name, tinkv1.WorkflowStateSuccess, msg); err != nil {
-			return err
-		}
-		if a.Name == target {
-			return nil
+	target, err := driveTarget(tinkerbell.Actions(wf), d)
+	if err != nil {
+		return fmt.Errorf("drive Workflow %s: %w", wf.Name, err)
+	}
+	mac := wf.Spec.HardwareMap[workflows.MapMAC]
+	if err := onlyOpenWorkflow(ctx, kc, wf, mac); err != nil {
+		return fmt.Errorf("drive Workflow %s: %w", wf.Name, err)
+	}
+	mc.say("worker %s runs Workflow %s with scripted containers, no machine (%s)", mac, wf.Name, d)
+	sc := newScript(ctx, kc, wf, target, d)
+	err = runWorker(ctx, info, kc, wf, tinkerbell.RunOptions{ID: mac, Log: mc.path(MachineWorkerLog), Run: sc.run, Stop: sc.stop})
+	if err != nil {
+		return fmt.Errorf("drive Workflow %s: %w", wf.Name, err)
+	}
+	sc.observe(wf)
+	if err := sc.result(wf); err != nil {
+		return fmt.Errorf("drive Workflow %s: %w; see the worker's log %s", wf.Name, err, mc.path(MachineWorkerLog))
+	}
+	mc.say("Workflow %s is %s", wf.Name, wf.Status.State)
+	return nil
+}
+
+func (d Drive) String() string {
+	verb := "succeed"
+	if d.Fail {
+		verb = "fail"
+	}
+	if d.Action != "" {
+		verb += " at " + d.Action
+	}
+	return verb
+}
+
+// onlyOpenWorkflow refuses a drive when the worker id has an open Workflow besides wf: tink-server
+// serves a worker every PENDING or RUNNING Workflow of its id, so the worker would run that one
+// with the drive's scripted containers too.
+func onlyOpenWorkflow(ctx context.Context, kc client.Client, wf *tinkv1.Workflow, mac string) error {
+	var list tinkv1.WorkflowList
+	if err := kc.List(ctx, &list, client.InNamespace(wf.Namespace)); err != nil {
+		return fmt.Errorf("list Workflows: %w", err)
+	}
+	for _, o := range openFor(list.Items, mac) {
+		if o.Name != wf.Name {
+			return fmt.Errorf("worker %s also has Workflow %s open (state %q), which tink-server would serve it too: end that one first, or delete it (kubectl -n %s delete workflow %s)",
+				mac, o.Name, o.Status.State, o.Namespace, o.Name)
 		}
 	}
 	return nil

@@ -2,22 +2,32 @@ package stack_test
 
 import (
 	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	tinkv1 "github.com/tinkerbell/tink/api/v1alpha1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/folly-infra/fleetd/dev/stack"
+	"github.com/folly-infra/fleetd/dev/tinkerbell"
 )
 
-// TestWorkflowOutcomes: Tinkerbell's report of a Workflow (through dev/tinkerbell, in either
-// spelling of the states) ends the device's request in NetBox (docs/design.md §1 step 5, §2, §3): a failed
-// action fails the request with the action and its message; a retirement that fails keeps the
-// owner's decommissioning status; an install Workflow that succeeds while the request is still
-// pending (the agent never attested) fails it, because nothing was authorized.
+// TestWorkflowOutcomes: a Workflow run by the stack's tink-server and a real tink-worker whose
+// containers are scripted (stack.DriveWorkflow) ends the device's request in NetBox
+// (docs/design.md §1 step 5, §2, §3): a failed action fails the request naming the action (tink
+// v0.12.2 keeps no action output, so fleetd says where it is, and the machine's tink-worker.log
+// holds it); a retirement that fails keeps the owner's decommissioning status; an install
+// Workflow that succeeds while the request is still pending (the agent never attested) fails it,
+// because nothing was authorized.
 func TestWorkflowOutcomes(t *testing.T) {
 	needStack(t)
+	const noOutput = "(Tinkerbell keeps no action output: it is in the machine's tink-worker log)"
 	tests := []struct {
 		name        string
 		device      string
@@ -26,15 +36,15 @@ func TestWorkflowOutcomes(t *testing.T) {
 		wantStatus  string
 		wantMessage []string
 	}{
-		{"failed/provision-at-write-image-new-spelling", "extra-005", desired("provision"),
-			stack.Drive{Fail: true, Action: "write-image", Message: "image2disk: GET image: 404 Not Found", NewSpelling: true},
-			"failed", []string{"failed at action write-image: image2disk: GET image: 404 Not Found"}},
+		{"failed/provision-at-write-image", "extra-005", desired("provision"),
+			stack.Drive{Fail: true, Action: "write-image", Message: "image2disk: GET image: 404 Not Found"},
+			"failed", []string{"failed at action write-image " + noOutput}},
 		{"failed/retire-at-wipe-keeps-decommissioning", "extra-006", map[string]any{"status": "decommissioning"},
 			stack.Drive{Fail: true, Action: "wipe-disk", Message: "wipe-disk: 2 disks have serial FSIM0021DISK; refusing to choose"},
-			"decommissioning", []string{"retire request", "failed at action wipe-disk: wipe-disk: 2 disks have serial"}},
+			"decommissioning", []string{"retire request", "failed at action wipe-disk " + noOutput}},
 		{"failed/first-action-by-default", "extra-015", desired("wipe"),
 			stack.Drive{Fail: true, Message: "fleetd enroll: quote refused"},
-			"failed", []string{"failed at action fleetd-enroll: fleetd enroll: quote refused"}},
+			"failed", []string{"failed at action fleetd-enroll " + noOutput}},
 		{"failed/install-succeeded-but-never-attested", "extra-007", desired("provision"),
 			stack.Drive{}, "failed", []string{"succeeded but the machine never attested", "nothing was authorized"}},
 	}
@@ -44,11 +54,15 @@ func TestWorkflowOutcomes(t *testing.T) {
 			patch(t, tc.device, tc.request)
 			d := waitState(t, tc.device, "pending")
 			wf := waitWorkflow(t, tc.device, d.Field("fleet_workflow"))
-			if err := stack.DriveWorkflow(tctx(t), testStack.Kube(), wf, tc.drive); err != nil {
+			if err := stack.DriveWorkflow(tctx(t), testStack.Info(), testStack.Kube(), wf, tc.drive); err != nil {
 				t.Fatalf("drive Workflow %s: %v", wf.Name, err)
 			}
-			if strings.HasPrefix(string(wf.Status.State), "STATE_") == tc.drive.NewSpelling {
-				t.Fatalf("Workflow %s state %q is not in the spelling under test", wf.Name, wf.Status.State)
+			want := tinkv1.WorkflowStateSuccess
+			if tc.drive.Fail {
+				want = tinkv1.WorkflowStateFailed
+			}
+			if wf.Status.State != want {
+				t.Fatalf("Workflow %s is %s, want %s", wf.Name, wf.Status.State, want)
 			}
 			d = waitState(t, tc.device, "failed")
 			if d.StatusValue() != tc.wantStatus {
@@ -64,21 +78,61 @@ func TestWorkflowOutcomes(t *testing.T) {
 			if len(j) != 2 || j[1].KindValue() != "danger" || j[1].Comments != msg {
 				t.Errorf("journal = %+v, want the acceptance, then one danger entry saying %q", j, msg)
 			}
+			if tc.drive.Fail {
+				failed := failedAction(t, wf)
+				if !strings.Contains(msg, "Workflow "+wf.Name+" failed at action "+failed+" ") {
+					t.Errorf("fleet_message %q does not name Workflow %s and its failed action %s", msg, wf.Name, failed)
+				}
+				wantOutputLogged(t, tc.device, failed, tc.drive.Message)
+			}
 		})
 	}
 }
 
+// failedAction is the one action of wf that failed.
+func failedAction(t *testing.T, wf *tinkv1.Workflow) string {
+	t.Helper()
+	var failed []string
+	for _, a := range tinkerbell.Actions(wf) {
+		if a.State == tinkv1.WorkflowStateFailed {
+			failed = append(failed, a.Name)
+		}
+	}
+	if len(failed) != 1 {
+		t.Fatalf("Workflow %s has failed actions %v, want one", wf.Name, failed)
+	}
+	return failed[0]
+}
+
+// wantOutputLogged fails unless the machine's tink-worker.log holds the output of the action's
+// container, where fleetd's message sends the operator.
+func wantOutputLogged(t *testing.T, device, action, output string) {
+	t.Helper()
+	path := filepath.Join(testStack.Info().Machines[device].Dir, stack.MachineWorkerLog)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.Contains(line, `"container":"`+tinkerbell.ContainerName(action)+`"`) && strings.Contains(line, `"decision":"exited"`) &&
+			strings.Contains(line, output) {
+			return
+		}
+	}
+	t.Errorf("%s has no line saying container %s exited with output %q", path, tinkerbell.ContainerName(action), output)
+}
+
 // failWorkflow fails the named Workflow of a device at action.
-func failWorkflow(t testing.TB, device, name, action, message string, newSpelling bool) {
+func failWorkflow(t testing.TB, device, name, action, message string) {
 	t.Helper()
 	wf := waitWorkflow(t, device, name)
-	if err := stack.DriveWorkflow(tctx(t), testStack.Kube(), wf, stack.Drive{Fail: true, Action: action, Message: message,
-		NewSpelling: newSpelling}); err != nil {
+	if err := stack.DriveWorkflow(tctx(t), testStack.Info(), testStack.Kube(), wf, stack.Drive{Fail: true, Action: action, Message: message}); err != nil {
 		t.Fatalf("fail Workflow %s: %v", name, err)
 	}
 }
 
-// TestDriveWorkflowRefusals: the simulated worker refuses what Tinkerbell's would not do.
+// TestDriveWorkflowRefusals: a drive refuses, before any worker starts, what tink-server would
+// not serve, and a drive resumes a Workflow where the real worker left it.
 func TestDriveWorkflowRefusals(t *testing.T) {
 	needStack(t)
 	dev := "extra-016"
@@ -86,39 +140,117 @@ func TestDriveWorkflowRefusals(t *testing.T) {
 	d := waitState(t, dev, "pending")
 	name := d.Field("fleet_workflow")
 	wf := waitWorkflow(t, dev, name)
-	if err := stack.DriveWorkflow(tctx(t), testStack.Kube(), wf, stack.Drive{Fail: true, Action: "write-image"}); err == nil ||
-		!strings.Contains(err.Error(), `no action "write-image"`) {
-		t.Errorf("refuse/unknown-action: got %v, want an error naming the missing action", err)
+	kc, info := testStack.Kube(), testStack.Info()
+	workerLog := filepath.Join(info.Machines[dev].Dir, stack.MachineWorkerLog)
+	refused := func(t *testing.T, drive stack.Drive, want string) {
+		t.Helper()
+		before := fileSize(t, workerLog)
+		if err := stack.DriveWorkflow(tctx(t), info, kc, wf, drive); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("drive %s: got %v, want an error saying %q", drive, err, want)
+		}
+		if after := fileSize(t, workerLog); after != before {
+			t.Errorf("drive %s: the worker's log grew from %d to %d bytes, want no worker started", drive, before, after)
+		}
 	}
-	if err := stack.DriveWorkflow(tctx(t), testStack.Kube(), wf, stack.Drive{Action: "fleetd-enroll"}); err != nil {
-		t.Fatalf("ok/succeed-one-action: %v", err)
+	t.Run("refuse/unknown-action", func(t *testing.T) {
+		refused(t, stack.Drive{Fail: true, Action: "write-image"}, `no action "write-image"`)
+	})
+	t.Run("refuse/another-open-workflow", func(t *testing.T) {
+		other := &tinkv1.Workflow{ObjectMeta: metav1.ObjectMeta{Namespace: wf.Namespace, Name: name + "-other"},
+			Spec: tinkv1.WorkflowSpec{TemplateRef: wf.Spec.TemplateRef, HardwareRef: wf.Spec.HardwareRef, HardwareMap: wf.Spec.HardwareMap}}
+		if err := kc.Create(tctx(t), other); err != nil {
+			t.Fatal(err)
+		}
+		refused(t, stack.Drive{}, "also has Workflow "+other.Name+" open")
+		if err := kc.Delete(tctx(t), other); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("ok/succeed-one-action", func(t *testing.T) {
+		var reports []string
+		if err := stack.DriveWorkflow(tctx(t), info, kc, wf, stack.Drive{Action: "fleetd-enroll", Report: reported(&reports)}); err != nil {
+			t.Fatal(err)
+		}
+		// The worker starts the next action as soon as one succeeds: a drive that ends at an
+		// action leaves the next one RUNNING, as a machine switched off there would.
+		wantActions(t, wf, "STATE_RUNNING", "fleetd-enroll=STATE_SUCCESS wipe-disk=STATE_RUNNING")
+		wantReports(t, reports, "fleetd-enroll STATE_RUNNING", "fleetd-enroll STATE_SUCCESS", "wipe-disk STATE_RUNNING")
+	})
+	t.Run("refuse/fail-finished-action", func(t *testing.T) {
+		refused(t, stack.Drive{Fail: true, Action: "fleetd-enroll"}, "succeeded already")
+	})
+	t.Run("ok/fail-the-running-action", func(t *testing.T) {
+		// tink-server serves the RUNNING action again, and the worker runs it without
+		// reporting it RUNNING a second time.
+		var reports []string
+		if err := stack.DriveWorkflow(tctx(t), info, kc, wf, stack.Drive{Fail: true, Message: "boom", Report: reported(&reports)}); err != nil {
+			t.Fatal(err)
+		}
+		wantActions(t, wf, "STATE_FAILED", "fleetd-enroll=STATE_SUCCESS wipe-disk=STATE_FAILED")
+		wantReports(t, reports, "wipe-disk STATE_FAILED: boom")
+	})
+	t.Run("refuse/terminal-workflow", func(t *testing.T) {
+		refused(t, stack.Drive{}, "is STATE_FAILED once tink-controller prepared it")
+	})
+	d = waitState(t, dev, "failed")
+	if msg := d.Field("fleet_message"); !strings.Contains(msg, "at action wipe-disk (Tinkerbell keeps no action output") {
+		t.Errorf("fleet_message %q, want the failure at wipe-disk", msg)
 	}
-	if err := stack.DriveWorkflow(tctx(t), testStack.Kube(), wf, stack.Drive{Fail: true, Action: "fleetd-enroll"}); err == nil ||
-		!strings.Contains(err.Error(), "succeeded already") {
-		t.Errorf("refuse/fail-finished-action: got %v, want an error saying it succeeded already", err)
+	wantOutputLogged(t, dev, "wipe-disk", "boom")
+	cur, err := stack.CurrentWorkflow(tctx(t), kc, info.Namespace, d)
+	if err != nil || cur.Name != name {
+		t.Errorf("CurrentWorkflow = %v, %v; want %s", cur, err, name)
 	}
-	if err := stack.DriveWorkflow(tctx(t), testStack.Kube(), wf, stack.Drive{Fail: true, Message: "boom"}); err != nil {
-		t.Fatalf("ok/fail-next-action: %v", err)
+	if _, err := stack.CurrentWorkflow(tctx(t), kc, info.Namespace, device(t, "g2-1")); !errors.Is(err, stack.ErrNoWorkflow) {
+		t.Errorf("refuse/no-workflow: CurrentWorkflow of g2-1 = %v, want ErrNoWorkflow", err)
 	}
-	if err := stack.DriveWorkflow(tctx(t), testStack.Kube(), wf, stack.Drive{}); err == nil || !strings.Contains(err.Error(), "FAILED") {
-		t.Errorf("refuse/terminal-workflow: got %v, want an error saying the Workflow is FAILED", err)
+}
+
+// reported is a Drive.Report that appends "action state[: output]" to reports.
+func reported(reports *[]string) func(string, tinkv1.WorkflowState, string) {
+	var mu sync.Mutex
+	return func(action string, state tinkv1.WorkflowState, output string) {
+		mu.Lock()
+		defer mu.Unlock()
+		line := action + " " + string(state)
+		if output != "" {
+			line += ": " + output
+		}
+		*reports = append(*reports, line)
 	}
+}
+
+func wantReports(t *testing.T, got []string, want ...string) {
+	t.Helper()
+	if !slices.Equal(got, want) {
+		t.Errorf("the drive reported %q, want %q", got, want)
+	}
+}
+
+// wantActions fails unless wf, read again, is in state with its actions' states as want says.
+func wantActions(t *testing.T, wf *tinkv1.Workflow, state tinkv1.WorkflowState, want string) {
+	t.Helper()
 	got := &tinkv1.Workflow{}
 	if err := testStack.Kube().Get(tctx(t), client.ObjectKeyFromObject(wf), got); err != nil {
 		t.Fatal(err)
 	}
-	if got.Status.CurrentAction != "wipe-disk" {
-		t.Errorf("current action %q, want wipe-disk (the first unfinished action after fleetd-enroll)", got.Status.CurrentAction)
+	var states []string
+	for _, a := range tinkerbell.Actions(got) {
+		states = append(states, a.Name+"="+string(a.State))
 	}
-	d = waitState(t, dev, "failed")
-	if !strings.Contains(d.Field("fleet_message"), "at action wipe-disk: boom") {
-		t.Errorf("fleet_message %q, want the failure at wipe-disk", d.Field("fleet_message"))
+	if got.Status.State != state || strings.Join(states, " ") != want {
+		t.Errorf("Workflow %s is %s with %s, want %s with %s", wf.Name, got.Status.State, strings.Join(states, " "), state, want)
 	}
-	cur, err := stack.CurrentWorkflow(tctx(t), testStack.Kube(), testStack.Info().Namespace, d)
-	if err != nil || cur.Name != name {
-		t.Errorf("CurrentWorkflow = %v, %v; want %s", cur, err, name)
+}
+
+func fileSize(t *testing.T, path string) int64 {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0
 	}
-	if _, err := stack.CurrentWorkflow(tctx(t), testStack.Kube(), testStack.Info().Namespace, device(t, "g2-1")); !errors.Is(err, stack.ErrNoWorkflow) {
-		t.Errorf("refuse/no-workflow: CurrentWorkflow of g2-1 = %v, want ErrNoWorkflow", err)
+	if err != nil {
+		t.Fatal(err)
 	}
+	return fi.Size()
 }

@@ -248,20 +248,3 @@ func conditionMessage(wf *tinkv1.Workflow, t tinkv1.WorkflowConditionType) strin
 	}
 	return "no " + string(t) + " condition"
 }
-
-// waitState waits until tink-controller moves the Workflow out of state from (POST to SUCCESS
-// after its post actions), refreshing wf.
-func waitState(ctx context.Context, c client.Client, wf *tinkv1.Workflow, from tinkv1.WorkflowState) error {
-	ctx, cancel := context.WithTimeout(ctx, prepareTimeout)
-	defer cancel()
-	for {
-		if err := c.Get(ctx, client.ObjectKeyFromObject(wf), wf); err == nil && wf.Status.State != from {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("tink-controller did not move Workflow %s on from %s within %s: is tink-controller running? see its log", wf.Name, from, prepareTimeout)
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-}

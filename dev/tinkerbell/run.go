@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -118,3 +119,6 @@ func notReset(wf *tinkv1.Workflow, started map[string]string) error {
 	}
 	return nil
 }
+
+// bare is a state without the STATE_ prefix, for comparisons.
+func bare(s tinkv1.WorkflowState) string { return strings.TrimPrefix(string(s), "STATE_") }

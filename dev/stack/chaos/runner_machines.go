@@ -71,11 +71,12 @@ func bootCheckEvent(err error) Event {
 	return did(string(BootCheck), err)
 }
 
-// workflow ends the machine's Workflow as Tinkerbell would, without the machine running it: it
-// fails (a timeout), or, when no action ran yet, may succeed (a Template without the agent).
-// A Workflow whose actions started is only ever failed: reporting success for actions no one
-// ran is not something Tinkerbell does. Its event is what was done ("workflow fail" for a
-// success drawn on a Workflow whose actions had started).
+// workflow ends the machine's Workflow as Tinkerbell would, without the machine: the stack's
+// tink-server and a real tink-worker run it with scripted containers (stack.DriveWorkflow). It
+// fails (an action's container exits 1), or, when no action ran yet, may succeed (a Template
+// without the agent). A Workflow whose actions started is only ever failed: the scripted
+// containers would otherwise succeed actions no machine ran. Its event is what was done
+// ("workflow fail" for a success drawn on a Workflow whose actions had started).
 func (r *Runner) workflow(ctx context.Context, s Step) []Event {
 	w := r.world()
 	w.waitWorkflow(ctx, s.Machine, r.workflowWait())
@@ -90,10 +91,9 @@ func (r *Runner) workflow(ctx context.Context, s Step) []Event {
 	for _, a := range tinkerbell.Actions(wf) {
 		fail = fail || (a.State != "" && !strings.HasSuffix(string(a.State), "PENDING"))
 	}
-	done := "succeed"
+	done, d := "succeed", stack.Drive{}
 	if fail {
-		done = "fail"
+		done, d = "fail", stack.Drive{Fail: true, Message: "chaos: Tinkerbell ended the Workflow without the machine (" + s.Arg + ")"}
 	}
-	return []Event{did(key(Workflow, done), stack.DriveWorkflow(ctx, r.Stack.Kube(), wf, stack.Drive{Fail: fail,
-		Message: "chaos: Tinkerbell ended the Workflow without the machine (" + s.Arg + ")"}))}
+	return []Event{did(key(Workflow, done), stack.DriveWorkflow(ctx, r.Stack.Info(), r.Stack.Kube(), wf, d))}
 }
