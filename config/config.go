@@ -87,7 +87,7 @@ type NetBox struct {
 type Kubernetes struct {
 	Kubeconfig string  `yaml:"kubeconfig"` // empty: in-cluster configuration
 	Namespace  string  `yaml:"namespace"`
-	QPS        float64 `yaml:"qps"`   // the client's sustained requests per second to the API server; 0 means 200
+	QPS        float64 `yaml:"qps"`   // the client's sustained requests per second to the API server; 0 means 500
 	Burst      int     `yaml:"burst"` // requests above QPS allowed at once; 0 means 2 × qps
 }
 
@@ -256,7 +256,7 @@ func (c *Config) defaults() {
 		c.Kubernetes.Namespace = "tink-system"
 	}
 	if c.Kubernetes.QPS == 0 {
-		c.Kubernetes.QPS = 200
+		c.Kubernetes.QPS = 500
 	}
 	if c.Kubernetes.Burst == 0 {
 		c.Kubernetes.Burst = int(2 * c.Kubernetes.QPS)

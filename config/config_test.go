@@ -61,6 +61,8 @@ func TestParseDefaults(t *testing.T) {
 		{"lak renewal point default: half its lifetime", c.PKI.LAK.RenewAfter.D(), 15 * 24 * time.Hour},
 		{"relative path resolved", c.Path(c.ClassesFile), filepath.Join(dir, "classes.json")},
 		{"webhook_workers default", c.NetBox.WebhookWorkers, 16},
+		{"kubernetes.qps default", c.Kubernetes.QPS, 500.0},
+		{"kubernetes.burst default: twice qps", c.Kubernetes.Burst, 1000},
 		{"inventory.boot_check_window default", c.Inventory.BootCheckWindow.D(), 3 * time.Hour},
 	}
 	for _, ch := range checks {

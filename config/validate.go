@@ -90,7 +90,7 @@ func (c *Config) validateServing(p *problems) {
 		p.bad("netbox.webhook_workers", "%d is negative: set how many NetBox events are decided at once, or 0 for the default 16", c.NetBox.WebhookWorkers)
 	}
 	if c.Kubernetes.QPS < 0 || c.Kubernetes.Burst < 0 {
-		p.bad("kubernetes", "qps and burst must not be negative (0 means the default: 200 and 2 × qps)")
+		p.bad("kubernetes", "qps and burst must not be negative (0 means the default: 500 and 2 × qps)")
 	}
 }
 

@@ -49,7 +49,7 @@ const (
 
 // Config configures New.
 type Config struct {
-	RESTConfig *rest.Config // the API server and credentials (kubernetes.*); QPS 0 means 200 with burst 400
+	RESTConfig *rest.Config // the API server and credentials (kubernetes.*); QPS 0 means 500 with burst 1,000
 	Namespace  string       // where Hardware, Templates and Workflows live (Tinkerbell's namespace)
 	Logger     zerolog.Logger
 	Registry   prometheus.Registerer // metrics are registered here; nil means none are exported
@@ -87,7 +87,7 @@ func New(cfg Config) (*Installer, error) {
 	}
 	rc := rest.CopyConfig(cfg.RESTConfig)
 	if rc.QPS == 0 {
-		rc.QPS, rc.Burst = 200, 400 // kubernetes.qps and kubernetes.burst defaults (package config)
+		rc.QPS, rc.Burst = 500, 1000 // kubernetes.qps and kubernetes.burst defaults (package config)
 	}
 	dyn, err := dynamic.NewForConfig(rc)
 	if err != nil {

@@ -19,19 +19,20 @@ const Metric = "cpu-ns/op"
 // loop, so that the set-up is not counted.
 func Start(b *testing.B) (stop func()) {
 	b.Helper()
-	start := used(b)
+	start := Used(b)
 	return func() {
 		if b.N > 0 {
-			b.ReportMetric(float64(used(b)-start)/float64(b.N), Metric)
+			b.ReportMetric(float64(Used(b)-start)/float64(b.N), Metric)
 		}
 	}
 }
 
-// used is the CPU time the process has spent so far.
-func used(b *testing.B) time.Duration {
+// Used is the CPU time (user and system) the process has spent so far, for a benchmark that
+// counts only part of each iteration.
+func Used(tb testing.TB) time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatalf("read the process's CPU time: %v", err)
+		tb.Fatalf("read the process's CPU time: %v", err)
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

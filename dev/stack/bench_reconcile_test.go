@@ -7,12 +7,15 @@ import (
 	"path/filepath"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 	tinkv1 "github.com/tinkerbell/tink/api/v1alpha1"
 	"golang.org/x/sync/errgroup"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/folly-infra/fleetd/dev/netboxemu"
 	"github.com/folly-infra/fleetd/dev/stack"
@@ -21,13 +24,23 @@ import (
 	"github.com/folly-infra/fleetd/workflows"
 )
 
+// benchFleet is what reconcileService sets up.
+type benchFleet struct {
+	ns      string        // the Kubernetes namespace of the installer
+	devices int           // how many devices the emulator holds
+	pending bool          // every device has a claimed provision whose Workflow exists, not started
+	asked   string        // every device's desired_action ("" for none)
+	latency time.Duration // the emulator's added latency per request (netboxemu.Config.Latency)
+	qps     float32       // the installer's Kubernetes client rate (kubernetes.qps; 0: fleetd's default), burst twice that
+	wrap    func(fleet.Installer) fleet.Installer
+}
+
 // reconcileService wires a fleet.Service as `fleetd serve` does (netbox.Client, workflows
-// Installer from the kubeconfig), against a new NetBox emulator holding n devices and the stack's Kubernetes API
-// in namespace ns. With pending, every device carries a claimed provision request whose
-// Workflow exists and has not started.
-func reconcileService(b *testing.B, s *stack.Stack, ns string, n int, pending bool, wrap ...func(fleet.Installer) fleet.Installer) (*fleet.Service, *netboxemu.Emulator) {
+// Installer from the kubeconfig), against a new NetBox emulator holding the devices and the
+// stack's Kubernetes API in namespace ns (which holds copies of the stack's Templates).
+func reconcileService(b *testing.B, s *stack.Stack, f benchFleet) (*fleet.Service, []int64) {
 	b.Helper()
-	emu, err := netboxemu.Start(netboxemu.Config{})
+	emu, err := netboxemu.Start(netboxemu.Config{Latency: f.latency})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -45,18 +58,27 @@ func reconcileService(b *testing.B, s *stack.Stack, ns string, n int, pending bo
 		b.Fatal(err)
 	}
 	var wfs []*tinkv1.Workflow
+	var ids []int64
 	const req = "provision-bench"
-	claimed := func(name string) map[string]any {
-		return map[string]any{"fleet_state": "pending", "fleet_request": req, "fleet_workflow": fleet.WorkflowName(name, req)}
-	}
-	for i := 0; i < n; i++ {
-		if !pending {
-			benchDevice(b, emu, nil)
-			continue
+	fields := func(name string) map[string]any {
+		m := map[string]any{}
+		if f.asked != "" {
+			m["desired_action"] = f.asked
 		}
-		name, id := benchDevice(b, emu, claimed)
-		wfs = append(wfs, benchWorkflow(ns, fleet.WorkflowName(name, req), name, id, req))
+		if f.pending {
+			m["fleet_state"], m["fleet_request"], m["fleet_workflow"] = "pending", req, fleet.WorkflowName(name, req)
+		}
+		return m
 	}
+	for i := 0; i < f.devices; i++ {
+		name, id := benchDevice(b, emu, fields)
+		ids = append(ids, id)
+		if f.pending {
+			wfs = append(wfs, benchWorkflow(f.ns, fleet.WorkflowName(name, req), name, id, req))
+		}
+	}
+	copyTemplates(b, s, f.ns)
+	ns := f.ns
 	createAll(b, s, wfs)
 	nb, err := netbox.New(netbox.Config{URL: emu.URL(), Token: token})
 	if err != nil {
@@ -67,13 +89,14 @@ func reconcileService(b *testing.B, s *stack.Stack, ns string, n int, pending bo
 	if err != nil {
 		b.Fatal(err)
 	}
+	rc.QPS, rc.Burst = f.qps, int(2*f.qps)
 	inst, err := workflows.New(workflows.Config{RESTConfig: rc, Namespace: ns})
 	if err != nil {
 		b.Fatal(err)
 	}
 	var installer fleet.Installer = inst
-	for _, w := range wrap {
-		installer = w(installer)
+	if f.wrap != nil {
+		installer = f.wrap(installer)
 	}
 	catalog, err := fleet.LoadCatalog(classesFile(b))
 	if err != nil {
@@ -84,7 +107,7 @@ func reconcileService(b *testing.B, s *stack.Stack, ns string, n int, pending bo
 	if err != nil {
 		b.Fatal(err)
 	}
-	return svc, emu
+	return svc, ids
 }
 
 func mustOpen(b *testing.B, dir, name string) *os.File {
@@ -119,3 +142,19 @@ func createAll(b *testing.B, s *stack.Stack, wfs []*tinkv1.Workflow) {
 
 // withoutListing hides the installer's WorkflowLister: the reconcile then reads each Workflow.
 func withoutListing(in fleet.Installer) fleet.Installer { return struct{ fleet.Installer }{in} }
+
+// copyTemplates puts the stack's Templates into namespace ns, once, so that an installer there
+// renders the same ones.
+func copyTemplates(b *testing.B, s *stack.Stack, ns string) {
+	b.Helper()
+	var list tinkv1.TemplateList
+	if err := s.Kube().List(tctx(b), &list, client.InNamespace(s.Info().Namespace)); err != nil {
+		b.Fatal(err)
+	}
+	for _, t := range list.Items {
+		cp := &tinkv1.Template{ObjectMeta: metav1.ObjectMeta{Name: t.Name, Namespace: ns}, Spec: t.Spec}
+		if err := s.Kube().Create(tctx(b), cp); err != nil && !apierrors.IsAlreadyExists(err) {
+			b.Fatalf("copy Template %s into %s: %v", t.Name, ns, err)
+		}
+	}
+}

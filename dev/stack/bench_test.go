@@ -128,7 +128,7 @@ func waitCreated(b *testing.B, ch <-chan created, id int64) time.Time {
 func BenchmarkReconcile1000(b *testing.B) {
 	s := needStack(b)
 	b.Run("idle", func(b *testing.B) {
-		svc, _ := reconcileService(b, s, "bench-idle", 1000, false)
+		svc, _ := reconcileService(b, s, benchFleet{ns: "bench-idle", devices: 1000})
 		for b.Loop() {
 			if _, err := svc.ReconcileAll(context.Background()); err != nil {
 				b.Fatal(err)
@@ -136,7 +136,7 @@ func BenchmarkReconcile1000(b *testing.B) {
 		}
 	})
 	b.Run("1000-pending", func(b *testing.B) {
-		svc, _ := reconcileService(b, s, "bench-pending", 1000, true)
+		svc, _ := reconcileService(b, s, benchFleet{ns: "bench-pending", devices: 1000, pending: true})
 		for b.Loop() {
 			if _, err := svc.ReconcileAll(context.Background()); err != nil {
 				b.Fatal(err)
@@ -144,7 +144,7 @@ func BenchmarkReconcile1000(b *testing.B) {
 		}
 	})
 	b.Run("1000-pending-one-read-each", func(b *testing.B) {
-		svc, _ := reconcileService(b, s, "bench-pending-each", 1000, true, withoutListing)
+		svc, _ := reconcileService(b, s, benchFleet{ns: "bench-pending-each", devices: 1000, pending: true, wrap: withoutListing})
 		for b.Loop() {
 			if _, err := svc.ReconcileAll(context.Background()); err != nil {
 				b.Fatal(err)
