@@ -72,4 +72,3 @@ func BenchmarkProvisionStorm(b *testing.B) {
 	b.ReportMetric(float64(decided)/b.Elapsed().Seconds(), "decisions/s")
 	b.ReportMetric(float64(cpu.Microseconds())/1000/float64(decided), "cpu-ms/decision")
 }
-
