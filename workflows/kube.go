@@ -53,24 +53,26 @@ func (k kube) getTyped(ctx context.Context, r schema.GroupVersionResource, name 
 // create creates obj (a tink v0.12.2 object of kind) and reads what the server stored back into
 // it.
 func (k kube) create(ctx context.Context, r schema.GroupVersionResource, kind string, obj runtime.Object) error {
-	u, err := toUnstructured(obj, kind)
-	if err != nil {
-		return err
-	}
-	if u, err = k.resource(r).Create(ctx, u, metav1.CreateOptions{}); err != nil {
-		return err
-	}
-	return fromUnstructured(u, obj)
+	return write(kind, obj, func(u *unstructured.Unstructured) (*unstructured.Unstructured, error) {
+		return k.resource(r).Create(ctx, u, metav1.CreateOptions{})
+	})
 }
 
 // update writes obj (a tink v0.12.2 object of kind, with the resourceVersion it was read at: a
 // newer one on the server is a conflict) and reads what the server stored back into it.
 func (k kube) update(ctx context.Context, r schema.GroupVersionResource, kind string, obj runtime.Object) error {
+	return write(kind, obj, func(u *unstructured.Unstructured) (*unstructured.Unstructured, error) {
+		return k.resource(r).Update(ctx, u, metav1.UpdateOptions{})
+	})
+}
+
+// write sends obj through send as JSON and reads the server's answer back into obj.
+func write(kind string, obj runtime.Object, send func(*unstructured.Unstructured) (*unstructured.Unstructured, error)) error {
 	u, err := toUnstructured(obj, kind)
 	if err != nil {
 		return err
 	}
-	if u, err = k.resource(r).Update(ctx, u, metav1.UpdateOptions{}); err != nil {
+	if u, err = send(u); err != nil {
 		return err
 	}
 	return fromUnstructured(u, obj)
