@@ -73,8 +73,8 @@ func inOrder(res *resource, items []obj, ids []int) ([]int, map[int]obj) {
 		byID[id] = items[i]
 	}
 	var out []int
-	for _, id := range res.ids() {
-		if _, ok := byID[id]; ok {
+	for _, id := range res.rows(func(id int) bool { _, ok := byID[id]; return ok }) {
+		{
 			out = append(out, id)
 		}
 	}

@@ -116,13 +116,7 @@ func (c *reqCtx) list(res *resource) {
 		c.invalid(obj{{ferr.param, []any{ferr.msg}}})
 		return
 	}
-	var ids []int
-	for _, id := range res.ids() {
-		if keepAll(filters, id) {
-			ids = append(ids, id)
-		}
-	}
-	ids, ok := c.order(res, ids)
+	ids, ok := c.order(res, res.rows(func(id int) bool { return keepAll(filters, id) }))
 	if !ok {
 		return
 	}

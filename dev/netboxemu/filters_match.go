@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -161,7 +162,18 @@ func (d *filterDef) refMatcher(param string, values []string) (func(any) bool, *
 			return nil, &filterError{param, fmt.Sprintf("Select a valid choice. %s is not one of the available choices.", v)}
 		}
 	}
-	return func(v any) bool { return slices.Contains(values, fmt.Sprint(v)) }, nil
+	ids := map[int]bool{} // the values that are ids, so that an id row compares without formatting
+	for _, v := range values {
+		if n, err := strconv.Atoi(v); err == nil {
+			ids[n] = true
+		}
+	}
+	return func(v any) bool {
+		if n, ok := v.(int); ok {
+			return ids[n]
+		}
+		return slices.Contains(values, fmt.Sprint(v))
+	}, nil
 }
 
 // typeMatcher is MultiValueContentTypeFilter: "app.model", case-insensitive; malformed values

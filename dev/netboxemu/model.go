@@ -196,23 +196,24 @@ func (d *db) next(table string) int {
 // orders them: filtering before sorting keeps a filtered list of a large table (one device's
 // interfaces among thousands) linear in the table's size.
 func matchingIDs[T any](m map[int]T, keep func(T) bool, less func(a, b T) bool) []int {
-	sub := map[int]T{}
-	for id, row := range m {
-		if keep(row) {
-			sub[id] = row
-		}
-	}
-	return sortedIDs(sub, less)
+	return sortedKept(m, less, func(id int) bool { return keep(m[id]) })
 }
 
 // byID orders rows by id alone (sortedIDs breaks ties by id).
 func byID[T any](a, b T) bool { return false }
 
 // sortedIDs returns the keys of a table ordered by less (the model's Meta.ordering).
-func sortedIDs[T any](m map[int]T, less func(a, b T) bool) []int {
-	ids := make([]int, 0, len(m))
+func sortedIDs[T any](m map[int]T, less func(a, b T) bool) []int { return sortedKept(m, less, nil) }
+
+// sortedKept returns the keys of the rows keep accepts (every row when keep is nil), ordered as
+// sortedIDs orders them: filtering before sorting keeps a filtered list of a large table (one
+// device's interfaces among thousands) linear in the table's size.
+func sortedKept[T any](m map[int]T, less func(a, b T) bool, keep func(id int) bool) []int {
+	var ids []int
 	for id := range m {
-		ids = append(ids, id)
+		if keep == nil || keep(id) {
+			ids = append(ids, id)
+		}
 	}
 	sort.Slice(ids, func(i, j int) bool {
 		a, b := m[ids[i]], m[ids[j]]

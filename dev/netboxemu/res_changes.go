@@ -35,10 +35,12 @@ func (e *Emulator) changeResource() *resource {
 	return &resource{
 		path: "core/object-changes", objectType: "core.objectchange", verbose: "Object Change", model: "ObjectChange",
 		readOnly: true,
-		ids: func() []int {
-			out := make([]int, 0, len(e.changes))
+		rows: func(keep func(int) bool) []int {
+			var out []int
 			for i := len(e.changes) - 1; i >= 0; i-- { // -time: the newest first
-				out = append(out, int(e.changes[i].seq))
+				if id := int(e.changes[i].seq); keep == nil || keep(id) {
+					out = append(out, id)
+				}
 			}
 			return out
 		},

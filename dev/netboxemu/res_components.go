@@ -46,7 +46,7 @@ func (e *Emulator) interfaceResource() *resource {
 	}, changeLogged(created, updated)...)
 	return &resource{
 		path: "dcim/interfaces", objectType: "dcim.interface", verbose: "Interface", model: "Interface",
-		ids:         func() []int { return sortedIDs(e.db.ifaces, e.ifaceOrder) },
+		rows:        func(keep func(int) bool) []int { return sortedKept(e.db.ifaces, e.ifaceOrder, keep) },
 		has:         idExists(func() map[int]*iface { return e.db.ifaces }),
 		lastUpdated: updated,
 		render:      func(c rc, id int) obj { return e.renderInterface(c, it(id)) },
@@ -87,7 +87,7 @@ func (e *Emulator) macResource() *resource {
 	}, changeLogged(created, updated)...)
 	return &resource{
 		path: "dcim/mac-addresses", objectType: "dcim.macaddress", verbose: "MAC Address", model: "MACAddress",
-		ids:         func() []int { return sortedIDs(e.db.macs, macLess) },
+		rows:        func(keep func(int) bool) []int { return sortedKept(e.db.macs, macLess, keep) },
 		has:         idExists(func() map[int]*macAddr { return e.db.macs }),
 		lastUpdated: updated,
 		render:      func(c rc, id int) obj { return e.renderMAC(c, mac(id)) },
@@ -130,8 +130,8 @@ func (e *Emulator) ipResource() *resource {
 	}, changeLogged(created, updated)...)
 	return &resource{
 		path: "ipam/ip-addresses", objectType: "ipam.ipaddress", verbose: "IP Address", model: "IPAddress",
-		ids: func() []int {
-			return sortedIDs(e.db.ips, func(a, b *ipAddr) bool { return a.address.String() < b.address.String() })
+		rows: func(keep func(int) bool) []int {
+			return sortedKept(e.db.ips, func(a, b *ipAddr) bool { return a.address.String() < b.address.String() }, keep)
 		},
 		has:         idExists(func() map[int]*ipAddr { return e.db.ips }),
 		lastUpdated: updated,

@@ -18,7 +18,9 @@ func (e *Emulator) deviceResource() *resource {
 	ordering["status"] = func(id int) any { return dev(id).status }
 	return &resource{
 		path: "dcim/devices", objectType: "dcim.device", verbose: "Device", model: "Device",
-		ids:         func() []int { return sortedIDs(e.db.devices, func(a, b *device) bool { return a.name < b.name }) },
+		rows: func(keep func(int) bool) []int {
+			return sortedKept(e.db.devices, func(a, b *device) bool { return a.name < b.name }, keep)
+		},
 		has:         idExists(func() map[int]*device { return e.db.devices }),
 		lastUpdated: updated,
 		render:      func(c rc, id int) obj { return e.renderDevice(c, dev(id), !c.noContext) },

@@ -31,8 +31,8 @@ func (e *Emulator) journalResource() *resource {
 	}
 	return &resource{
 		path: "extras/journal-entries", objectType: "extras.journalentry", verbose: "Journal Entry", model: "JournalEntry",
-		ids: func() []int {
-			return sortedIDs(e.db.journal, func(a, b *journalEntry) bool { return a.created.After(b.created) })
+		rows: func(keep func(int) bool) []int {
+			return sortedKept(e.db.journal, func(a, b *journalEntry) bool { return a.created.After(b.created) }, keep)
 		},
 		has:         idExists(func() map[int]*journalEntry { return e.db.journal }),
 		lastUpdated: updated,
@@ -89,8 +89,8 @@ func (e *Emulator) customFieldResource() *resource {
 	}, changeLogged(created, updated)...)
 	return &resource{
 		path: "extras/custom-fields", objectType: "extras.customfield", verbose: "Custom Field", model: "CustomField",
-		ids: func() []int {
-			return sortedIDs(e.db.customFields, func(a, b *customField) bool {
+		rows: func(keep func(int) bool) []int {
+			return sortedKept(e.db.customFields, func(a, b *customField) bool {
 				if a.groupName != b.groupName {
 					return a.groupName < b.groupName
 				}
@@ -98,7 +98,7 @@ func (e *Emulator) customFieldResource() *resource {
 					return a.weight < b.weight
 				}
 				return a.name < b.name
-			})
+			}, keep)
 		},
 		has:         idExists(func() map[int]*customField { return e.db.customFields }),
 		lastUpdated: updated,
@@ -161,7 +161,9 @@ func (e *Emulator) choiceSetResource() *resource {
 	return &resource{
 		path: "extras/custom-field-choice-sets", objectType: "extras.customfieldchoiceset",
 		verbose: "Custom Field Choice Set", model: "CustomFieldChoiceSet",
-		ids:         func() []int { return sortedIDs(e.db.choiceSets, func(a, b *choiceSet) bool { return a.name < b.name }) },
+		rows: func(keep func(int) bool) []int {
+			return sortedKept(e.db.choiceSets, func(a, b *choiceSet) bool { return a.name < b.name }, keep)
+		},
 		has:         idExists(func() map[int]*choiceSet { return e.db.choiceSets }),
 		lastUpdated: updated,
 		render:      func(c rc, id int) obj { return e.renderChoiceSet(c, cs(id)) },

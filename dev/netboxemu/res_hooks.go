@@ -26,7 +26,9 @@ func (e *Emulator) webhookResource() *resource {
 	}, changeLogged(created, updated)...)
 	return &resource{
 		path: "extras/webhooks", objectType: "extras.webhook", verbose: "Webhook", model: "Webhook",
-		ids:         func() []int { return sortedIDs(e.db.webhooks, func(a, b *webhook) bool { return a.name < b.name }) },
+		rows: func(keep func(int) bool) []int {
+			return sortedKept(e.db.webhooks, func(a, b *webhook) bool { return a.name < b.name }, keep)
+		},
 		has:         idExists(func() map[int]*webhook { return e.db.webhooks }),
 		lastUpdated: updated,
 		render:      func(c rc, id int) obj { return e.renderWebhook(c, w(id)) },
@@ -73,7 +75,9 @@ func (e *Emulator) eventRuleResource() *resource {
 	}, changeLogged(created, updated)...)
 	return &resource{
 		path: "extras/event-rules", objectType: "extras.eventrule", verbose: "Event Rule", model: "EventRule",
-		ids:         func() []int { return sortedIDs(e.db.eventRules, func(a, b *eventRule) bool { return a.name < b.name }) },
+		rows: func(keep func(int) bool) []int {
+			return sortedKept(e.db.eventRules, func(a, b *eventRule) bool { return a.name < b.name }, keep)
+		},
 		has:         idExists(func() map[int]*eventRule { return e.db.eventRules }),
 		lastUpdated: updated,
 		render:      func(c rc, id int) obj { return e.renderEventRule(c, r(id)) },

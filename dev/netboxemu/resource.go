@@ -18,7 +18,10 @@ type resource struct {
 	model      string // the model's class name, in 404s: "No Device matches the given query."
 	readOnly   bool   // NetBoxReadOnlyModelViewSet: GET and OPTIONS only
 
-	ids         func() []int // every row, in the model's Meta.ordering
+	// rows is the rows keep accepts (every row when keep is nil), in the model's Meta.ordering;
+	// filtering comes before the sort, so a filtered list of a large table costs its matches'
+	// sort, not the table's.
+	rows        func(keep func(id int) bool) []int
 	has         func(id int) bool
 	lastUpdated func(id int) time.Time // nil: the model has no last_updated (no ETag)
 	render      func(c rc, id int) obj // the API's representation
