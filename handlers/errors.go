@@ -3,7 +3,6 @@ package handlers
 import (
 	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 
 	jsonv2 "github.com/go-json-experiment/json"
@@ -68,39 +67,18 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // refused, so that fleetd and any other reader of the same bytes cannot see two different
 // requests. It decodes with the JSON v2 implementation (github.com/go-json-experiment/json, what
 // Go ships as encoding/json/v2 behind GOEXPERIMENT=jsonv2, and tailscale uses), whose defaults
-// are these checks and which reads an evidence body, some 50 KB of mostly base64 event log, in
-// about half encoding/json's time. The body is read once into a buffer of its declared length and
-// decoded in place: encoding/json's Decoder would copy it again into a buffer grown by doubling,
-// about two and a half times the body in garbage per request (docs/performance.md).
+// are these checks, and straight from the body through its pooled buffers: an evidence body is
+// some 50 KB, most of it base64 event log, which encoding/json's Decoder read at about half the
+// speed and copied into a buffer grown by doubling, about two and a half times the body in garbage
+// per request (docs/performance.md).
 func decodeJSON(r *http.Request, v any) error {
-	body, err := readBody(r)
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return fleet.Refuse(fleet.RefusedTooLarge, api.CodeTooLarge, "the request body is larger than %d bytes", tooBig.Limit)
-		}
-		return fleet.Refuse(fleet.RefusedInvalid, api.CodeMalformed, "the request body could not be read: %v", err)
+	err := jsonv2.UnmarshalRead(r.Body, v, jsonv2.RejectUnknownMembers(true))
+	var tooBig *http.MaxBytesError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &tooBig):
+		return fleet.Refuse(fleet.RefusedTooLarge, api.CodeTooLarge, "the request body is larger than %d bytes", tooBig.Limit)
 	}
-	if err := jsonv2.Unmarshal(body, v, jsonv2.RejectUnknownMembers(true)); err != nil {
-		return fleet.Refuse(fleet.RefusedInvalid, api.CodeMalformed, "the request body is not the expected JSON: %v", err)
-	}
-	return nil
-}
-
-// maxPrealloc caps what a request's Content-Length alone can make fleetd allocate before its
-// bytes arrive; a longer body grows the buffer as it is read, up to the route's limit.
-const maxPrealloc = 256 << 10
-
-// readBody reads the whole body (already capped by the route's http.MaxBytesReader): into a
-// buffer of its declared length when it has one, or else growing as it is read.
-func readBody(r *http.Request) ([]byte, error) {
-	n := r.ContentLength
-	if n <= 0 || n > maxPrealloc {
-		return io.ReadAll(r.Body)
-	}
-	buf := make([]byte, n)
-	if _, err := io.ReadFull(r.Body, buf); err != nil {
-		return nil, err
-	}
-	return buf, nil
+	return fleet.Refuse(fleet.RefusedInvalid, api.CodeMalformed, "the request body is not the expected JSON: %v", err)
 }
