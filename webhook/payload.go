@@ -127,6 +127,31 @@ func (p payload) onlyOwnedChanged(owned map[string]bool) bool {
 	return true
 }
 
+// reservationFields are the device fields a Kea reservation is made of (kea.Plan: the name and
+// the primary IPv4 address). A device's MACs belong to its interfaces and MAC addresses, and the
+// address's value to its IP address object, whose own events say when they change.
+var reservationFields = []string{"name", "primary_ip4"}
+
+// leavesReservations reports whether the event is a device update whose snapshots show none of
+// the reservation fields changed, such as an owner's desired_action: it needs no refresh of the
+// Kea reservations, which reads the whole fleet from NetBox. Without both snapshots, each with
+// every reservation field (NetBox's serialize_object writes them all), it cannot tell, and says
+// false.
+func (p payload) leavesReservations() bool {
+	if p.objectType() != "dcim.device" || p.Event != "updated" || p.Snapshots == nil ||
+		p.Snapshots.Prechange == nil || p.Snapshots.Postchange == nil {
+		return false
+	}
+	for _, f := range reservationFields {
+		pre, ok1 := p.Snapshots.Prechange[f]
+		post, ok2 := p.Snapshots.Postchange[f]
+		if !ok1 || !ok2 || !reflect.DeepEqual(pre, post) {
+			return false
+		}
+	}
+	return true
+}
+
 func onlyKeysDiffer(pre, post map[string]any, allowed map[string]bool) bool {
 	for k := range union(pre, post) {
 		if !allowed[k] && !reflect.DeepEqual(pre[k], post[k]) {

@@ -167,9 +167,11 @@ func (in *Intake) serve(w http.ResponseWriter, r *http.Request, route string) {
 	// 2. What it means.
 	echo := in.cfg.ServiceUser != "" && p.user() == in.cfg.ServiceUser && p.objectType() == "dcim.device" &&
 		p.onlyOwnedChanged(in.owned)
-	// Anything but fleetd's own echo may change a reservation (a name, a MAC, an address, a device
-	// appearing or going): hint the Kea refresh, which coalesces hints.
-	if in.deps.Inventory != nil && !echo {
+	// Anything but fleetd's own echo and a device update that left its name and address as they
+	// were may change a reservation (a name, a MAC, an address, a device appearing or going): hint
+	// the Kea refresh, which coalesces hints. A storm of owner requests is not a storm of
+	// refreshes, each of which reads the whole fleet.
+	if in.deps.Inventory != nil && !echo && !p.leavesReservations() {
 		in.deps.Inventory(context.WithoutCancel(r.Context()))
 	}
 	switch {

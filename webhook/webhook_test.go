@@ -55,7 +55,11 @@ var (
 	iface           = `{"event": "updated", "timestamp": "t", "object_type": "dcim.interface", "data": {"id": 40, "device": {"id": 12, "name": "node-a"}}, "request": {"id": "r", "user": "admin"}}`
 	mac             = `{"event": "created", "timestamp": "t", "object_type": "dcim.macaddress", "data": {"id": 7, "mac_address": "AA:BB:CC:00:11:22", "assigned_object_type": "dcim.interface", "assigned_object": {"id": 40, "device": {"id": 12}}}, "request": {"id": "r", "user": "admin"}}`
 	ipOrphan        = `{"event": "created", "timestamp": "t", "object_type": "ipam.ipaddress", "data": {"id": 9, "address": "10.0.0.5/24", "assigned_object_type": null, "assigned_object": null}, "request": {"id": "r", "user": "admin"}}`
-	deleted         = `{"event": "deleted", "timestamp": "t", "object_type": "dcim.device", "data": {"id": 12}, "snapshots": {"prechange": {}, "postchange": null}, "request": {"id": "r", "user": "admin"}}`
+	// An owner's request as NetBox sends it: full snapshots, name and address unchanged.
+	ownerAsk     = `{"event": "updated", "timestamp": "t", "object_type": "dcim.device", "data": {"id": 12}, "snapshots": {"prechange": {"name": "node-a", "primary_ip4": 31, "status": "active", "custom_fields": {"desired_action": null}}, "postchange": {"name": "node-a", "primary_ip4": 31, "status": "active", "custom_fields": {"desired_action": "provision"}}}, "request": {"id": "r", "user": "admin"}}`
+	ownerRename  = strings.Replace(ownerAsk, `"postchange": {"name": "node-a"`, `"postchange": {"name": "node-b"`, 1)
+	ownerNewAddr = strings.Replace(ownerAsk, `"primary_ip4": 31, "status": "active", "custom_fields": {"desired_action": "provision"}`, `"primary_ip4": 32, "status": "active", "custom_fields": {"desired_action": "provision"}`, 1)
+	deleted      = `{"event": "deleted", "timestamp": "t", "object_type": "dcim.device", "data": {"id": 12}, "snapshots": {"prechange": {}, "postchange": null}, "request": {"id": "r", "user": "admin"}}`
 )
 
 func TestWebhook(t *testing.T) {
@@ -77,6 +81,9 @@ func TestWebhook(t *testing.T) {
 		{name: "ok/MAC change re-reads the device of its interface", body: mac, wantStatus: 202, wantIDs: []int64{12}, wantCode: "accepted", wantInvHint: true},
 		{name: "ok/fleetd's own echo needs no re-read", body: echo, wantStatus: 202, wantCode: "echo"},
 		{name: "ok/fleetd user but an owner field changed: re-read", body: echoOwnerChange, wantStatus: 202, wantIDs: []int64{12}, wantCode: "accepted", wantInvHint: true},
+		{name: "ok/an owner's request that leaves name and address refreshes no reservation", body: ownerAsk, wantStatus: 202, wantIDs: []int64{12}, wantCode: "accepted", wantInvHint: false},
+		{name: "ok/a renamed device refreshes the reservations", body: ownerRename, wantStatus: 202, wantIDs: []int64{12}, wantCode: "accepted", wantInvHint: true},
+		{name: "ok/a device with a new primary address refreshes the reservations", body: ownerNewAddr, wantStatus: 202, wantIDs: []int64{12}, wantCode: "accepted", wantInvHint: true},
 		{name: "ok/an address assigned to no device is ignored", body: ipOrphan, wantStatus: 202, wantCode: "ignored", wantInvHint: true},
 		{name: "ok/a deleted device is ignored and refreshes the reservations", body: deleted, wantStatus: 202, wantCode: "ignored", wantInvHint: true},
 		{name: "ok/Kubernetes failure is still accepted (reconcile completes it)", body: body46, reconErr: fmt.Errorf("create Workflow: connection refused"), wantStatus: 202, wantIDs: []int64{12}, wantCode: "accepted", wantInvHint: true},
