@@ -110,10 +110,12 @@ fuzz: deps ## run every fuzz target for FUZZTIME each (default 30s); failures la
 LOAD_DEVICES ?= 1000
 # The NetBox emulator's added latency per request in the load test, e.g. 25ms (a real NetBox's pace).
 LOAD_NETBOX_LATENCY ?= 0s
+# LOAD_PHASES=storms stops after the two storms (minutes instead of tens of minutes).
+LOAD_PHASES ?= all
 
 .PHONY: load
 load: deps tools ## the load test: LOAD_DEVICES (default 1,000) machines, 500-request webhook storms, every boot check (tens of minutes)
-	FLEETD_LOAD=1 LOAD_DEVICES=$(LOAD_DEVICES) LOAD_NETBOX_LATENCY=$(LOAD_NETBOX_LATENCY) $(GO) test -count=1 -timeout 0 -v -run '^TestLoad$$' ./dev/stack/load
+	FLEETD_LOAD=1 LOAD_DEVICES=$(LOAD_DEVICES) LOAD_NETBOX_LATENCY=$(LOAD_NETBOX_LATENCY) LOAD_PHASES=$(LOAD_PHASES) $(GO) test -count=1 -timeout 0 -v -run '^TestLoad$$' ./dev/stack/load
 
 .PHONY: vet
 vet: deps ## go vet (both modules)
