@@ -172,8 +172,10 @@ func size(b float64) string {
 	return fmt.Sprintf("%.0f B", b)
 }
 
+// ratio is a / b, or "—" when either side was not measured (a benchmark that reports no CPU
+// time has 0 there: its ratio is unknown, not 0×).
 func ratio(a, b float64) string {
-	if b == 0 {
+	if a == 0 || b == 0 {
 		return "—"
 	}
 	return fmt.Sprintf("%.1f×", a/b)

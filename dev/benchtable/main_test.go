@@ -8,9 +8,9 @@ import (
 const sample = `goos: linux
 cpu: Oxide Virtual Turin-like Processor
 BenchmarkBootCheckVerify/repeated-2         	    4767	    415451 ns/op	   18680 B/op	     164 allocs/op
-BenchmarkBootCheckFloor-2                   	   10000	    207725 ns/op	    1376 B/op	       8 allocs/op
+BenchmarkBootCheckFloor-2                   	   10000	    207725 ns/op	    100000 cpu-ns/op	    1376 B/op	       8 allocs/op
 BenchmarkEnrollmentServer-2   	      76	  16000000 ns/op	 1472929 B/op	    9000 allocs/op
-BenchmarkEnrollmentSteps/platform-2         	     896	   1000000 ns/op	  350454 B/op	    3000 allocs/op
+BenchmarkEnrollmentSteps/platform-2         	     896	   1000000 ns/op	    500000 cpu-ns/op	  350454 B/op	    3000 allocs/op
 BenchmarkEnrollmentSteps/ldevid-2           	   10000	    1000000 ns/op	    5824 B/op	     1500 allocs/op
 BenchmarkFleetdEnrollmentServer-2   	     200	   6000000 ns/op	   3000000 cpu-ns/op	  709899 B/op	    5695 allocs/op
 BenchmarkFleetdEnrollmentSteps/platform-2 	     200	   1000000 ns/op	    800000 cpu-ns/op	  350705 B/op	    3380 allocs/op
@@ -22,8 +22,9 @@ PASS
 `
 
 // TestTable checks the rows: a ratio of time, of CPU time and of allocations, a peer that is the
-// sum of its sub-benchmarks, a reported metric, a CPU time missing on one side ("—"), and a
-// benchmark missing from the run named as not run.
+// sum of its sub-benchmarks, a reported metric, a CPU time missing on either side ("—", never
+// 0×), a sum of steps of which one reported no CPU time (none summed), and a benchmark missing
+// from the run named as not run.
 func TestTable(t *testing.T) {
 	res := map[string]result{}
 	cpu, err := parse(strings.NewReader(sample), res)
@@ -32,7 +33,8 @@ func TestTable(t *testing.T) {
 	}
 	got := table(res)
 	for _, want := range []string{
-		"| boot check, a node's repeated check of the same boot, verification | 415.5 µs, 18.2 KB, 164 allocs (`BootCheckVerify/repeated`) | 207.7 µs, 1.3 KB, 8 allocs (`BootCheckFloor`) | 2.0× / — / 20.5× | ≤ 2× |",
+		// the measured side reports no CPU time, the floor does
+		"| boot check, a node's repeated check of the same boot, verification | 415.5 µs, 18.2 KB, 164 allocs (`BootCheckVerify/repeated`) | 207.7 µs (CPU 100.0 µs), 1.3 KB, 8 allocs (`BootCheckFloor`) | 2.0× / — / 20.5× | ≤ 2× |",
 		"| 2.03 netbox-requests/check (`BootCheckHTTP/netbox-emulator`) |",
 		"`BootCheckVerify/first` not run",
 		"(`EnrollmentSteps`) | 8.0× / — / 2.0× |", // the sum of its steps
@@ -45,6 +47,11 @@ func TestTable(t *testing.T) {
 		if !strings.Contains(got, want) {
 			t.Errorf("the table has no %q:\n%s", want, got)
 		}
+	}
+	// EnrollmentSteps/platform reported CPU time and EnrollmentSteps/ldevid none: a sum of one
+	// step's CPU time would pass for the whole's.
+	if r, _ := lookup(res, "EnrollmentSteps"); r.cpuNsOp != 0 {
+		t.Errorf("EnrollmentSteps' CPU time is %.0f ns, want none (one step reported none)", r.cpuNsOp)
 	}
 }
 
