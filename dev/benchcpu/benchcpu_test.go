@@ -8,7 +8,7 @@ import (
 )
 
 // TestStart: a benchmark that hashes reports its CPU time per iteration, more than nothing and
-// not more than the wall time two busy cores could spend; one that never loops reports nothing.
+// not more than four times its wall time (a single-threaded loop spends about one core's).
 func TestStart(t *testing.T) {
 	r := testing.Benchmark(func(b *testing.B) {
 		buf := make([]byte, 1<<16)
