@@ -72,13 +72,7 @@ func inOrder(res *resource, items []obj, ids []int) ([]int, map[int]obj) {
 	for i, id := range ids {
 		byID[id] = items[i]
 	}
-	var out []int
-	for _, id := range res.rows(func(id int) bool { _, ok := byID[id]; return ok }) {
-		{
-			out = append(out, id)
-		}
-	}
-	return out, byID
+	return res.rows(func(id int) bool { _, ok := byID[id]; return ok }), byID
 }
 
 // bulkUpdate is PUT or PATCH with a list on the list endpoint: 200 with the updated objects.
