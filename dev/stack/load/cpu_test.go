@@ -20,12 +20,19 @@ const userHZ = 100
 
 // cpuUse is the CPU time (user and system) each process of the stack has spent so far, by name:
 // "load test" is this process, which runs the NetBox emulator, the Kubernetes API server and etcd;
-// the others are its children by their command name (fleetd, tink-controller, tink-server,
-// swtpm, tink-worker), those of one name summed.
+// the others are its running children by their command name (fleetd, tink-controller,
+// tink-server, swtpm, tink-worker), those of one name summed, and endedChildren the children
+// that ended and were waited for (the kernel adds their time to this process's cutime and
+// cstime): most swtpm, tink-worker and `fleetd boot-check` processes live inside one phase, and
+// without them a phase's total would leave out much of what the machine did.
 type cpuUse map[string]time.Duration
 
+// endedChildren is the cpuUse of the children that ended. A child that ended during a phase
+// counts there whole, the part it spent before the phase too.
+const endedChildren = "ended children"
+
 // readCPU reads cpuUse from /proc. A child that ended between the listing and its read is left
-// out: its time is gone with it.
+// out of its name; its time is in endedChildren once it was waited for.
 func readCPU() (cpuUse, error) {
 	self := os.Getpid()
 	use := cpuUse{}
@@ -38,12 +45,13 @@ func readCPU() (cpuUse, error) {
 		if err != nil {
 			continue
 		}
-		name, ppid, t, err := procStat(pid)
+		name, ppid, t, reaped, err := procStat(pid)
 		switch {
 		case err != nil:
 			continue
 		case pid == self:
 			use["load test"] += t
+			use[endedChildren] += reaped
 		case ppid == self:
 			use[name] += t
 		}
@@ -54,32 +62,36 @@ func readCPU() (cpuUse, error) {
 	return use, nil
 }
 
-// procStat reads a process's command name, parent and CPU time from /proc/<pid>/stat.
-func procStat(pid int) (name string, ppid int, cpu time.Duration, err error) {
+// procStat reads a process's command name, parent, CPU time and the CPU time of its children
+// that ended and were waited for, from /proc/<pid>/stat.
+func procStat(pid int) (name string, ppid int, cpu, reaped time.Duration, err error) {
 	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
 	if err != nil {
-		return "", 0, 0, err
+		return "", 0, 0, 0, err
 	}
-	// pid (comm) state ppid ... utime(14) stime(15): comm may hold spaces and parentheses.
+	// pid (comm) state ppid ... utime(14) stime(15) cutime(16) cstime(17): comm may hold spaces
+	// and parentheses.
 	s := string(b)
 	open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
 	if open < 0 || end < open {
-		return "", 0, 0, fmt.Errorf("/proc/%d/stat: no command name", pid)
+		return "", 0, 0, 0, fmt.Errorf("/proc/%d/stat: no command name", pid)
 	}
 	f := strings.Fields(s[end+1:])
-	if len(f) < 13 {
-		return "", 0, 0, fmt.Errorf("/proc/%d/stat: %d fields after the name", pid, len(f))
+	if len(f) < 15 {
+		return "", 0, 0, 0, fmt.Errorf("/proc/%d/stat: %d fields after the name", pid, len(f))
 	}
 	ppid, err = strconv.Atoi(f[1])
 	if err != nil {
-		return "", 0, 0, err
+		return "", 0, 0, 0, err
 	}
-	utime, err1 := strconv.ParseInt(f[11], 10, 64)
-	stime, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return "", 0, 0, fmt.Errorf("/proc/%d/stat: CPU times %q %q", pid, f[11], f[12])
+	var ticks [4]int64 // utime, stime, cutime, cstime
+	for i := range ticks {
+		if ticks[i], err = strconv.ParseInt(f[11+i], 10, 64); err != nil {
+			return "", 0, 0, 0, fmt.Errorf("/proc/%d/stat: CPU times %q: %w", pid, f[11:15], err)
+		}
 	}
-	return s[open+1 : end], ppid, time.Duration(utime+stime) * time.Second / userHZ, nil
+	tick := time.Second / userHZ
+	return s[open+1 : end], ppid, time.Duration(ticks[0]+ticks[1]) * tick, time.Duration(ticks[2]+ticks[3]) * tick, nil
 }
 
 // cpuPhase measures what each process spent during one phase, with the wall time it took.
@@ -141,14 +153,23 @@ func (p *cpuPhase) stop() string {
 		wall.Seconds(), cores*wall.Seconds(), int(cores), strings.Join(parts, ", "), total.Seconds(), 100*total.Seconds()/(cores*wall.Seconds()))
 }
 
-// TestReadCPU: the CPU reading finds this process and a child by its command name, and the
-// child's time grows while it works (the load test's phases are read this way).
+// TestReadCPU: the CPU reading finds this process and a child by its command name, the child's
+// time grows while it works, and once it ended and was waited for its time is the ended
+// children's (the load test's phases are read this way).
 func TestReadCPU(t *testing.T) {
-	name, ppid, _, err := procStat(os.Getpid())
+	name, ppid, _, _, err := procStat(os.Getpid())
 	if err != nil || name == "" || ppid != os.Getppid() {
 		t.Fatalf("procStat(self) = %q, parent %d, %v; want a name and parent %d", name, ppid, err, os.Getppid())
 	}
-	child := exec.Command("sh", "-c", "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done; sleep 5")
+	before, err := readCPU()
+	if err != nil {
+		t.Fatal(err)
+	}
+	child := exec.Command("sh", "-c", "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done; read line || true")
+	in, err := child.StdinPipe() // the child waits on it once it worked
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := child.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -160,11 +181,23 @@ func TestReadCPU(t *testing.T) {
 			t.Fatal(err)
 		}
 		if use["sh"] > 0 && use["load test"] > 0 {
-			return
+			break
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("after a minute the child sh has spent no CPU time in the reading: %v", use)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+	in.Close() // the child reads EOF and exits
+	if err := child.Wait(); err != nil {
+		t.Fatalf("the child sh: %v", err)
+	}
+	after, err := readCPU()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after["sh"] != 0 || after[endedChildren] <= before[endedChildren] {
+		t.Errorf("after the child sh ended: sh %v, %s %v (was %v); want its time among the ended children's only",
+			after["sh"], endedChildren, after[endedChildren], before[endedChildren])
 	}
 }
