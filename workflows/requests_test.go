@@ -3,6 +3,7 @@ package workflows_test
 import (
 	"context"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -58,13 +59,15 @@ func TestInstallRequests(t *testing.T) {
 	}
 	seen := c.take(false)
 	t.Logf("a new device's Install: %d requests:\n%s", len(seen), strings.Join(seen, "\n"))
-	const most = 4
-	if len(seen) > most {
-		t.Errorf("a new device's Install made %d Kubernetes API requests, want at most %d:\n%s", len(seen), most, strings.Join(seen, "\n"))
+	ns := "/apis/tinkerbell.org/v1alpha1/namespaces/" + e.ns
+	want := []string{
+		"GET " + ns + "/hardware/node-requests",
+		"GET " + ns + "/templates/talos-provision",
+		"POST " + ns + "/hardware",
+		"POST " + ns + "/workflows",
 	}
-	for _, r := range seen {
-		if !strings.Contains(r, "/apis/tinkerbell.org/v1alpha1/namespaces/"+e.ns+"/") {
-			t.Errorf("request %q is not one of the namespace's Tinkerbell objects (a discovery?)", r)
-		}
+	if !slices.Equal(seen, want) {
+		t.Errorf("a new device's Install made these Kubernetes API requests:\n%s\nwant these %d (no discovery, no read of the Workflow):\n%s",
+			strings.Join(seen, "\n"), len(want), strings.Join(want, "\n"))
 	}
 }
