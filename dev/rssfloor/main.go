@@ -2,7 +2,7 @@
 // imports, lets their initialisation run, prints its pid and sleeps. Its resident memory is what
 // the linked code costs before fleetd does anything, which TestFleetdIdleMemory (dev/stack)
 // reports beside fleetd's own at rest (docs/operate.md, "Memory"). TestFloorImportsFleetd keeps
-// its imports those of fleetd's main.
+// what it links exactly what fleetd's binary links.
 package main
 
 import (
