@@ -41,10 +41,11 @@ func TestHTTPEdges(t *testing.T) {
 		{"refuse/413 a challenge over 64 KiB without a Content-Length", "POST", "/v1/attest/challenge", "chunked", `{"device": "` + strings.Repeat("x", 64<<10) + `"}`,
 			413, "", []string{`"error": "too_large"`}, nil},
 		// A node's body is read strictly, so that no two readers of the same bytes see two
-		// different requests: a key given twice, a key in another case, a key fleetd does not know
-		// a string that is not UTF-8 and anything after the object are refused as malformed before anything is decided (the
-		// same bodies read leniently would be judged, and node-a, with no request, refused
-		// no_request). The message is the code's fixed sentence; the detail is in the log.
+		// different requests: a key given twice, a key in another case, a key fleetd does not
+		// know, a string that is not UTF-8 and anything after the object are refused as malformed
+		// before anything is decided (the same bodies read leniently would be judged, and node-a,
+		// with no request, refused no_request). The message is the code's fixed sentence; the
+		// detail is in the log.
 		{"refuse/a challenge naming its device twice", "POST", "/v1/attest/challenge", "", `{"device": "node-a", "tpm_version": "1.2", "device": "node-b"}`,
 			400, "", []string{`"error": "malformed"`}, nil},
 		{"refuse/a key in another case", "POST", "/v1/attest/challenge", "", `{"Device": "node-a", "tpm_version": "1.2"}`,
