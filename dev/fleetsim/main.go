@@ -39,7 +39,7 @@ commands:
   up [--extra-devices N] [--fleetd-instances N]
                                           start the development stack in the foreground
   restart fleetd [--instance K]           restart fleetd (every instance, or the K-th) the way a reboot of spore would
-  workflow NAME succeed|fail [flags]      move device NAME's Workflow as Tinkerbell would
+  workflow NAME succeed|fail [flags]      run device NAME's Workflow without its machine: tink-server, a real tink-worker, scripted containers
   machine NAME netboot|boot|boot-check    drive the simulated machine of device NAME
   machine NAME swap-disk|add-disk|set-mac|set-uuid|replace-tpm
                                           change its hardware (a disk, its MAC, its mainboard, its TPM); NetBox keeps its declaration
