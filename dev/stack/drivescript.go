@@ -121,15 +121,15 @@ func (sc *script) result(wf *tinkv1.Workflow) error {
 	states := map[string]string{}
 	var all []string
 	for _, a := range tinkerbell.Actions(wf) {
-		states[a.Name] = bareState(a.State)
-		all = append(all, a.Name+"="+bareState(a.State))
+		states[a.Name] = tinkerbell.BareState(a.State)
+		all = append(all, a.Name+"="+tinkerbell.BareState(a.State))
 	}
 	ok := false
 	switch {
 	case sc.d.Fail:
-		ok = bareState(wf.Status.State) == "FAILED" && states[sc.target] == "FAILED"
+		ok = tinkerbell.BareState(wf.Status.State) == "FAILED" && states[sc.target] == "FAILED"
 	case sc.target == "" || sc.target == sc.last:
-		ok = bareState(wf.Status.State) == "SUCCESS"
+		ok = tinkerbell.BareState(wf.Status.State) == "SUCCESS"
 	default:
 		ok = states[sc.target] == "SUCCESS"
 	}
@@ -147,7 +147,7 @@ const (
 )
 
 func stateRank(s tinkv1.WorkflowState) int {
-	switch bareState(s) {
+	switch tinkerbell.BareState(s) {
 	case "RUNNING":
 		return rankRunning
 	case "SUCCESS", "FAILED", "TIMEOUT":

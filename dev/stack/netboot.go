@@ -103,7 +103,7 @@ func Netboot(ctx context.Context, info Info, name string, o StepOptions) error {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if s := bareState(wf.Status.State); s != "SUCCESS" {
+	if s := tinkerbell.BareState(wf.Status.State); s != "SUCCESS" {
 		if failed == nil {
 			failed = &ActionError{Action: wf.Status.CurrentAction, State: s, Message: "see the worker's log " + mc.path(MachineWorkerLog)}
 		}
@@ -161,7 +161,7 @@ func MachineWorkflow(ctx context.Context, c client.Client, namespace string, m M
 func openFor(wfs []tinkv1.Workflow, mac string) []tinkv1.Workflow {
 	var open []tinkv1.Workflow
 	for _, wf := range wfs {
-		s := bareState(wf.Status.State)
+		s := tinkerbell.BareState(wf.Status.State)
 		if wf.Spec.HardwareMap[workflows.MapMAC] == mac && (s == "" || s == "PREPARING" || s == "PENDING" || s == "RUNNING") {
 			open = append(open, wf)
 		}

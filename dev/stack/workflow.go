@@ -158,10 +158,10 @@ func driveTarget(actions []tinkerbell.Action, d Drive) (string, error) {
 	var names []string
 	for _, a := range actions {
 		names = append(names, a.Name)
-		if d.Action == a.Name && bareState(a.State) == "SUCCESS" {
+		if d.Action == a.Name && tinkerbell.BareState(a.State) == "SUCCESS" {
 			return "", fmt.Errorf("action %s has succeeded already", a.Name)
 		}
-		if d.Action == "" && d.Fail && bareState(a.State) != "SUCCESS" {
+		if d.Action == "" && d.Fail && tinkerbell.BareState(a.State) != "SUCCESS" {
 			return a.Name, nil
 		}
 	}
@@ -178,5 +178,3 @@ func driveTarget(actions []tinkerbell.Action, d Drive) (string, error) {
 	}
 	return "", fmt.Errorf("it has no action %q (actions: %s)", d.Action, strings.Join(names, ", "))
 }
-
-func bareState(s tinkv1.WorkflowState) string { return strings.TrimPrefix(string(s), "STATE_") }

@@ -25,7 +25,7 @@ func WaitServable(ctx context.Context, c client.Client, wf *tinkv1.Workflow, con
 	if err := WaitPrepared(ctx, c, wf); err != nil {
 		return err
 	}
-	if s := bare(wf.Status.State); s != "PENDING" && s != "RUNNING" {
+	if s := BareState(wf.Status.State); s != "PENDING" && s != "RUNNING" {
 		return fmt.Errorf("Workflow %s is %s once tink-controller prepared it: tink-server serves a worker only PENDING or RUNNING Workflows", wf.Name, wf.Status.State)
 	}
 	return WaitReconciled(ctx, controllerLog, wf)
@@ -97,7 +97,7 @@ func RunWorker(ctx context.Context, c client.Client, wf *tinkv1.Workflow, o RunO
 
 // Ended says whether a Workflow reached an end state.
 func Ended(wf *tinkv1.Workflow) bool {
-	switch bare(wf.Status.State) {
+	switch BareState(wf.Status.State) {
 	case "SUCCESS", "FAILED", "TIMEOUT":
 		return true
 	}
@@ -109,7 +109,7 @@ func Ended(wf *tinkv1.Workflow) bool {
 // report tink-server refuses for ever (WaitReconciled says why).
 func notReset(wf *tinkv1.Workflow, started map[string]string) error {
 	for _, a := range Actions(wf) {
-		s := bare(a.State)
+		s := BareState(a.State)
 		if was, ok := started[a.Name]; ok && s == "PENDING" {
 			return fmt.Errorf("Workflow %s was reset under its running worker: action %s went from %s back to PENDING (tink-controller rendered it again)", wf.Name, a.Name, was)
 		}
@@ -120,5 +120,6 @@ func notReset(wf *tinkv1.Workflow, started map[string]string) error {
 	return nil
 }
 
-// bare is a state without the STATE_ prefix, for comparisons.
-func bare(s tinkv1.WorkflowState) string { return strings.TrimPrefix(string(s), "STATE_") }
+// BareState is a state without tink v0.12's STATE_ prefix, for comparisons ("SUCCESS" for
+// STATE_SUCCESS and for the newer Tinkerbell's SUCCESS alike).
+func BareState(s tinkv1.WorkflowState) string { return strings.TrimPrefix(string(s), "STATE_") }
