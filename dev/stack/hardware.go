@@ -37,15 +37,35 @@ type HardwareChange struct {
 
 // MachineMAC is the MAC of the machine's network interface: its worker id when it netboots
 // HookOS. A machine directory from before the interface file existed has the MAC it was built with.
-func MachineMAC(m Machine) (string, error) {
-	b, err := os.ReadFile(filepath.Join(m.Dir, MachineSysDir, nicAddressPath))
+func MachineMAC(m Machine) (string, error) { return sysValue(m, nicAddressPath, m.MAC, "MAC") }
+
+// sysValue is the value of the machine's sysfs file rel (under MachineSysDir) as the kernel
+// reports it now, what (e.g. "MAC") naming it in errors; built, what the machine was built with,
+// when a machine directory from before the file existed lacks it.
+func sysValue(m Machine, rel, built, what string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(m.Dir, MachineSysDir, rel))
 	if errors.Is(err, fs.ErrNotExist) {
-		return m.MAC, nil
+		return built, nil
 	}
 	if err != nil {
-		return "", fmt.Errorf("read the machine's MAC: %w", err)
+		return "", fmt.Errorf("read the machine's %s: %w", what, err)
 	}
 	return strings.TrimSpace(string(b)), nil
+}
+
+// replaceSysValue writes after into the machine's sysfs file rel in place of before, for
+// `fleetsim machine NAME command` (set-mac, set-uuid), what naming the value ("MAC") and change
+// saying what a technician did; the same value again is refused.
+func (mc *machine) replaceSysValue(command, rel, what, before, after, change string) (HardwareChange, error) {
+	if after == before {
+		return HardwareChange{}, fmt.Errorf("%s %s: the machine's %s is %s already", command, mc.name, what, after)
+	}
+	if err := writeFile(mc.path(MachineSysDir, rel), after+"\n"); err != nil {
+		return HardwareChange{}, fmt.Errorf("%s %s: %w", command, mc.name, err)
+	}
+	c := HardwareChange{Machine: mc.name, Before: before, After: after, What: change}
+	mc.say("%s", c.What)
+	return c, nil
 }
 
 // SetMAC gives the machine's network interface another MAC (a new network card), mac, or with ""
@@ -71,16 +91,8 @@ func SetMAC(info Info, name, mac string) (HardwareChange, error) {
 		return HardwareChange{}, err
 	}
 	after := hw.String() // lowercase, colon-separated, as the kernel writes it
-	if after == before {
-		return HardwareChange{}, fmt.Errorf("set-mac %s: the machine's MAC is %s already", name, after)
-	}
-	if err := writeFile(mc.path(MachineSysDir, nicAddressPath), after+"\n"); err != nil {
-		return HardwareChange{}, fmt.Errorf("set-mac %s: %w", name, err)
-	}
-	c := HardwareChange{Machine: name, Before: before, After: after,
-		What: fmt.Sprintf("the network card of %s was replaced: its MAC is %s, was %s; NetBox still declares the old one", name, after, before)}
-	mc.say("%s", c.What)
-	return c, nil
+	return mc.replaceSysValue("set-mac", nicAddressPath, "MAC", before, after,
+		fmt.Sprintf("the network card of %s was replaced: its MAC is %s, was %s; NetBox still declares the old one", name, after, before))
 }
 
 // SwapDisk replaces the machine's disk dev ("" is sda, the install disk) with a new one whose

@@ -3,10 +3,7 @@ package stack
 import (
 	"context"
 	"crypto/rand"
-	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -27,14 +24,7 @@ var smbiosUUIDPath = filepath.Join("class", "dmi", "id", "product_uuid")
 // claim and what Talos sends in its configuration URL. A machine directory without the file has
 // the UUID it was built with.
 func MachineUUID(m Machine) (string, error) {
-	b, err := os.ReadFile(filepath.Join(m.Dir, MachineSysDir, smbiosUUIDPath))
-	if errors.Is(err, fs.ErrNotExist) {
-		return m.SMBIOSUUID, nil
-	}
-	if err != nil {
-		return "", fmt.Errorf("read the machine's SMBIOS UUID: %w", err)
-	}
-	return strings.TrimSpace(string(b)), nil
+	return sysValue(m, smbiosUUIDPath, m.SMBIOSUUID, "SMBIOS UUID")
 }
 
 // uuidForm is an SMBIOS UUID as the kernel prints product_uuid.
@@ -62,16 +52,8 @@ func SetSMBIOSUUID(info Info, name, uuid string) (HardwareChange, error) {
 	if err != nil {
 		return HardwareChange{}, err
 	}
-	if uuid == before {
-		return HardwareChange{}, fmt.Errorf("set-uuid %s: the machine's SMBIOS UUID is %s already", name, uuid)
-	}
-	if err := writeFile(mc.path(MachineSysDir, smbiosUUIDPath), uuid+"\n"); err != nil {
-		return HardwareChange{}, fmt.Errorf("set-uuid %s: %w", name, err)
-	}
-	c := HardwareChange{Machine: name, Before: before, After: uuid,
-		What: fmt.Sprintf("the mainboard of %s was replaced: its SMBIOS UUID is %s, was %s; fleetd issued the node's identity for the old one", name, uuid, before)}
-	mc.say("%s", c.What)
-	return c, nil
+	return mc.replaceSysValue("set-uuid", smbiosUUIDPath, "SMBIOS UUID", before, uuid,
+		fmt.Sprintf("the mainboard of %s was replaced: its SMBIOS UUID is %s, was %s; fleetd issued the node's identity for the old one", name, uuid, before))
 }
 
 // ReplaceTPM gives the machine a new TPM: a fresh swtpm with a new EK, its certificate from the
