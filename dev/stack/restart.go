@@ -252,30 +252,40 @@ func (s *Stack) WaitFleetdReady(ctx context.Context) error {
 // ReconfigureFleetd rewrites fleetd.yaml from the stack's options with change applied (the
 // options of fleetd.yaml only: certificate lifetimes, the inventory's window, timeouts) and
 // restarts every fleetd instance with it (RestartFleetd). It returns a function that writes the
-// options as they were and restarts fleetd again. stack.json is not rewritten.
+// options as they were and restarts fleetd again. stack.json is not rewritten. When the restart
+// fails, fleetd.yaml is put back and fleetd restarted with it before the error is returned, so
+// that the tests sharing the stack do not run on a configuration no one restores.
 func (s *Stack) ReconfigureFleetd(ctx context.Context, change func(*Options)) (restore func(context.Context) error, err error) {
 	s.confMu.Lock()
 	before := s.conf
 	s.confMu.Unlock()
-	apply := func(ctx context.Context, c fleetdConfig) error {
+	// apply writes c and restarts fleetd; written says whether fleetd.yaml now holds c.
+	apply := func(ctx context.Context, c fleetdConfig) (written bool, err error) {
 		s.confMu.Lock()
 		defer s.confMu.Unlock()
 		if err := writeFleetdYAML(s.paths, c); err != nil {
-			return err
+			return false, err
 		}
 		s.conf = c
-		_, err := RestartFleetd(ctx, s.info)
-		return err
+		_, err = RestartFleetd(ctx, s.info)
+		return true, err
 	}
-	next := before
-	change(&next.opts)
-	if err := apply(ctx, next); err != nil {
-		return nil, fmt.Errorf("reconfigure fleetd: %w", err)
-	}
-	return func(ctx context.Context) error {
-		if err := apply(ctx, before); err != nil {
+	restore = func(ctx context.Context) error {
+		if _, err := apply(ctx, before); err != nil {
 			return fmt.Errorf("restore fleetd's configuration: %w", err)
 		}
 		return nil
-	}, nil
+	}
+	next := before
+	change(&next.opts)
+	if written, err := apply(ctx, next); err != nil {
+		if !written {
+			return nil, fmt.Errorf("reconfigure fleetd: %w", err)
+		}
+		if rerr := restore(ctx); rerr != nil {
+			return nil, fmt.Errorf("reconfigure fleetd: %w; then %v", err, rerr)
+		}
+		return nil, fmt.Errorf("reconfigure fleetd: %w (its configuration was put back and fleetd restarted with it)", err)
+	}
+	return restore, nil
 }
