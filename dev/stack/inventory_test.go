@@ -204,8 +204,11 @@ func TestInventory(t *testing.T) {
 			}
 		}
 	})
-	if time.Since(lastRound) >= inventoryWindow {
-		t.Errorf("the checks ended %s after the last round of boot checks, longer than the window %s: a node that checked may have been reported stopped",
+	// A busy machine may take longer than the window over the checks: a node that checked in the
+	// last round is then reported boot_checks_stopped too, which checkKinds fails on; this says
+	// why (the time alone fails nothing: tests assert no wall-clock time).
+	if t.Failed() && time.Since(lastRound) >= inventoryWindow {
+		t.Logf("the checks ended %s after the last round of boot checks, longer than the window %s: a node that checked may have been reported stopped",
 			time.Since(lastRound).Round(time.Second), inventoryWindow)
 	}
 	t.Run("refuse/netbox's-change-log-down-exit-2", func(t *testing.T) {
