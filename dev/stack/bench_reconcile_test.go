@@ -31,7 +31,6 @@ type benchFleet struct {
 	pending bool          // every device has a claimed provision whose Workflow exists, not started
 	asked   string        // every device's desired_action ("" for none)
 	latency time.Duration // the emulator's added latency per request (netboxemu.Config.Latency)
-	qps     float32       // the installer's Kubernetes client rate (kubernetes.qps; 0: fleetd's default), burst twice that
 	wrap    func(fleet.Installer) fleet.Installer
 }
 
@@ -89,7 +88,6 @@ func reconcileService(b *testing.B, s *stack.Stack, f benchFleet) (*fleet.Servic
 	if err != nil {
 		b.Fatal(err)
 	}
-	rc.QPS, rc.Burst = f.qps, int(2*f.qps)
 	inst, err := workflows.New(workflows.Config{RESTConfig: rc, Namespace: ns})
 	if err != nil {
 		b.Fatal(err)
