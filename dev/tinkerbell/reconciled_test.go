@@ -47,8 +47,12 @@ func TestWaitReconciled(t *testing.T) {
 		name   string
 		lines  []string
 		later  string // appended while WaitReconciled waits
+		nudged string // appended when WaitReconciled nudges the controller
 		wantOK bool
 	}{
+		{name: "ok/logged once the controller is nudged", wantOK: true,
+			lines:  []string{journalLine(at(0), "ns", "wipe-1", "new workflow", "patching status")},
+			nudged: journalLine(at(3*time.Second), "ns", "wipe-1", "controller will not trigger another reconcile")},
 		{name: "ok/pending read after the render", wantOK: true, lines: []string{
 			reconcileLine(at(0), "wipe-1"), journalLine(at(0), "ns", "wipe-1", "new workflow", "patching status"),
 			journalLine(at(time.Second), "ns", "wipe-1", "controller will not trigger another reconcile")}},
@@ -92,9 +96,26 @@ func TestWaitReconciled(t *testing.T) {
 					}
 				}()
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			nudges := 0
+			nudge := func(context.Context) error {
+				nudges++
+				if tc.nudged != "" {
+					f, err := os.OpenFile(log, os.O_APPEND|os.O_WRONLY, 0)
+					if err != nil {
+						return err
+					}
+					defer f.Close()
+					_, err = fmt.Fprintln(f, tc.nudged)
+					return err
+				}
+				return nil
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 			defer cancel()
-			err := tinkerbell.WaitReconciled(ctx, log, wf)
+			err := tinkerbell.WaitReconciled(ctx, log, wf, nudge)
+			if (tc.nudged != "" || !tc.wantOK) && nudges != 1 {
+				t.Errorf("nudged the controller %d times in 3 s, want once (after 2 s without the line)", nudges)
+			}
 			switch {
 			case tc.wantOK && err != nil:
 				t.Fatalf("WaitReconciled: %v", err)

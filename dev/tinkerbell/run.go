@@ -10,6 +10,7 @@ import (
 
 	"github.com/rs/zerolog"
 	tinkv1 "github.com/tinkerbell/tink/api/v1alpha1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/folly-infra/fleetd/dev/dockerapi"
@@ -28,7 +29,20 @@ func WaitServable(ctx context.Context, c client.Client, wf *tinkv1.Workflow, con
 	if s := BareState(wf.Status.State); s != "PENDING" && s != "RUNNING" {
 		return fmt.Errorf("Workflow %s is %s once tink-controller prepared it: tink-server serves a worker only PENDING or RUNNING Workflows", wf.Name, wf.Status.State)
 	}
-	return WaitReconciled(ctx, controllerLog, wf)
+	return WaitReconciled(ctx, controllerLog, wf, func(ctx context.Context) error { return nudgeWorkflow(ctx, c, wf) })
+}
+
+// nudgeAnnotation is the annotation nudgeWorkflow writes; nothing reads it.
+const nudgeAnnotation = "fleetsim.folly-infra/nudged"
+
+// nudgeWorkflow changes wf's metadata (nudgeAnnotation, the time) so that tink-controller,
+// which reconciles a Workflow on every change (it sets no predicate), reconciles it again. It
+// touches neither spec nor status.
+func nudgeWorkflow(ctx context.Context, c client.Client, wf *tinkv1.Workflow) error {
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, nudgeAnnotation, time.Now().UTC().Format(time.RFC3339Nano))
+	obj := &tinkv1.Workflow{}
+	obj.Name, obj.Namespace = wf.Name, wf.Namespace
+	return c.Patch(ctx, obj, client.RawPatch(types.MergePatchType, []byte(patch)))
 }
 
 // RunOptions configure RunWorker.
