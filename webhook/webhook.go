@@ -79,6 +79,11 @@ type Intake struct {
 	results *prometheus.CounterVec
 	work    *prometheus.CounterVec
 	jobs    chan job
+
+	mu sync.Mutex
+	// queued are the devices with an event in the queue that no worker has taken yet: a second
+	// event for one of them, carrying nothing to undo, is coalesced into it (coalesce).
+	queued map[int64]bool
 }
 
 // New builds the intake. A webhook secret is required: an unsigned webhook is never accepted.
@@ -100,7 +105,7 @@ func New(cfg Config, deps Deps) (*Intake, error) {
 	}
 	results := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "fleetd_webhooks_total",
-		Help: "NetBox webhooks by route and answer (accepted: queued, echo, ignored, bad_signature, malformed, too_large, queue_full).",
+		Help: "NetBox webhooks by route and answer (accepted: queued, coalesced, echo, ignored, bad_signature, malformed, too_large, queue_full).",
 	}, []string{"route", "outcome"})
 	work := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "fleetd_webhook_work_total",
@@ -114,7 +119,7 @@ func New(cfg Config, deps Deps) (*Intake, error) {
 		}
 	}
 	return &Intake{cfg: cfg, deps: deps, owned: ownedFields(), results: results, work: work,
-		jobs: make(chan job, cfg.Queue)}, nil
+		jobs: make(chan job, cfg.Queue), queued: map[int64]bool{}}, nil
 }
 
 // Run re-reads and decides the queued events with Config.Workers workers until ctx ends; a worker
@@ -182,10 +187,19 @@ func (in *Intake) serve(w http.ResponseWriter, r *http.Request, route string) {
 		in.accept(w, &ev, route, id, "echo", "fleetd's own update; nothing left to do")
 		return
 	}
-	// 3. Queued for a worker: the same decision the reconciler makes, soon.
+	// 3. Queued for a worker: the same decision the reconciler makes, soon; or folded into the
+	// device's event already waiting, whose decision reads NetBox after this event was sent.
+	_, undo := in.foreignWrite(p, id)
+	if !undo && !in.queue(id) {
+		in.accept(w, &ev, route, id, "coalesced", "an event for the device is already queued; its decision reads NetBox after this one")
+		return
+	}
 	select {
 	case in.jobs <- job{ev: ev, p: p, id: id, route: route}:
 	default:
+		if !undo {
+			in.taken(id)
+		}
 		in.results.WithLabelValues(route, api.CodeQueueFull).Inc()
 		ev.Warn().Int64("device_id", id).Str("step", "webhook").Str("outcome", api.CodeQueueFull).
 			Int("queue", cap(in.jobs)).Msg("decision")
@@ -198,8 +212,36 @@ func (in *Intake) serve(w http.ResponseWriter, r *http.Request, route string) {
 	writeBody(w, http.StatusAccepted, map[string]string{"outcome": "accepted"})
 }
 
-// do re-reads and decides one queued event, within Config.Timeout.
+// queue marks device id as having an event in the queue, and reports false when it had one
+// already (the new event is then coalesced into it).
+//
+// The work queue's rule (client-go's workqueue has it too): an event that arrives while the
+// device's event waits adds nothing, because the waiting event's decision has not read NetBox
+// yet and will read what the new one announces; an event that arrives once a worker took the
+// device's event is queued again, because that decision may have read NetBox before the change.
+// An event that carries another user's write of fleetd's fields is never coalesced: its
+// snapshots are what the worker puts back (decide).
+func (in *Intake) queue(id int64) bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.queued[id] {
+		return false
+	}
+	in.queued[id] = true
+	return true
+}
+
+// taken clears device id's mark once a worker took its event (or it could not be queued).
+func (in *Intake) taken(id int64) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	delete(in.queued, id)
+}
+
+// do re-reads and decides one queued event, within Config.Timeout. The device's mark is cleared
+// before anything is read, so an event sent from now on is queued again (queue).
 func (in *Intake) do(ctx context.Context, j job) {
+	in.taken(j.id)
 	ctx, cancel := context.WithTimeout(ctx, in.cfg.Timeout)
 	defer cancel()
 	out, err := in.decide(ctx, &j.ev, j.p, j.id)

@@ -237,6 +237,51 @@ func TestAnsweredBeforeTheWork(t *testing.T) {
 	}
 }
 
+// TestCoalesce: a second event for a device whose event still waits in the queue is answered 202
+// coalesced and adds no decision (the waiting one reads NetBox after it); one that carries
+// another user's write of fleetd's fields is queued all the same (its snapshots are what is put
+// back), as is another device's. TestAnsweredBeforeTheWork shows that an event arriving once a
+// worker took the device's event is queued again.
+func TestCoalesce(t *testing.T) {
+	rec := &recorder{}
+	reg := prometheus.NewRegistry()
+	in, err := New(Config{Secret: []byte(secret), ServiceUser: "fleetd"}, Deps{Reconciler: rec, Logger: zerolog.Nop(), Registry: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	foreign := strings.Replace(echo, `"user": "fleetd"`, `"user": "admin"`, 1) // admin wrote fleet_state
+	for _, step := range []struct {
+		name, route, body, want string
+		queued                  int
+	}{
+		{"ok/the first event for node-a is queued", "provision", body46, `"accepted"`, 1},
+		{"ok/the generic route's event for it is coalesced", "inventory", body43, `"coalesced"`, 1},
+		{"ok/another user's write of fleetd's fields is queued all the same", "inventory", foreign, `"accepted"`, 2},
+		{"ok/another device's event is queued", "inventory", strings.Replace(body43, `"id": 12`, `"id": 13`, 1), `"accepted"`, 3},
+	} {
+		// No worker runs yet: every event stays in the queue.
+		if w := post(t, in.Handler(step.route), step.body); w.Code != http.StatusAccepted || !strings.Contains(w.Body.String(), step.want) {
+			t.Errorf("%s: %d %s, want 202 %s", step.name, w.Code, w.Body, step.want)
+		}
+		if len(in.jobs) != step.queued {
+			t.Errorf("%s: %d events queued, want %d", step.name, len(in.jobs), step.queued)
+		}
+	}
+	if got := testutil.ToFloat64(in.results.WithLabelValues("inventory", "coalesced")); got != 1 {
+		t.Errorf("fleetd_webhooks_total{route=inventory,outcome=coalesced} = %v, want 1", got)
+	}
+	for len(in.jobs) > 0 {
+		in.do(context.Background(), <-in.jobs)
+	}
+	if fmt.Sprint(rec.ids) != "[12 12 13]" {
+		t.Errorf("decided %v, want [12 12 13]: node-a once for both its plain events, once for the foreign write, node-b once", rec.ids)
+	}
+	// Once taken, node-a's next event is queued again.
+	if w := post(t, in.Handler("provision"), body46); !strings.Contains(w.Body.String(), `"accepted"`) {
+		t.Errorf("an event after node-a's was decided: %d %s, want 202 accepted", w.Code, w.Body)
+	}
+}
+
 // TestQueueFull: when the queue is full, a signed webhook is answered 503 queue_full with
 // Retry-After (NetBox retries when RQ_RETRY_MAX is set; the periodic reconcile re-reads every
 // device in any case), and the queued events are still done.
@@ -251,7 +296,7 @@ func TestQueueFull(t *testing.T) {
 	if w := post(t, in.Handler("provision"), body46); w.Code != http.StatusAccepted {
 		t.Fatalf("first webhook = %d %s, want 202", w.Code, w.Body)
 	}
-	w := post(t, in.Handler("provision"), body43)
+	w := post(t, in.Handler("provision"), strings.Replace(body43, `"id": 12`, `"id": 13`, 1))
 	if w.Code != http.StatusServiceUnavailable {
 		t.Fatalf("webhook on a full queue = %d %s, want 503", w.Code, w.Body)
 	}
