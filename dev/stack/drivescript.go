@@ -3,7 +3,6 @@ package stack
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 
@@ -21,7 +20,6 @@ type script struct {
 	ctx    context.Context
 	kc     client.Client
 	key    client.ObjectKey
-	bind   string            // the /workflow bind of wf's containers
 	action map[string]string // container name -> action name
 	after  map[string]bool   // the actions past a succeeding drive's target
 	last   string            // the Workflow's last action
@@ -32,11 +30,10 @@ type script struct {
 	seen    map[string]int    // action -> rank of the state last reported
 	outputs map[string]string // action -> the output of its failed container
 	beyond  bool              // the worker started an action past the target
-	foreign string            // a container of another Workflow the worker started
 }
 
 func newScript(ctx context.Context, kc client.Client, wf *tinkv1.Workflow, target string, d Drive) *script {
-	sc := &script{ctx: ctx, kc: kc, key: client.ObjectKeyFromObject(wf), bind: tinkerbell.WorkflowBind(wf),
+	sc := &script{ctx: ctx, kc: kc, key: client.ObjectKeyFromObject(wf),
 		action: map[string]string{}, after: map[string]bool{}, target: target, d: d,
 		seen: map[string]int{}, outputs: map[string]string{}}
 	past := false
@@ -50,17 +47,12 @@ func newScript(ctx context.Context, kc client.Client, wf *tinkv1.Workflow, targe
 	return sc
 }
 
-// run is one container the worker started: the drive's answer for the action.
+// run is one container of the driven Workflow the worker started (tinkerbell.RunWorker passes
+// no other Workflow's): the drive's answer for the action.
 func (sc *script) run(ctx context.Context, c dockerapi.Container) (string, int) {
 	name, ok := sc.action[c.Name]
-	if !slices.Contains(c.Binds, sc.bind) || !ok {
-		// Another Workflow of the worker id, opened during the drive: left where the worker
-		// put it, as by a machine switched off.
-		sc.mu.Lock()
-		sc.foreign = fmt.Sprintf("container %s (binds %s)", c.Name, strings.Join(c.Binds, ", "))
-		sc.mu.Unlock()
-		<-ctx.Done()
-		return "fleetsim workflow: stopped, this container is no action of the driven Workflow\n", 137
+	if !ok {
+		return fmt.Sprintf("fleetsim workflow: container %s is no action of Workflow %s\n", c.Name, sc.key.Name), 1
 	}
 	wf := &tinkv1.Workflow{}
 	if err := sc.kc.Get(sc.ctx, sc.key, wf); err == nil {
@@ -82,15 +74,12 @@ func (sc *script) run(ctx context.Context, c dockerapi.Container) (string, int) 
 	return fmt.Sprintf("fleetsim workflow: action %s succeeded (scripted)\n", name), 0
 }
 
-// stop tells RunWorker to stop the worker: a foreign container ran, or a drive that ends at its
-// target saw the target succeed and the worker move on to the next action.
+// stop tells RunWorker to stop the worker: a drive that ends at its target saw the target
+// succeed and the worker move on to the next action.
 func (sc *script) stop(wf *tinkv1.Workflow) bool {
 	sc.observe(wf)
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
-	if sc.foreign != "" {
-		return true
-	}
 	return sc.beyond && sc.seen[sc.target] == rankEnded
 }
 
@@ -113,11 +102,6 @@ func (sc *script) observe(wf *tinkv1.Workflow) {
 
 // result checks that the worker left the Workflow as driven.
 func (sc *script) result(wf *tinkv1.Workflow) error {
-	sc.mu.Lock()
-	defer sc.mu.Unlock()
-	if sc.foreign != "" {
-		return fmt.Errorf("the worker was served another Workflow too, opened during the drive, and started its %s; that Workflow is left where the worker put it", sc.foreign)
-	}
 	states := map[string]string{}
 	var all []string
 	for _, a := range tinkerbell.Actions(wf) {

@@ -26,6 +26,12 @@ import (
 // `fleetd enroll` against the machine's swtpm; the others are simulated by image, each writing
 // what it did into the machine's log. It returns nil when the Workflow succeeded, and the failing
 // action's error otherwise (an *ActionError: the Workflow is then failed, as Tinkerbell has it).
+//
+// The machine answers for one Workflow, while tink-server serves its worker every open one of its
+// MAC: a netboot that finds another open beside it is refused before the machine powers on,
+// naming both (onlyOpenWorkflow), and a container of a Workflow it did not find (one of another
+// device's or none, or opened during the netboot) is not run as the machine's action
+// (tinkerbell.RunWorker).
 func Netboot(ctx context.Context, info Info, name string, o StepOptions) error {
 	mc, err := openMachine(info, name, "netboot", o.Out)
 	if err != nil {
@@ -44,8 +50,12 @@ func Netboot(ctx context.Context, info Info, name string, o StepOptions) error {
 			return fmt.Errorf("netboot %s: %w", name, err)
 		}
 	}
-	wf, err := MachineWorkflow(ctx, kc, info.Namespace, worker)
+	open, err := machineWorkflows(ctx, kc, info.Namespace, worker)
 	if err != nil {
+		return fmt.Errorf("netboot %s: %w", name, err)
+	}
+	wf := &open[0]
+	if err := onlyOpenWorkflow(wf, open); err != nil {
 		return fmt.Errorf("netboot %s: %w", name, err)
 	}
 	if err := tinkerbell.WaitServable(ctx, kc, wf, info.Tinkerbell.ControllerLog); err != nil {
@@ -133,12 +143,25 @@ func (e *ActionError) Error() string {
 	return fmt.Sprintf("action %s %s: %s", e.Action, e.State, e.Message)
 }
 
-// MachineWorkflow finds the Workflow a worker with this MAC is served: the oldest one whose
-// hardwareMap device_1 is the MAC and that has not ended. Tinkerbell finds it through an index;
-// the stack looks first among the Workflows fleetd labelled with the machine's device id (one
-// small List), and reads every Workflow of the namespace only when none of those is open, so
-// that a netboot does not cost a List of the whole fleet's Workflows.
+// MachineWorkflow finds the Workflow a worker with this MAC is served first: the oldest one whose
+// hardwareMap device_1 is the MAC and that has not ended (machineWorkflows).
 func MachineWorkflow(ctx context.Context, c client.Client, namespace string, m Machine) (*tinkv1.Workflow, error) {
+	open, err := machineWorkflows(ctx, c, namespace, m)
+	if err != nil {
+		return nil, err
+	}
+	return &open[0], nil
+}
+
+// machineWorkflows finds the Workflows a worker with this MAC is served, oldest first, at least
+// one: those whose hardwareMap device_1 is the MAC and that have not ended. Tinkerbell finds them
+// through an index; the stack looks first among the Workflows fleetd labelled with the machine's
+// device id (one small List), and reads every Workflow of the namespace only when none of those
+// is open, so that a netboot does not cost a List of the whole fleet's Workflows. An open
+// Workflow for the MAC that carries another device's id or none is therefore not found beside an
+// open one of the device: tinkerbell.RunWorker stops the worker if it starts one of its
+// containers first.
+func machineWorkflows(ctx context.Context, c client.Client, namespace string, m Machine) ([]tinkv1.Workflow, error) {
 	if m.MAC == "" {
 		return nil, errors.New("the machine has no MAC in NetBox, so no worker id: Tinkerbell serves it nothing")
 	}
@@ -151,7 +174,7 @@ func MachineWorkflow(ctx context.Context, c client.Client, namespace string, m M
 			return nil, fmt.Errorf("list Workflows: %w", err)
 		}
 		if open := openFor(list.Items, m.MAC); len(open) > 0 {
-			return &open[0], nil
+			return open, nil
 		}
 	}
 	return nil, fmt.Errorf("%w for worker %s: no Workflow waits for this machine; ask for an action in NetBox and let fleetd accept it first", ErrNoWorkflow, m.MAC)

@@ -107,7 +107,11 @@ func DriveWorkflow(ctx context.Context, info Info, kc client.Client, wf *tinkv1.
 		return fmt.Errorf("drive Workflow %s: %w", wf.Name, err)
 	}
 	mac := wf.Spec.HardwareMap[workflows.MapMAC]
-	if err := onlyOpenWorkflow(ctx, kc, wf, mac); err != nil {
+	open, err := workerWorkflows(ctx, kc, wf.Namespace, mac)
+	if err == nil {
+		err = onlyOpenWorkflow(wf, open)
+	}
+	if err != nil {
 		return fmt.Errorf("drive Workflow %s: %w", wf.Name, err)
 	}
 	mc.say("worker %s runs Workflow %s with scripted containers, no machine (%s)", mac, wf.Name, d)
@@ -135,21 +139,34 @@ func (d Drive) String() string {
 	return verb
 }
 
-// onlyOpenWorkflow refuses a drive when the worker id has an open Workflow besides wf: tink-server
-// serves a worker every PENDING or RUNNING Workflow of its id, so the worker would run that one
-// with the drive's scripted containers too.
-func onlyOpenWorkflow(ctx context.Context, kc client.Client, wf *tinkv1.Workflow, mac string) error {
+// workerWorkflows lists the namespace's open Workflows for a worker id (openFor), for a drive,
+// which refuses to run with another one open (onlyOpenWorkflow).
+func workerWorkflows(ctx context.Context, kc client.Client, namespace, mac string) ([]tinkv1.Workflow, error) {
 	var list tinkv1.WorkflowList
-	if err := kc.List(ctx, &list, client.InNamespace(wf.Namespace)); err != nil {
-		return fmt.Errorf("list Workflows: %w", err)
+	if err := kc.List(ctx, &list, client.InNamespace(namespace)); err != nil {
+		return nil, fmt.Errorf("list Workflows: %w", err)
 	}
-	for _, o := range openFor(list.Items, mac) {
+	return openFor(list.Items, mac), nil
+}
+
+// onlyOpenWorkflow refuses to run wf when open, the open Workflows of its worker id, holds
+// another: tink-server serves a worker every PENDING or RUNNING Workflow of its id and
+// tink-worker runs them one after another (tink v0.12.2 ProcessWorkflowActions), while the
+// stack's machine and a drive's script answer for wf alone (tinkerbell.RunWorker leaves another
+// Workflow's containers where the worker put them), so the other Workflow would be left RUNNING.
+// Nothing has run when it refuses.
+func onlyOpenWorkflow(wf *tinkv1.Workflow, open []tinkv1.Workflow) error {
+	var others []string
+	for _, o := range open {
 		if o.Name != wf.Name {
-			return fmt.Errorf("worker %s also has Workflow %s open (state %q), which tink-server would serve it too: end that one first, or delete it (kubectl -n %s delete workflow %s)",
-				mac, o.Name, o.Status.State, o.Namespace, o.Name)
+			others = append(others, fmt.Sprintf("%s (state %q)", o.Name, o.Status.State))
 		}
 	}
-	return nil
+	if len(others) == 0 {
+		return nil
+	}
+	return fmt.Errorf("worker %s has Workflow %s open and also %s, and tink-server would serve the worker each of them: let the stale one end, or delete it (kubectl -n %s delete workflow NAME)",
+		wf.Spec.HardwareMap[workflows.MapMAC], wf.Name, strings.Join(others, ", "), wf.Namespace)
 }
 
 // driveTarget is the action the drive stops at ("" for the end): the named one, which must

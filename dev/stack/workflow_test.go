@@ -132,7 +132,8 @@ func failWorkflow(t testing.TB, device, name, action, message string) {
 }
 
 // TestDriveWorkflowRefusals: a drive refuses, before any worker starts, what tink-server would
-// not serve, and a drive resumes a Workflow where the real worker left it.
+// not serve, and a drive resumes a Workflow where the real worker left it. A drive and the
+// machine's netboot refuse alike a worker id with two open Workflows.
 func TestDriveWorkflowRefusals(t *testing.T) {
 	needStack(t)
 	dev := "extra-016"
@@ -142,26 +143,36 @@ func TestDriveWorkflowRefusals(t *testing.T) {
 	wf := waitWorkflow(t, dev, name)
 	kc, info := testStack.Kube(), testStack.Info()
 	workerLog := filepath.Join(info.Machines[dev].Dir, stack.MachineWorkerLog)
-	refused := func(t *testing.T, drive stack.Drive, want string) {
+	refusedBy := func(t *testing.T, what string, run func() error, want string) {
 		t.Helper()
 		before := fileSize(t, workerLog)
-		if err := stack.DriveWorkflow(tctx(t), info, kc, wf, drive); err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("drive %s: got %v, want an error saying %q", drive, err, want)
+		if err := run(); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: got %v, want an error saying %q", what, err, want)
 		}
 		if after := fileSize(t, workerLog); after != before {
-			t.Errorf("drive %s: the worker's log grew from %d to %d bytes, want no worker started", drive, before, after)
+			t.Errorf("%s: the worker's log grew from %d to %d bytes, want no worker started", what, before, after)
 		}
+	}
+	refused := func(t *testing.T, drive stack.Drive, want string) {
+		t.Helper()
+		refusedBy(t, "drive "+drive.String(), func() error { return stack.DriveWorkflow(tctx(t), info, kc, wf, drive) }, want)
 	}
 	t.Run("refuse/unknown-action", func(t *testing.T) {
 		refused(t, stack.Drive{Fail: true, Action: "write-image"}, `no action "write-image"`)
 	})
 	t.Run("refuse/another-open-workflow", func(t *testing.T) {
-		other := &tinkv1.Workflow{ObjectMeta: metav1.ObjectMeta{Namespace: wf.Namespace, Name: name + "-other"},
+		// A newer Workflow of the device for its MAC, as fleetd's for a later request would be:
+		// tink-server would serve the worker both, and its machine answers for one. Without the
+		// refusal the netboot ran the older one's containers (and, served first, the newer
+		// one's) as the older one's actions.
+		other := &tinkv1.Workflow{ObjectMeta: metav1.ObjectMeta{Namespace: wf.Namespace, Name: name + "-other", Labels: wf.Labels},
 			Spec: tinkv1.WorkflowSpec{TemplateRef: wf.Spec.TemplateRef, HardwareRef: wf.Spec.HardwareRef, HardwareMap: wf.Spec.HardwareMap}}
 		if err := kc.Create(tctx(t), other); err != nil {
 			t.Fatal(err)
 		}
-		refused(t, stack.Drive{}, "also has Workflow "+other.Name+" open")
+		want := "has Workflow " + name + " open and also " + other.Name + " (state "
+		refused(t, stack.Drive{}, want)
+		refusedBy(t, "netboot", func() error { return step(t, stack.Netboot, dev, stack.StepOptions{}) }, want)
 		if err := kc.Delete(tctx(t), other); err != nil {
 			t.Fatal(err)
 		}

@@ -65,6 +65,12 @@ type RunOptions struct {
 // says so, and stops both: a worker runs only while its machine netboots, so that a large fleet
 // does not poll tink-server. A Workflow reset under the worker (an action seen started PENDING
 // again) is an error saying so.
+//
+// o.Run sees only wf's containers. tink-server serves a worker every PENDING or RUNNING Workflow
+// of its id, and tink-worker runs them one after another (cmd/tink-worker/worker
+// ProcessWorkflowActions), while o.Run answers for wf alone: a container of another Workflow is
+// left where the worker put it (its action RUNNING, as on a machine switched off), and, when wf
+// has not ended, RunWorker stops the worker and fails naming that Workflow.
 func RunWorker(ctx context.Context, c client.Client, wf *tinkv1.Workflow, o RunOptions) error {
 	// A unix socket path is at most 107 bytes; the log's directory may be deeper than that.
 	sockDir, err := os.MkdirTemp("", "tink-worker-docker-")
@@ -77,7 +83,8 @@ func RunWorker(ctx context.Context, c client.Client, wf *tinkv1.Workflow, o RunO
 		return fmt.Errorf("open the worker's log: %w", err)
 	}
 	defer lf.Close()
-	engine, err := dockerapi.Start(filepath.Join(sockDir, "docker.sock"), o.Run, zerolog.New(lf).With().Timestamp().Str("component", "dockerapi").Logger())
+	own := newOwnContainers(wf, o.Run)
+	engine, err := dockerapi.Start(filepath.Join(sockDir, "docker.sock"), own.run, zerolog.New(lf).With().Timestamp().Str("component", "dockerapi").Logger())
 	if err != nil {
 		return err
 	}
@@ -97,6 +104,9 @@ func RunWorker(ctx context.Context, c client.Client, wf *tinkv1.Workflow, o RunO
 			}
 			if Ended(wf) || (o.Stop != nil && o.Stop(wf)) {
 				return nil
+			}
+			if err := own.err(); err != nil {
+				return fmt.Errorf("%w; see the worker's log %s", err, o.Log)
 			}
 		}
 		select {

@@ -2,6 +2,7 @@ package tinkerbell_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -67,7 +68,8 @@ tasks:
 // TestRealWorkerRunsWorkflow runs a Workflow through Tinkerbell's own tink-controller,
 // tink-server and tink-worker, with the worker's containers run by dockerapi: the worker runs
 // the actions in order with the task's and action's environment and the /workflow bind, each
-// action's exit code decides its state, and a failure ends the Workflow at that action.
+// action's exit code decides its state, and a failure ends the Workflow at that action. RunWorker
+// passes its runner only its Workflow's containers.
 func TestRealWorkerRunsWorkflow(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -152,19 +154,28 @@ func TestRealWorkerRunsWorkflow(t *testing.T) {
 		t.Fatal(err)
 	}
 	no := false
-	hw := &tinkv1.Hardware{ObjectMeta: metav1.ObjectMeta{Name: "node-a", Namespace: ns}, Spec: tinkv1.HardwareSpec{
-		Interfaces: []tinkv1.Interface{{DHCP: &tinkv1.DHCP{MAC: mac}, Netboot: &tinkv1.Netboot{AllowPXE: &no, AllowWorkflow: &no}}}}}
-	if err := c.Create(ctx, hw); err != nil {
-		t.Fatal(err)
+	hardware := func(name, mac string) *tinkv1.Hardware {
+		hw := &tinkv1.Hardware{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: tinkv1.HardwareSpec{
+			Interfaces: []tinkv1.Interface{{DHCP: &tinkv1.DHCP{MAC: mac}, Netboot: &tinkv1.Netboot{AllowPXE: &no, AllowWorkflow: &no}}}}}
+		if err := c.Create(ctx, hw); err != nil {
+			t.Fatal(err)
+		}
+		return hw
 	}
-	run := func(t *testing.T, name string) *tinkv1.Workflow {
+	hw := hardware("node-a", mac)
+	create := func(t *testing.T, name, node, mac string) *tinkv1.Workflow {
 		t.Helper()
 		wf := &tinkv1.Workflow{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: tinkv1.WorkflowSpec{TemplateRef: "t",
-			HardwareRef: "node-a", HardwareMap: map[string]string{"device_1": mac, "device_name": "node-a"},
+			HardwareRef: node, HardwareMap: map[string]string{"device_1": mac, "device_name": node},
 			BootOptions: tinkv1.BootOptions{ToggleAllowNetboot: true}}}
 		if err := c.Create(ctx, wf); err != nil {
 			t.Fatal(err)
 		}
+		return wf
+	}
+	run := func(t *testing.T, name string) *tinkv1.Workflow {
+		t.Helper()
+		wf := create(t, name, "node-a", mac)
 		deadline := time.Now().Add(90 * time.Second)
 		for time.Now().Before(deadline) {
 			if err := c.Get(ctx, client.ObjectKeyFromObject(wf), wf); err != nil {
@@ -238,6 +249,45 @@ func TestRealWorkerRunsWorkflow(t *testing.T) {
 		}
 		if !strings.Contains(string(b), `"container":"action_second","exit_code":3,"output":"2 disks have serial S1; refusing to choose\n"`) {
 			t.Errorf("the Docker API's log does not hold the failed container's exit code and output:\n%s", b)
+		}
+	})
+	t.Run("refuse/a-container-of-another-workflow", func(t *testing.T) {
+		// RunWorker runs a worker for wf-mine whose id tink-server serves wf-theirs only (its
+		// MAC): deterministically what a machine sees when tink-server serves its worker another
+		// open Workflow first. Its container is not the machine's to answer: RunWorker stops
+		// the worker and names it, and that Workflow's action is left RUNNING.
+		const macB, macC = "3c:ec:ef:4c:4f:55", "3c:ec:ef:4c:4f:56"
+		hardware("node-b", macB)
+		hardware("node-c", macC)
+		theirs := create(t, "wf-theirs", "node-b", macB)
+		mine := create(t, "wf-mine", "node-c", macC)
+		if err := tinkerbell.WaitPrepared(ctx, c, mine); err != nil {
+			t.Fatal(err)
+		}
+		bin, err := tinkerbell.Tool(root, "tink-worker")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var answered ran
+		err = tinkerbell.RunWorker(ctx, c, mine, tinkerbell.RunOptions{Worker: bin, Server: ts.Addr, ID: macB,
+			Log: filepath.Join(dir, "tink-worker-b.log"), ControllerLog: filepath.Join(dir, "tink-controller.log"),
+			Run: func(_ context.Context, ctr dockerapi.Container) (string, int) {
+				answered.mu.Lock()
+				answered.runs = append(answered.runs, ctr)
+				answered.mu.Unlock()
+				return "ran\n", 0
+			}})
+		if !errors.Is(err, tinkerbell.ErrOtherWorkflow) || !strings.Contains(err.Error(), "container action_first of Workflow "+ns+"/wf-theirs before Workflow "+ns+"/wf-mine ended") {
+			t.Errorf("RunWorker = %v, want ErrOtherWorkflow naming wf-theirs's container and wf-mine", err)
+		}
+		if got := answered.names(); len(got) != 0 {
+			t.Errorf("the machine answered containers %v, want none", got)
+		}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(theirs), theirs); err != nil {
+			t.Fatal(err)
+		}
+		if a := theirs.Status.Tasks[0].Actions; theirs.Status.State != tinkv1.WorkflowStateRunning || a[0].Status != tinkv1.WorkflowStateRunning {
+			t.Errorf("wf-theirs is %s (%s), want RUNNING at its first action, where the worker left it", theirs.Status.State, actionStates(theirs))
 		}
 	})
 }
