@@ -54,3 +54,43 @@ func TestDecommissionDuringRequest(t *testing.T) {
 		})
 	}
 }
+
+// TestDecommissioningAfterRetirement: the status decommissioning asks for a retirement only of a
+// device whose last request was not one (docs/design.md §1): fleetd reads NetBox as it is, where a
+// retired device that the owner set planned and decommissioning again looks as before, so it is
+// not retired again, nor is a failed retirement retried by the status; desired_action=wipe
+// retries it. (The chaos checker expected a second retirement after such a round trip.)
+func TestDecommissioningAfterRetirement(t *testing.T) {
+	ctx := context.Background()
+	rows := []struct {
+		name        string
+		state       State
+		desired     Action
+		wantRetired bool // a new retirement is taken
+	}{
+		{"ok/retired stays retired", StateRetired, ActionNone, false},
+		{"ok/a failed retirement is not retried by the status", StateFailed, ActionNone, false},
+		{"ok/desired_action wipe retries the retirement", StateFailed, ActionWipe, true},
+	}
+	for _, r := range rows {
+		t.Run(r.name, func(t *testing.T) {
+			d := fleettest.Declared(12, "node-a")
+			const last = "retire-aaaaaaaa"
+			d.Status, d.Owned.State, d.Owned.Request, d.Declared.DesiredAction = StatusDecommissioning, r.state, last, r.desired
+			d.Owned.Workflow = WorkflowName("node-a", last)
+			inv, inst := fleettest.NewInventory(d), fleettest.NewInstaller()
+			s := newTestService(inv, inst)
+			if _, err := s.Reconcile(ctx, 12); err != nil {
+				t.Fatal(err)
+			}
+			got := inv.Get(12)
+			retired := got.Owned.Request != last && RequestAction(got.Owned.Request) == ActionRetire && got.Owned.State == StatePending
+			if retired != r.wantRetired || (!r.wantRetired && (got.Owned.State != r.state || got.Owned.Request != last)) {
+				t.Errorf("fleet_state %q request %q; want a new retirement taken: %t", got.Owned.State, got.Owned.Request, r.wantRetired)
+			}
+			if NeedsAttention(d) != r.wantRetired {
+				t.Errorf("NeedsAttention = %t, want %t", NeedsAttention(d), r.wantRetired)
+			}
+		})
+	}
+}

@@ -79,7 +79,13 @@ func (e *evidence) history(d stack.OwnerDevice) *history {
 		}
 		pre, post := snapOf(ch.PreChange), snapOf(ch.PostChange)
 		if !byFleetd {
-			if pre.status != "decommissioning" && post.status == "decommissioning" {
+			// The owner's move to decommissioning asks for a retirement unless the device's last
+			// request was one (it is retired, or its retirement failed, which desired_action=wipe
+			// retries: docs/design.md §1): fleetd reads NetBox as it is now, where a retired
+			// device set planned and decommissioning again is what it was before.
+			last, _ := view["fleet_request"].(string)
+			lastRetired := requestAction(last) == "retire"
+			if pre.status != "decommissioning" && post.status == "decommissioning" && !lastRetired {
 				h.decomPending, h.decomSince = true, ch.Time
 			}
 			h.ownerAsks(pre, post, view)

@@ -54,7 +54,7 @@ type plantRow struct {
 	wantWhat string
 }
 
-const r1, r2, w1, a1 = "provision-aaaaaaaa", "provision-bbbbbbbb", "wipe-cccccccc", "attest-dddddddd"
+const r1, r2, w1, a1, rt1 = "provision-aaaaaaaa", "provision-bbbbbbbb", "wipe-cccccccc", "attest-dddddddd", "retire-eeeeeeee"
 
 // copyBeforeClaim is the custom_fields of a device read between the owner's provision request
 // and fleetd's claim, saved whole by a client that changed tpm (pynetbox's Record.save()).
@@ -114,6 +114,18 @@ func promiseRows() []plantRow {
 			f.cleanProvision(r1)
 			f.owner(`{"status": "decommissioning"}`)
 		}, chaos.PartTerminal, "no retirement was ever taken"},
+		{"ok/a retired device set planned and decommissioning again is not retired again", true, func(f *fixture) {
+			f.cleanProvision(r1)
+			f.owner(`{"status": "decommissioning"}`)
+			f.claim(rt1, "")
+			f.fleetd(`{"custom_fields": {"fleet_state": "wiping"}}`)
+			disk := "disk=" + f.byID("sda")
+			f.record(rt1, "enrolled", disk)
+			f.record(rt1, "wipe", disk, "target=/dev/sda", "serial=SER-A")
+			f.fleetd(`{"custom_fields": {"fleet_state": "retired", "ldevid_serial": null, "lak_serial": null}}`)
+			f.owner(`{"status": "planned"}`)
+			f.owner(`{"status": "decommissioning"}`)
+		}, "", ""},
 		{"refuse/two Workflows for one request", true, func(f *fixture) {
 			f.cleanProvision(r1)
 			f.workflow(f.name+"-again", r1)
