@@ -1,11 +1,13 @@
 package stack_test
 
 import (
+	"context"
 	"net/http"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/folly-infra/fleetd/dev/netboxemu"
 	"github.com/folly-infra/fleetd/dev/stack"
@@ -78,11 +80,22 @@ func TestNetBoxUnreachable(t *testing.T) {
 
 // TestKubernetesUnreachable: with the API server stopped, fleetd still claims the request in
 // NetBox; it stays pending (never failed) through periodic reconciles, and its one Workflow is
-// created once the API server is back on the same data.
+// created once the API server is back on the same data. Meanwhile fleetd serves but is not
+// ready: WaitFleetdServing returns (the chaos renew step waits for it after a cut, under a
+// kube-stop of its schedule), WaitFleetdReady names Kubernetes.
 func TestKubernetesUnreachable(t *testing.T) {
 	needStack(t)
 	dev := "extra-012"
 	stopKube(t)
+	if err := testStack.WaitFleetdServing(tctx(t)); err != nil {
+		t.Errorf("WaitFleetdServing with the API server stopped: %v, want fleetd serving", err)
+	}
+	notReady, cancel := context.WithTimeout(tctx(t), 3*time.Second)
+	err := testStack.WaitFleetdReady(notReady)
+	cancel()
+	if err == nil || !strings.Contains(err.Error(), `"kubernetes"`) {
+		t.Errorf("WaitFleetdReady with the API server stopped: %v, want it to wait for Kubernetes", err)
+	}
 	ask(t, dev, "provision")
 	d := waitState(t, dev, "pending")
 	runs := reconcileRuns(t)

@@ -107,17 +107,21 @@ func waitNewPID(ctx context.Context, in FleetdInstance, oldPID int) (int, error)
 	}
 }
 
-// waitFleetdReady waits until every instance is ready (waitInstanceReady) and, with several, the
-// front answers too.
-func waitFleetdReady(ctx context.Context, info Info) error {
+// waitFleetdReady waits until every instance is ready (its https URL's /readyz) and, with
+// several, the front answers too.
+func waitFleetdReady(ctx context.Context, info Info) error { return waitFleetd(ctx, info, "/readyz") }
+
+// waitFleetd waits until every instance and, with several, the front answer 200 on their https
+// URL's path and their plain listener's /healthz.
+func waitFleetd(ctx context.Context, info Info, path string) error {
 	all := info.Fleetd.instances()
 	for _, in := range all {
-		if err := waitInstanceReady(ctx, info, in); err != nil {
+		if err := waitURLs(ctx, info, in.URL+path, in.HTTPURL, in.Log); err != nil {
 			return err
 		}
 	}
 	if len(all) > 1 {
-		return waitURLsReady(ctx, info, info.Fleetd.URL, info.Fleetd.HTTPURL, all[0].Log)
+		return waitURLs(ctx, info, info.Fleetd.URL+path, info.Fleetd.HTTPURL, all[0].Log)
 	}
 	return nil
 }
@@ -125,17 +129,19 @@ func waitFleetdReady(ctx context.Context, info Info) error {
 // waitInstanceReady polls GET /readyz on the instance's https URL (trusting the stack's CA)
 // until it answers 200, and then its plain listener's /healthz, where NetBox's webhooks arrive.
 func waitInstanceReady(ctx context.Context, info Info, in FleetdInstance) error {
-	return waitURLsReady(ctx, info, in.URL, in.HTTPURL, in.Log)
+	return waitURLs(ctx, info, in.URL+"/readyz", in.HTTPURL, in.Log)
 }
 
-func waitURLsReady(ctx context.Context, info Info, httpsURL, httpURL, logPath string) error {
+// waitURLs polls httpsURL (trusting the stack's CA), then httpURL's /healthz, until each answers
+// 200.
+func waitURLs(ctx context.Context, info Info, httpsURL, httpURL, logPath string) error {
 	ctx, cancel := withDefaultTimeout(ctx, readyTimeout)
 	defer cancel()
 	c, err := FleetdClient(info, 5*time.Second)
 	if err != nil {
 		return fmt.Errorf("wait for fleetd: %w", err)
 	}
-	for _, u := range []string{httpsURL + "/readyz", httpURL + "/healthz"} {
+	for _, u := range []string{httpsURL, httpURL + "/healthz"} {
 		if err := pollOK(ctx, c, u, logPath); err != nil {
 			return err
 		}
@@ -247,6 +253,14 @@ func (s *Stack) WaitNewFleetdInstance(ctx context.Context, k, oldPID int) (int, 
 // WaitFleetdReady waits until every fleetd instance answers /readyz with 200.
 func (s *Stack) WaitFleetdReady(ctx context.Context) error {
 	return waitFleetdReady(ctx, s.info)
+}
+
+// WaitFleetdServing waits until every fleetd instance (and, with several, the front) serves:
+// /healthz answers 200 on its https URL, where nodes check, and on its plain listener. Unlike
+// WaitFleetdReady it does not wait for NetBox and the Kubernetes API, which a fault may hold
+// down while the nodes' checks go on.
+func (s *Stack) WaitFleetdServing(ctx context.Context) error {
+	return waitFleetd(ctx, s.info, "/healthz")
 }
 
 // ReconfigureFleetd rewrites fleetd.yaml from the stack's options with change applied (the

@@ -107,7 +107,10 @@ func (r *Runner) renew(ctx context.Context, s Step) []Event {
 	if !written {
 		return out(idle(k, fmt.Errorf("the cut did not land after fleetd's renewal write (the check: %v)", cutErr)), kill)
 	}
-	if err := r.Stack.WaitFleetdReady(ctx); err != nil {
+	// The node checks again once fleetd serves (a killed instance was started again), whether
+	// or not it is ready: a kube-stop of the schedule may hold the Kubernetes API down, which
+	// a check does not use.
+	if err := r.Stack.WaitFleetdServing(ctx); err != nil {
 		return out(did(k, err), kill)
 	}
 	if err := check(ctx); err != nil {
