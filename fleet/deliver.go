@@ -53,52 +53,70 @@ func (s *Service) FetchConfig(ctx context.Context, f ConfigFetch) (NodeConfig, O
 	}
 	unlock := s.locks.lock(d.ID) // an optimization: the conditional write below is what decides
 	defer unlock()
-	var (
-		cfg     NodeConfig
-		refusal *Refusal
-		msg     string
-	)
-	now := s.clock.Now()
-	delivered, wrote, err := UpdateIfMatch(ctx, s.inv, d, func(d Device) (Patch, bool, error) {
-		cfg, refusal, msg = NodeConfig{}, nil, ""
-		class, ok := s.catalog.Class(d.Declared.Class)
-		if !ok {
-			refusal = Refuse(RefusedConflict, "class_unknown", "%s's class %q is no longer in classes.json", d.Name, d.Declared.Class)
-			return Patch{}, false, nil
+	fd := &fetchDecision{s: s, f: f, now: s.clock.Now()}
+	delivered, wrote, err := UpdateIfMatch(ctx, s.inv, d, fd.decide)
+	if err == nil && !wrote {
+		// A refusal is decided on the fields fleetd owns, which a copy another user saved back
+		// holds until fleetd puts its values back (docs/design.md §9): a copy of an older,
+		// delivered request answers config_delivered to a node whose configuration waits, and
+		// the node need not ask again. So the fetch is decided again on fleetd's own values.
+		if d, err = s.judgedOnOwnFields(ctx, delivered); err == nil {
+			delivered, wrote, err = UpdateIfMatch(ctx, s.inv, d, fd.decide)
 		}
-		if refusal = fetchRefusal(d, class, f, now); refusal != nil {
-			return Patch{}, false, nil
-		}
-		t, ok := Next(d.Owned.State, ActionProvision, EventDelivered)
-		if !ok {
-			return Patch{}, false, fmt.Errorf("deliver to %s: no transition from %q", d.Name, d.Owned.State)
-		}
-		node := NodeIdentity{UUID: strings.TrimSpace(f.ClaimedUUID), Serial: d.Owned.Identity.SMBIOSSerial, Files: d.Owned.Identity.NodeFiles()}
-		var err error
-		if cfg, err = s.renderer.Render(d, class, node); err != nil {
-			if errors.Is(err, ErrConfigRejected) {
-				refusal = &Refusal{Class: RefusedConflict, Code: "config_rejected", Err: err,
-					Msg: fmt.Sprintf("the configuration of %s would now be rejected by its OS (its declaration or class changed since it attested); provision it again", d.Name)}
-				return Patch{}, false, nil
-			}
-			return Patch{}, false, fmt.Errorf("render the configuration of %s: %w", d.Name, err)
-		}
-		msg = fmt.Sprintf("Delivered %s to %s at %s for request %s%s.", cfg.Summary, d.Name, f.RemoteAddr, d.Owned.Request, boundBy(d.Owned.Identity))
-		return transitionPatch(d, t, msg), true, nil
-	})
+	}
 	out = outcomeFor(delivered, RequestAction(delivered.Owned.Request), "deliver", "refused")
 	out.Detail = "from " + f.RemoteAddr.String()
 	switch {
 	case err != nil:
 		return NodeConfig{}, out, fmt.Errorf("deliver the configuration of %s: %w", d.Name, inventoryErr(err))
 	case !wrote:
-		return NodeConfig{}, out, s.refuseFetch(ctx, delivered, f, refusal, now)
+		return NodeConfig{}, out, s.refuseFetch(ctx, delivered, f, fd.refusal, fd.now)
 	}
 	s.metrics.requests.WithLabelValues(string(ActionProvision), "succeeded").Inc()
 	s.metrics.deliveries.WithLabelValues(string(f.Kind), "delivered").Inc()
-	s.journal(ctx, delivered, JournalSuccess, msg)
+	s.journal(ctx, delivered, JournalSuccess, fd.msg)
 	out.Result = "delivered"
-	return cfg, out, nil
+	return fd.cfg, out, nil
+}
+
+// fetchDecision decides a fetch on one read of the device (UpdateIfMatch's Decide) and keeps what
+// it decided last: the configuration and the delivery's journal message, or the refusal.
+type fetchDecision struct {
+	s   *Service
+	f   ConfigFetch
+	now time.Time
+
+	cfg     NodeConfig
+	refusal *Refusal
+	msg     string
+}
+
+func (fd *fetchDecision) decide(d Device) (Patch, bool, error) {
+	fd.cfg, fd.refusal, fd.msg = NodeConfig{}, nil, ""
+	class, ok := fd.s.catalog.Class(d.Declared.Class)
+	if !ok {
+		fd.refusal = Refuse(RefusedConflict, "class_unknown", "%s's class %q is no longer in classes.json", d.Name, d.Declared.Class)
+		return Patch{}, false, nil
+	}
+	if fd.refusal = fetchRefusal(d, class, fd.f, fd.now); fd.refusal != nil {
+		return Patch{}, false, nil
+	}
+	t, ok := Next(d.Owned.State, ActionProvision, EventDelivered)
+	if !ok {
+		return Patch{}, false, fmt.Errorf("deliver to %s: no transition from %q", d.Name, d.Owned.State)
+	}
+	node := NodeIdentity{UUID: strings.TrimSpace(fd.f.ClaimedUUID), Serial: d.Owned.Identity.SMBIOSSerial, Files: d.Owned.Identity.NodeFiles()}
+	var err error
+	if fd.cfg, err = fd.s.renderer.Render(d, class, node); err != nil {
+		if errors.Is(err, ErrConfigRejected) {
+			fd.refusal = &Refusal{Class: RefusedConflict, Code: "config_rejected", Err: err,
+				Msg: fmt.Sprintf("the configuration of %s would now be rejected by its OS (its declaration or class changed since it attested); provision it again", d.Name)}
+			return Patch{}, false, nil
+		}
+		return Patch{}, false, fmt.Errorf("render the configuration of %s: %w", d.Name, err)
+	}
+	fd.msg = fmt.Sprintf("Delivered %s to %s at %s for request %s%s.", fd.cfg.Summary, d.Name, fd.f.RemoteAddr, d.Owned.Request, boundBy(d.Owned.Identity))
+	return transitionPatch(d, t, fd.msg), true, nil
 }
 
 // refuseFetch answers a fetch the device's fields do not open. A configuration that can no longer

@@ -2,6 +2,7 @@ package fleet_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand"
 	"net/netip"
@@ -311,4 +312,81 @@ func TestPendingConfigsGauge(t *testing.T) {
 		t.Fatal(err)
 	}
 	gauge(0)
+}
+
+// TestFetchConfigJudgedOnOwnFields: a fetch refused on the fields fleetd owns is decided again
+// after what still stands of another user's write of them is put back (docs/design.md §9): a copy
+// read before the provision's claim, saved back whole just before the node's fetch, shows the
+// older, delivered request (fleet_state active), and the fetch answered 410 config_delivered for
+// a configuration never delivered, which the node need not ask for again (the chaos run, seed
+// 371253945). A refusal that stands on fleetd's own values is still answered, and a change log
+// that cannot be read is a 5xx the node asks again after, not a refusal.
+func TestFetchConfigJudgedOnOwnFields(t *testing.T) {
+	at := func(m int) time.Time { return testEpoch.Add(time.Duration(m) * time.Minute) }
+	d := fleettest.Declared(12, "node-a")
+	d.Status = StatusStaged
+	d.Owned = Owned{State: StateConfiguring, Request: "provision-aaaaaaaa", Workflow: "node-a-provision-aaaaaaaa", LAKSerial: "0c2d"}
+	fleetds := attested(d)
+	old := fleetds // the copy: the request before, delivered; the status is not written back
+	old.Owned = Owned{State: StateActive, Request: "provision-zzzzzzzz", Workflow: "node-a-provision-zzzzzzzz", LAKSerial: "0b1a"}
+	delivered := fleetds
+	delivered.Owned.State, delivered.Status = StateActive, StatusActive
+	f := ConfigFetch{Kind: KindTalos, ClaimedUUID: attestedUUID, RemoteAddr: netip.MustParseAddr("10.0.0.5")}
+	rows := []struct {
+		name      string
+		now       Device
+		changes   []DeviceChange
+		logErr    error
+		wantCode  string // "" = delivered
+		wantError bool   // an error that is no refusal (a 5xx)
+		wantState State
+		wantJourn []string
+	}{
+		{name: "ok/a copy written back before the fetch: fleetd's fields back, delivered", now: old,
+			changes: []DeviceChange{
+				{DeviceID: 12, User: "fleetd", Time: at(-2), Before: old, After: fleetds},
+				{DeviceID: 12, User: "owner", Time: at(-1), Before: fleetds, After: old},
+			},
+			wantState: StateActive,
+			wantJourn: []string{"warning: Fields owned by fleetd were written by owner (fleet_state, fleet_request, fleet_workflow, lak_serial, fleet_identity): restored.",
+				"success: Delivered Talos worker config for node-a"}},
+		{name: "refuse/delivered on fleetd's own values: 410 stands", now: delivered,
+			changes:  []DeviceChange{{DeviceID: 12, User: "fleetd", Time: at(-1), Before: fleetds, After: delivered}},
+			wantCode: "config_delivered", wantState: StateActive},
+		{name: "error/the change log cannot be read: 5xx, nothing written", now: old, logErr: errors.New("netbox down"),
+			wantError: true, wantState: StateActive},
+	}
+	for _, r := range rows {
+		t.Run(r.name, func(t *testing.T) {
+			inv := fleettest.NewInventory(r.now)
+			log := &fleettest.ChangeLog{Changes: r.changes, Err: r.logErr}
+			s := newLoggedService(inv, log)
+			cfg, _, err := s.FetchConfig(context.Background(), f)
+			ref, refused := AsRefusal(err)
+			switch {
+			case r.wantError:
+				if err == nil || refused {
+					t.Errorf("fetch: %v, want an error that is no refusal", err)
+				}
+			case r.wantCode != "":
+				if !refused || ref.Code != r.wantCode {
+					t.Errorf("fetch: %v, want the refusal %s", err, r.wantCode)
+				}
+			case err != nil || len(cfg.Body) == 0:
+				t.Errorf("fetch: %v, want the configuration delivered", err)
+			}
+			if got := inv.Get(12); got.Owned.State != r.wantState {
+				t.Errorf("fleet_state %q, want %q", got.Owned.State, r.wantState)
+			}
+			j := inv.JournalOf(12)
+			if len(j) != len(r.wantJourn) {
+				t.Fatalf("journal %q, want %d entries like %q", j, len(r.wantJourn), r.wantJourn)
+			}
+			for i, w := range r.wantJourn {
+				if !strings.Contains(j[i], w) {
+					t.Errorf("journal entry %d %q, want it to say %q", i, j[i], w)
+				}
+			}
+		})
+	}
 }
