@@ -37,6 +37,11 @@ type Decide func(d Device) (p Patch, write bool, err error)
 //		return fleet.Patch{Message: &msg}, true, nil
 //	})
 func UpdateIfMatch(ctx context.Context, inv Inventory, d Device, decide Decide) (Device, bool, error) {
+	return updateIfMatchReading(ctx, inv, d, decide, inv.Device)
+}
+
+// updateIfMatchReading is UpdateIfMatch that reads the device again after a conflict with reread.
+func updateIfMatchReading(ctx context.Context, inv Inventory, d Device, decide Decide, reread func(context.Context, int64) (Device, error)) (Device, bool, error) {
 	id := d.ID
 	for attempt := 0; ; attempt++ {
 		p, write, err := decide(d)
@@ -52,7 +57,7 @@ func UpdateIfMatch(ctx context.Context, inv Inventory, d Device, decide Decide) 
 		if !errors.Is(err, ErrConflict) || attempt >= maxConflicts {
 			return d, false, err
 		}
-		if d, err = inv.Device(ctx, id); err != nil {
+		if d, err = reread(ctx, id); err != nil {
 			return d, false, fmt.Errorf("re-read device %d after a conflicting write: %w", id, err)
 		}
 	}

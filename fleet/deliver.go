@@ -60,9 +60,7 @@ func (s *Service) FetchConfig(ctx context.Context, f ConfigFetch) (NodeConfig, O
 		// holds until fleetd puts its values back (docs/design.md §9): a copy of an older,
 		// delivered request answers config_delivered to a node whose configuration waits, and
 		// the node need not ask again. So the fetch is decided again on fleetd's own values.
-		if d, err = s.judgedOnOwnFields(ctx, delivered); err == nil {
-			delivered, wrote, err = UpdateIfMatch(ctx, s.inv, d, fd.decide)
-		}
+		delivered, wrote, err = s.updateOnOwnFields(ctx, delivered, fd.decide)
 	}
 	out = outcomeFor(delivered, RequestAction(delivered.Owned.Request), "deliver", "refused")
 	out.Detail = "from " + f.RemoteAddr.String()

@@ -191,3 +191,24 @@ func (s *Service) judgedOnOwnFields(ctx context.Context, d Device) (Device, erro
 	}
 	return cur, nil
 }
+
+// updateOnOwnFields is UpdateIfMatch for an event of a running request, decided on the device
+// judged on fleetd's own values (judgedOnOwnFields) first and again after every conflict: a
+// conflict is another save, and another user's copy that lands between the change-log check and
+// the write would otherwise be decided on as fleetd's (the two-instance chaos run, seed
+// 317628280: re-read after the other instance recorded a wipe's success, a copy written back with
+// fleet_state pending made this instance fail the wiped request). A conflict costs one change-log
+// read more.
+func (s *Service) updateOnOwnFields(ctx context.Context, d Device, decide Decide) (Device, bool, error) {
+	d, err := s.judgedOnOwnFields(ctx, d)
+	if err != nil {
+		return d, false, err
+	}
+	return updateIfMatchReading(ctx, s.inv, d, decide, func(ctx context.Context, id int64) (Device, error) {
+		cur, err := s.inv.Device(ctx, id)
+		if err != nil {
+			return cur, err
+		}
+		return s.judgedOnOwnFields(ctx, cur)
+	})
+}

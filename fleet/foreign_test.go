@@ -157,3 +157,37 @@ func TestWrittenBackRequestNotCarriedOutTwice(t *testing.T) {
 			inst.Creates(), got.Owned.Request, claimed.Owned.Request, got.Declared.DesiredAction)
 	}
 }
+
+// TestCopyWrittenBackDuringTheWrite: an event of the running request is judged on fleetd's own
+// values again when its conditional write meets a conflict: another user's copy written back
+// after the change-log check and before the write (the two-instance chaos run, seed 317628280:
+// the other instance recorded the wipe's success, a copy read before the attestation then put
+// fleet_state pending back, and this instance's Workflow event, re-read after the conflict, failed
+// the wiped request as a Workflow that succeeded without an attestation). The copy is undone and
+// the event recorded on fleetd's values.
+func TestCopyWrittenBackDuringTheWrite(t *testing.T) {
+	ctx := context.Background()
+	d := fleettest.Declared(12, "node-a")
+	d.Status = StatusActive
+	d.Owned = Owned{State: StateWiping, Request: "wipe-aaaaaaaa", Workflow: "node-a-wipe-aaaaaaaa", Message: "Attested node-a for wipe request wipe-aaaaaaaa."}
+	copyRead := d // read before the attestation
+	copyRead.Owned.State, copyRead.Owned.Message = StatePending, "wipe accepted as request wipe-aaaaaaaa."
+	inv := fleettest.NewInventory(d)
+	log := &fleettest.ChangeLog{}
+	inv.ConflictOnce[12] = func(cur *Device) { // the copy lands between the check and the write
+		cur.Owned.State, cur.Owned.Message = copyRead.Owned.State, copyRead.Owned.Message
+		log.Changes = append(log.Changes, DeviceChange{DeviceID: 12, User: "owner", Time: testEpoch, Before: d, After: copyRead})
+	}
+	s := newLoggedService(inv, log)
+	if _, err := s.WorkflowChanged(ctx, 12, WorkflowStatus{Name: d.Owned.Workflow, Phase: WorkflowSucceeded}); err != nil {
+		t.Fatal(err)
+	}
+	got := inv.Get(12)
+	if got.Owned.State != StateWiped || got.Status != StatusOffline {
+		t.Errorf("after the Workflow's success: fleet_state %q status %q (%s), want wiped offline", got.Owned.State, got.Status, got.Owned.Message)
+	}
+	j := inv.JournalOf(12)
+	if len(j) != 2 || !strings.Contains(j[0], "written by owner (fleet_state, fleet_message): restored") || !strings.Contains(j[1], "succeeded: disk") {
+		t.Errorf("journal %q, want the copy restored, then the wipe's success", j)
+	}
+}

@@ -254,14 +254,12 @@ func (s *Service) applyWith(ctx context.Context, d Device, action Action, ev Eve
 func (s *Service) applyRecorded(ctx context.Context, d Device, action Action, ev Event, msg string, p Patch) (Outcome, bool, error) {
 	out := outcomeFor(d, action, string(ev), "no-change")
 	req := d.Owned.Request
-	d, err := s.judgedOnOwnFields(ctx, d)
-	if err != nil || d.Owned.Request != req {
-		return out, false, err // another user's copy had put back an older request: undone, nothing to record
-	}
 	var t Transition
-	got, wrote, err := UpdateIfMatch(ctx, s.inv, d, func(d Device) (Patch, bool, error) {
-		// The event is the request's: after a conflict it applies only while the device is on
-		// the same request, and only if it still means a move from the state it is in now.
+	got, wrote, err := s.updateOnOwnFields(ctx, d, func(d Device) (Patch, bool, error) {
+		// The event is the request's, judged on fleetd's own values: it applies only while the
+		// device is on the same request (another user's copy that had put back an older request
+		// is undone, and nothing is recorded), and only if it still means a move from the state
+		// it is in now.
 		var ok bool
 		if d.Owned.Request != req {
 			return Patch{}, false, nil
