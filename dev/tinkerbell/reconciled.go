@@ -88,8 +88,9 @@ func lineTime(line []byte) (time.Time, bool) {
 }
 
 // nudgeAfter is how long WaitReconciled waits for the prepared reconcile before it nudges
-// tink-controller into one, and between nudges.
-const nudgeAfter = 2 * time.Second
+// tink-controller into one, and between nudges: a nudge is one small patch, and the reconcile it
+// brings takes the controller milliseconds.
+const nudgeAfter = 500 * time.Millisecond
 
 // WaitReconciled waits until tink-controller's log (controllerLog, the file StartController
 // appends to) shows a reconcile that read wf prepared, and so until no reconcile can render wf
