@@ -26,7 +26,8 @@ type Config struct {
 	// URL is NetBox's base URL, e.g. https://netbox.example (without /api).
 	URL string
 	// Token is an API token: a v1 plaintext or a v2 "nbt_<key>.<token>"; it is sent as
-	// "Authorization: Token <Token>", which NetBox ≥ 4.5 accepts for both (reference/netbox.md §3.1).
+	// "Authorization: Token <Token>", which NetBox ≥ 4.5 accepts for both (its
+	// netbox/netbox/api/authentication.py picks v2 by the nbt_ prefix, not by the keyword).
 	Token string
 	// HTTPClient supplies the transport and the per-attempt timeout (default: a pooled client
 	// with Timeout).
@@ -112,7 +113,7 @@ func checkRetry(ctx context.Context, resp *http.Response, err error) (bool, erro
 }
 
 // ifMatchKey carries the If-Match value of one conditional write from Update to the transport
-// (go-netbox has no per-request header option, reference/netbox.md §4).
+// (go-netbox v4.3.0's generated API has no per-request header option).
 type ifMatchKey struct{}
 
 type ifMatchTransport struct {

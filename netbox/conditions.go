@@ -8,9 +8,10 @@ import (
 	"strings"
 )
 
-// Conditions is one node of NetBox's event-rule condition language (reference/netbox.md §2.2,
-// NB@v4.6.8:netbox/extras/conditions.py): either a set, {"and": [...]} or {"or": [...]}, whose
-// members are sets or leaves, or a single leaf {"attr", "value", "op", "negate"}.
+// Conditions is one node of NetBox's event-rule condition language
+// (NB@v4.6.8:netbox/extras/conditions.py; NetBox's Conditions docs): either a set, {"and": [...]}
+// or {"or": [...]}, whose members are sets or leaves, or a single leaf {"attr", "value", "op",
+// "negate"}.
 type Conditions struct {
 	Logic string       // LogicAnd or LogicOr for a set; "" for a leaf
 	Rules []Conditions // the members of a set

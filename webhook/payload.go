@@ -9,9 +9,10 @@ import (
 )
 
 // payload is NetBox's default webhook body, in every shape from NetBox 4.3 to 4.7
-// (reference/netbox.md §1.2): `model` (≤ 4.4) or `object_type` (≥ 4.4); `username`/`request_id`
-// (≤ 4.6) or `request` (≥ 4.6). Only what fleetd needs is decoded: a webhook is a hint to re-read
-// the device, never a source of truth (docs/design.md §2).
+// (send_webhook in NetBox's netbox/extras/webhooks.py, v4.3.0 to v4.7.0-beta1): `model` (≤ 4.4)
+// or `object_type` (≥ 4.4); `username`/`request_id` (≤ 4.6) or `request` (≥ 4.6). Only what
+// fleetd needs is decoded: a webhook is a hint to re-read the device, never a source of truth
+// (docs/design.md §2).
 type payload struct {
 	Event      string          `json:"event"`
 	Model      string          `json:"model"`

@@ -1,6 +1,7 @@
 // Package webhook is NetBox → fleetd: it reads the body within the cap of its route (the handlers'
 // route table), verifies NetBox's HMAC signature over the raw bytes before anything is parsed, decodes the event in any NetBox 4.3–4.7 shape, and hands a
-// "re-read this device" trigger to the fleet service (docs/design.md §2, §6; reference/netbox.md §1, §7).
+// "re-read this device" trigger to the fleet service (docs/design.md §2, §6; NetBox 4.6.8
+// netbox/extras/webhooks.py).
 //
 // A verified event is answered 202 as soon as it is queued; a pool of workers (Run) does the
 // re-read and the decision. A full queue is answered 503 with Retry-After, and the periodic
@@ -334,7 +335,8 @@ func notFleetdOwned(owned map[string]bool, pre, post map[string]any) map[string]
 }
 
 // signed compares the hex HMAC-SHA512 of body with the header in constant time
-// (reference/netbox.md §1.4: lowercase hex, no prefix, over the exact body bytes).
+// (NetBox 4.6.8 netbox/extras/webhooks.py, generate_signature: lowercase hex, no prefix, over the
+// exact body bytes).
 func (in *Intake) signed(body []byte, header string) bool {
 	got, err := hex.DecodeString(header)
 	if err != nil || len(got) != sha512.Size {

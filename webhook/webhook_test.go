@@ -43,9 +43,9 @@ func sign(body []byte) string {
 	return hex.EncodeToString(m.Sum(nil))
 }
 
-// The bodies below follow reference/netbox.md §1.2 for each NetBox version: python json.dumps
-// separators, `model` up to 4.4, `object_type` from 4.4, `request` from 4.6, no
-// username/request_id in 4.7.
+// The bodies below follow NetBox's netbox/extras/webhooks.py send_webhook at each version's
+// tag: python json.dumps separators, `model` up to 4.4, `object_type` from 4.4, `request` from
+// 4.6, no username/request_id in 4.7.
 var (
 	body43          = `{"event": "updated", "timestamp": "2026-03-06T15:11:23.503186+00:00", "model": "device", "username": "admin", "request_id": "17af32f0-852d-4b3f-8c6e-7c5f9e0a0a11", "data": {"id": 12, "name": "node-a", "custom_fields": {"desired_action": "provision"}}, "snapshots": {"prechange": {"name": "node-a", "custom_fields": {}}, "postchange": {"name": "node-a", "custom_fields": {"desired_action": "provision"}}}}`
 	body46          = `{"event": "updated", "timestamp": "2026-03-06T15:11:23.503186+00:00", "object_type": "dcim.device", "username": "admin", "request_id": "17af", "data": {"id": 12, "name": "node-a", "status": {"value": "planned", "label": "Planned"}}, "snapshots": {"prechange": {"status": "planned"}, "postchange": {"status": "planned"}}, "request": {"id": "17af", "method": "PATCH", "path": "/api/dcim/devices/12/", "user": "admin"}}`

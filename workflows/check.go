@@ -46,7 +46,8 @@ const (
 )
 
 // CheckTemplate applies fleetd's own requirements to a rendered Template, beyond what
-// Tinkerbell checks (tinkerbell-talos.md §1 lifecycle 6 and §1 "Use one task"):
+// Tinkerbell checks (tink v0.12.2's processRunningWorkflow; one task, as tink#479 and the newer
+// tinkerbell/tinkerbell's tink/controller/internal/workflow/convert.go require):
 //   - global_timeout and every action's timeout are set and positive (0 makes tink-controller
 //     time the Workflow out on its first RUNNING reconcile);
 //   - exactly one task, whose worker is the device's MAC (hardwareMap device_1), or no worker

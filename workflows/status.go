@@ -18,7 +18,8 @@ import (
 // The Workflow is read as unstructured JSON so that both Tinkerbell generations are understood:
 // tink v0.12.2 (STATE_SUCCESS, actions[].status, status.templateRending) and the newer
 // tinkerbell/tinkerbell (SUCCESS, actions[].state, status.templateRendering,
-// status.currentState.actionName); see tinkerbell-talos.md §1.
+// status.currentState.actionName); see docs/design.md §3, tink v0.12.2's
+// api/v1alpha1/workflow_types.go and tinkerbell/tinkerbell's api/v1alpha1/tinkerbell/workflow.go.
 func (in *Installer) Workflow(ctx context.Context, name string) (fleet.WorkflowStatus, error) {
 	u, err := in.k.get(ctx, workflowResource, name)
 	err = in.observe("get_workflow", err)

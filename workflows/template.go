@@ -22,7 +22,7 @@ type Rendered struct {
 }
 
 // RenderTemplate renders a Template's spec.data the way tink-controller v0.12.2 does
-// (internal/deprecated/workflow/template_validator.go; tinkerbell-talos.md §1): Go text/template
+// (internal/deprecated/workflow/template_validator.go, types.go, template_funcs.go): Go text/template
 // with sprig and formatPartition, missingkey=error, every hardwareMap key as a top-level variable
 // and .Hardware (Disks, Interfaces, UserData, Metadata, VendorData) from hw, which may be nil;
 // then the YAML is decoded and validated (names 1-199 characters and unique, at least one task,

@@ -24,12 +24,15 @@ import (
 )
 
 // startAPIServer builds the apiextensions-apiserver configuration by hand and runs it on ln.
-// Each setting below answers one pitfall of kube-harness.md (option A):
-//   - CoreAPI nil and a stub ServiceResolver: there is no kube-apiserver to inform from (1);
-//   - authentication and authorization need no remote kubeconfig, and every group is allowed (2);
-//   - admission off, priority-and-fairness off: both need core informers (3);
-//   - discovery on, and an empty /api, so that kubectl works (4);
-//   - the listener is handed in, and the serving certificate is the ECDSA one in Dir (10, 13).
+// Each setting below answers one way the stock configuration fails without a kube-apiserver:
+//   - CoreAPI nil and a stub ServiceResolver: there is no kube-apiserver to inform from (with a
+//     fake kubeconfig /readyz never passes);
+//   - authentication and authorization need no remote kubeconfig (by default both delegate to a
+//     kube-apiserver), and every group is allowed;
+//   - admission off, priority-and-fairness off: both need core informers;
+//   - discovery on (Complete turns it off), and an empty /api, so that kubectl works;
+//   - the listener is handed in (no port race), and the serving certificate is the ECDSA one in
+//     Dir (no RSA key generation at start).
 func (s *Server) startAPIServer(ln net.Listener) error {
 	o := options.NewCustomResourceDefinitionsServerOptions(io.Discard, io.Discard)
 	ro := o.RecommendedOptions
@@ -60,7 +63,7 @@ func (s *Server) startAPIServer(ln net.Listener) error {
 		return err
 	}
 	completed := cfg.Complete()
-	completed.GenericConfig.EnableDiscovery = true // Complete turns it off (pitfall 4)
+	completed.GenericConfig.EnableDiscovery = true // Complete turns it off; kubectl needs /apis
 	srv, err := completed.New(genericapiserver.NewEmptyDelegate())
 	if err != nil {
 		return fmt.Errorf("create API server: %w", err)
@@ -116,7 +119,7 @@ func emptyCoreAPI(w http.ResponseWriter, _ *http.Request) {
 
 // waitReady polls /readyz until it answers 200. It keeps waiting after ctx ends (up to
 // startTimeout), because stopping the server before its post-start hooks finish makes the
-// apiserver call os.Exit (kube-harness.md pitfall 7).
+// apiserver call os.Exit (klog.Fatalf: PostStartHook "crd-informer-synced" failed).
 func (s *Server) waitReady(ctx context.Context) error {
 	client, err := rest.HTTPClientFor(s.RESTConfig())
 	if err != nil {

@@ -25,7 +25,7 @@ import (
 const tinkModule = "github.com/tinkerbell/tink"
 
 // locateCRDs returns dir, or tink's config/crd/bases found through the go command. CRD YAML is
-// not Go code, so it cannot be embedded from another module (kube-harness.md pitfall 11).
+// not Go code, so it cannot be embedded from another module, and -mod=vendor does not keep it.
 func locateCRDs(ctx context.Context, dir string) (string, error) {
 	if dir != "" {
 		return dir, nil
@@ -72,8 +72,8 @@ func readCRDs(dir string) ([]*apiextensionsv1.CustomResourceDefinition, error) {
 }
 
 // installCRDs creates or updates each CRD, then waits until all are Established and their
-// resources are listed in discovery (Established alone is not enough for REST mappers,
-// kube-harness.md pitfall 6).
+// resources are listed in discovery (after Established alone, REST mappers can still answer
+// "no matches for kind").
 func installCRDs(ctx context.Context, cfg *rest.Config, dir string) error {
 	crds, err := readCRDs(dir)
 	if err != nil {

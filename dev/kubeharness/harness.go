@@ -7,7 +7,7 @@
 // authorizes every request, authenticated or anonymous (there is no RBAC). It serves
 // CustomResourceDefinitions and custom resources but no core API (no Namespaces, Secrets,
 // Events or Leases) and runs no controllers: nothing moves a Workflow's status unless a test or
-// dev/tinkerbell does (see /work/shared/reference/kube-harness.md, option A).
+// dev/tinkerbell (Tinkerbell's own tink-controller) does.
 package kubeharness
 
 import (
@@ -104,7 +104,8 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		return nil, err
 	}
 	// From here the API server runs; it must reach /readyz before it may be stopped
-	// (kube-harness.md pitfall 7), so waitReady does not give up when ctx ends.
+	// (stopping it earlier makes a post-start hook call os.Exit), so waitReady does not give up
+	// when ctx ends.
 	if err := s.waitReady(ctx); err != nil {
 		s.Stop()
 		return nil, err

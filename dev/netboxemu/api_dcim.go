@@ -9,7 +9,8 @@ import (
 )
 
 // /api/dcim/interfaces/ and /api/dcim/mac-addresses/ (NetBox ≥ 4.2 MACs are objects of their
-// own; reference/netbox.md §3.5). An interface or MAC change is an event on that object only.
+// own, NetBox 4.2 release notes #4867; dcim/filtersets.py MACAddressFilterSet). An interface or
+// MAC change is an event on that object only.
 
 // relatedID resolves a writable related field given as an id or {"id": n}, with NetBox's
 // messages (utilities/api.py get_related_object_by_attrs).

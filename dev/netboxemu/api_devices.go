@@ -6,8 +6,8 @@ import (
 	"time"
 )
 
-// /api/dcim/devices/ — NetBox 4.6.8's DeviceViewSet (reference/netbox.md §3.2, §3.7): the
-// writes; res_dcim.go declares the resource.
+// /api/dcim/devices/ — NetBox 4.6.8's DeviceViewSet (with ETagMixin,
+// NB@v4.6.8:netbox/netbox/api/viewsets/__init__.py): the writes; res_dcim.go declares the resource.
 
 // ifMatch is ETagMixin._validate_etag: with If-Match (other than *) the current ETag must be
 // one of the listed ones, compared as strings; otherwise 412 with the current ETag.

@@ -9,7 +9,8 @@ import (
 )
 
 // /api/, /api/status/, /api/authentication-check/ and the writes of
-// /api/extras/journal-entries/ (reference/netbox.md §3.4).
+// /api/extras/journal-entries/ (NetBox's extras/api/serializers_/journaling.py, extras/choices.py
+// JournalEntryKindChoices).
 
 // getRoot is APIRootView (NB@v4.6.8:netbox/netbox/api/views.py): the apps' API roots. With
 // LOGIN_REQUIRED (the default) it needs a token like every other endpoint.

@@ -10,9 +10,9 @@ import (
 	"time"
 )
 
-// Custom-field writes, as NetBox 4.6.8 does them (reference/netbox.md §3.2, §3.3;
-// NB@v4.6.8:netbox/extras/api/customfields.py CustomFieldsDataField.to_internal_value,
-// netbox/models/features.py CustomFieldsMixin.clean, extras/models/customfields.py validate).
+// Custom-field writes, as NetBox 4.6.8 does them (NB@v4.6.8:netbox/extras/api/customfields.py
+// CustomFieldsDataField.to_internal_value, netbox/models/features.py CustomFieldsMixin.clean,
+// extras/models/customfields.py validate, extras/choices.py CustomFieldTypeChoices).
 
 // mergeCFs is CustomFieldsDataField.to_internal_value: it rejects a non-dict and unknown names
 // (400 keyed by custom_fields) and merges the incoming keys over the existing data, so omitted

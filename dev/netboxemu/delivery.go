@@ -10,8 +10,9 @@ import (
 )
 
 // Webhook delivery, as NetBox's RQ workers do it with the default RQ_RETRY_MAX=0
-// (reference/netbox.md §1, §2.3): asynchronous, several workers (so unordered), at most once
-// (a failed delivery is recorded and never retried), success only on 2xx, redirects followed.
+// (NB@v4.6.8:netbox/extras/events.py, netbox/utilities/rqworker.py get_rq_retry): asynchronous,
+// several workers (so unordered), at most once (a failed delivery is recorded and never retried),
+// success only on 2xx, redirects followed.
 
 // Delivery is one webhook request the emulator sent, or meant to send.
 type Delivery struct {

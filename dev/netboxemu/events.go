@@ -11,7 +11,7 @@ import (
 	"strings"
 )
 
-// Object events, as NetBox 4.6.8 produces them (reference/netbox.md §1; extras/events.py,
+// Object events, as NetBox 4.6.8 produces them (NB@v4.6.8:netbox/core/signals.py, extras/events.py,
 // extras/webhooks.py): every save inside an API request enqueues an event, even when nothing
 // changed; events are coalesced per object per request (the first prechange is kept, the latest
 // postchange and data win); when the request ends each event is matched against the enabled

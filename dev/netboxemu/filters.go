@@ -10,7 +10,7 @@ import (
 
 // Filtering as NetBox 4.6.8's filter sets do it (NB@v4.6.8:netbox/netbox/filtersets.py
 // BaseFilterSet.get_additional_lookups, utilities/constants.py FILTER_*_LOOKUP_MAP,
-// utilities/filters.py, extras/filters.py MissingKeyAwareFilterMixin; docs/reference/filtering.md).
+// utilities/filters.py, extras/filters.py MissingKeyAwareFilterMixin; NetBox's Filtering docs).
 // A filter is a declared name with a kind; the kind decides which lookups (`name__ic`, …) exist.
 // Several values of one filter are OR'ed, several filters are AND'ed. A parameter the emulator
 // does not know is refused with a 400 naming it, where NetBox would silently ignore it: an

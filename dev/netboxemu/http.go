@@ -28,8 +28,9 @@ type reqCtx struct {
 	reqID   string // the request's id (requestID), shared by its change records and webhooks
 }
 
-// api wraps a handler: fault injection, token authentication (reference/netbox.md §3.1), the
-// API-Version header, the database lock, and the event flush at the end of the request.
+// api wraps a handler: fault injection, token authentication
+// (NB@v4.6.8:netbox/netbox/api/authentication.py), the API-Version header, the database lock,
+// and the event flush at the end of the request.
 func (e *Emulator) api(write bool, fn func(*reqCtx)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("API-Version", apiVersion)

@@ -44,8 +44,9 @@ func encodeREST(v any) []byte {
 }
 
 // encodePython writes v the way Python's json.dumps does with its defaults (NetBox's webhook
-// body, reference/netbox.md §1.2): separators ", " and ": ", ensure_ascii (every non-ASCII
-// character as \uXXXX, surrogate pairs above U+FFFF), floats as Python's repr.
+// body, NB@v4.6.8:netbox/extras/models/models.py Webhook.render_body): separators ", " and ": ",
+// ensure_ascii (every non-ASCII character as \uXXXX, surrogate pairs above U+FFFF), floats as
+// Python's repr.
 func encodePython(v any) []byte {
 	var b bytes.Buffer
 	e := encoder{buf: &b, itemSep: ", ", keySep: ": ", ascii: true}

@@ -33,7 +33,8 @@ func pyISO(t time.Time, suffix string) string {
 	return s + suffix
 }
 
-// etag is NetBox 4.6's weak ETag: W/"<last_updated.isoformat()>" (reference/netbox.md §3.7).
+// etag is NetBox 4.6's weak ETag: W/"<last_updated.isoformat()>" (ETagMixin,
+// NB@v4.6.8:netbox/netbox/api/viewsets/__init__.py).
 func etag(lastUpdated time.Time) string {
 	return `W/"` + pyISO(lastUpdated, "+00:00") + `"`
 }

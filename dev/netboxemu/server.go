@@ -1,12 +1,12 @@
 // Package netboxemu is an in-memory stand-in for NetBox 4.6.8's REST API and webhook delivery,
 // for fleetd's development stack and tests (docs/design.md §8). It is not part of the production binary.
 //
-// It follows NetBox's observable behaviour as written down in reference/netbox.md: the JSON
-// shapes of the serializers fleetd reads, per-key custom-field merge on PATCH, NetBox's
-// validation messages, ETag/If-Match/412, token auth (v1 and v2), and webhooks fired by event
-// rules with conditions, signed with HMAC-SHA512 over a body written like Python's json.dumps.
-// README.md lists what it leaves out. Nothing here is hardened: it trusts its callers, listens
-// on loopback, and keeps secrets in memory in plaintext like NetBox does.
+// It follows NetBox 4.6.8's observable behaviour as its source has it (README.md names the
+// files): the JSON shapes of the serializers fleetd reads, per-key custom-field merge on PATCH,
+// NetBox's validation messages, ETag/If-Match/412, token auth (v1 and v2), and webhooks fired by
+// event rules with conditions, signed with HMAC-SHA512 over a body written like Python's
+// json.dumps. README.md lists what it leaves out. Nothing here is hardened: it trusts its
+// callers, listens on loopback, and keeps secrets in memory in plaintext like NetBox does.
 package netboxemu
 
 import (

@@ -38,7 +38,7 @@ func (f *fixture) deliveredTo(path string) []received {
 func TestWebhookFiresOnNoOpPatch(t *testing.T) {
 	f := newFixture(t)
 	// The owner asks for a provision; then fleetd's own no-op PATCH still fires (NetBox enqueues
-	// an event on every save, reference/netbox.md §1.1).
+	// an event on every save, NB@v4.6.8:netbox/core/signals.py handle_changed_object).
 	f.patchDevice(t, "Token "+f.admin, `{"custom_fields": {"desired_action": "provision"}}`)
 	f.patchDevice(t, bearer(f.fleetd), `{}`)
 	f.idle(t)

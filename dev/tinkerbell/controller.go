@@ -186,10 +186,11 @@ const prepareTimeout = 2 * time.Minute
 const prepareSettle = 750 * time.Millisecond
 
 // WaitPrepared waits until tink-controller has rendered the Workflow and prepared its boot
-// (tinkerbell-talos.md §1 lifecycle): the state has left "" and PREPARING, or the preparation
-// failed (a boot-job or allowPXE condition failed). wf is refreshed. A Template that does not
-// render is an error saying why, as the controller's condition has it; a Workflow the
-// controller leaves waiting is returned as it is, with no error, for the caller to judge.
+// (tink v0.12.2's internal/deprecated/workflow reconciler): the state has left "" and
+// PREPARING, or the preparation failed (a boot-job or allowPXE condition failed). wf is
+// refreshed. A Template that does not render is an error saying why, as the controller's
+// condition has it; a Workflow the controller leaves waiting is returned as it is, with no error,
+// for the caller to judge.
 func WaitPrepared(ctx context.Context, c client.Client, wf *tinkv1.Workflow) error {
 	ctx, cancel := context.WithTimeout(ctx, prepareTimeout)
 	defer cancel()

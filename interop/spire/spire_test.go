@@ -94,7 +94,8 @@ func TestSPIREAttestsFleetdLDevID(t *testing.T) {
 }
 
 // emptySubject is the written LDevID re-issued by fleetd's CA with an empty subject, which RFC
-// 5280 answers with a critical SAN: the profile fleetd must not issue (reference/attestation.md §4).
+// 5280 answers with a critical SAN: the profile fleetd must not issue (RFC 5280 §4.2.1.6;
+// docs/enrollment.md).
 func emptySubject(t *testing.T, ca *pki.CA, leaf *x509.Certificate) []byte {
 	t.Helper()
 	tmpl := &x509.Certificate{SerialNumber: leaf.SerialNumber, NotBefore: leaf.NotBefore, NotAfter: leaf.NotAfter,

@@ -17,7 +17,8 @@ import (
 // by fleetd are fleetd's"): before every step the Runner keeps each schedule machine's
 // custom_fields as a GET of the device shows them, and a StaleWrite step saves the copy kept N
 // steps earlier with one key changed, as pynetbox's Record.save() does: the whole custom_fields
-// object, every key with the value it read (/work/shared/reference/netbox.md). The copies are
+// object, every key with the value it read (pynetbox 7.0 core/response.py, Record._diff and
+// updates). The copies are
 // read from the emulator's store, rendered as the REST API renders them, so that keeping them
 // does not consume the NetBox faults meant for fleetd.
 
