@@ -2,13 +2,18 @@ package workflows_test
 
 import (
 	"context"
+	"errors"
+	"io"
 	"net/http"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 
+	tinkv1 "github.com/tinkerbell/tink/api/v1alpha1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/folly-infra/fleetd/fleet"
 )
@@ -69,5 +74,49 @@ func TestInstallRequests(t *testing.T) {
 	if !slices.Equal(seen, want) {
 		t.Errorf("a new device's Install made these Kubernetes API requests:\n%s\nwant these %d (no discovery, no read of the Workflow):\n%s",
 			strings.Join(seen, "\n"), len(want), strings.Join(want, "\n"))
+	}
+}
+
+// failingWorkflowRead answers every read of one Workflow by name with 503, as an API server
+// going away between two requests would; every other request goes through.
+type failingWorkflowRead struct{ next http.RoundTripper }
+
+func (f failingWorkflowRead) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/workflows/") {
+		return &http.Response{StatusCode: http.StatusServiceUnavailable, Status: "503 Service Unavailable",
+			Header: http.Header{"Content-Type": {"text/plain"}}, Body: io.NopCloser(strings.NewReader("unavailable")),
+			Request: r}, nil
+	}
+	return f.next.RoundTrip(r)
+}
+
+// TestInstallRefusedTemplateUnreadWorkflow: a Template that refuses the request sends Install to
+// read the Workflow (a request installed before is not refused for what its Template became
+// since); when that read fails, Install returns the read's error, not the refusal, so that fleet
+// retries the request instead of failing it, and writes nothing.
+func TestInstallRefusedTemplateUnreadWorkflow(t *testing.T) {
+	ctx := context.Background()
+	rc := rest.CopyConfig(server.RESTConfig())
+	rc.Wrap(func(next http.RoundTripper) http.RoundTripper { return failingWorkflowRead{next} })
+	e := newEnvOn(t, rc)
+	// No Template: the request is refused, and the Workflow cannot be read.
+	d := device(44, "node-unread")
+	err := e.in.Install(ctx, spec(d, "talos-provision", fleet.ActionProvision, "provision-unread1"))
+	if err == nil || errors.Is(err, fleet.ErrTemplate) {
+		t.Fatalf("Install with a missing Template and an unreadable Workflow: %v, want the read's error, not fleet.ErrTemplate", err)
+	}
+	if !apierrors.IsServiceUnavailable(err) {
+		t.Errorf("Install: %v, want the API server's 503", err)
+	}
+	var wfs tinkv1.WorkflowList
+	var hws tinkv1.HardwareList
+	if err := e.c.List(ctx, &wfs, client.InNamespace(e.ns)); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.c.List(ctx, &hws, client.InNamespace(e.ns)); err != nil {
+		t.Fatal(err)
+	}
+	if len(wfs.Items) != 0 || len(hws.Items) != 0 {
+		t.Errorf("Install left %d Workflows and %d Hardware, want none", len(wfs.Items), len(hws.Items))
 	}
 }
