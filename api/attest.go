@@ -156,6 +156,15 @@ type PCR struct {
 
 var hashNames = map[crypto.Hash]string{crypto.SHA1: "sha1", crypto.SHA256: "sha256", crypto.SHA384: "sha384", crypto.SHA512: "sha512"}
 
+// hashByName is hashNames the other way round, for the wire's names.
+var hashByName = func() map[string]crypto.Hash {
+	m := make(map[string]crypto.Hash, len(hashNames))
+	for h, name := range hashNames {
+		m[name] = h
+	}
+	return m
+}()
+
 // NewPlatform converts go-attestation's platform parameters for the wire.
 func NewPlatform(p *attest.PlatformParameters) Platform {
 	out := Platform{AKPublic: p.Public, EventLog: p.EventLog}
@@ -171,18 +180,14 @@ func NewPlatform(p *attest.PlatformParameters) Platform {
 // Attest converts the wire platform parameters for go-attestation. An unknown PCR algorithm is
 // the caller's mistake (a 400).
 func (p Platform) Attest() (attest.PlatformParameters, error) {
-	out := attest.PlatformParameters{Public: p.AKPublic, EventLog: p.EventLog}
+	out := attest.PlatformParameters{Public: p.AKPublic, EventLog: p.EventLog,
+		Quotes: make([]attest.Quote, 0, len(p.Quotes)), PCRs: make([]attest.PCR, 0, len(p.PCRs))}
 	for _, q := range p.Quotes {
 		out.Quotes = append(out.Quotes, attest.Quote{Quote: q.Quote, Signature: q.Signature})
 	}
 	for _, r := range p.PCRs {
-		var alg crypto.Hash
-		for h, name := range hashNames {
-			if name == r.Alg {
-				alg = h
-			}
-		}
-		if alg == 0 {
+		alg, ok := hashByName[r.Alg]
+		if !ok {
 			return attest.PlatformParameters{}, fmt.Errorf("PCR %d has algorithm %q; want sha1, sha256, sha384 or sha512", r.Index, r.Alg)
 		}
 		out.PCRs = append(out.PCRs, attest.PCR{Index: r.Index, DigestAlg: alg, Digest: r.Digest})

@@ -124,18 +124,19 @@ func checkQuoteNonces(quotes []attest.Quote, nonce []byte) error {
 
 // checkPCRSet refuses a PCR given twice in one bank: go-attestation marks every entry of a
 // quoted index verified, so a second, false value would pass the quote and replay a false log.
+// It refuses an index a PC-client TPM does not have, or a hash no bank uses, before any quote
+// is read.
 func checkPCRSet(pcrs []attest.PCR) error {
-	type key struct {
-		index int
-		alg   crypto.Hash
-	}
-	seen := map[key]bool{}
+	var seen [crypto.BLAKE2b_512 + 1]uint32 // per hash, a bit per PCR index
 	for _, p := range pcrs {
-		k := key{p.Index, p.DigestAlg}
-		if seen[k] {
+		if p.Index < 0 || p.Index >= pcrCount || p.DigestAlg >= crypto.Hash(len(seen)) {
+			return refuse(CheckQuote, "PCR %d (%v) is not one of a TPM's %d PCRs of a known bank", p.Index, p.DigestAlg, pcrCount)
+		}
+		bit := uint32(1) << p.Index
+		if seen[p.DigestAlg]&bit != 0 {
 			return refuse(CheckQuote, "PCR %d (%v) is given more than once", p.Index, p.DigestAlg)
 		}
-		seen[k] = true
+		seen[p.DigestAlg] |= bit
 	}
 	return nil
 }

@@ -192,6 +192,12 @@ func evidenceRefusals() []refusal {
 				p.Digest = bytes.Repeat([]byte{0xbb}, 32)
 				c.platform.PCRs = append([]ga.PCR{p}, c.platform.PCRs...)
 			}},
+		{name: "refuse/pcr-index-out-of-range", want: attest.CheckQuote,
+			evidence: func(t *testing.T, s *scenario, c *evidenceClaim) {
+				p := c.platform.PCRs[pcrAt(t, c.platform.PCRs, 4)]
+				p.Index = 24
+				c.platform.PCRs = append(c.platform.PCRs, p)
+			}},
 		{name: "refuse/sha256-pcr-missing", want: attest.CheckQuote,
 			evidence: func(t *testing.T, s *scenario, c *evidenceClaim) {
 				c.platform.PCRs = slices.Delete(c.platform.PCRs, pcrAt(t, c.platform.PCRs, 7), pcrAt(t, c.platform.PCRs, 7)+1)
