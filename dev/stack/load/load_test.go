@@ -316,18 +316,27 @@ func verify(t *testing.T, ctx context.Context, s *stack.Stack, created *creation
 			}
 		}
 	}
-	vs, err := chaos.Check(ctx, chaos.StackSources(s))
+	found, err := chaos.Check(ctx, chaos.StackSources(s))
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Before the install every request is pending on purpose: the promise's "every request
+	// ends" is for a stack at rest, which this is not yet.
+	var vs []chaos.Violation
+	for _, v := range found {
+		if installed || !v.Unended {
+			vs = append(vs, v)
+		}
 	}
 	for i, v := range vs {
 		if i < 10 {
 			t.Errorf("violation: %s", v)
 		}
 	}
-	state := "active with one Workflow and a recorded boot check"
 	if !installed {
-		state = "pending with one Workflow"
+		return []string{fmt.Sprintf("nothing dropped: %d of %d devices not pending with one Workflow; %d violations of the promise (%d requests not ended: the install did not run)",
+			bad, len(names), len(vs), len(found)-len(vs))}
 	}
-	return []string{fmt.Sprintf("nothing dropped: %d of %d devices not %s; %d violations of the promise", bad, len(names), state, len(vs))}
+	return []string{fmt.Sprintf("nothing dropped: %d of %d devices not active with one Workflow and a recorded boot check; %d violations of the promise",
+		bad, len(names), len(vs))}
 }
