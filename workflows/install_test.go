@@ -278,17 +278,7 @@ func TestInstallRefusals(t *testing.T) {
 			if !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("refusal %q does not say %q", err, tc.want)
 			}
-			var wfs tinkv1.WorkflowList
-			var hws tinkv1.HardwareList
-			if err := e.c.List(ctx, &wfs, client.InNamespace(e.ns)); err != nil {
-				t.Fatal(err)
-			}
-			if err := e.c.List(ctx, &hws, client.InNamespace(e.ns)); err != nil {
-				t.Fatal(err)
-			}
-			if len(wfs.Items) != 0 || len(hws.Items) != 0 {
-				t.Errorf("refused Install left %d Workflows and %d Hardware, want none", len(wfs.Items), len(hws.Items))
-			}
+			e.wroteNothing(t, "refused Install")
 		})
 	}
 }

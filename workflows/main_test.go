@@ -145,6 +145,24 @@ func newEnvOn(t *testing.T, cfg *rest.Config) *env {
 	return &env{ns: ns, in: in, c: c, reg: reg}
 }
 
+// wroteNothing fails the test when the env's namespace holds a Workflow or a Hardware: what
+// (an Install that was refused or failed) must have written neither.
+func (e *env) wroteNothing(t *testing.T, what string) {
+	t.Helper()
+	ctx := context.Background()
+	var wfs tinkv1.WorkflowList
+	var hws tinkv1.HardwareList
+	if err := e.c.List(ctx, &wfs, client.InNamespace(e.ns)); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.c.List(ctx, &hws, client.InNamespace(e.ns)); err != nil {
+		t.Fatal(err)
+	}
+	if len(wfs.Items) != 0 || len(hws.Items) != 0 {
+		t.Errorf("%s left %d Workflows and %d Hardware, want none", what, len(wfs.Items), len(hws.Items))
+	}
+}
+
 // agentTemplate is a minimal valid Template: the agent, then one more action.
 const agentTemplate = `version: "0.1"
 name: {{.action}}

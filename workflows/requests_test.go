@@ -10,10 +10,8 @@ import (
 	"sync"
 	"testing"
 
-	tinkv1 "github.com/tinkerbell/tink/api/v1alpha1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/folly-infra/fleetd/fleet"
 )
@@ -108,15 +106,5 @@ func TestInstallRefusedTemplateUnreadWorkflow(t *testing.T) {
 	if !apierrors.IsServiceUnavailable(err) {
 		t.Errorf("Install: %v, want the API server's 503", err)
 	}
-	var wfs tinkv1.WorkflowList
-	var hws tinkv1.HardwareList
-	if err := e.c.List(ctx, &wfs, client.InNamespace(e.ns)); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.c.List(ctx, &hws, client.InNamespace(e.ns)); err != nil {
-		t.Fatal(err)
-	}
-	if len(wfs.Items) != 0 || len(hws.Items) != 0 {
-		t.Errorf("Install left %d Workflows and %d Hardware, want none", len(wfs.Items), len(hws.Items))
-	}
+	e.wroteNothing(t, "Install")
 }
