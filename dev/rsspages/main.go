@@ -129,11 +129,8 @@ func sameLayout(a, b *elf.File) error {
 		}
 		return out
 	}
-	la, lb := loaded(a), loaded(b)
-	for i := range max(len(la), len(lb)) {
-		if i >= len(la) || i >= len(lb) || la[i] != lb[i] {
-			return fmt.Errorf("loaded section %d differs", i)
-		}
+	if !slices.Equal(loaded(a), loaded(b)) {
+		return errors.New("its loaded sections' names, addresses or sizes differ")
 	}
 	return nil
 }
@@ -155,7 +152,6 @@ func presentPages(pid int, exe string) (map[uint64]bool, error) {
 	defer pm.Close()
 	ps := uint64(os.Getpagesize())
 	present := map[uint64]bool{}
-	entry := make([]byte, 8)
 	for line := range strings.Lines(string(maps)) {
 		// address perms offset dev inode path
 		f := strings.Fields(line)
@@ -168,12 +164,14 @@ func presentPages(pid int, exe string) (map[uint64]bool, error) {
 		if !ok || err1 != nil || err2 != nil {
 			return nil, fmt.Errorf("/proc/%d/maps: unreadable line %q", pid, line)
 		}
-		for a := start; a < end; a += ps {
-			if _, err := pm.ReadAt(entry, int64(a/ps*8)); err != nil && err != io.EOF {
-				return nil, fmt.Errorf("/proc/%d/pagemap: %w", pid, err)
-			}
-			if binary.LittleEndian.Uint64(entry)&(1<<63) != 0 { // bit 63: page present
-				present[a] = true
+		// One 8-byte entry per page of the mapping, read at once.
+		entries := make([]byte, (end-start)/ps*8)
+		if _, err := pm.ReadAt(entries, int64(start/ps*8)); err != nil {
+			return nil, fmt.Errorf("/proc/%d/pagemap: %w", pid, err)
+		}
+		for i := 0; i < len(entries); i += 8 {
+			if binary.LittleEndian.Uint64(entries[i:])&(1<<63) != 0 { // bit 63: page present
+				present[start+uint64(i/8)*ps] = true
 			}
 		}
 	}

@@ -18,9 +18,8 @@ import (
 // custom_fields as a GET of the device shows them, and a StaleWrite step saves the copy kept N
 // steps earlier with one key changed, as pynetbox's Record.save() does: the whole custom_fields
 // object, every key with the value it read (pynetbox 7.0 core/response.py, Record._diff and
-// updates). The copies are
-// read from the emulator's store, rendered as the REST API renders them, so that keeping them
-// does not consume the NetBox faults meant for fleetd.
+// updates). The copies are read from the emulator's store, rendered as the REST API renders
+// them, so that keeping them does not consume the NetBox faults meant for fleetd.
 
 // copies are the custom_fields of a schedule's machines as they were before one step, by name.
 type copies map[string]map[string]any
