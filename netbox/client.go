@@ -1,5 +1,6 @@
 // Package netbox is fleetd's NetBox adapter: it implements fleet.Inventory over the REST API
-// with go-netbox (docs/design.md §2), and loads netbox-webhooks.yaml (schema.go).
+// (docs/design.md §2), and loads netbox-webhooks.yaml (schema.go). What it writes is go-netbox's
+// request models; what it reads is decoded into the few fields fleetd uses (convert.go).
 //
 // Trust: NetBox is the owner's source of truth; what it answers is the owner's declaration and
 // is passed to fleet unvalidated (fleet validates declarations). The token is a secret and is
@@ -7,16 +8,19 @@
 package netbox
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/hashicorp/go-retryablehttp"
-	nb "github.com/netbox-community/go-netbox/v4"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 )
@@ -45,8 +49,7 @@ type Config struct {
 
 // Client talks to NetBox. It implements fleet.Inventory.
 type Client struct {
-	api     *nb.APIClient
-	http    *http.Client // retrying, with If-Match from the context
+	http    *http.Client // retrying
 	base    string
 	token   string
 	log     zerolog.Logger
@@ -85,19 +88,12 @@ func New(cfg Config) (*Client, error) {
 		RetryWaitMin: cfg.RetryWaitMin, RetryWaitMax: cfg.RetryWaitMax, RetryMax: max(cfg.Retries, 0),
 		CheckRetry: checkRetry, Backoff: retryablehttp.DefaultBackoff,
 		ErrorHandler: retryablehttp.PassthroughErrorHandler}
-	hc := &http.Client{Transport: ifMatchTransport{next: &retryablehttp.RoundTripper{Client: rc}}}
-
-	url := strings.TrimSuffix(cfg.URL, "/")
-	nbcfg := nb.NewConfiguration()
-	nbcfg.Servers[0].URL = url
-	nbcfg.AddDefaultHeader("Authorization", "Token "+cfg.Token)
-	nbcfg.AddDefaultHeader("Accept-Language", "en-US")
-	nbcfg.HTTPClient = hc
 	m, err := newMetrics(cfg.Registry)
 	if err != nil {
 		return nil, err
 	}
-	return &Client{api: nb.NewAPIClient(nbcfg), http: hc, base: url, token: cfg.Token, log: cfg.Logger, metrics: m}, nil
+	return &Client{http: &http.Client{Transport: &retryablehttp.RoundTripper{Client: rc}},
+		base: strings.TrimSuffix(cfg.URL, "/"), token: cfg.Token, log: cfg.Logger, metrics: m}, nil
 }
 
 // checkRetry retries connection errors and 5xx answers, never a 4xx (a refusal does not get
@@ -112,22 +108,6 @@ func checkRetry(ctx context.Context, resp *http.Response, err error) (bool, erro
 	return resp.StatusCode >= 500, nil
 }
 
-// ifMatchKey carries the If-Match value of one conditional write from Update to the transport
-// (go-netbox v4.3.0's generated API has no per-request header option).
-type ifMatchKey struct{}
-
-type ifMatchTransport struct {
-	next http.RoundTripper
-}
-
-func (t ifMatchTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	if v, ok := r.Context().Value(ifMatchKey{}).(string); ok && v != "" {
-		r = r.Clone(r.Context())
-		r.Header.Set("If-Match", v)
-	}
-	return t.next.RoundTrip(r)
-}
-
 // leveled sends retryablehttp's log lines to zerolog at debug level.
 type leveled struct{ log zerolog.Logger }
 
@@ -136,41 +116,82 @@ func (l leveled) Info(msg string, kv ...interface{})  { l.log.Debug().Fields(kv)
 func (l leveled) Debug(msg string, kv ...interface{}) { l.log.Debug().Fields(kv).Msg(msg) }
 func (l leveled) Warn(msg string, kv ...interface{})  { l.log.Debug().Fields(kv).Msg(msg) }
 
-// answer describes NetBox's answer for an error message: status and the body's detail.
-func answer(resp *http.Response, err error) string {
-	var apiErr *nb.GenericOpenAPIError
-	body := ""
-	if errors.As(err, &apiErr) {
-		body = strings.TrimSpace(string(apiErr.Body()))
-		if len(body) > 300 {
-			body = body[:300] + "…"
-		}
-	}
-	if resp == nil {
-		return err.Error()
-	}
-	if body == "" {
-		return resp.Status
-	}
-	return resp.Status + ": " + body
+// request is one call of NetBox's REST API.
+type request struct {
+	op      string     // the metrics label (fleetd_netbox_requests_total{op})
+	method  string     // GET, PATCH or POST
+	path    string     // under the base URL, e.g. /api/dcim/devices/7/
+	query   url.Values // nil for none
+	body    any        // encoded as JSON when not nil: a go-netbox request model
+	ifMatch string     // a conditional write's ETag: NetBox answers 412 when the object changed
 }
 
-// classify wraps an API error with fleet's sentinels (404 → ErrNotFound, 412 → ErrConflict).
-func classify(what string, resp *http.Response, err error) error {
-	if resp != nil {
+// maxAnswer bounds what is read of one answer: a page of 1,000 devices is a few MiB.
+const maxAnswer = 64 << 20
+
+// do sends r through the retrying client and returns NetBox's answer and its body. An answer
+// that is not 2xx is an error with NetBox's status and detail, wrapped with fleet's sentinels
+// (404 → ErrNotFound, 412 → ErrConflict); its response is returned too.
+//
+// Requests are formed here, not with go-netbox's generated APIClient: fleetd uses go-netbox's
+// request models for what it writes, and linking the APIClient linked all of NetBox's endpoints
+// and every model they name, 22 MiB of the binary's 40 MiB of code that the Go linker cannot
+// drop while anything in fleetd looks methods up by name (text/template, client-go's JSON):
+// docs/operate.md, "Memory".
+func (c *Client) do(ctx context.Context, r request) (*http.Response, []byte, error) {
+	u := c.base + r.path
+	if len(r.query) > 0 {
+		u += "?" + r.query.Encode()
+	}
+	var body io.Reader
+	if r.body != nil {
+		b, err := json.Marshal(r.body)
+		if err != nil {
+			return nil, nil, fmt.Errorf("encode the request: %w", err)
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, r.method, u, body)
+	if err != nil {
+		return nil, nil, fmt.Errorf("form the request: %w", err)
+	}
+	req.Header.Set("Authorization", "Token "+c.token)
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("Accept-Language", "en-US") // NetBox's error details and labels in English
+	req.Header.Set("User-Agent", "fleetd")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if r.ifMatch != "" {
+		req.Header.Set("If-Match", r.ifMatch)
+	}
+	start := time.Now()
+	resp, err := c.http.Do(req)
+	c.metrics.observe(r.op, start, resp, err)
+	if err != nil {
+		return nil, nil, fmt.Errorf("NetBox did not answer: %w", err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
+	if err != nil {
+		return resp, nil, fmt.Errorf("read NetBox's answer (%s): %w", resp.Status, err)
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		msg := fmt.Sprintf("NetBox answered %s", resp.Status)
+		if detail := strings.TrimSpace(truncate(b)); detail != "" {
+			msg += ": " + detail
+		}
 		if s := sentinel(resp.StatusCode); s != nil {
-			return fmt.Errorf("%s: NetBox answered %s: %w", what, answer(resp, err), s)
+			return resp, b, fmt.Errorf("%s: %w", msg, s)
 		}
+		return resp, b, errors.New(msg)
 	}
-	return fmt.Errorf("%s: NetBox answered %s", what, answer(resp, err))
+	return resp, b, nil
 }
 
-// decodeOnly reports whether err is go-netbox failing to decode a 2xx answer (its strict
-// models), in which case the raw body is still good for the lenient decoder.
-func decodeOnly(resp *http.Response, err error) ([]byte, bool) {
-	var apiErr *nb.GenericOpenAPIError
-	if resp == nil || resp.StatusCode < 200 || resp.StatusCode > 299 || !errors.As(err, &apiErr) {
-		return nil, false
+func truncate(b []byte) string {
+	if len(b) > 300 {
+		return string(b[:300]) + "…"
 	}
-	return apiErr.Body(), len(apiErr.Body()) > 0
+	return string(b)
 }

@@ -11,12 +11,13 @@ import (
 
 	"github.com/folly-infra/fleetd/api"
 	"github.com/folly-infra/fleetd/fleet"
-	nb "github.com/netbox-community/go-netbox/v4"
 )
 
 // deviceJSON is the part of NetBox's device representation fleetd reads, decoded leniently:
-// any status value, any extra fields (the fallback when go-netbox's strict model refuses a
-// newer NetBox's answer).
+// any status value, any extra fields, so that a newer NetBox's answer reads as well as this
+// one's. go-netbox's generated models decode every nested object NetBox's answer names, each
+// strictly; that cost about a third of a decision's CPU and refused a status value newer than
+// go-netbox v4.3.0 (docs/performance.md).
 type deviceJSON struct {
 	ID     int64   `json:"id"`
 	Name   *string `json:"name"`
@@ -33,21 +34,6 @@ type deviceJSON struct {
 type deviceListJSON struct {
 	Count   int          `json:"count"`
 	Results []deviceJSON `json:"results"`
-}
-
-func fromGoNetbox(d *nb.DeviceWithConfigContext) deviceJSON {
-	out := deviceJSON{ID: int64(d.Id), Name: d.Name.Get(), Serial: d.GetSerial(), CustomFields: d.CustomFields}
-	if d.Status != nil {
-		out.Status = &struct {
-			Value string `json:"value"`
-		}{Value: string(d.Status.GetValue())}
-	}
-	if ip := d.PrimaryIp4.Get(); ip != nil {
-		out.PrimaryIP4 = &struct {
-			Address string `json:"address"`
-		}{Address: ip.GetAddress()}
-	}
-	return out
 }
 
 // toDevice converts NetBox's device to fleet's (docs/design.md §2). Custom-field values are taken as the
@@ -209,6 +195,14 @@ type ifaceJSON struct {
 	PrimaryMAC *struct {
 		ID int64 `json:"id"`
 	} `json:"primary_mac_address"`
+}
+
+// macAddressJSON is the part of NetBox's MAC address representation fleetd reads.
+type macAddressJSON struct {
+	ID                 int64  `json:"id"`
+	MACAddress         string `json:"mac_address"`
+	AssignedObjectType string `json:"assigned_object_type"`
+	AssignedObjectID   *int64 `json:"assigned_object_id"`
 }
 
 type macJSON struct {

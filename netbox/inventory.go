@@ -3,14 +3,10 @@ package netbox
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strconv"
 	"sync"
-	"time"
-
-	nb "github.com/netbox-community/go-netbox/v4"
 
 	"github.com/folly-infra/fleetd/fleet"
 )
@@ -56,10 +52,12 @@ func (c *Client) DeviceFields(ctx context.Context, id int64) (fleet.Device, erro
 
 // device reads one device by id, and its ETag.
 func (c *Client) device(ctx context.Context, id int64) (deviceJSON, string, error) {
-	start := time.Now()
-	d, resp, err := c.api.DcimAPI.DcimDevicesRetrieve(ctx, int32(id)).Execute()
-	c.metrics.observe("device", start, resp, err)
-	dj, err := deviceAnswer(fmt.Sprintf("read device %d", id), d, resp, err)
+	what := fmt.Sprintf("read device %d", id)
+	resp, body, err := c.do(ctx, request{op: "device", method: http.MethodGet, path: devicePath(id)})
+	if err != nil {
+		return deviceJSON{}, "", fmt.Errorf("%s: %w", what, err)
+	}
+	dj, err := deviceAnswer(what, id, body)
 	if err != nil {
 		return deviceJSON{}, "", err
 	}
@@ -73,49 +71,41 @@ func (c *Client) device(ctx context.Context, id int64) (deviceJSON, string, erro
 	return dj, etag, nil
 }
 
-// deviceAnswer is NetBox's answer with one device (a read or an update), decoded leniently where
-// go-netbox's strict decoding refused a newer NetBox's JSON.
-func deviceAnswer(what string, d *nb.DeviceWithConfigContext, resp *http.Response, err error) (deviceJSON, error) {
-	switch body, lenient := decodeOnly(resp, err); {
-	case err == nil:
-		return fromGoNetbox(d), nil
-	case lenient:
-		var dj deviceJSON
-		if err := decodeLenient(body, &dj); err != nil {
-			return dj, fmt.Errorf("%s: %w", what, err)
-		}
-		return dj, nil
-	default:
-		return deviceJSON{}, classify(what, resp, err)
+func devicePath(id int64) string { return "/api/dcim/devices/" + strconv.FormatInt(id, 10) + "/" }
+
+// deviceAnswer decodes NetBox's answer with one device (a read or an update) and checks that it
+// is the device asked for.
+func deviceAnswer(what string, id int64, body []byte) (deviceJSON, error) {
+	var dj deviceJSON
+	if err := decodeLenient(body, &dj); err != nil {
+		return dj, fmt.Errorf("%s: %w", what, err)
 	}
+	if dj.ID != id {
+		return deviceJSON{}, fmt.Errorf("%s: NetBox answered with device %d, not %d: is the NetBox URL right?", what, dj.ID, id)
+	}
+	return dj, nil
 }
 
 // DeviceByName reads one device by its exact name. The list answer carries no ETag, so the
 // device is read again by id to get its Version.
 func (c *Client) DeviceByName(ctx context.Context, name string) (fleet.Device, error) {
-	start := time.Now()
-	list, resp, err := c.api.DcimAPI.DcimDevicesList(ctx).Name([]string{name}).Limit(2).Execute()
-	c.metrics.observe("device_by_name", start, resp, err)
+	what := fmt.Sprintf("find device %q", name)
+	_, body, err := c.do(ctx, request{op: "device_by_name", method: http.MethodGet, path: "/api/dcim/devices/",
+		query: url.Values{"name": {name}, "limit": {"2"}, "exclude": {"config_context"}}})
+	if err != nil {
+		return fleet.Device{}, fmt.Errorf("%s: %w", what, err)
+	}
 	var devs deviceListJSON
-	switch body, lenient := decodeOnly(resp, err); {
-	case err == nil:
-		for i := range list.Results {
-			devs.Results = append(devs.Results, fromGoNetbox(&list.Results[i]))
-		}
-	case lenient:
-		if err := decodeLenient(body, &devs); err != nil {
-			return fleet.Device{}, fmt.Errorf("find device %q: %w", name, err)
-		}
-	default:
-		return fleet.Device{}, classify(fmt.Sprintf("find device %q", name), resp, err)
+	if err := decodeLenient(body, &devs); err != nil {
+		return fleet.Device{}, fmt.Errorf("%s: %w", what, err)
 	}
 	switch len(devs.Results) {
 	case 0:
-		return fleet.Device{}, fmt.Errorf("find device %q: NetBox has no device of that name: %w", name, fleet.ErrNotFound)
+		return fleet.Device{}, fmt.Errorf("%s: NetBox has no device of that name: %w", what, fleet.ErrNotFound)
 	case 1:
 		return c.Device(ctx, devs.Results[0].ID)
 	}
-	return fleet.Device{}, fmt.Errorf("find device %q: NetBox has more than one device of that name (in different sites); rename one", name)
+	return fleet.Device{}, fmt.Errorf("%s: NetBox has more than one device of that name (in different sites); rename one", what)
 }
 
 // Devices lists every device with its MACs: the devices, the interfaces and the MAC addresses
@@ -190,65 +180,31 @@ func pagedList[T any](ctx context.Context, c *Client, op, path string, q url.Val
 	}
 }
 
-// macs reads the MAC addresses of one device (or of all, device 0) with go-netbox.
+// macs reads the MAC addresses of one device (or of all, device 0).
 func (c *Client) macs(ctx context.Context, device int64) ([]macJSON, error) {
-	var out []macJSON
-	for offset := 0; ; {
-		req := c.api.DcimAPI.DcimMacAddressesList(ctx).Limit(pageSize).Offset(int32(offset))
-		if device != 0 {
-			req = req.DeviceId([]int32{int32(device)})
-		}
-		start := time.Now()
-		page, resp, err := req.Execute()
-		c.metrics.observe("macs", start, resp, err)
-		if err != nil {
-			return nil, classify(fmt.Sprintf("list MAC addresses (device %d)", device), resp, err)
-		}
-		for _, m := range page.Results {
-			if m.GetAssignedObjectType() != "dcim.interface" || m.AssignedObjectId.Get() == nil {
-				continue
-			}
-			out = append(out, macJSON{ID: int64(m.Id), Iface: *m.AssignedObjectId.Get(), MAC: m.MacAddress})
-		}
-		offset += len(page.Results)
-		if len(page.Results) == 0 || offset >= int(page.Count) {
-			return out, nil
-		}
+	q := url.Values{}
+	if device != 0 {
+		q.Set("device_id", strconv.FormatInt(device, 10))
 	}
+	all, err := pagedList[macAddressJSON](ctx, c, "macs", "/api/dcim/mac-addresses/", q)
+	if err != nil {
+		return nil, fmt.Errorf("list MAC addresses (device %d): %w", device, err)
+	}
+	var out []macJSON
+	for _, m := range all {
+		if m.AssignedObjectType != "dcim.interface" || m.AssignedObjectID == nil {
+			continue
+		}
+		out = append(out, macJSON{ID: m.ID, Iface: *m.AssignedObjectID, MAC: m.MACAddress})
+	}
+	return out, nil
 }
 
-// getJSON sends a GET through the retrying client and decodes a 2xx answer leniently.
+// getJSON sends a GET and decodes a 2xx answer leniently.
 func (c *Client) getJSON(ctx context.Context, op, path string, q url.Values, out any) error {
-	u := c.base + path
-	if len(q) > 0 {
-		u += "?" + q.Encode()
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	_, body, err := c.do(ctx, request{op: op, method: http.MethodGet, path: path, query: q})
 	if err != nil {
-		return fmt.Errorf("form the request: %w", err)
-	}
-	req.Header.Set("Authorization", "Token "+c.token)
-	req.Header.Set("Accept", "application/json")
-	start := time.Now()
-	resp, err := c.http.Do(req)
-	c.metrics.observe(op, start, resp, err)
-	if err != nil {
-		return fmt.Errorf("NetBox did not answer: %w", err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if err != nil {
-		return fmt.Errorf("read NetBox's answer: %w", err)
-	}
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return fmt.Errorf("NetBox answered %s: %s", resp.Status, truncate(body))
+		return err
 	}
 	return decodeLenient(body, out)
-}
-
-func truncate(b []byte) string {
-	if len(b) > 300 {
-		return string(b[:300]) + "…"
-	}
-	return string(b)
 }

@@ -321,7 +321,8 @@ func TestJournalAndMetrics(t *testing.T) {
 }
 
 // A newer NetBox: a status value go-netbox v4.3.0 does not know (FIELD_CHOICES) and a field it
-// has never seen. go-netbox's strict model refuses it; the adapter decodes the same body leniently.
+// has never seen. go-netbox's strict model refused such an answer; the adapter decodes only the
+// fields it reads, so the device, the list and the update's answer all read.
 func TestFallbackOnNewerNetBox(t *testing.T) {
 	e := newEnv(t, 0)
 	upstream := e.emu.Handler()
@@ -354,6 +355,53 @@ func TestFallbackOnNewerNetBox(t *testing.T) {
 	st := fleet.StateActive
 	if got, err := c.Update(ctx, e.node1, fleet.Patch{State: &st}); err != nil || got.Owned.State != st {
 		t.Fatalf("Update via fallback = %+v, %v", got, err)
+	}
+}
+
+// TestAnswerNotTheDevice: an answer that is not the device asked for (a proxy or a wrong NetBox
+// URL answering 200 with something else) is refused naming both ids or the decoding, and a refused
+// update's answer is not taken for the device.
+func TestAnswerNotTheDevice(t *testing.T) {
+	e := newEnv(t, 1)
+	other := e.node1 + 1
+	upstream := e.emu.Handler()
+	var answer atomic.Value // "other": the other device's JSON; "html": a login page
+	answer.Store("other")
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == fmt.Sprintf("/api/dcim/devices/%d/", e.node1) {
+			if answer.Load() == "html" {
+				w.Header().Set("Content-Type", "text/html")
+				_, _ = w.Write([]byte("<html><body>Sign in</body></html>"))
+				return
+			}
+			r = r.Clone(r.Context())
+			r.URL.Path = fmt.Sprintf("/api/dcim/devices/%d/", other)
+		}
+		upstream.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	tok, _ := e.emu.AddToken(netboxemu.TokenSpec{User: "fleetd2"})
+	c, _ := netbox.New(netbox.Config{URL: srv.URL, Token: tok})
+	ctx := context.Background()
+	want := fmt.Sprintf("read device %d: NetBox answered with device %d, not %d", e.node1, other, e.node1)
+	if _, err := c.Device(ctx, e.node1); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("Device = %v, want %q", err, want)
+	}
+	if _, err := c.DeviceFields(ctx, e.node1); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("DeviceFields = %v, want %q", err, want)
+	}
+	st := fleet.StateActive
+	want = fmt.Sprintf("update device %d: NetBox answered with device %d, not %d", e.node1, other, e.node1)
+	if _, err := c.Update(ctx, e.node1, fleet.Patch{State: &st}); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("Update = %v, want %q", err, want)
+	}
+	answer.Store("html")
+	if _, err := c.Device(ctx, e.node1); err == nil || !strings.Contains(err.Error(), "decode NetBox's answer") {
+		t.Errorf("Device answered with a login page = %v, want a decoding error", err)
+	}
+	d, err := e.client.Device(ctx, e.node1)
+	if err != nil || d.Owned.State != "" {
+		t.Errorf("device %d after the refusals = %+v, %v; want its state untouched", e.node1, d.Owned, err)
 	}
 }
 

@@ -3,8 +3,8 @@ package netbox
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"strings"
-	"time"
 
 	"github.com/folly-infra/fleetd/fleet"
 	nb "github.com/netbox-community/go-netbox/v4"
@@ -27,13 +27,12 @@ func (c *Client) Update(ctx context.Context, id int64, p fleet.Patch) (fleet.Dev
 	if status != "" {
 		req.SetStatus(nb.DeviceStatusValue(status))
 	}
-	if p.IfVersion != "" {
-		ctx = context.WithValue(ctx, ifMatchKey{}, p.IfVersion)
+	what := fmt.Sprintf("update device %d", id)
+	resp, body, err := c.do(ctx, request{op: "update", method: http.MethodPatch, path: devicePath(id), body: req, ifMatch: p.IfVersion})
+	if err != nil {
+		return fleet.Device{}, fmt.Errorf("%s: %w", what, err)
 	}
-	start := time.Now()
-	d, resp, err := c.api.DcimAPI.DcimDevicesPartialUpdate(ctx, int32(id)).PatchedWritableDeviceWithConfigContextRequest(*req).Execute()
-	c.metrics.observe("update", start, resp, err)
-	dj, err := deviceAnswer(fmt.Sprintf("update device %d", id), d, resp, err)
+	dj, err := deviceAnswer(what, id, body)
 	if err != nil {
 		return fleet.Device{}, err
 	}
@@ -45,11 +44,8 @@ func (c *Client) Update(ctx context.Context, id int64, p fleet.Patch) (fleet.Dev
 func (c *Client) Journal(ctx context.Context, id int64, kind fleet.JournalKind, text string) error {
 	je := nb.NewWritableJournalEntryRequest("dcim.device", id, text)
 	je.SetKind(nb.JournalEntryKindValue(kind))
-	start := time.Now()
-	_, resp, err := c.api.ExtrasAPI.ExtrasJournalEntriesCreate(ctx).WritableJournalEntryRequest(*je).Execute()
-	c.metrics.observe("journal", start, resp, err)
-	if _, lenient := decodeOnly(resp, err); err != nil && !lenient {
-		return classify(fmt.Sprintf("add a %s journal entry to device %d", kind, id), resp, err)
+	if _, _, err := c.do(ctx, request{op: "journal", method: http.MethodPost, path: "/api/extras/journal-entries/", body: je}); err != nil {
+		return fmt.Errorf("add a %s journal entry to device %d: %w", kind, id, err)
 	}
 	return nil
 }
@@ -60,13 +56,13 @@ func (c *Client) Journal(ctx context.Context, id int64, kind fleet.JournalKind, 
 // fleetd instance may run against it. fleetd's readiness probe pings at start, so the warning
 // comes as soon as NetBox first answers.
 func (c *Client) Ping(ctx context.Context) error {
-	start := time.Now()
-	st, resp, err := c.api.StatusAPI.StatusRetrieve(ctx).Execute()
-	c.metrics.observe("ping", start, resp, err)
-	if err != nil {
-		return classify("check NetBox's status", resp, err)
+	var st struct {
+		Version any `json:"netbox-version"` // a string; anything else is no version
 	}
-	if v, _ := st["netbox-version"].(string); olderThan46(v) {
+	if err := c.getJSON(ctx, "ping", "/api/status/", nil, &st); err != nil {
+		return fmt.Errorf("check NetBox's status: %w", err)
+	}
+	if v, _ := st.Version.(string); olderThan46(v) {
 		c.oldNetBox.Do(func() {
 			c.log.Warn().Str("netbox", c.base).Str("netbox_version", v).Msg("NetBox " + v + " is older than 4.6: it sends no ETag and ignores If-Match, " +
 				"so fleetd's writes are last-write-wins; run exactly one fleetd instance against it (docs/operate.md, \"Several instances\")")
