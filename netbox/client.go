@@ -172,7 +172,12 @@ func (c *Client) do(ctx context.Context, r request) (*http.Response, []byte, err
 		return nil, nil, fmt.Errorf("NetBox did not answer: %w", err)
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
+	var buf bytes.Buffer
+	if n := resp.ContentLength; n > 0 && n < maxAnswer {
+		buf.Grow(int(n) + bytes.MinRead) // read in one allocation, with room to see the end
+	}
+	_, err = buf.ReadFrom(io.LimitReader(resp.Body, maxAnswer))
+	b := buf.Bytes()
 	if err != nil {
 		return resp, nil, fmt.Errorf("read NetBox's answer (%s): %w", resp.Status, err)
 	}

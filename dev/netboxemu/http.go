@@ -136,6 +136,9 @@ func (c *reqCtx) send() {
 	}
 	if c.resp != nil {
 		c.w.Header().Set("Content-Type", "application/json")
+		// Django's CommonMiddleware (in NetBox's MIDDLEWARE) sets Content-Length on every
+		// answer that is not streamed, so NetBox's REST answers carry it, lists included.
+		c.w.Header().Set("Content-Length", strconv.Itoa(len(c.resp)))
 	}
 	c.w.Header().Set("Vary", "Accept, Cookie, Origin")
 	c.w.WriteHeader(c.status)
