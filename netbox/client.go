@@ -139,6 +139,24 @@ const maxAnswer = 64 << 20
 // drop while anything in fleetd looks methods up by name (text/template, client-go's JSON):
 // docs/operate.md, "Memory".
 func (c *Client) do(ctx context.Context, r request) (*http.Response, []byte, error) {
+	resp, err := c.send(ctx, r)
+	if err != nil {
+		return resp, nil, err
+	}
+	defer resp.Body.Close()
+	var buf bytes.Buffer
+	if n := resp.ContentLength; n > 0 && n < maxAnswer {
+		buf.Grow(int(n) + bytes.MinRead) // read in one allocation, with room to see the end
+	}
+	if _, err := buf.ReadFrom(io.LimitReader(resp.Body, maxAnswer)); err != nil {
+		return resp, nil, fmt.Errorf("read NetBox's answer (%s): %w", resp.Status, err)
+	}
+	return resp, buf.Bytes(), nil
+}
+
+// send sends r and returns a 2xx answer with its body still to read (the caller closes it); any
+// other answer is read, closed and returned with do's error.
+func (c *Client) send(ctx context.Context, r request) (*http.Response, error) {
 	u := c.base + r.path
 	if len(r.query) > 0 {
 		u += "?" + r.query.Encode()
@@ -147,13 +165,13 @@ func (c *Client) do(ctx context.Context, r request) (*http.Response, []byte, err
 	if r.body != nil {
 		b, err := json.Marshal(r.body)
 		if err != nil {
-			return nil, nil, fmt.Errorf("encode the request: %w", err)
+			return nil, fmt.Errorf("encode the request: %w", err)
 		}
 		body = bytes.NewReader(b)
 	}
 	req, err := http.NewRequestWithContext(ctx, r.method, u, body)
 	if err != nil {
-		return nil, nil, fmt.Errorf("form the request: %w", err)
+		return nil, fmt.Errorf("form the request: %w", err)
 	}
 	req.Header.Set("Authorization", "Token "+c.token)
 	req.Header.Set("Accept", "application/json")
@@ -169,29 +187,21 @@ func (c *Client) do(ctx context.Context, r request) (*http.Response, []byte, err
 	resp, err := c.http.Do(req)
 	c.metrics.observe(r.op, start, resp, err)
 	if err != nil {
-		return nil, nil, fmt.Errorf("NetBox did not answer: %w", err)
+		return nil, fmt.Errorf("NetBox did not answer: %w", err)
+	}
+	if resp.StatusCode >= 200 && resp.StatusCode <= 299 {
+		return resp, nil
 	}
 	defer resp.Body.Close()
-	var buf bytes.Buffer
-	if n := resp.ContentLength; n > 0 && n < maxAnswer {
-		buf.Grow(int(n) + bytes.MinRead) // read in one allocation, with room to see the end
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10)) // the detail; an error is not worth more
+	msg := fmt.Sprintf("NetBox answered %s", resp.Status)
+	if detail := strings.TrimSpace(truncate(b)); detail != "" {
+		msg += ": " + detail
 	}
-	_, err = buf.ReadFrom(io.LimitReader(resp.Body, maxAnswer))
-	b := buf.Bytes()
-	if err != nil {
-		return resp, nil, fmt.Errorf("read NetBox's answer (%s): %w", resp.Status, err)
+	if s := sentinel(resp.StatusCode); s != nil {
+		return resp, fmt.Errorf("%s: %w", msg, s)
 	}
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		msg := fmt.Sprintf("NetBox answered %s", resp.Status)
-		if detail := strings.TrimSpace(truncate(b)); detail != "" {
-			msg += ": " + detail
-		}
-		if s := sentinel(resp.StatusCode); s != nil {
-			return resp, b, fmt.Errorf("%s: %w", msg, s)
-		}
-		return resp, b, errors.New(msg)
-	}
-	return resp, b, nil
+	return resp, errors.New(msg)
 }
 
 func truncate(b []byte) string {

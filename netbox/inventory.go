@@ -2,7 +2,9 @@ package netbox
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -168,26 +170,88 @@ func (c *Client) interfaces(ctx context.Context, device int64) ([]ifaceJSON, err
 }
 
 // pagedList reads every page of the NetBox list at path that the filters q select, pageSize
-// results at a time (q's limit and offset are set here), each page through getJSON (metered as
+// results at a time (q's limit and offset are set here), each page through getPage (metered as
 // op, decoded leniently).
 func pagedList[T any](ctx context.Context, c *Client, op, path string, q url.Values) ([]T, error) {
 	q.Set("limit", strconv.Itoa(pageSize))
 	var out []T
 	for offset := 0; ; {
 		q.Set("offset", strconv.Itoa(offset))
-		var page struct {
-			Count   int `json:"count"`
-			Results []T `json:"results"`
-		}
-		if err := c.getJSON(ctx, op, path, q, &page); err != nil {
+		count, n, err := getPage(ctx, c, op, path, q, &out)
+		if err != nil {
 			return nil, err
 		}
-		out = append(out, page.Results...)
-		offset += len(page.Results)
-		if len(page.Results) == 0 || offset >= page.Count {
+		offset += n
+		if n == 0 || offset >= count {
 			return out, nil
 		}
 	}
+}
+
+// getPage reads one page of a NetBox list, appending its results to out, and returns the list's
+// count and how many results the page held. The results are decoded one at a time as the answer
+// arrives: a page of 1,000 devices is a few MB that is never held whole.
+func getPage[T any](ctx context.Context, c *Client, op, path string, q url.Values, out *[]T) (count, n int, err error) {
+	resp, err := c.send(ctx, request{op: op, method: http.MethodGet, path: path, query: q})
+	if err != nil {
+		return 0, 0, err
+	}
+	defer resp.Body.Close()
+	dec := json.NewDecoder(io.LimitReader(resp.Body, maxAnswer))
+	fail := func(err error) (int, int, error) {
+		return 0, 0, fmt.Errorf("decode NetBox's answer (%s): %w", resp.Status, err)
+	}
+	if err := expectDelim(dec, '{'); err != nil {
+		return fail(err)
+	}
+	for dec.More() {
+		key, err := dec.Token()
+		if err != nil {
+			return fail(err)
+		}
+		switch key {
+		case "count":
+			if err := dec.Decode(&count); err != nil {
+				return fail(err)
+			}
+		case "results":
+			if err := expectDelim(dec, '['); err != nil {
+				return fail(err)
+			}
+			for dec.More() {
+				var v T
+				if err := dec.Decode(&v); err != nil {
+					return fail(err)
+				}
+				*out = append(*out, v)
+				n++
+			}
+			if err := expectDelim(dec, ']'); err != nil {
+				return fail(err)
+			}
+		default: // next, previous
+			var skip json.RawMessage
+			if err := dec.Decode(&skip); err != nil {
+				return fail(err)
+			}
+		}
+	}
+	if err := expectDelim(dec, '}'); err != nil {
+		return fail(err)
+	}
+	return count, n, nil
+}
+
+// expectDelim reads the next token and refuses anything but d.
+func expectDelim(dec *json.Decoder, d json.Delim) error {
+	t, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	if t != d {
+		return fmt.Errorf("found %v where a list page has %q", t, d)
+	}
+	return nil
 }
 
 // macs reads the MAC addresses of one device (or of all, device 0).

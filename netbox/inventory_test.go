@@ -406,6 +406,36 @@ func TestAnswerNotTheDevice(t *testing.T) {
 	}
 }
 
+// TestListAnswerRefused: a list page that is not NetBox's {count, next, previous, results} (an
+// array, results that are not a list, an answer cut short, a login page) is refused with the
+// decoding named, and no device is returned from it.
+func TestListAnswerRefused(t *testing.T) {
+	e := newEnv(t, 0)
+	for _, tt := range []struct{ name, body string }{
+		{"refuse/an array", `[]`},
+		{"refuse/results not a list", `{"count":1,"next":null,"previous":null,"results":{"id":1}}`},
+		{"refuse/cut short", `{"count":1,"next":null,"previous":null,"results":[{"id":1,"name":"node1"`},
+		{"refuse/a login page", `<html><body>Sign in</body></html>`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/api/dcim/devices/" {
+					_, _ = w.Write([]byte(tt.body))
+					return
+				}
+				e.emu.Handler().ServeHTTP(w, r)
+			}))
+			defer srv.Close()
+			tok, _ := e.emu.AddToken(netboxemu.TokenSpec{User: "fleetd-" + strings.ReplaceAll(tt.name, " ", "-")})
+			c, _ := netbox.New(netbox.Config{URL: srv.URL, Token: tok})
+			devs, err := c.Devices(context.Background())
+			if err == nil || !strings.Contains(err.Error(), "list devices: decode NetBox's answer (200 OK)") || devs != nil {
+				t.Errorf("Devices = %v, %v; want nothing and the decoding named", devs, err)
+			}
+		})
+	}
+}
+
 func BenchmarkDevices1000(b *testing.B) {
 	e := newEnv(b, 999)
 	ctx := context.Background()

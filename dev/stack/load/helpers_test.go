@@ -155,18 +155,60 @@ func (r *rssSampler) Peak() int {
 
 // vmRSS reads VmRSS (KiB) of a process.
 func vmRSS(pid int) (int, error) {
+	m, err := memStatus(pid)
+	return m.rss, err
+}
+
+// mem is a process's resident memory (KiB): the whole, its anonymous pages (heap, stacks,
+// runtime) and the pages of its files (the binary's code and read-only data).
+type mem struct{ rss, anon, file int }
+
+// memStatus reads VmRSS, RssAnon and RssFile of a process from /proc/PID/status.
+func memStatus(pid int) (mem, error) {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
-		return 0, err
+		return mem{}, err
 	}
 	defer f.Close()
+	var m mem
+	found := 0
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
-			return strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
+		for _, k := range []struct {
+			key string
+			v   *int
+		}{{"VmRSS:", &m.rss}, {"RssAnon:", &m.anon}, {"RssFile:", &m.file}} {
+			if v, ok := strings.CutPrefix(sc.Text(), k.key); ok {
+				if *k.v, err = strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB")); err != nil {
+					return mem{}, fmt.Errorf("/proc/%d/status: %s %q: %w", pid, k.key, v, err)
+				}
+				found++
+			}
 		}
 	}
-	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
+	if found != 3 {
+		return mem{}, fmt.Errorf("/proc/%d/status has no VmRSS, RssAnon or RssFile", pid)
+	}
+	return m, nil
+}
+
+// restRSS samples fleetd's resident memory every 250 ms for d (one reconcile interval: fleetd
+// lists every device once in it, so the samples hold a reconcile's garbage as well as the quiet
+// between) and describes the samples: the smallest, the median and the largest, the largest split
+// into anonymous and file pages.
+func restRSS(pid int, d time.Duration) (string, error) {
+	var all []mem
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(250 * time.Millisecond) {
+		m, err := memStatus(pid)
+		if err != nil {
+			return "", err
+		}
+		all = append(all, m)
+	}
+	slices.SortFunc(all, func(a, b mem) int { return a.rss - b.rss })
+	top := all[len(all)-1]
+	return fmt.Sprintf("%s to %s (median %s) over %s, %d samples; the largest %s anonymous, %s the binary's pages",
+		mib(all[0].rss), mib(top.rss), mib(all[len(all)/2].rss), d, len(all), mib(top.anon), mib(top.file)), nil
 }
 
 func mib(kib int) string { return fmt.Sprintf("%.1f MiB", float64(kib)/1024) }

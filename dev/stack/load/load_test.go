@@ -53,8 +53,11 @@ func TestLoad(t *testing.T) {
 		report = append(report, lines...)
 	}
 	say(fmt.Sprintf("devices=%d (NetBox holds %d), NetBox latency %s, stack started in %s", devices, len(s.Info().Devices), latency, startTook.Round(time.Second)))
-	idle, _ := vmRSS(s.FleetdPID())
-	say("fleetd RSS at rest with every device declared: " + mib(idle))
+	idle, err := restRSS(s.FleetdPID(), 30*time.Second) // the stack's reconcile interval
+	if err != nil {
+		t.Fatal(err)
+	}
+	say("fleetd RSS at rest with every device declared: " + idle)
 	rss := sampleRSS(s, 250*time.Millisecond)
 	defer close(rss.stop)
 	created := watchCreations(t, s)
