@@ -1,6 +1,7 @@
 package netbox
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -110,24 +111,22 @@ func (c *Client) DeviceByName(ctx context.Context, name string) (fleet.Device, e
 	return fleet.Device{}, fmt.Errorf("%s: NetBox has more than one device of that name (in different sites); rename one", what)
 }
 
-// Devices lists every device with its MACs: the devices, the interfaces and the MAC addresses
-// are each read as a paged list (1,000 per page) and joined here, never one request per device.
-// Versions are empty: NetBox sends no ETag on lists. The device list is decoded leniently,
-// without go-netbox's models (pagedList): the full reconcile reads every device, go-netbox's
-// strict decoding (every nested model decoded twice) costs most of a 1,000-device list, and a
-// lenient decode cannot be broken by a newer NetBox's status values. config_context is excluded:
-// fleetd does not use it.
+// Devices lists every device with its MACs: the interfaces and the MAC addresses (read at once),
+// then the devices, are each read as a paged list (1,000 per page) and joined here, never one
+// request per device. Each device is converted as it is decoded, so NetBox's representation of
+// the whole fleet is never held at once. Versions are empty: NetBox sends no ETag on lists.
+// config_context is excluded: fleetd does not use it.
 func (c *Client) Devices(ctx context.Context) ([]fleet.Device, error) {
-	all, err := pagedList[deviceJSON](ctx, c, "devices", "/api/dcim/devices/", url.Values{"exclude": {"config_context"}})
-	if err != nil {
-		return nil, fmt.Errorf("list devices: %w", err)
-	}
-	ifaces, err := c.interfaces(ctx, 0)
-	if err != nil {
-		return nil, err
-	}
-	macs, err := c.macs(ctx, 0)
-	if err != nil {
+	var (
+		ifaces     []ifaceJSON
+		macs       []macJSON
+		ierr, merr error
+		wg         sync.WaitGroup
+	)
+	wg.Go(func() { ifaces, ierr = c.interfaces(ctx, 0) })
+	macs, merr = c.macs(ctx, 0)
+	wg.Wait()
+	if err := cmp.Or(ierr, merr); err != nil {
 		return nil, err
 	}
 	// Each device's interfaces and MACs, grouped once: ordering the whole fleet's MACs for
@@ -144,13 +143,14 @@ func (c *Client) Devices(ctx context.Context) ([]fleet.Device, error) {
 			macsOf[dev] = append(macsOf[dev], m)
 		}
 	}
-	out := make([]fleet.Device, 0, len(all))
-	for _, dj := range all {
+	var out []fleet.Device
+	err := eachListed(ctx, c, "devices", "/api/dcim/devices/", url.Values{"exclude": {"config_context"}}, func(dj deviceJSON) error {
 		d, err := toDevice(dj, orderMACs(byDevice[dj.ID], macsOf[dj.ID]), "")
-		if err != nil {
-			return nil, fmt.Errorf("list devices: %w", err)
-		}
 		out = append(out, d)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list devices: %w", err)
 	}
 	return out, nil
 }
@@ -169,29 +169,42 @@ func (c *Client) interfaces(ctx context.Context, device int64) ([]ifaceJSON, err
 	return out, nil
 }
 
-// pagedList reads every page of the NetBox list at path that the filters q select, pageSize
-// results at a time (q's limit and offset are set here), each page through getPage (metered as
-// op, decoded leniently).
+// pagedList reads every page of the NetBox list at path that the filters q select (eachListed).
 func pagedList[T any](ctx context.Context, c *Client, op, path string, q url.Values) ([]T, error) {
-	q.Set("limit", strconv.Itoa(pageSize))
 	var out []T
+	err := eachListed(ctx, c, op, path, q, func(v T) error {
+		out = append(out, v)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// eachListed reads every page of the NetBox list at path that the filters q select, pageSize
+// results at a time (q's limit and offset are set here), and calls each with every result as it
+// is decoded (leniently), stopping at its first error. A page is read through the retrying client
+// and metered as op.
+func eachListed[T any](ctx context.Context, c *Client, op, path string, q url.Values, each func(T) error) error {
+	q.Set("limit", strconv.Itoa(pageSize))
 	for offset := 0; ; {
 		q.Set("offset", strconv.Itoa(offset))
-		count, n, err := getPage(ctx, c, op, path, q, &out)
+		count, n, err := getPage(ctx, c, op, path, q, each)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		offset += n
 		if n == 0 || offset >= count {
-			return out, nil
+			return nil
 		}
 	}
 }
 
-// getPage reads one page of a NetBox list, appending its results to out, and returns the list's
+// getPage reads one page of a NetBox list, calling each with every result, and returns the list's
 // count and how many results the page held. The results are decoded one at a time as the answer
 // arrives: a page of 1,000 devices is a few MB that is never held whole.
-func getPage[T any](ctx context.Context, c *Client, op, path string, q url.Values, out *[]T) (count, n int, err error) {
+func getPage[T any](ctx context.Context, c *Client, op, path string, q url.Values, each func(T) error) (count, n int, err error) {
 	resp, err := c.send(ctx, request{op: op, method: http.MethodGet, path: path, query: q})
 	if err != nil {
 		return 0, 0, err
@@ -223,7 +236,9 @@ func getPage[T any](ctx context.Context, c *Client, op, path string, q url.Value
 				if err := dec.Decode(&v); err != nil {
 					return fail(err)
 				}
-				*out = append(*out, v)
+				if err := each(v); err != nil {
+					return 0, 0, err
+				}
 				n++
 			}
 			if err := expectDelim(dec, ']'); err != nil {
