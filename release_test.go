@@ -121,9 +121,14 @@ func TestForbiddenInCatchesTheDevelopmentStack(t *testing.T) {
 	}
 }
 
+// maxReleaseSize bounds a release binary: 35.5 MiB (arm64) and 37.9 MiB (amd64) on 2026-12-03,
+// with room for growth. What is resident at rest follows the binary's size (docs/operate.md,
+// "Memory"), so a binary that doubles is a regression even when every test passes.
+const maxReleaseSize = 48 << 20
+
 // TestRelease builds the release the way `make release` does and checks what spore and HookOS
 // receive: a static ELF for each arch, stamped with the version, built without cgo and with
-// -trimpath, no forbidden module in it, and SHA256SUMS that match.
+// -trimpath, no forbidden module in it, no larger than maxReleaseSize, and SHA256SUMS that match.
 func TestRelease(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds fleetd for two architectures; run without -short")
@@ -152,6 +157,11 @@ func TestRelease(t *testing.T) {
 		sum := sha256.Sum256(b)
 		want = append(want, hex.EncodeToString(sum[:])+"  "+name)
 		t.Logf("%s: %d bytes", name, len(b))
+		if len(b) > maxReleaseSize {
+			t.Errorf("%s is %.1f MiB, over %d MiB: something links far more code than fleetd needs "+
+				"(go-netbox's generated APIClient alone made it 78.5 MiB: docs/operate.md, \"Memory\"); "+
+				"find it with go build -ldflags=-dumpdep", name, float64(len(b))/(1<<20), maxReleaseSize>>20)
+		}
 		if arch == runtime.GOARCH && runtime.GOOS == "linux" {
 			out, err := exec.Command(path, "version").Output()
 			if err != nil || strings.TrimSpace(string(out)) != "fleetd "+version {
