@@ -23,25 +23,33 @@ const pageSize = 1000
 // interfaces and its MAC addresses are three requests that need only the id, so they are sent at
 // once: a decision's read waits for one NetBox round trip, not three (docs/performance.md).
 func (c *Client) Device(ctx context.Context, id int64) (fleet.Device, error) {
+	ports := c.startPorts(ctx, id)
+	dj, etag, err := c.device(ctx, id)
+	ifaces, macs, perr := ports()
+	if err != nil { // the device's own answer says most (a 404 is ErrNotFound)
+		return fleet.Device{}, err
+	}
+	if perr != nil {
+		return fleet.Device{}, perr
+	}
+	return toDevice(dj, orderMACs(ifaces, macs), etag)
+}
+
+// startPorts starts reading the interfaces and the MAC addresses of one device (or of all,
+// device 0) at once, and returns what waits for both: the interfaces' error first.
+func (c *Client) startPorts(ctx context.Context, device int64) func() ([]ifaceJSON, []macJSON, error) {
 	var (
 		ifaces     []ifaceJSON
 		macs       []macJSON
 		ierr, merr error
 		wg         sync.WaitGroup
 	)
-	wg.Go(func() { ifaces, ierr = c.interfaces(ctx, id) })
-	wg.Go(func() { macs, merr = c.macs(ctx, id) })
-	dj, etag, err := c.device(ctx, id)
-	wg.Wait()
-	switch {
-	case err != nil: // the device's own answer says most (a 404 is ErrNotFound)
-		return fleet.Device{}, err
-	case ierr != nil:
-		return fleet.Device{}, ierr
-	case merr != nil:
-		return fleet.Device{}, merr
+	wg.Go(func() { ifaces, ierr = c.interfaces(ctx, device) })
+	wg.Go(func() { macs, merr = c.macs(ctx, device) })
+	return func() ([]ifaceJSON, []macJSON, error) {
+		wg.Wait()
+		return ifaces, macs, cmp.Or(ierr, merr)
 	}
-	return toDevice(dj, orderMACs(ifaces, macs), etag)
 }
 
 // DeviceFields reads one device by id, without its MACs (one request), and its ETag as Version.
@@ -117,16 +125,8 @@ func (c *Client) DeviceByName(ctx context.Context, name string) (fleet.Device, e
 // the whole fleet is never held at once. Versions are empty: NetBox sends no ETag on lists.
 // config_context is excluded: fleetd does not use it.
 func (c *Client) Devices(ctx context.Context) ([]fleet.Device, error) {
-	var (
-		ifaces     []ifaceJSON
-		macs       []macJSON
-		ierr, merr error
-		wg         sync.WaitGroup
-	)
-	wg.Go(func() { ifaces, ierr = c.interfaces(ctx, 0) })
-	macs, merr = c.macs(ctx, 0)
-	wg.Wait()
-	if err := cmp.Or(ierr, merr); err != nil {
+	ifaces, macs, err := c.startPorts(ctx, 0)()
+	if err != nil {
 		return nil, err
 	}
 	// Each device's interfaces and MACs, grouped once: ordering the whole fleet's MACs for
@@ -144,10 +144,13 @@ func (c *Client) Devices(ctx context.Context) ([]fleet.Device, error) {
 		}
 	}
 	var out []fleet.Device
-	err := eachListed(ctx, c, "devices", "/api/dcim/devices/", url.Values{"exclude": {"config_context"}}, func(dj deviceJSON) error {
+	err = eachListed(ctx, c, "devices", "/api/dcim/devices/", url.Values{"exclude": {"config_context"}}, func(dj deviceJSON) error {
 		d, err := toDevice(dj, orderMACs(byDevice[dj.ID], macsOf[dj.ID]), "")
+		if err != nil {
+			return err
+		}
 		out = append(out, d)
-		return err
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("list devices: %w", err)
@@ -275,16 +278,15 @@ func (c *Client) macs(ctx context.Context, device int64) ([]macJSON, error) {
 	if device != 0 {
 		q.Set("device_id", strconv.FormatInt(device, 10))
 	}
-	all, err := pagedList[macAddressJSON](ctx, c, "macs", "/api/dcim/mac-addresses/", q)
+	var out []macJSON
+	err := eachListed(ctx, c, "macs", "/api/dcim/mac-addresses/", q, func(m macAddressJSON) error {
+		if m.AssignedObjectType == "dcim.interface" && m.AssignedObjectID != nil {
+			out = append(out, macJSON{ID: m.ID, Iface: *m.AssignedObjectID, MAC: m.MACAddress})
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, fmt.Errorf("list MAC addresses (device %d): %w", device, err)
-	}
-	var out []macJSON
-	for _, m := range all {
-		if m.AssignedObjectType != "dcim.interface" || m.AssignedObjectID == nil {
-			continue
-		}
-		out = append(out, macJSON{ID: m.ID, Iface: *m.AssignedObjectID, MAC: m.MACAddress})
 	}
 	return out, nil
 }
