@@ -8,7 +8,9 @@ import (
 	"math/rand"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,6 +18,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/folly-infra/fleetd/api"
 	"github.com/folly-infra/fleetd/dev/netboxemu"
@@ -431,6 +434,47 @@ func TestListAnswerRefused(t *testing.T) {
 			devs, err := c.Devices(context.Background())
 			if err == nil || !strings.Contains(err.Error(), "list devices: decode NetBox's answer (200 OK)") || devs != nil {
 				t.Errorf("Devices = %v, %v; want nothing and the decoding named", devs, err)
+			}
+		})
+	}
+}
+
+// A list's count is NetBox's word, not a bound: sizing the result from a count of 10^15 or -5
+// neither fails nor allocates for it, and the devices are the ones listed.
+func TestListCountNotABound(t *testing.T) {
+	e := newEnv(t, 3)
+	want, err := e.client.Devices(context.Background())
+	if err != nil || len(want) != 4 {
+		t.Fatalf("Devices straight from the emulator = %d devices, %v", len(want), err)
+	}
+	countRE := regexp.MustCompile(`"count":\s*\d+`)
+	for _, count := range []string{"1000000000000000", "-5", "0"} {
+		t.Run("count "+count, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				rec := httptest.NewRecorder()
+				e.emu.Handler().ServeHTTP(rec, r)
+				body := rec.Body.Bytes()
+				if r.URL.Path == "/api/dcim/devices/" {
+					body = countRE.ReplaceAll(body, []byte(`"count":`+count))
+				}
+				w.WriteHeader(rec.Code)
+				_, _ = w.Write(body)
+			}))
+			defer srv.Close()
+			tok, _ := e.emu.AddToken(netboxemu.TokenSpec{User: "fleetd-count" + count})
+			c, _ := netbox.New(netbox.Config{URL: srv.URL, Token: tok})
+			got, err := c.Devices(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if count == "1000000000000000" { // the next page is asked for, and is empty
+				if diff := cmp.Diff(want, got, cmpopts.EquateComparable(netip.Prefix{})); diff != "" {
+					t.Errorf("devices (-straight +count %s):\n%s", count, diff)
+				}
+				return
+			}
+			if len(got) != len(want) { // a count at or under zero ends the list after its first page
+				t.Errorf("%d devices, want the first page's %d", len(got), len(want))
 			}
 		})
 	}
