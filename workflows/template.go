@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"text/template"
 
 	"github.com/Masterminds/sprig/v3"
@@ -31,8 +32,7 @@ type Rendered struct {
 // Trust: data is the infrastructure repo's Template, hardwareMap is fleetd's own; the result is
 // checked again by CheckTemplate before fleetd relies on it.
 func RenderTemplate(data string, hardwareMap map[string]string, hw *tinkv1.Hardware) (Rendered, error) {
-	t, err := template.New("workflow-template").Option("missingkey=error").
-		Funcs(sprig.TxtFuncMap()).Funcs(template.FuncMap{"formatPartition": formatPartition}).Parse(data)
+	t, err := parseTemplate(data)
 	if err != nil {
 		return Rendered{}, fmt.Errorf("parse template: %w", err)
 	}
@@ -53,6 +53,42 @@ func RenderTemplate(data string, hardwareMap map[string]string, hw *tinkv1.Hardw
 		return Rendered{}, err
 	}
 	return doc.rendered(), nil
+}
+
+// parsed holds the Templates last parsed, by their text: a storm of provisions renders the same
+// few Templates hundreds of times, and parsing one with sprig's functions was 6% of fleetd's CPU
+// in it (docs/performance.md). A Template is still read from the API server for every Workflow,
+// so a changed Template is a new text and parsed again. A parsed text/template is safe for
+// concurrent Execute. At most parsedMax texts are kept; a full cache is emptied, which costs only
+// parsing again (a fleet has a Template per class and action).
+var parsed = struct {
+	sync.Mutex
+	m map[string]*template.Template
+}{m: map[string]*template.Template{}}
+
+const parsedMax = 32
+
+// parseTemplate parses a Template's text as tink-controller does, or returns it parsed before.
+// A text that does not parse is not kept.
+func parseTemplate(data string) (*template.Template, error) {
+	parsed.Lock()
+	t, ok := parsed.m[data]
+	parsed.Unlock()
+	if ok {
+		return t, nil
+	}
+	t, err := template.New("workflow-template").Option("missingkey=error").
+		Funcs(sprig.TxtFuncMap()).Funcs(template.FuncMap{"formatPartition": formatPartition}).Parse(data)
+	if err != nil {
+		return nil, err
+	}
+	parsed.Lock()
+	defer parsed.Unlock()
+	if len(parsed.m) >= parsedMax {
+		clear(parsed.m)
+	}
+	parsed.m[data] = t
+	return t, nil
 }
 
 // templateDoc is the YAML a Template renders to (tink's workflow.Workflow). id, on-timeout and

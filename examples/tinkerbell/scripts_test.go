@@ -183,3 +183,28 @@ func TestFetchSecretCarried(t *testing.T) {
 	}
 	t.Fatal("no talos-provision Template")
 }
+
+// BenchmarkRenderTemplate renders the Talos provision Template as fleetd does for every new
+// Workflow (workflows.RenderTemplate; docs/performance.md): a storm renders it once per request.
+func BenchmarkRenderTemplate(b *testing.B) {
+	tpls, err := tinkerbell.LoadTemplates(exampletemplates.FS)
+	if err != nil {
+		b.Fatal(err)
+	}
+	data := ""
+	for _, tpl := range tpls {
+		if tpl.Name == "talos-provision" {
+			data = *tpl.Spec.Data
+		}
+	}
+	if data == "" {
+		b.Fatal("no talos-provision Template among the examples")
+	}
+	hm := exampleHardwareMap()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := workflows.RenderTemplate(data, hm, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
