@@ -177,6 +177,7 @@ func (s *Service) RunInventory(ctx context.Context, first, interval time.Duratio
 		} else if err == nil {
 			s.log.Info().Int("devices", len(rep.Devices)).Bool("differs", rep.Differs()).Msg("inventory checked")
 		}
+		s.afterSweep()
 	}
 }
 

@@ -3,9 +3,12 @@ package fleet_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand"
 	"reflect"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -277,5 +280,54 @@ func TestInventoryCannotCheck(t *testing.T) {
 	}
 	if _, err := s2.InventoryCheck(context.Background(), []string{"nobody"}); err == nil || !strings.Contains(err.Error(), `no device named "nobody"`) {
 		t.Errorf("unknown device: %v", err)
+	}
+}
+
+// TestAfterSweep: Config.AfterSweep runs after each pass over the whole fleet, once the pass is
+// done with its listing: a reconcile after its onInventory, and an inventory check; never before.
+func TestAfterSweep(t *testing.T) {
+	var mu sync.Mutex
+	var events []string
+	note := func(e string) {
+		mu.Lock()
+		defer mu.Unlock()
+		events = append(events, e)
+	}
+	seen := func(n int) []string {
+		for end := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			mu.Lock()
+			got := slices.Clone(events)
+			mu.Unlock()
+			if len(got) >= n || time.Now().After(end) {
+				return got
+			}
+		}
+	}
+	s, err := NewService(Config{FleetdURL: "http://spore:8080", ServiceUser: "fleetd", AfterSweep: func() { note("after sweep") }},
+		Deps{Inventory: fleettest.NewInventory(agreeing(1, "node-a"), agreeing(2, "node-b")), ChangeLog: &fleettest.ChangeLog{},
+			Installer: fleettest.NewInstaller(), Catalog: fleettest.Catalog(), Clock: fleettest.NewClock(testEpoch),
+			Renderer: sharedRenderer(), Random: rand.New(rand.NewSource(1))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() {
+		done <- s.Run(ctx, time.Hour, func(_ context.Context, ds []Device) { note(fmt.Sprintf("listing of %d", len(ds))) })
+	}()
+	got := seen(2)
+	cancel()
+	<-done
+	if want := []string{"listing of 2", "after sweep"}; !slices.Equal(got, want) {
+		t.Fatalf("reconcile pass: %q, want %q", got, want)
+	}
+	ctx, cancel = context.WithCancel(context.Background())
+	defer cancel()
+	go func() { done <- s.RunInventory(ctx, time.Millisecond, time.Hour) }()
+	got = seen(3)
+	cancel()
+	<-done
+	if want := []string{"listing of 2", "after sweep", "after sweep"}; !slices.Equal(got, want) {
+		t.Fatalf("after an inventory check: %q, want %q", got, want)
 	}
 }

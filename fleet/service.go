@@ -36,6 +36,11 @@ type Config struct {
 	// older than that are stale, since a declaration change before it cannot be seen; 0 means
 	// DefaultChangeLogRetention.
 	ChangeLogRetention time.Duration
+	// AfterSweep, when set, runs after each pass over the whole fleet (the periodic reconcile
+	// with its onInventory, and the inventory check), once the pass's listing is garbage:
+	// fleetd serve returns the pass's working set to the operating system there
+	// (docs/operate.md, "Memory").
+	AfterSweep func()
 }
 
 // DefaultConfigTTL is how long a configuration waits for its fetch when Config sets no TTL: an
@@ -309,11 +314,19 @@ func (s *Service) Run(ctx context.Context, interval time.Duration, onInventory f
 		if devices != nil && onInventory != nil {
 			onInventory(ctx, devices)
 		}
+		s.afterSweep()
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
 		}
+	}
+}
+
+// afterSweep runs Config.AfterSweep, if any.
+func (s *Service) afterSweep() {
+	if s.cfg.AfterSweep != nil {
+		s.cfg.AfterSweep()
 	}
 }
 
