@@ -33,8 +33,8 @@ type Config struct {
 	// "Authorization: Token <Token>", which NetBox ≥ 4.5 accepts for both (its
 	// netbox/netbox/api/authentication.py picks v2 by the nbt_ prefix, not by the keyword).
 	Token string
-	// HTTPClient supplies the transport and the per-attempt timeout (default: a pooled client
-	// with Timeout).
+	// HTTPClient supplies the transport and the per-attempt timeout (default: a client with
+	// Timeout whose transport keeps idlePerHost connections to NetBox open).
 	HTTPClient *http.Client
 	// Retries is how many times a request is retried after a 5xx answer or a connection error
 	// (never after a 4xx). Default 3; negative means none.
@@ -59,6 +59,23 @@ type Client struct {
 	oldNetBox sync.Once
 }
 
+// idlePerHost is how many idle connections to NetBox the default client keeps open: as many as
+// fleetd has requests in flight at its busiest (16 webhook workers, each reading a device's
+// interfaces and MACs beside it, with the reconcile and the boot checks besides). Go's default
+// transport keeps 2, so in a storm nearly every request opened a new TCP connection (and, to an
+// HTTPS NetBox, a TLS handshake) and closed it after (docs/performance.md). Idle connections
+// close after 90 s, so none are held at rest.
+const idlePerHost = 64
+
+// pooledTransport is Go's default transport (proxy from the environment, dial and TLS timeouts,
+// HTTP/2 where NetBox offers it) keeping idlePerHost idle connections.
+func pooledTransport() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConnsPerHost = idlePerHost
+	t.MaxIdleConns = max(t.MaxIdleConns, idlePerHost)
+	return t
+}
+
 // New makes a Client. It does not contact NetBox; use Ping for readiness.
 func New(cfg Config) (*Client, error) {
 	if cfg.URL == "" || cfg.Token == "" {
@@ -76,7 +93,7 @@ func New(cfg Config) (*Client, error) {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 15 * time.Second
 	}
-	base := &http.Client{Timeout: cfg.Timeout}
+	base := &http.Client{Timeout: cfg.Timeout, Transport: pooledTransport()}
 	if cfg.HTTPClient != nil {
 		c := *cfg.HTTPClient
 		if c.Timeout == 0 {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -610,5 +611,50 @@ func TestUpdateFacts(t *testing.T) {
 		if err != nil || !got.Owned.Facts.Empty() || !strings.Contains(got.Owned.FactsUnreadable, "fleet_facts") {
 			t.Errorf("fleet_facts %v read as %+v, %q, %v; want no facts with the reason", raw, got.Owned.Facts, got.Owned.FactsUnreadable, err)
 		}
+	}
+}
+
+// TestConnectionsKept: the client keeps its connections to NetBox open between requests. Sixteen
+// devices read at once (each with its interfaces and MACs beside it: up to 48 requests in flight)
+// five times over open at most as many connections as were ever in flight; Go's default transport
+// keeps two, so each round opened most of its connections again.
+func TestConnectionsKept(t *testing.T) {
+	emu, err := netboxemu.Start(netboxemu.Config{Rand: rand.New(rand.NewSource(1)), Latency: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer emu.Close()
+	id, err := emu.AddDevice(netboxemu.DeviceSpec{Name: "node1", Interfaces: []netboxemu.InterfaceSpec{{Name: "eth0", MACs: []string{"AA:BB:CC:00:00:01"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var opened atomic.Int64
+	srv := httptest.NewUnstartedServer(emu.Handler())
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			opened.Add(1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	tok, _ := emu.AddToken(netboxemu.TokenSpec{User: "fleetd"})
+	c, err := netbox.New(netbox.Config{URL: srv.URL, Token: tok})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const readers, rounds = 16, 5
+	for range rounds {
+		var wg sync.WaitGroup
+		for range readers {
+			wg.Go(func() {
+				if _, err := c.Device(context.Background(), id); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+	}
+	if n := opened.Load(); n > 3*readers {
+		t.Errorf("%d connections opened for %d rounds of %d device reads (at most %d requests in flight); want them kept between rounds", n, rounds, readers, 3*readers)
 	}
 }
