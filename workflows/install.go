@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"sync"
 	"time"
 
 	tinkv1 "github.com/tinkerbell/tink/api/v1alpha1"
@@ -92,16 +93,30 @@ func (in *Installer) prepare(ctx context.Context, w fleet.WorkflowSpec) (prepare
 	if err := validNames(w); err != nil {
 		return p, err
 	}
+	// The Hardware and the Template are read at once: neither read needs the other, so a new
+	// Workflow waits for the slower of the two, not for both in turn (docs/performance.md). The
+	// refusals keep their order: the Hardware's, then the boot options', then the Template's.
+	var (
+		tpl    *tinkv1.Template
+		tplErr error
+		read   sync.WaitGroup
+	)
+	read.Go(func() { tpl, tplErr = in.readTemplate(ctx, w.Template) })
 	var err error
-	if p.existing, err = in.readHardware(ctx, w.Device.Name); err != nil {
+	p.existing, err = in.readHardware(ctx, w.Device.Name)
+	read.Wait()
+	if err != nil {
 		return p, err
 	}
 	if p.boot, p.note, err = bootOptions(w, p.existing); err != nil {
 		return p, err
 	}
+	if tplErr != nil {
+		return p, tplErr
+	}
 	p.hw = desiredHardware(p.existing, w, in.ns, p.boot)
 	p.hm = HardwareMap(w)
-	return p, in.checkTemplate(ctx, w, p.hm, p.hw)
+	return p, checkTemplate(tpl, w, p.hm, p.hw)
 }
 
 // HardwareMap is the hardwareMap of the request's Workflow: every Map* key, always present (a
@@ -146,18 +161,23 @@ func validNames(w fleet.WorkflowSpec) error {
 	return nil
 }
 
-// checkTemplate reads the Template and renders it exactly as tink-controller will, then applies
-// fleetd's requirements.
-func (in *Installer) checkTemplate(ctx context.Context, w fleet.WorkflowSpec, hm map[string]string, hw *tinkv1.Hardware) error {
-	name := w.Template
+// readTemplate reads the class's Template; one that does not exist refuses the request.
+func (in *Installer) readTemplate(ctx context.Context, name string) (*tinkv1.Template, error) {
 	tpl := &tinkv1.Template{}
 	err := in.observe("get_template", in.k.getTyped(ctx, templateResource, name, tpl))
 	switch {
 	case objectNotFound(err):
-		return refuse(name, "it does not exist in namespace %s: apply it from the infrastructure repo", in.ns)
+		return nil, refuse(name, "it does not exist in namespace %s: apply it from the infrastructure repo", in.ns)
 	case err != nil:
-		return fmt.Errorf("read Template %s: %w", name, err)
+		return nil, fmt.Errorf("read Template %s: %w", name, err)
 	}
+	return tpl, nil
+}
+
+// checkTemplate renders the Template exactly as tink-controller will, then applies fleetd's
+// requirements.
+func checkTemplate(tpl *tinkv1.Template, w fleet.WorkflowSpec, hm map[string]string, hw *tinkv1.Hardware) error {
+	name := w.Template
 	if tpl.Spec.Data == nil || *tpl.Spec.Data == "" {
 		return refuse(name, "spec.data is empty")
 	}

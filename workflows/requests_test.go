@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/rest"
@@ -31,6 +32,31 @@ func (c *counting) RoundTrip(r *http.Request) (*http.Response, error) {
 	}
 	c.mu.Unlock()
 	return c.next.RoundTrip(r)
+}
+
+// together holds a GET of a Hardware until a GET of a Template has started (or a minute has
+// passed, which it reports): two reads made one after the other never meet.
+type together struct {
+	next      http.RoundTripper
+	template  chan struct{}
+	once      sync.Once
+	gaveUp    bool
+	hardwareN int
+}
+
+func (tg *together) RoundTrip(r *http.Request) (*http.Response, error) {
+	switch {
+	case r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/templates/"):
+		tg.once.Do(func() { close(tg.template) })
+	case r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/hardware/"):
+		tg.hardwareN++
+		select {
+		case <-tg.template:
+		case <-time.After(time.Minute):
+			tg.gaveUp = true
+		}
+	}
+	return tg.next.RoundTrip(r)
 }
 
 func (c *counting) take(on bool) []string {
@@ -69,9 +95,32 @@ func TestInstallRequests(t *testing.T) {
 		"POST " + ns + "/hardware",
 		"POST " + ns + "/workflows",
 	}
+	if len(seen) >= 2 { // the two reads are made at once, in either order
+		slices.Sort(seen[:2])
+	}
 	if !slices.Equal(seen, want) {
 		t.Errorf("a new device's Install made these Kubernetes API requests:\n%s\nwant these %d (no discovery, no read of the Workflow):\n%s",
 			strings.Join(seen, "\n"), len(want), strings.Join(want, "\n"))
+	}
+}
+
+// TestInstallReadsAtOnce: Install reads the Hardware and the Template at once, not one after the
+// other (a storm's Workflow waits for the slower read only): the Hardware read is held until the
+// Template read has started, and Install still creates the Workflow.
+func TestInstallReadsAtOnce(t *testing.T) {
+	ctx := context.Background()
+	tg := &together{template: make(chan struct{})}
+	rc := rest.CopyConfig(server.RESTConfig())
+	rc.Wrap(func(next http.RoundTripper) http.RoundTripper { tg.next = next; return tg })
+	e := newEnvOn(t, rc)
+	e.template(t, "talos-provision", agentTemplate)
+	d := device(44, "node-together")
+	d.MACs = []fleet.MAC{"3c:ec:ef:4c:4f:61"}
+	if err := e.in.Install(ctx, spec(d, "talos-provision", fleet.ActionProvision, "provision-together1")); err != nil {
+		t.Fatalf("Install: %v", err)
+	}
+	if tg.hardwareN != 1 || tg.gaveUp {
+		t.Errorf("%d Hardware reads, held a minute without a Template read: %v; want one, made while the Template was read", tg.hardwareN, tg.gaveUp)
 	}
 }
 
