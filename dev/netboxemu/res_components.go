@@ -162,11 +162,12 @@ func (e *Emulator) onDevices(ifaceOf func(id int) int, byName bool) func(int, []
 		if !ok {
 			return false
 		}
-		key := strconv.Itoa(d.id)
 		if byName {
-			key = d.name
+			return slices.Contains(values, d.name)
 		}
-		return slices.Contains(values, key)
+		// The values are parsed, not the row's id formatted: a list filtered by device_id runs
+		// this for every MAC or address in the table (Django compares the pk as a number too).
+		return slices.ContainsFunc(values, func(v string) bool { n, err := strconv.Atoi(v); return err == nil && n == d.id })
 	}
 }
 
