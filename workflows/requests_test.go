@@ -68,16 +68,18 @@ func (c *counting) take(on bool) []string {
 }
 
 // TestInstallRequests counts the Kubernetes API requests a new device's Install makes against the
-// real API server, the client's very first included: the Hardware read, the Template read, the
-// Hardware create and the Workflow create (no read of the Workflow first: AlreadyExists is
-// success), and no discovery (fleetd's client names the tinkerbell.org paths itself: kube.go). The storm of
+// real API server, the client's very first included: the Hardware read and the Template read, made
+// at once (the Hardware read is held until the Template read has started: a storm's Workflow
+// waits for the slower read only), the Hardware create and the Workflow create (no read of the
+// Workflow first: AlreadyExists is success), and no discovery (fleetd's client names the tinkerbell.org paths itself: kube.go). The storm of
 // 500 provisions is bounded by them and by the client's rate limit (kubernetes.qps,
 // kubernetes.burst).
 func TestInstallRequests(t *testing.T) {
 	ctx := context.Background()
-	c := &counting{}
+	tg := &together{template: make(chan struct{})}
+	c := &counting{next: tg}
 	rc := rest.CopyConfig(server.RESTConfig())
-	rc.Wrap(func(next http.RoundTripper) http.RoundTripper { c.next = next; return c })
+	rc.Wrap(func(next http.RoundTripper) http.RoundTripper { tg.next = next; return c })
 	e := newEnvOn(t, rc)
 	e.template(t, "talos-provision", agentTemplate)
 	d := device(43, "node-requests")
@@ -101,23 +103,6 @@ func TestInstallRequests(t *testing.T) {
 	if !slices.Equal(seen, want) {
 		t.Errorf("a new device's Install made these Kubernetes API requests:\n%s\nwant these %d (no discovery, no read of the Workflow):\n%s",
 			strings.Join(seen, "\n"), len(want), strings.Join(want, "\n"))
-	}
-}
-
-// TestInstallReadsAtOnce: Install reads the Hardware and the Template at once, not one after the
-// other (a storm's Workflow waits for the slower read only): the Hardware read is held until the
-// Template read has started, and Install still creates the Workflow.
-func TestInstallReadsAtOnce(t *testing.T) {
-	ctx := context.Background()
-	tg := &together{template: make(chan struct{})}
-	rc := rest.CopyConfig(server.RESTConfig())
-	rc.Wrap(func(next http.RoundTripper) http.RoundTripper { tg.next = next; return tg })
-	e := newEnvOn(t, rc)
-	e.template(t, "talos-provision", agentTemplate)
-	d := device(44, "node-together")
-	d.MACs = []fleet.MAC{"3c:ec:ef:4c:4f:61"}
-	if err := e.in.Install(ctx, spec(d, "talos-provision", fleet.ActionProvision, "provision-together1")); err != nil {
-		t.Fatalf("Install: %v", err)
 	}
 	if tg.hardwareN != 1 || tg.gaveUp {
 		t.Errorf("%d Hardware reads, held a minute without a Template read: %v; want one, made while the Template was read", tg.hardwareN, tg.gaveUp)
