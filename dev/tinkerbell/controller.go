@@ -185,17 +185,30 @@ const prepareTimeout = 2 * time.Minute
 // found exactly that (a Workflow whose every action had succeeded read PENDING again).
 const prepareSettle = 750 * time.Millisecond
 
+// renderNudgeAfter is how long WaitPrepared lets a Workflow stay unrendered (state "") before it
+// nudges tink-controller into a reconcile, and how long between nudges. The controller retries a
+// Workflow whose Hardware or Template it could not read (its cache lags behind the writes) with
+// controller-runtime's per-item backoff, 5 ms doubled at each failure: after ten seconds of
+// failures its next try is ten seconds away, after twenty, twenty. A CI run of make test saw a
+// Workflow of TestRestartBetweenNetbootAndBoot left "hardware not found" for the whole two
+// minutes of prepareTimeout on the busy machine. A change to the Workflow queues it at once,
+// past the backoff; a render takes the controller milliseconds, so two seconds unrendered is
+// already a stall.
+const renderNudgeAfter = 2 * time.Second
+
 // WaitPrepared waits until tink-controller has rendered the Workflow and prepared its boot
 // (tink v0.12.2's internal/deprecated/workflow reconciler): the state has left "" and
 // PREPARING, or the preparation failed (a boot-job or allowPXE condition failed). wf is
 // refreshed. A Template that does not render is an error saying why, as the controller's
 // condition has it; a Workflow the controller leaves waiting is returned as it is, with no error,
-// for the caller to judge.
+// for the caller to judge. A Workflow left unrendered for renderNudgeAfter is nudged
+// (nudgeWorkflow), and again after each renderNudgeAfter.
 func WaitPrepared(ctx context.Context, c client.Client, wf *tinkv1.Workflow) error {
 	ctx, cancel := context.WithTimeout(ctx, prepareTimeout)
 	defer cancel()
 	var settledAt string // the resourceVersion the prepared Workflow has held since settledSince
 	var settledSince time.Time
+	nudged := time.Now() // the last nudge, or the start: a Workflow gets renderNudgeAfter first
 	for {
 		if err := c.Get(ctx, client.ObjectKeyFromObject(wf), wf); err != nil {
 			if ctx.Err() != nil {
@@ -211,6 +224,12 @@ func WaitPrepared(ctx context.Context, c client.Client, wf *tinkv1.Workflow) err
 		}
 		prepared := wf.Status.State != "" && wf.Status.State != tinkv1.WorkflowStatePreparing ||
 			wf.Status.State == tinkv1.WorkflowStatePreparing && preparationFailed(wf)
+		// A failed nudge is not an error here: the next read says whether the Workflow is gone,
+		// and the next nudge tries again.
+		if wf.Status.State == "" && time.Since(nudged) >= renderNudgeAfter {
+			_ = nudgeWorkflow(ctx, c, wf)
+			nudged = time.Now()
+		}
 		switch {
 		case !prepared:
 			settledAt = ""

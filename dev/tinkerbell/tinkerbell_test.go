@@ -290,4 +290,40 @@ func TestRealWorkerRunsWorkflow(t *testing.T) {
 			t.Errorf("wf-theirs is %s (%s), want RUNNING at its first action, where the worker left it", theirs.Status.State, actionStates(theirs))
 		}
 	})
+	t.Run("ok/hardware-created-late", func(t *testing.T) {
+		// A Workflow whose Hardware is not there yet fails to render ("hardware not found"), and
+		// tink-controller retries it with a backoff that doubles at each failure. WaitPrepared
+		// nudges a Workflow left unrendered (an annotation), so it is prepared once the Hardware
+		// exists, not at the controller's next retry, which can be minutes away. The Hardware is
+		// created only once the nudge is seen.
+		const macD = "3c:ec:ef:4c:4f:57"
+		late := create(t, "wf-late", "node-d", macD)
+		done := make(chan error, 1)
+		go func() { done <- tinkerbell.WaitPrepared(ctx, c, late.DeepCopy()) }()
+		seen := &tinkv1.Workflow{}
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			if err := c.Get(ctx, client.ObjectKeyFromObject(late), seen); err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := seen.Annotations["fleetsim.folly-infra/nudged"]; ok {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("WaitPrepared did not nudge Workflow wf-late, unrendered (state %q, templateRendering %q) for 30 s", seen.Status.State, seen.Status.TemplateRendering)
+			}
+		}
+		if seen.Status.State != "" || seen.Status.TemplateRendering != tinkv1.TemplateRenderingFailed {
+			t.Errorf("wf-late nudged while state %q, templateRendering %q; want nudged only unrendered, its Hardware missing", seen.Status.State, seen.Status.TemplateRendering)
+		}
+		hardware("node-d", macD)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(late), late); err != nil {
+			t.Fatal(err)
+		}
+		if late.Status.State != tinkv1.WorkflowStatePending {
+			t.Errorf("wf-late is %s once prepared, want STATE_PENDING", late.Status.State)
+		}
+	})
 }
