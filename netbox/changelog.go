@@ -77,7 +77,7 @@ func (c *Client) MACChanges(ctx context.Context, q fleet.ChangeQuery) ([]fleet.M
 
 // objectChanges reads every page of NetBox's change log that the filters v select.
 func (c *Client) objectChanges(ctx context.Context, v url.Values) ([]changeJSON, error) {
-	return pagedList[changeJSON](ctx, c, "object_changes", "/api/core/object-changes/", v)
+	return listed(ctx, c, "object_changes", "/api/core/object-changes/", v, all[changeJSON])
 }
 
 // snapshotMAC is a MAC address snapshot's mac_address as fleetd writes MACs ("" for none).

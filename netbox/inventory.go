@@ -143,17 +143,9 @@ func (c *Client) Devices(ctx context.Context) ([]fleet.Device, error) {
 			macsOf[dev] = append(macsOf[dev], m)
 		}
 	}
-	var out []fleet.Device
-	err = eachListed(ctx, c, "devices", "/api/dcim/devices/", url.Values{"exclude": {"config_context"}}, func(dj deviceJSON, sizeHint int) error {
+	out, err := listed(ctx, c, "devices", "/api/dcim/devices/", url.Values{"exclude": {"config_context"}}, func(dj deviceJSON) (fleet.Device, bool, error) {
 		d, err := toDevice(dj, orderMACs(byDevice[dj.ID], macsOf[dj.ID]), "")
-		if err != nil {
-			return err
-		}
-		if out == nil { // sized once: grown by doubling, 1,000 devices left 2 MB behind
-			out = make([]fleet.Device, 0, sizeHint)
-		}
-		out = append(out, d)
-		return nil
+		return d, err == nil, err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("list devices: %w", err)
@@ -168,21 +160,28 @@ func (c *Client) interfaces(ctx context.Context, device int64) ([]ifaceJSON, err
 	if device != 0 {
 		q.Set("device_id", strconv.FormatInt(device, 10))
 	}
-	out, err := pagedList[ifaceJSON](ctx, c, "interfaces", "/api/dcim/interfaces/", q)
+	out, err := listed(ctx, c, "interfaces", "/api/dcim/interfaces/", q, all[ifaceJSON])
 	if err != nil {
 		return nil, fmt.Errorf("list interfaces (device %d): %w", device, err)
 	}
 	return out, nil
 }
 
-// pagedList reads every page of the NetBox list at path that the filters q select (eachListed).
-func pagedList[T any](ctx context.Context, c *Client, op, path string, q url.Values) ([]T, error) {
-	var out []T
+// listed reads every page of the NetBox list at path that the filters q select (eachListed) and
+// returns what keep makes of each result, leaving out those it declines (false); keep's first
+// error ends the list. The slice is sized once, from the list's count: grown by doubling, the
+// devices of a 1,000-machine fleet left 2 MB behind.
+func listed[T, U any](ctx context.Context, c *Client, op, path string, q url.Values, keep func(T) (U, bool, error)) ([]U, error) {
+	var out []U
 	err := eachListed(ctx, c, op, path, q, func(v T, sizeHint int) error {
-		if out == nil {
-			out = make([]T, 0, sizeHint)
+		u, ok, err := keep(v)
+		if err != nil || !ok {
+			return err
 		}
-		out = append(out, v)
+		if out == nil {
+			out = make([]U, 0, sizeHint)
+		}
+		out = append(out, u)
 		return nil
 	})
 	if err != nil {
@@ -191,12 +190,14 @@ func pagedList[T any](ctx context.Context, c *Client, op, path string, q url.Val
 	return out, nil
 }
 
+// all is the keep of a list whose every result is wanted as it is decoded.
+func all[T any](v T) (T, bool, error) { return v, true, nil }
+
 // eachListed reads every page of the NetBox list at path that the filters q select, pageSize
 // results at a time (q's limit and offset are set here), and calls each with every result as it
 // is decoded (leniently) and a capacity to size a slice with (the list's count as NetBox sent it
-// before the results, at most a page: a count is NetBox's word, not a bound), stopping at its first
-// error. A page is read through the retrying client
-// and metered as op.
+// before the results, at most a page: a count is NetBox's word, not a bound), stopping at its
+// first error. A page is read through the retrying client and metered as op.
 func eachListed[T any](ctx context.Context, c *Client, op, path string, q url.Values, each func(v T, sizeHint int) error) error {
 	q.Set("limit", strconv.Itoa(pageSize))
 	for offset := 0; ; {
@@ -286,15 +287,11 @@ func (c *Client) macs(ctx context.Context, device int64) ([]macJSON, error) {
 	if device != 0 {
 		q.Set("device_id", strconv.FormatInt(device, 10))
 	}
-	var out []macJSON
-	err := eachListed(ctx, c, "macs", "/api/dcim/mac-addresses/", q, func(m macAddressJSON, sizeHint int) error {
-		if out == nil {
-			out = make([]macJSON, 0, sizeHint)
+	out, err := listed(ctx, c, "macs", "/api/dcim/mac-addresses/", q, func(m macAddressJSON) (macJSON, bool, error) {
+		if m.AssignedObjectType != "dcim.interface" || m.AssignedObjectID == nil {
+			return macJSON{}, false, nil
 		}
-		if m.AssignedObjectType == "dcim.interface" && m.AssignedObjectID != nil {
-			out = append(out, macJSON{ID: m.ID, Iface: *m.AssignedObjectID, MAC: m.MACAddress})
-		}
-		return nil
+		return macJSON{ID: m.ID, Iface: *m.AssignedObjectID, MAC: m.MACAddress}, true, nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("list MAC addresses (device %d): %w", device, err)
