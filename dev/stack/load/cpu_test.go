@@ -62,23 +62,33 @@ func readCPU() (cpuUse, error) {
 	return use, nil
 }
 
-// procStat reads a process's command name, parent, CPU time and the CPU time of its children
-// that ended and were waited for, from /proc/<pid>/stat.
-func procStat(pid int) (name string, ppid int, cpu, reaped time.Duration, err error) {
+// statFields reads /proc/<pid>/stat: the command name, and the fields after it from the state
+// (field 3) on, at least least of them.
+func statFields(pid, least int) (name string, f []string, err error) {
 	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
 	if err != nil {
-		return "", 0, 0, 0, err
+		return "", nil, err
 	}
-	// pid (comm) state ppid ... utime(14) stime(15) cutime(16) cstime(17): comm may hold spaces
-	// and parentheses.
+	// pid (comm) state ppid ...: comm may hold spaces and parentheses.
 	s := string(b)
 	open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
 	if open < 0 || end < open {
-		return "", 0, 0, 0, fmt.Errorf("/proc/%d/stat: no command name", pid)
+		return "", nil, fmt.Errorf("/proc/%d/stat: no command name", pid)
 	}
-	f := strings.Fields(s[end+1:])
-	if len(f) < 15 {
-		return "", 0, 0, 0, fmt.Errorf("/proc/%d/stat: %d fields after the name", pid, len(f))
+	f = strings.Fields(s[end+1:])
+	if len(f) < least {
+		return "", nil, fmt.Errorf("/proc/%d/stat: %d fields after the name", pid, len(f))
+	}
+	return s[open+1 : end], f, nil
+}
+
+// procStat reads a process's command name, parent, CPU time and the CPU time of its children
+// that ended and were waited for, from /proc/<pid>/stat.
+func procStat(pid int) (name string, ppid int, cpu, reaped time.Duration, err error) {
+	// utime(14) stime(15) cutime(16) cstime(17): f[11:15].
+	name, f, err := statFields(pid, 15)
+	if err != nil {
+		return "", 0, 0, 0, err
 	}
 	ppid, err = strconv.Atoi(f[1])
 	if err != nil {
@@ -91,7 +101,29 @@ func procStat(pid int) (name string, ppid int, cpu, reaped time.Duration, err er
 		}
 	}
 	tick := time.Second / userHZ
-	return s[open+1 : end], ppid, time.Duration(ticks[0]+ticks[1]) * tick, time.Duration(ticks[2]+ticks[3]) * tick, nil
+	return name, ppid, time.Duration(ticks[0]+ticks[1]) * tick, time.Duration(ticks[2]+ticks[3]) * tick, nil
+}
+
+// procAge is how long process pid has run: the machine's uptime (/proc/uptime) less the
+// process's start (starttime, field 22 of /proc/<pid>/stat, in USER_HZ since boot).
+func procAge(pid int) (time.Duration, error) {
+	_, f, err := statFields(pid, 20)
+	if err != nil {
+		return 0, err
+	}
+	start, err := strconv.ParseInt(f[19], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: start time %q: %w", pid, f[19], err)
+	}
+	b, err := os.ReadFile("/proc/uptime")
+	if err != nil {
+		return 0, err
+	}
+	up, err := strconv.ParseFloat(strings.Fields(string(b) + " ")[0], 64)
+	if err != nil {
+		return 0, fmt.Errorf("/proc/uptime %q: %w", b, err)
+	}
+	return time.Duration(up*float64(time.Second)) - time.Duration(start)*(time.Second/userHZ), nil
 }
 
 // cpuPhase measures what each process spent during one phase, with the wall time it took.
@@ -199,5 +231,30 @@ func TestReadCPU(t *testing.T) {
 	if after["sh"] != 0 || after[endedChildren] <= before[endedChildren] {
 		t.Errorf("after the child sh ended: sh %v, %s %v (was %v); want its time among the ended children's only",
 			after["sh"], endedChildren, after[endedChildren], before[endedChildren])
+	}
+}
+
+// TestProcAge: a child started after this process has run for less time than it, and its age
+// grows with the wall clock (at USER_HZ's grain).
+func TestProcAge(t *testing.T) {
+	child := exec.Command("sleep", "30")
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = child.Process.Kill(); _ = child.Wait() }()
+	time.Sleep(300 * time.Millisecond)
+	self, err := procAge(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	age, err := procAge(child.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if age < 200*time.Millisecond || age >= self {
+		t.Errorf("the child's age %v, this process's %v: want the child's at least the 300 ms it was waited for, less a tick, and less than this process's", age, self)
+	}
+	if _, err := procAge(-1); err == nil {
+		t.Error("procAge(-1) gave no error")
 	}
 }

@@ -192,9 +192,9 @@ func memStatus(pid int) (mem, error) {
 	return m, nil
 }
 
-// restRSS samples fleetd's resident memory every 250 ms for d (one reconcile interval: fleetd
-// lists every device once in it, so the samples hold a reconcile's garbage as well as the quiet
-// between) and describes the samples: the smallest, the median and the largest, the largest split
+// restRSS samples fleetd's resident memory every 250 ms for d (at least one reconcile interval:
+// fleetd lists every device once in it, so the samples hold a reconcile's garbage as well as the
+// quiet between) and describes the samples: the smallest, the median and the largest, the largest split
 // into anonymous and file pages.
 func restRSS(pid int, d time.Duration) (string, error) {
 	var all []mem
