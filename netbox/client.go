@@ -61,7 +61,7 @@ type Client struct {
 
 // idlePerHost is how many idle connections to NetBox the default client keeps open: as many as
 // fleetd has requests in flight at its busiest (16 webhook workers, each reading a device's
-// interfaces and MACs beside it, with the reconcile and the boot checks besides). Go's default
+// interfaces beside it, with the reconcile and the boot checks besides). Go's default
 // transport keeps 2, so in a storm nearly every request opened a new TCP connection (and, to an
 // HTTPS NetBox, a TLS handshake) and closed it after (docs/performance.md). Idle connections
 // close after 90 s, so none are held at rest.

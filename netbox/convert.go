@@ -184,63 +184,53 @@ func patchBody(p fleet.Patch) (map[string]any, string) {
 }
 
 // ifaceJSON is the part of an interface fleetd reads (decoded leniently: go-netbox's interface
-// type enum is closed and NetBox adds types).
+// type is a closed enum and NetBox keeps adding types). Its MAC addresses come nested
+// (mac_addresses: NetBox 4.2 and later render every MAC assigned to the interface, brief), so a
+// device's MACs are one list of its interfaces, not that and a list of MAC addresses.
 type ifaceJSON struct {
 	ID     int64 `json:"id"`
 	Device struct {
 		ID int64 `json:"id"`
 	} `json:"device"`
-	Name       string `json:"name"`
-	MgmtOnly   bool   `json:"mgmt_only"`
+	MgmtOnly   bool `json:"mgmt_only"`
 	PrimaryMAC *struct {
 		ID int64 `json:"id"`
 	} `json:"primary_mac_address"`
+	MACs []struct {
+		ID         int64  `json:"id"`
+		MACAddress string `json:"mac_address"`
+	} `json:"mac_addresses"`
 }
 
-// macAddressJSON is the part of NetBox's MAC address representation fleetd reads.
-type macAddressJSON struct {
-	ID                 int64  `json:"id"`
-	MACAddress         string `json:"mac_address"`
-	AssignedObjectType string `json:"assigned_object_type"`
-	AssignedObjectID   *int64 `json:"assigned_object_id"`
-}
-
-type macJSON struct {
-	ID    int64
-	Iface int64
-	MAC   string
-}
+// ifaceFields is what fleetd asks of an interface (?fields=, NetBox 4.0 and later): the rest of
+// NetBox's interface representation is some 50 fields that NetBox would render and fleetd skip.
+const ifaceFields = "id,device,mgmt_only,primary_mac_address,mac_addresses"
 
 // orderMACs returns a device's MACs, primary interface first: interfaces that are not
 // management-only before those that are, each in NetBox's order, and within an interface its
-// primary MAC before the others. MACs that do not parse are skipped.
-func orderMACs(ifaces []ifaceJSON, macs []macJSON) []fleet.MAC {
-	idx := map[int64]int{}
-	primary := map[int64]int64{}
+// primary MAC before the others, which keep NetBox's order. MACs that do not parse are skipped.
+func orderMACs(ifaces []ifaceJSON) []fleet.MAC {
 	sort.SliceStable(ifaces, func(i, j int) bool { return !ifaces[i].MgmtOnly && ifaces[j].MgmtOnly })
-	for i, f := range ifaces {
-		idx[f.ID] = i
-		if f.PrimaryMAC != nil {
-			primary[f.ID] = f.PrimaryMAC.ID
-		}
-	}
-	sorted := make([]macJSON, 0, len(macs))
-	for _, m := range macs {
-		if _, ok := idx[m.Iface]; ok {
-			sorted = append(sorted, m)
-		}
-	}
-	sort.SliceStable(sorted, func(i, j int) bool {
-		a, b := sorted[i], sorted[j]
-		if idx[a.Iface] != idx[b.Iface] {
-			return idx[a.Iface] < idx[b.Iface]
-		}
-		return primary[a.Iface] == a.ID && primary[b.Iface] != b.ID
-	})
 	var out []fleet.MAC
-	for _, m := range sorted {
-		if mac, err := fleet.ParseMAC(m.MAC); err == nil {
+	add := func(s string) {
+		if mac, err := fleet.ParseMAC(s); err == nil {
 			out = append(out, mac)
+		}
+	}
+	for _, f := range ifaces {
+		primary := int64(-1)
+		if f.PrimaryMAC != nil {
+			primary = f.PrimaryMAC.ID
+		}
+		for _, m := range f.MACs {
+			if m.ID == primary {
+				add(m.MACAddress)
+			}
+		}
+		for _, m := range f.MACs {
+			if m.ID != primary {
+				add(m.MACAddress)
+			}
 		}
 	}
 	return out

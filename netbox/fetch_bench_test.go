@@ -14,8 +14,8 @@ import (
 
 // BenchmarkConfigFetchNetBox is one configuration fetch as fleetd serves it, through this adapter
 // against the development stack's NetBox emulator: the device found at its address (the address
-// index, filled by the one listing of the first fetch), read with its ETag (the device, its
-// interfaces and its MACs), the Talos worker configuration rendered and validated, the delivery's
+// index, filled by the one listing of the first fetch), read with its ETag (the device and its
+// interfaces with their MACs), the Talos worker configuration rendered and validated, the delivery's
 // conditional write and its journal entry. netbox-requests/op is the HTTP requests one fetch
 // sends to NetBox (docs/operate.md's NetBox budget); the emulator answers on loopback without
 // latency, so a real NetBox adds its own time to each.

@@ -1,7 +1,6 @@
 package netbox
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -19,37 +18,25 @@ var _ fleet.Inventory = (*Client)(nil)
 // pageSize is NetBox's MAX_PAGE_SIZE default: lists are read 1,000 at a time.
 const pageSize = 1000
 
-// Device reads one device by id, with its MACs, and its ETag as Version. The device, its
-// interfaces and its MAC addresses are three requests that need only the id, so they are sent at
-// once: a decision's read waits for one NetBox round trip, not three (docs/performance.md).
+// Device reads one device by id, with its MACs, and its ETag as Version. The device and its
+// interfaces (which carry their MACs) are two requests that need only the id, so they are sent
+// at once: a decision's read waits for one NetBox round trip, not two (docs/performance.md).
 func (c *Client) Device(ctx context.Context, id int64) (fleet.Device, error) {
-	ports := c.startPorts(ctx, id)
+	var (
+		ifaces []ifaceJSON
+		ierr   error
+		wg     sync.WaitGroup
+	)
+	wg.Go(func() { ifaces, ierr = c.interfaces(ctx, id) })
 	dj, etag, err := c.device(ctx, id)
-	ifaces, macs, perr := ports()
+	wg.Wait()
 	if err != nil { // the device's own answer says most (a 404 is ErrNotFound)
 		return fleet.Device{}, err
 	}
-	if perr != nil {
-		return fleet.Device{}, perr
+	if ierr != nil {
+		return fleet.Device{}, ierr
 	}
-	return toDevice(dj, orderMACs(ifaces, macs), etag)
-}
-
-// startPorts starts reading the interfaces and the MAC addresses of one device (or of all,
-// device 0) at once, and returns what waits for both: the interfaces' error first.
-func (c *Client) startPorts(ctx context.Context, device int64) func() ([]ifaceJSON, []macJSON, error) {
-	var (
-		ifaces     []ifaceJSON
-		macs       []macJSON
-		ierr, merr error
-		wg         sync.WaitGroup
-	)
-	wg.Go(func() { ifaces, ierr = c.interfaces(ctx, device) })
-	wg.Go(func() { macs, merr = c.macs(ctx, device) })
-	return func() ([]ifaceJSON, []macJSON, error) {
-		wg.Wait()
-		return ifaces, macs, cmp.Or(ierr, merr)
-	}
+	return toDevice(dj, orderMACs(ifaces), etag)
 }
 
 // DeviceFields reads one device by id, without its MACs (one request), and its ETag as Version.
@@ -119,32 +106,24 @@ func (c *Client) DeviceByName(ctx context.Context, name string) (fleet.Device, e
 	return fleet.Device{}, fmt.Errorf("%s: NetBox has more than one device of that name (in different sites); rename one", what)
 }
 
-// Devices lists every device with its MACs: the interfaces and the MAC addresses (read at once),
-// then the devices, are each read as a paged list (1,000 per page) and joined here, never one
-// request per device. Each device is converted as it is decoded, so NetBox's representation of
-// the whole fleet is never held at once. Versions are empty: NetBox sends no ETag on lists.
+// Devices lists every device with its MACs: the interfaces (which carry their MACs), then the
+// devices, are each read as a paged list (1,000 per page) and joined here, never one request per
+// device. Each device is converted as it is decoded, so NetBox's representation of the whole
+// fleet is never held at once. Versions are empty: NetBox sends no ETag on lists.
 // config_context is excluded: fleetd does not use it.
 func (c *Client) Devices(ctx context.Context) ([]fleet.Device, error) {
-	ifaces, macs, err := c.startPorts(ctx, 0)()
+	ifaces, err := c.interfaces(ctx, 0)
 	if err != nil {
 		return nil, err
 	}
-	// Each device's interfaces and MACs, grouped once: ordering the whole fleet's MACs for
-	// every device was quadratic (30 MB of garbage per 1,000-device list).
+	// Each device's interfaces, grouped once: ordering the whole fleet's MACs for every device
+	// was quadratic (30 MB of garbage per 1,000-device list).
 	byDevice := map[int64][]ifaceJSON{}
-	deviceOf := make(map[int64]int64, len(ifaces)) // interface → device
 	for _, f := range ifaces {
 		byDevice[f.Device.ID] = append(byDevice[f.Device.ID], f)
-		deviceOf[f.ID] = f.Device.ID
-	}
-	macsOf := map[int64][]macJSON{}
-	for _, m := range macs {
-		if dev, ok := deviceOf[m.Iface]; ok {
-			macsOf[dev] = append(macsOf[dev], m)
-		}
 	}
 	out, err := listed(ctx, c, "devices", "/api/dcim/devices/", url.Values{"exclude": {"config_context"}}, func(dj deviceJSON) (fleet.Device, bool, error) {
-		d, err := toDevice(dj, orderMACs(byDevice[dj.ID], macsOf[dj.ID]), "")
+		d, err := toDevice(dj, orderMACs(byDevice[dj.ID]), "")
 		return d, err == nil, err
 	})
 	if err != nil {
@@ -153,10 +132,11 @@ func (c *Client) Devices(ctx context.Context) ([]fleet.Device, error) {
 	return out, nil
 }
 
-// interfaces reads the interfaces of one device (or of all, device 0). They are decoded
-// leniently: go-netbox's interface type is a closed enum and NetBox keeps adding types.
+// interfaces reads the interfaces of one device (or of all, device 0), with their MACs, only the
+// fields fleetd reads (ifaceFields). They are decoded leniently: go-netbox's interface type is a
+// closed enum and NetBox keeps adding types.
 func (c *Client) interfaces(ctx context.Context, device int64) ([]ifaceJSON, error) {
-	q := url.Values{}
+	q := url.Values{"fields": {ifaceFields}}
 	if device != 0 {
 		q.Set("device_id", strconv.FormatInt(device, 10))
 	}
@@ -279,24 +259,6 @@ func expectDelim(dec *json.Decoder, d json.Delim) error {
 		return fmt.Errorf("found %v where a list page has %q", t, d)
 	}
 	return nil
-}
-
-// macs reads the MAC addresses of one device (or of all, device 0).
-func (c *Client) macs(ctx context.Context, device int64) ([]macJSON, error) {
-	q := url.Values{}
-	if device != 0 {
-		q.Set("device_id", strconv.FormatInt(device, 10))
-	}
-	out, err := listed(ctx, c, "macs", "/api/dcim/mac-addresses/", q, func(m macAddressJSON) (macJSON, bool, error) {
-		if m.AssignedObjectType != "dcim.interface" || m.AssignedObjectID == nil {
-			return macJSON{}, false, nil
-		}
-		return macJSON{ID: m.ID, Iface: *m.AssignedObjectID, MAC: m.MACAddress}, true, nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list MAC addresses (device %d): %w", device, err)
-	}
-	return out, nil
 }
 
 // getJSON sends a GET and decodes a 2xx answer leniently.

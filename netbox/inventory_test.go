@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -131,10 +132,11 @@ func TestReadDevice(t *testing.T) {
 	}
 }
 
-// TestReadDeviceAtOnce: a device read sends its three requests (the device, its interfaces, its
-// MAC addresses) at once, so a decision waits for one NetBox round trip, not three. The transport
-// holds each request until all three are in flight: sent one after another, the first is held
-// until the barrier gives up and the read fails.
+// TestReadDeviceAtOnce: a device read sends its two requests (the device, its interfaces with
+// their MACs nested) at once, so a decision waits for one NetBox round trip, not two. The
+// transport holds each request until both are in flight: sent one after the other, the first is
+// held until the barrier gives up and the read fails. The interfaces are asked only for the
+// fields fleetd reads, and no list of MAC addresses is read.
 func TestReadDeviceAtOnce(t *testing.T) {
 	e := newEnv(t, 0)
 	var (
@@ -144,8 +146,8 @@ func TestReadDeviceAtOnce(t *testing.T) {
 	)
 	barrier := roundTripFunc(func(r *http.Request) (*http.Response, error) {
 		mu.Lock()
-		paths = append(paths, r.URL.Path)
-		if len(paths) == 3 {
+		paths = append(paths, r.URL.Path+"?"+r.URL.RawQuery)
+		if len(paths) == 2 {
 			close(arrived)
 		}
 		mu.Unlock()
@@ -167,10 +169,12 @@ func TestReadDeviceAtOnce(t *testing.T) {
 		t.Fatalf("read device: %v (requests: %v)", err, paths)
 	}
 	if got := joinMACs(d.MACs); got != "aa:bb:cc:00:00:02,aa:bb:cc:00:00:01,aa:bb:cc:00:00:99" {
-		t.Errorf("MACs = %s, want the interfaces' and MAC addresses' answers joined as a sequential read joins them", got)
+		t.Errorf("MACs = %s, want the non-management interface's primary MAC, its other, then the management interface's", got)
 	}
-	if len(paths) != 3 {
-		t.Errorf("requests = %v, want exactly the device, its interfaces and its MAC addresses", paths)
+	slices.Sort(paths)
+	want := []string{"/api/dcim/devices/1/?", "/api/dcim/interfaces/?device_id=1&fields=id%2Cdevice%2Cmgmt_only%2Cprimary_mac_address%2Cmac_addresses&limit=1000&offset=0"}
+	if !slices.Equal(paths, want) {
+		t.Errorf("requests = %q, want exactly %q", paths, want)
 	}
 }
 
@@ -192,9 +196,10 @@ func TestListDevices(t *testing.T) {
 	if len(devs) != 1001 {
 		t.Fatalf("%d devices, want 1001", len(devs))
 	}
-	// Two pages of devices, one of interfaces (1,002), one of MACs (1,003): not one per device.
-	if n := e.attempts.n.Load() - before; n > 8 {
-		t.Errorf("%d requests to list 1,001 devices", n)
+	// Two pages of devices (1,001) and two of interfaces (1,002, their MACs nested): not one
+	// request per device, and no list of MAC addresses.
+	if n := e.attempts.n.Load() - before; n != 4 {
+		t.Errorf("%d requests to list 1,001 devices, want 4", n)
 	}
 	for _, d := range devs {
 		if len(d.MACs) == 0 || !d.Address.IsValid() || d.Version != "" {
@@ -268,8 +273,8 @@ func TestRetries(t *testing.T) {
 	if _, err := e.client.Device(ctx, e.node1); err != nil {
 		t.Fatalf("after two 502s: %v", err)
 	}
-	if n := e.attempts.n.Load() - before; n != 5 {
-		t.Errorf("%d attempts, want 3 for the device and 2 for interfaces and MACs", n)
+	if n := e.attempts.n.Load() - before; n != 4 {
+		t.Errorf("%d attempts, want 3 for the device and 1 for its interfaces", n)
 	}
 	e.emu.Faults().Clear()
 	e.emu.Faults().AddAPI(netboxemu.APIFaultRule{PathPrefix: "/api/dcim/devices/", Fault: netboxemu.APIFault{Status: 503}})
@@ -289,8 +294,8 @@ func TestRetries(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), fmt.Sprint(tt.status)) {
 				t.Errorf("err = %v", err)
 			}
-			if n := e.attempts.n.Load() - before; n != 3 {
-				t.Errorf("%d attempts, want 3: the device once (not retried), its interfaces and MACs once each, sent alongside it", n)
+			if n := e.attempts.n.Load() - before; n != 2 {
+				t.Errorf("%d attempts, want 2: the device once (not retried) and its interfaces once, sent alongside it", n)
 			}
 		})
 	}
@@ -615,7 +620,7 @@ func TestUpdateFacts(t *testing.T) {
 }
 
 // TestConnectionsKept: the client keeps its connections to NetBox open between requests. Sixteen
-// devices read at once (each with its interfaces and MACs beside it: up to 48 requests in flight)
+// devices read at once (each with its interfaces beside it: up to 32 requests in flight)
 // five times over open at most as many connections as were ever in flight; Go's default transport
 // keeps two, so each round opened most of its connections again.
 func TestConnectionsKept(t *testing.T) {
@@ -654,7 +659,7 @@ func TestConnectionsKept(t *testing.T) {
 		}
 		wg.Wait()
 	}
-	if n := opened.Load(); n > 3*readers {
-		t.Errorf("%d connections opened for %d rounds of %d device reads (at most %d requests in flight); want them kept between rounds", n, rounds, readers, 3*readers)
+	if n := opened.Load(); n > 2*readers {
+		t.Errorf("%d connections opened for %d rounds of %d device reads (at most %d requests in flight); want them kept between rounds", n, rounds, readers, 2*readers)
 	}
 }
