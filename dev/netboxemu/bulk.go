@@ -25,7 +25,8 @@ func (c *reqCtx) atomically(fn func() bool) bool {
 	if fn() {
 		return true
 	}
-	e.db, e.changes, e.changeSeq, c.events = saved, e.changes[:changes], seq, c.events[:events]
+	e.db, e.changeSeq, c.events = saved, seq, c.events[:events]
+	e.truncateChanges(changes)
 	return false
 }
 

@@ -85,6 +85,20 @@ func (c *reqCtx) logChange(objectType string, id int, eventType string, pre, pos
 	e.changeSeq++
 	ch.seq = e.changeSeq
 	e.changes = append(e.changes, ch)
+	if e.changesOf == nil {
+		e.changesOf = map[int][]int{}
+	}
+	e.changesOf[id] = append(e.changesOf[id], len(e.changes)-1)
+}
+
+// truncateChanges drops the change records after the first n (a rolled-back request's) and
+// rebuilds the index of each object's changes from what is left.
+func (e *Emulator) truncateChanges(n int) {
+	e.changes = e.changes[:n]
+	e.changesOf = make(map[int][]int, len(e.changesOf))
+	for i, ch := range e.changes {
+		e.changesOf[ch.objectID] = append(e.changesOf[ch.objectID], i)
+	}
 }
 
 // Changes returns the recorded saves of one object, oldest first.

@@ -2,6 +2,7 @@ package netboxemu
 
 import (
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 )
@@ -116,11 +117,26 @@ func (c *reqCtx) list(res *resource) {
 		c.invalid(obj{{ferr.param, []any{ferr.msg}}})
 		return
 	}
-	ids, ok := c.order(res, res.rows(func(id int) bool { return keepAll(filters, id) }))
+	keep := func(id int) bool { return keepAll(filters, id) }
+	var rows []int
+	if cands, narrowed := narrowRows(res, q); narrowed {
+		rows = slices.DeleteFunc(cands, func(id int) bool { return !keep(id) })
+	} else {
+		rows = res.rows(keep)
+	}
+	ids, ok := c.order(res, rows)
 	if !ok {
 		return
 	}
 	c.page(ids, func(id int) obj { return c.output(res, res.render(c.rc, id)) })
+}
+
+// narrowRows is the rows res.narrow gives for the query, when it gives them.
+func narrowRows(res *resource, q url.Values) ([]int, bool) {
+	if res.narrow == nil {
+		return nil, false
+	}
+	return res.narrow(q)
 }
 
 func keepAll(filters []rowFilter, id int) bool {

@@ -2,6 +2,8 @@ package netboxemu
 
 import (
 	"fmt"
+	"net/url"
+	"strconv"
 	"strings"
 )
 
@@ -43,6 +45,24 @@ func (e *Emulator) changeResource() *resource {
 				}
 			}
 			return out
+		},
+		// One object's changes (changed_object_id, exactly one value: fleetd reads a device's
+		// history before each decision) come from the index, newest first as rows gives them.
+		narrow: func(q url.Values) ([]int, bool) {
+			vs := q["changed_object_id"]
+			if len(vs) != 1 {
+				return nil, false
+			}
+			obj, err := strconv.Atoi(vs[0])
+			if err != nil {
+				return nil, false
+			}
+			at := e.changesOf[obj]
+			out := make([]int, 0, len(at))
+			for i := len(at) - 1; i >= 0; i-- {
+				out = append(out, int(e.changes[at[i]].seq))
+			}
+			return out, true
 		},
 		has:     func(id int) bool { return id >= 1 && id <= len(e.changes) },
 		render:  func(c rc, id int) obj { return e.renderChange(c, ch(id)) },

@@ -2,6 +2,7 @@ package netboxemu
 
 import (
 	"net/http"
+	"net/url"
 	"time"
 )
 
@@ -21,7 +22,11 @@ type resource struct {
 	// rows is the rows keep accepts (every row when keep is nil), in the model's Meta.ordering;
 	// filtering comes before the sort, so a filtered list of a large table costs its matches'
 	// sort, not the table's.
-	rows        func(keep func(id int) bool) []int
+	rows func(keep func(id int) bool) []int
+	// narrow, when it is set and ok, is the rows a list's query can select, in rows' order, read
+	// from an index instead of the table (a real NetBox's database does the same with its
+	// indexes); every filter is still applied to them.
+	narrow      func(q url.Values) (ids []int, ok bool)
 	has         func(id int) bool
 	lastUpdated func(id int) time.Time // nil: the model has no last_updated (no ETag)
 	render      func(c rc, id int) obj // the API's representation

@@ -69,6 +69,9 @@ type Emulator struct {
 
 	changes   []*objectChange // every save through the API (changelog.go)
 	changeSeq int64
+	// changesOf is where each object's changes are in changes (by object id, oldest first), so a
+	// list of one object's changes does not scan the whole log (changelog.go).
+	changesOf map[int][]int
 
 	deliveries *deliverer
 	resources  map[string]*resource                            // by object type (routes)
