@@ -152,7 +152,9 @@ func startCPU(name string) (*cpuPhase, error) {
 }
 
 // stop ends the phase and says, per process, the CPU time it spent and the share of the two
-// cores' time the phase had ("fleetd 9.1 s"), and the total against what the machine had.
+// cores' time the phase had ("fleetd 9.1 s"), and the total against what the machine had: the
+// total over the cores is the least wall time that work could take on this machine, however
+// little any of it waited (a storm's p99 near it is the machine's, not fleetd's).
 func (p *cpuPhase) stop() string {
 	if p.profile != nil {
 		pprof.StopCPUProfile()
@@ -181,8 +183,9 @@ func (p *cpuPhase) stop() string {
 		parts[i] = fmt.Sprintf("%s %.1f s", s.name, s.d.Seconds())
 	}
 	cores := float64(runtime.NumCPU())
-	return fmt.Sprintf("CPU over %.1f s of wall time (%.0f CPU-s on %d cores): %s; total %.1f s (%.0f%% of the cores' time)",
-		wall.Seconds(), cores*wall.Seconds(), int(cores), strings.Join(parts, ", "), total.Seconds(), 100*total.Seconds()/(cores*wall.Seconds()))
+	return fmt.Sprintf("CPU over %.1f s of wall time (%.0f CPU-s on %d cores): %s; total %.1f s (%.0f%% of the cores' time; %.1f s of wall time at the least on these cores)",
+		wall.Seconds(), cores*wall.Seconds(), int(cores), strings.Join(parts, ", "), total.Seconds(), 100*total.Seconds()/(cores*wall.Seconds()),
+		total.Seconds()/cores)
 }
 
 // TestReadCPU: the CPU reading finds this process and a child by its command name, the child's
