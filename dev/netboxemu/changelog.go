@@ -85,9 +85,6 @@ func (c *reqCtx) logChange(objectType string, id int, eventType string, pre, pos
 	e.changeSeq++
 	ch.seq = e.changeSeq
 	e.changes = append(e.changes, ch)
-	if e.changesOf == nil {
-		e.changesOf = map[int][]int{}
-	}
 	e.changesOf[id] = append(e.changesOf[id], len(e.changes)-1)
 }
 

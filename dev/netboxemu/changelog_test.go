@@ -120,6 +120,16 @@ func TestChangeLogOneObject(t *testing.T) {
 			t.Errorf("%s: from the index %v, from a scan %v", tc.query, narrowed, scanned)
 		}
 	}
+	// The index against the log itself: Changes walks every record, oldest first.
+	for _, id := range []int{1, 2} {
+		var want []string
+		for _, c := range f.emu.Changes("dcim.device", int64(id)) {
+			want = append(want, fmt.Sprintf("%d:%d:%v", c.Seq, id, c.PostChange["description"]))
+		}
+		if got := list(fmt.Sprintf("changed_object_id=%d&ordering=time", id)); strings.Join(got, " ") != strings.Join(want, " ") {
+			t.Errorf("device %d's changes oldest first from the index = %v, the log has %v", id, got, want)
+		}
+	}
 	if got := list("changed_object_id=1&ordering=time"); len(got) != 4 || !strings.HasSuffix(got[3], ":1:one-last") {
 		t.Errorf("node1's changes oldest first = %v, want its last save last and the undone one absent", got)
 	}

@@ -101,7 +101,7 @@ func New(cfg Config) *Emulator {
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = &http.Client{Timeout: cfg.DeliveryTimeout}
 	}
-	e := &Emulator{cfg: cfg, db: newDB(), faults: &Faults{}, sleep: sleepCtx}
+	e := &Emulator{cfg: cfg, db: newDB(), faults: &Faults{}, sleep: sleepCtx, changesOf: map[int][]int{}}
 	if cfg.Faults == nil {
 		e.cfg.Faults = e.faults
 	}
