@@ -102,6 +102,10 @@ func (c Credential) Attest() attest.EncryptedCredential {
 }
 
 // EvidenceRequest is the second round trip's request.
+//
+// Device and Token are its first members, in this order (json.Marshal keeps the declaration's):
+// fleetd reads them and authenticates the token before it reads the rest of the body, and
+// refuses a body that does not begin with them as malformed (docs/http.md).
 type EvidenceRequest struct {
 	Device   string        `json:"device"`
 	Token    string        `json:"token"`

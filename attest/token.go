@@ -125,10 +125,33 @@ type Token struct {
 // Claims returns the token's content.
 func (t *Token) Claims() TokenClaims { return t.c }
 
+// SealedToken is a token fleetd sealed that has not expired, not yet matched with the device as
+// NetBox has it (Bind). Its claims are fleetd's own: opening one costs an AES-GCM open and
+// nothing else, so the evidence round trip authenticates its caller with it before it reads
+// NetBox or takes the device's lock (docs/security.md, "Transport and abuse").
+type SealedToken struct {
+	c TokenClaims
+}
+
+// Claims returns the token's content: fleetd wrote it, but the device may have changed since.
+func (t *SealedToken) Claims() TokenClaims { return t.c }
+
 // Open authenticates and decrypts a token the machine presents, checks its expiry against the
 // clock and its binding; a token altered, expired, or made for another device, EK or AK is
 // refused.
 func (s *TokenSealer) Open(claimedToken string, b Binding) (*Token, error) {
+	t, err := s.Authenticate(claimedToken)
+	if err != nil {
+		return nil, err
+	}
+	return t.Bind(b)
+}
+
+// Authenticate authenticates and decrypts a token the machine presents and checks its expiry: a
+// token fleetd did not seal, or altered, or expired, is refused. Nothing about the device is
+// checked yet (Bind). An expired token is returned with its refusal: its claims are still
+// fleetd's own, and say whose enrollment it was.
+func (s *TokenSealer) Authenticate(claimedToken string) (*SealedToken, error) {
 	var c TokenClaims
 	switch err := s.box.open(claimedToken, &c); {
 	case errors.Is(err, errNotAToken):
@@ -139,9 +162,15 @@ func (s *TokenSealer) Open(claimedToken string, b Binding) (*Token, error) {
 		return nil, fmt.Errorf("open token: %w", err) // fleetd sealed it: our bug
 	}
 	if now := s.now(); !now.Before(c.ExpiresAt) {
-		return nil, refuse(CheckTokenExpired, "the token expired at %s (issued %s); start the enrollment again",
+		return &SealedToken{c: c}, refuse(CheckTokenExpired, "the token expired at %s (issued %s); start the enrollment again",
 			c.ExpiresAt.Format(time.RFC3339), c.IssuedAt.Format(time.RFC3339))
 	}
+	return &SealedToken{c: c}, nil
+}
+
+// Bind checks that an authenticated token was made for the device, EK and AK of b.
+func (t *SealedToken) Bind(b Binding) (*Token, error) {
+	c := t.c
 	if c.DeviceID != b.DeviceID || c.Device != b.Device {
 		return nil, refuse(CheckTokenBinding, "the token was issued to device %q, not %q", c.Device, b.Device)
 	}

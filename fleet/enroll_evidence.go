@@ -10,8 +10,9 @@ import (
 	"github.com/folly-infra/fleetd/pki"
 )
 
-// EnrollEvidence answers the second round trip. In order: the token (sealed by fleetd, unexpired,
-// for this device, EK and AK, and for the request still pending); the activated secret; the
+// EnrollEvidence answers the second round trip. In order: the token (sealed by fleetd and
+// unexpired, before the device's lock and its NetBox read; then for this device, EK and AK, and
+// for the request still pending); the activated secret; the
 // quotes, PCRs and event log under the nonce; Secure Boot as the class requires; the boot policy
 // (the verified boot's components are those of a HookOS boot the class allows); the LDevID key's
 // certification; the declared disk found exactly once. Then, for a provision only, the LDevID and
@@ -22,11 +23,13 @@ import (
 // node fetches it (docs/design.md §9), and the answer authorizes the disk. An attest issues nothing: the node keeps the LDevID and LAK its configuration delivered,
 // and the attest clears the boot baseline. A wipe or a retirement ends the device's identity.
 func (s *Service) EnrollEvidence(ctx context.Context, in EvidenceInput) (Enrolled, Outcome, error) {
-	d, out, err := s.lookupDevice(ctx, in.ClaimedDevice, "evidence")
+	// 0. The token, before anything that costs: the device's lock and NetBox read are taken only
+	// for a token fleetd sealed, unexpired, for the device named (evidenceToken).
+	sealed, out, err := s.evidenceToken(in.ClaimedDevice, in.Token)
 	if err != nil {
 		return Enrolled{}, out, err
 	}
-	unlock := s.locks.lock(d.ID)
+	unlock := s.locks.lock(sealed.Claims().DeviceID)
 	defer unlock()
 	e, out, err := s.enrollingDevice(ctx, in.ClaimedDevice, "evidence")
 	if err != nil {
@@ -34,7 +37,7 @@ func (s *Service) EnrollEvidence(ctx context.Context, in EvidenceInput) (Enrolle
 	}
 	d, class, action := e.device, e.class, e.action
 	// 1. The evidence.
-	v, err := s.verifyEvidence(d, class, in)
+	v, err := s.verifyEvidence(d, class, sealed, in)
 	if err != nil {
 		return Enrolled{}, s.enrollRefused(ctx, d, out, err, v.ak != nil), err
 	}
@@ -147,9 +150,9 @@ type verified struct {
 	claimed    api.ClaimedFacts
 }
 
-func (s *Service) verifyEvidence(d Device, class Class, in EvidenceInput) (verified, error) {
+func (s *Service) verifyEvidence(d Device, class Class, sealed *attest.SealedToken, in EvidenceInput) (verified, error) {
 	var v verified
-	tok, err := s.attest.Tokens.Open(in.Token, attest.Binding{DeviceID: d.ID, Device: d.Name,
+	tok, err := sealed.Bind(attest.Binding{DeviceID: d.ID, Device: d.Name,
 		ApprovedEKs: d.Declared.EKHashes, ClaimedAKPublic: in.Platform.Public})
 	if err != nil {
 		return v, err

@@ -1,6 +1,8 @@
 package handlers
 
 import (
+	"bytes"
+	"io"
 	"net/http"
 	"strings"
 
@@ -37,10 +39,23 @@ func (s *Server) challenge(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, api.ChallengeResponse{Token: ch.Token, Credential: api.NewCredential(ch.Credential), Nonce: ch.Nonce})
 }
 
-// evidence serves POST /v1/attest/evidence (api.EvidenceRequest → api.EvidenceResponse).
+// evidence serves POST /v1/attest/evidence (api.EvidenceRequest → api.EvidenceResponse). The
+// token is authenticated first, from the body's first members (readEvidenceHead), before the
+// rest of the body is read.
 func (s *Server) evidence(w http.ResponseWriter, r *http.Request) {
+	head, err := readEvidenceHead(r.Body)
+	if err != nil {
+		unread(w)
+		s.nodeError(w, fleet.Outcome{Step: "evidence", Result: "refused", Check: api.CodeMalformed}, err)
+		return
+	}
+	if out, err := s.deps.Service.CheckEvidenceToken(head.claimedDevice, head.claimedToken); err != nil {
+		unread(w)
+		s.nodeError(w, out, err)
+		return
+	}
 	var req api.EvidenceRequest
-	if err := decodeJSON(r, &req); err != nil {
+	if err := decodeJSONFrom(io.MultiReader(bytes.NewReader(head.raw), r.Body), &req); err != nil {
 		s.nodeError(w, fleet.Outcome{Step: "evidence", Result: "refused", Check: api.CodeMalformed}, err)
 		return
 	}
@@ -99,4 +114,11 @@ func (s *Server) decision(w http.ResponseWriter, out fleet.Outcome, err error) {
 		ev = log.Warn().Str("reason", reason)
 	}
 	ev.EmbedObject(out).Msg("decision")
+}
+
+// unread closes the connection after the answer to a request whose body is refused unread: Go's
+// server would otherwise read up to 256 KiB more of it to keep the connection, which is the cost
+// the refusal spares.
+func unread(w http.ResponseWriter) {
+	w.Header().Set("Connection", "close")
 }

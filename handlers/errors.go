@@ -3,6 +3,7 @@ package handlers
 import (
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 
 	jsonv2 "github.com/go-json-experiment/json"
@@ -72,7 +73,12 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // speed and copied into a buffer grown by doubling, about two and a half times the body in garbage
 // per request (docs/performance.md).
 func decodeJSON(r *http.Request, v any) error {
-	err := jsonv2.UnmarshalRead(r.Body, v, jsonv2.RejectUnknownMembers(true))
+	return decodeJSONFrom(r.Body, v)
+}
+
+// decodeJSONFrom is decodeJSON of a body already begun (the evidence's head, then the rest).
+func decodeJSONFrom(body io.Reader, v any) error {
+	err := jsonv2.UnmarshalRead(body, v, jsonv2.RejectUnknownMembers(true))
 	var tooBig *http.MaxBytesError
 	switch {
 	case err == nil:

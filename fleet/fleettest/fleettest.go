@@ -26,6 +26,9 @@ type Inventory struct {
 	// Calls counts every call of the fleet.Inventory methods (a benchmark reports the NetBox
 	// requests a decision costs with it).
 	Calls atomic.Int64
+	// ReadLatency is how long each device read takes, in nanoseconds (0: none): NetBox's
+	// latency, for a test of what waits on it.
+	ReadLatency atomic.Int64
 	// ConflictOnce makes the next conditional update of a device fail with ErrConflict after
 	// applying someone else's change to it (a concurrent writer).
 	ConflictOnce map[int64]func(*fleet.Device)
@@ -52,6 +55,13 @@ func NewInventory(ds ...fleet.Device) *Inventory {
 	return m
 }
 
+// read waits ReadLatency, as a NetBox read would.
+func (m *Inventory) read() {
+	if d := m.ReadLatency.Load(); d > 0 {
+		time.Sleep(time.Duration(d))
+	}
+}
+
 func (m *Inventory) get(id int64) (fleet.Device, error) {
 	d, ok := m.devices[id]
 	if !ok {
@@ -64,6 +74,7 @@ func (m *Inventory) get(id int64) (fleet.Device, error) {
 // Device implements fleet.Inventory.
 func (m *Inventory) Device(_ context.Context, id int64) (fleet.Device, error) {
 	m.Calls.Add(1)
+	m.read()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.get(id)
@@ -72,6 +83,7 @@ func (m *Inventory) Device(_ context.Context, id int64) (fleet.Device, error) {
 // DeviceFields implements fleet.Inventory.
 func (m *Inventory) DeviceFields(_ context.Context, id int64) (fleet.Device, error) {
 	m.Calls.Add(1)
+	m.read()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	d, err := m.get(id)
@@ -82,6 +94,7 @@ func (m *Inventory) DeviceFields(_ context.Context, id int64) (fleet.Device, err
 // DeviceByName implements fleet.Inventory.
 func (m *Inventory) DeviceByName(_ context.Context, name string) (fleet.Device, error) {
 	m.Calls.Add(1)
+	m.read()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for id, d := range m.devices {
@@ -95,6 +108,7 @@ func (m *Inventory) DeviceByName(_ context.Context, name string) (fleet.Device, 
 // Devices implements fleet.Inventory. Like NetBox's list, it carries no versions.
 func (m *Inventory) Devices(context.Context) ([]fleet.Device, error) {
 	m.Calls.Add(1)
+	m.read()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var out []fleet.Device
