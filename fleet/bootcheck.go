@@ -2,6 +2,8 @@ package fleet
 
 import (
 	"context"
+	"crypto"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"strings"
@@ -181,10 +183,16 @@ func (s *Service) bootCheckDevice(ctx context.Context, d Device, c *bootCheck) (
 
 // bootCheckAllowed refuses a check by a key that is no longer the device's, for a device that is
 // not a running node, or made before the last accepted check. The LAK a renewal replaced
-// (lak_serial_previous) is the device's until the node presents the new one (renew.go).
+// (lak_serial_previous) is the device's for the handover only (renew.go); after it, a LAK
+// certificate of the current LAK's key that is not the current one is refused lak_replaced.
 func bootCheckAllowed(d Device, c *bootCheck) error {
 	current := d.Owned.LAKSerial != "" && strings.EqualFold(c.lak.SerialHex, d.Owned.LAKSerial)
 	previous := d.Owned.LAKSerial != "" && d.Owned.LAKSerialPrevious != "" && strings.EqualFold(c.lak.SerialHex, d.Owned.LAKSerialPrevious)
+	if !current && !previous && replacedLAK(d, c.lak.Cert) {
+		return Refuse(RefusedForbidden, "lak_replaced",
+			"LAK certificate %s of %s was replaced by a renewal (lak_serial %s), and its handover is over: the node presented the renewed certificate since; its lak.pem must be the renewed one (a node directory restored from a copy holds an old one)",
+			c.lak.SerialHex, d.Name, d.Owned.LAKSerial)
+	}
 	if !current && !previous {
 		current := d.Owned.LAKSerial
 		if current == "" {
@@ -242,4 +250,15 @@ func (s *Service) bootCheckRefused(out Outcome, err error) Outcome {
 	}
 	s.metrics.bootCheckRuns.WithLabelValues(code).Inc()
 	return out
+}
+
+// replacedLAK reports whether lak certifies the key of the device's current LAK (fleet_identity):
+// a certificate a renewal replaced, since only a renewal issues a second LAK for one key.
+func replacedLAK(d Device, lak *x509.Certificate) bool {
+	cur := currentCert(d.Owned.Identity.LAK.Chain, d.Owned.LAKSerial)
+	if cur == nil || lak == nil {
+		return false
+	}
+	k, ok := cur.PublicKey.(interface{ Equal(crypto.PublicKey) bool })
+	return ok && k.Equal(lak.PublicKey)
 }

@@ -80,7 +80,7 @@ func newMetrics(reg prometheus.Registerer, clock Clock) (*metrics, error) {
 		}, []string{"outcome"}),
 		renewals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fleetd_cert_renewals_total",
-			Help: "Certificates a boot check found due, by profile (ldevid, lak) and result: renewed, or the code that kept it from being renewed (renewal_failed is fleetd's own failure to issue).",
+			Help: "Certificates a boot check found due or replaced, by profile (ldevid, lak) and result: renewed, redelivered (a replaced certificate answered with its renewal's again, nothing issued), or the code that kept it from being renewed (renewal_failed is fleetd's own failure to issue).",
 		}, []string{"profile", "result"}),
 		inventoryDiffs: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "fleetd_inventory_differences",
@@ -118,7 +118,7 @@ func (m *metrics) startAtZero() error {
 		atZero(m.ownedWrites.MetricVec, []string{"restored", "error"}),
 		atZero(m.deliveries.MetricVec, labels(KindTalos, KindNixOS, KindAlpine, KindCloudInit), []string{"delivered"}),
 		atZero(m.bootCheckRuns.MetricVec, labels(BootCheckOK, BootCheckDrift, BootCheckFailed)),
-		atZero(m.renewals.MetricVec, labels(pki.ProfileLDevID, pki.ProfileLAK), []string{"renewed", RenewRefusedError}),
+		atZero(m.renewals.MetricVec, labels(pki.ProfileLDevID, pki.ProfileLAK), []string{"renewed", RenewRedelivered, RenewRefusedError}),
 	)
 }
 

@@ -23,12 +23,16 @@ import (
 // one fleetd issued the device's LDevID for (fleet_identity).
 //
 // The handover: the write that records the renewal moves the serials the node presented into
-// ldevid_serial_previous and lak_serial_previous, which stay accepted until the node first
-// presents the new ones (then they are cleared). A renewal cut anywhere — the answer lost, the
-// node down before it writes its files, fleetd killed after the NetBox write, NetBox failing the
-// write — leaves the node with certificates fleetd still accepts, and its next check renews them
-// again. A certificate issued in a renewal whose answer never arrived is not presented by anyone:
-// it certifies the node's own keys and expires within its lifetime.
+// ldevid_serial_previous and lak_serial_previous. A replaced certificate is accepted for the
+// handover only, which ends at the first of: an accepted check that presents the new one (the
+// previous serial is then cleared), or the replaced certificate's NotAfter. Within it, a check
+// that presents the replaced certificate is answered with the renewal's certificates again, as
+// fleet_identity records them — never with new ones: a replaced certificate yields one issuance,
+// the renewal's, however often it is presented. After it, the replaced LAK is refused
+// lak_replaced (bootcheck.go), or lak_untrusted once expired. A renewal cut anywhere — the answer
+// lost, the node down before it writes its files, fleetd killed after the NetBox write, NetBox
+// failing the write — leaves the node with certificates fleetd still accepts, and its next check
+// gets the renewal's certificates (or, when NetBox never recorded the renewal, renews them).
 //
 // Refusals are the node's business, not NetBox's: the check is recorded as usual and the answer
 // says which code kept the certificates from being renewed; no journal entry is written for it.
@@ -52,27 +56,39 @@ type LDevIDProof struct {
 	Certification goattest.CertificationParameters
 }
 
-// Renewed is what a boot check did about the node's certificates: the certificates it issued
-// (nil when not), or the code and message of why a due one was not renewed.
+// Renewed is what a boot check did about the node's certificates: the certificates it answers
+// with (issued in this check, or redelivered: the renewal's that the node has not presented
+// yet; nil when neither), or the code and message of why a due one was not renewed.
 type Renewed struct {
 	LDevID, LAK *pki.Certificate
 	Refused     string
 	Message     string
-	// ldevidCounted and lakCounted: the certificate was due (or the LDevID not current), so
-	// the check's result for it is counted (results).
+	// ldevidCounted and lakCounted: the certificate was due (or the LDevID not current, or a
+	// replaced one), so the check's result for it is counted (results).
 	ldevidCounted, lakCounted bool
+	// ldevidRedelivered and lakRedelivered: LDevID or LAK is the renewal's certificate, sent
+	// again to a node that presented the one it replaced; nothing was issued for it.
+	ldevidRedelivered, lakRedelivered bool
 }
 
+// RenewRedelivered is fleetd_cert_renewals_total's result for a replaced certificate answered
+// with its renewal's certificate again (the handover).
+const RenewRedelivered = "redelivered"
+
 // results is what the check did about each certificate that was due (or, for the LDevID, not
-// current), for fleetd_cert_renewals_total: "renewed" or the code that kept it from being renewed.
+// current; or a replaced one), for fleetd_cert_renewals_total: "renewed", "redelivered" or the
+// code that kept it from being renewed.
 func (r Renewed) results() map[pki.Profile]string {
 	out := map[pki.Profile]string{}
 	for _, c := range []struct {
-		p       pki.Profile
-		cert    *pki.Certificate
-		counted bool
-	}{{pki.ProfileLDevID, r.LDevID, r.ldevidCounted}, {pki.ProfileLAK, r.LAK, r.lakCounted}} {
+		p           pki.Profile
+		cert        *pki.Certificate
+		counted     bool
+		redelivered bool
+	}{{pki.ProfileLDevID, r.LDevID, r.ldevidCounted, r.ldevidRedelivered}, {pki.ProfileLAK, r.LAK, r.lakCounted, r.lakRedelivered}} {
 		switch {
+		case c.redelivered:
+			out[c.p] = RenewRedelivered
 		case c.cert != nil:
 			out[c.p] = "renewed"
 		case c.counted && r.Refused != "":
@@ -86,6 +102,7 @@ func (r Renewed) results() map[pki.Profile]string {
 func (r Renewed) Any() bool { return r.LDevID != nil || r.LAK != nil || r.Refused != "" }
 
 // heldCerts is which of the device's certificates the node presented, and whether each is due.
+// A replaced certificate (previous) is never due: its renewal was issued already.
 type heldCerts struct {
 	lakPrevious, lakDue bool
 	ldevidSerial        string // "" when the node sent no LDevID
@@ -100,7 +117,7 @@ type heldCerts struct {
 func (s *Service) held(d Device, c *bootCheck) heldCerts {
 	var h heldCerts
 	h.lakPrevious = !strings.EqualFold(c.lak.SerialHex, d.Owned.LAKSerial)
-	h.lakDue = h.lakPrevious || s.attest.Issuer.RenewalDue(pki.ProfileLAK, c.lak.Cert)
+	h.lakDue = !h.lakPrevious && s.attest.Issuer.RenewalDue(pki.ProfileLAK, c.lak.Cert)
 	if c.ldevid == nil || len(c.ldevid.Chain) == 0 {
 		return h
 	}
@@ -117,7 +134,7 @@ func (s *Service) held(d Device, c *bootCheck) heldCerts {
 		}
 		h.ldevidDue = s.attest.Issuer.RenewalDue(pki.ProfileLDevID, leaf)
 	case d.Owned.LDevIDSerialPrevious != "" && strings.EqualFold(h.ldevidSerial, d.Owned.LDevIDSerialPrevious):
-		h.ldevidPrevious, h.ldevidDue = true, true
+		h.ldevidPrevious = true
 	default:
 		h.ldevidStale = true
 	}
@@ -173,7 +190,7 @@ func (s *Service) renew(d Device, c *bootCheck, outcome BootCheck, p *Patch) (Re
 	}
 	h := s.held(d, c)
 	out, msg := s.renewHeld(d, c, h, outcome, p)
-	out.ldevidCounted, out.lakCounted = h.ldevidDue || h.ldevidStale, h.lakDue
+	out.ldevidCounted, out.lakCounted = h.ldevidDue || h.ldevidStale || h.ldevidPrevious, h.lakDue || h.lakPrevious
 	return out, msg
 }
 
@@ -190,11 +207,18 @@ func (s *Service) renewHeld(d Device, c *bootCheck, h heldCerts, outcome BootChe
 		out.Refused, out.Message = RenewRefusedLDevIDOld, fmt.Sprintf("the node's LDevID %s is not %s's current LDevID (ldevid_serial %s): it is not renewed and lapses at its expiry; provision the device again for a new one",
 			h.ldevidSerial, d.Name, orNone(d.Owned.LDevIDSerial))
 	}
-	if !h.lakDue && !h.ldevidDue {
+	if !h.lakDue && !h.ldevidDue && !h.lakPrevious && !h.ldevidPrevious {
 		return out, ""
 	}
 	if r := renewalRefusal(d, outcome); r != nil {
 		return Renewed{Refused: r.Code, Message: r.Msg}, ""
+	}
+	// The handover: a replaced certificate gets the renewal's again, never a new one.
+	if r := redeliver(d, h, &out); r != nil {
+		return Renewed{Refused: r.Code, Message: r.Msg}, ""
+	}
+	if !h.lakDue && !h.ldevidDue {
+		return out, "" // a redelivery writes nothing: NetBox holds it already
 	}
 	id, err := pki.RenewIdentity(d.Name, d.Serial, c.lak.Cert)
 	if err != nil {
@@ -213,30 +237,70 @@ func (s *Service) renewHeld(d Device, c *bootCheck, h heldCerts, outcome BootChe
 			return s.renewFailed(d, err), ""
 		}
 	}
-	if out.LDevID == nil && out.LAK == nil {
+	if (out.LDevID == nil || out.ldevidRedelivered) && (out.LAK == nil || out.lakRedelivered) {
 		return out, ""
 	}
 	return out, s.renewalPatch(d, c, h, out, p)
+}
+
+// redeliver puts into out the renewal's certificates for the replaced ones the node presented,
+// as fleet_identity records them (the current serials), or refuses when it holds no copy of them.
+func redeliver(d Device, h heldCerts, out *Renewed) *Refusal {
+	if h.lakPrevious {
+		if out.LAK = recordedCert(d.Owned.Identity.LAK.Chain, d.Owned.LAKSerial); out.LAK == nil {
+			return Refuse(RefusedConflict, RenewRefusedIdentity,
+				"%s's fleet_identity does not hold the LAK %s that replaced the node's: provision the device again", d.Name, d.Owned.LAKSerial)
+		}
+		out.lakRedelivered = true
+	}
+	if h.ldevidPrevious {
+		if out.LDevID = recordedCert(d.Owned.Identity.LDevID.Chain, d.Owned.LDevIDSerial); out.LDevID == nil {
+			return Refuse(RefusedConflict, RenewRefusedIdentity,
+				"%s's fleet_identity does not hold the LDevID %s that replaced the node's: provision the device again", d.Name, d.Owned.LDevIDSerial)
+		}
+		out.ldevidRedelivered = true
+	}
+	return nil
+}
+
+// recordedCert is chain as a certificate when its leaf is the certificate of serial, or nil.
+func recordedCert(chain [][]byte, serial string) *pki.Certificate {
+	if currentCert(chain, serial) == nil {
+		return nil
+	}
+	var c pki.Certificate
+	for i, der := range chain {
+		x, err := x509.ParseCertificate(der)
+		if err != nil {
+			return nil
+		}
+		if i == 0 {
+			c.Leaf = x
+		} else {
+			c.Chain = append(c.Chain, x)
+		}
+	}
+	return &c
 }
 
 // renewalPatch records issued certificates on p and says so for the journal.
 func (s *Service) renewalPatch(d Device, c *bootCheck, h heldCerts, out Renewed, p *Patch) string {
 	m := d.Owned.Identity
 	var parts []string
-	if out.LDevID != nil {
+	if out.LDevID != nil && !out.ldevidRedelivered {
 		ns, prev := out.LDevID.SerialHex(), strings.ToLower(h.ldevidSerial)
 		p.LDevIDSerial, p.LDevIDSerialPrevious = &ns, &prev
 		m.LDevID.Chain = out.LDevID.DER()
 		parts = append(parts, fmt.Sprintf("LDevID %s (replacing %s, valid until %s)", ns, prev, out.LDevID.Leaf.NotAfter.UTC().Format("2006-01-02T15:04:05Z")))
 	}
-	if out.LAK != nil {
+	if out.LAK != nil && !out.lakRedelivered {
 		ns, prev := out.LAK.SerialHex(), strings.ToLower(c.lak.SerialHex)
 		p.LAKSerial, p.LAKSerialPrevious = &ns, &prev
 		m.LAK.Chain = out.LAK.DER()
 		parts = append(parts, fmt.Sprintf("LAK %s (replacing %s, valid until %s)", ns, prev, out.LAK.Leaf.NotAfter.UTC().Format("2006-01-02T15:04:05Z")))
 	}
 	p.Identity = &m
-	return fmt.Sprintf("Boot check of %s renewed its %s for the same TPM keys; the replaced serials stay accepted until the node presents the new ones.",
+	return fmt.Sprintf("Boot check of %s renewed its %s for the same TPM keys; the replaced serials stay accepted until the node presents the new ones, and are answered with them.",
 		d.Name, strings.Join(parts, " and "))
 }
 
@@ -312,11 +376,17 @@ func (c *bootCheck) issued(p pki.Profile, issue func() (*pki.Certificate, error)
 // renewalDetail is the decision log line's word on the renewal ("" when there was none).
 func renewalDetail(r Renewed) string {
 	var parts []string
-	if r.LDevID != nil {
-		parts = append(parts, "renewed LDevID "+r.LDevID.SerialHex())
-	}
-	if r.LAK != nil {
-		parts = append(parts, "renewed LAK "+r.LAK.SerialHex())
+	for _, c := range []struct {
+		name        string
+		cert        *pki.Certificate
+		redelivered bool
+	}{{"LDevID", r.LDevID, r.ldevidRedelivered}, {"LAK", r.LAK, r.lakRedelivered}} {
+		switch {
+		case c.redelivered:
+			parts = append(parts, "redelivered "+c.name+" "+c.cert.SerialHex())
+		case c.cert != nil:
+			parts = append(parts, "renewed "+c.name+" "+c.cert.SerialHex())
+		}
 	}
 	if r.Refused != "" {
 		parts = append(parts, "not renewed ("+r.Refused+")")

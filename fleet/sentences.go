@@ -52,6 +52,7 @@ var publicSentences = map[string]string{
 	string(attest.CheckLAKUntrusted): "The LAK certificate was not issued by the fleet's LAK CA or has expired.",
 	string(attest.CheckLAKMismatch):  "The key that quoted is not the key of the LAK certificate.",
 	"lak_not_current":                "The LAK certificate is not the device's current LAK: the machine was reprovisioned, wiped or retired since.",
+	"lak_replaced":                   "The LAK certificate was replaced by a renewal and the node has presented the renewed one since: lak.pem must be the renewed certificate.",
 	"not_active":                     "The device is not an active node: boot checks are taken only from active devices.",
 	"replayed":                       "The nonce was issued before the device's last accepted boot check: ask for a new nonce.",
 	// The configuration fetch (docs/http.md).
