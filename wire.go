@@ -118,7 +118,7 @@ func wire(ctx context.Context, cfg *config.Config, log zerolog.Logger) (*app, er
 	}
 	a.deps = []handlers.ReadyCheck{{Name: "netbox", Check: a.netbox.Ping}, {Name: "kubernetes", Check: a.install.Ping}}
 	h, err := handlers.New(handlers.Deps{Service: a.service, Webhooks: a.intake, Gatherer: reg, Logger: log,
-		OperatorToken: sec.operator, NodesNeedTLS: cfg.TLS.Cert != "",
+		OperatorToken: sec.operator, NeedTLS: cfg.TLS.Cert != "",
 		NodeLimits: handlers.Limits{PerMinute: cfg.Limits.NodeRequestsPerMinute, Burst: cfg.Limits.NodeBurst},
 		Ready:      a.deps})
 	if err != nil {
@@ -126,7 +126,10 @@ func wire(ctx context.Context, cfg *config.Config, log zerolog.Logger) (*app, er
 	}
 	a.servers = []listener{{key: "listen.http", srv: newHTTPServer(ctx, cfg.Listen.HTTP, h, log)}}
 	if cfg.TLS.PlaintextForDevelopment { // config.Validate allows it only without tls.cert
-		log.Warn().Str("listen", cfg.Listen.HTTP).Msg("tls.plaintext_for_development is set: node routes are served on plain HTTP; never on a lab network")
+		log.Warn().Str("listen", cfg.Listen.HTTP).Msg("tls.plaintext_for_development is set: node and operator routes are served on plain HTTP; never on a lab network")
+	}
+	if cfg.NetBox.PlaintextForDevelopment { // config.Validate allows it only with an http:// netbox.url
+		log.Warn().Str("netbox", cfg.NetBox.URL).Msg("netbox.plaintext_for_development is set: fleetd's NetBox token and every decision it writes cross the network in clear; never outside a development stack on one host")
 	}
 	if cfg.TLS.Cert != "" {
 		cert, err := tls.LoadX509KeyPair(cfg.Path(cfg.TLS.Cert), cfg.Path(cfg.TLS.Key))

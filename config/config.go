@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -72,7 +73,16 @@ type Limits struct {
 
 // NetBox is how fleetd reaches NetBox and checks its webhooks.
 type NetBox struct {
-	URL               string   `yaml:"url"`
+	// URL is NetBox's base URL. It must be https://: fleetd's token and every decision fleetd
+	// writes cross it. PlaintextForDevelopment allows http:// for a development stack whose
+	// NetBox runs on the same host (fleetd logs a warning at start).
+	URL                     string `yaml:"url"`
+	PlaintextForDevelopment bool   `yaml:"plaintext_for_development"`
+	// WebhookSources are the addresses (or prefixes) NetBox's webhooks come from: the host of its
+	// RQ workers. Webhooks from them are read in a pool of their own, so that other hosts'
+	// unauthenticated bodies never hold NetBox's deliveries back (docs/security.md, "Transport
+	// and abuse"). Empty: every source shares one pool, and fleetd logs a warning at start.
+	WebhookSources    []string `yaml:"webhook_sources"`
 	TokenFile         string   `yaml:"token_file"`
 	WebhookSecretFile string   `yaml:"webhook_secret_file"`
 	ServiceUser       string   `yaml:"service_user"` // the NetBox user fleetd's token belongs to (echo detection)
@@ -318,6 +328,30 @@ func (c *Config) ReadSecret(key, p string) ([]byte, error) {
 		return nil, fmt.Errorf("%s: secret file %s is empty", key, c.Path(p))
 	}
 	return b, nil
+}
+
+// WebhookSourcePrefixes are netbox.webhook_sources as prefixes (an address is its /32 or /128).
+// The config was validated: every entry parses.
+func (c *Config) WebhookSourcePrefixes() []netip.Prefix {
+	out := make([]netip.Prefix, 0, len(c.NetBox.WebhookSources))
+	for _, s := range c.NetBox.WebhookSources {
+		if p, err := parseSource(s); err == nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// parseSource reads an IP address (as its single-address prefix) or a prefix.
+func parseSource(s string) (netip.Prefix, error) {
+	if a, err := netip.ParseAddr(s); err == nil {
+		return netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()), nil
+	}
+	p, err := netip.ParsePrefix(s)
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	return p.Masked(), nil
 }
 
 func hostPort(s string) error {

@@ -3,6 +3,7 @@ package config
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -144,6 +145,22 @@ func TestParseRefusals(t *testing.T) {
 		{"refuse/TLS and the opt-out at once", func(s string) string {
 			return strings.Replace(s, "tls: {cert: tls.crt, key: tls.key}", "tls: {cert: tls.crt, key: tls.key, plaintext_for_development: true}", 1)
 		}, []string{"tls.plaintext_for_development: is true while tls.cert is set"}},
+		{"refuse/a plain-HTTP NetBox", func(s string) string {
+			return strings.Replace(s, `url: "https://netbox.lan"`, `url: "http://netbox.lan"`, 1)
+		}, []string{`netbox.url: "http://netbox.lan" is plain HTTP: fleetd's NetBox token and every decision it writes would cross the network in clear; use NetBox's https:// URL`,
+			"netbox.plaintext_for_development: true"}},
+		{"ok/a development stack's plain-HTTP NetBox, said explicitly", func(s string) string {
+			return strings.Replace(s, `url: "https://netbox.lan"`, `url: "http://127.0.0.1:8001", plaintext_for_development: true`, 1)
+		}, nil},
+		{"refuse/the NetBox opt-out with an https NetBox", func(s string) string {
+			return strings.Replace(s, `url: "https://netbox.lan"`, `url: "https://netbox.lan", plaintext_for_development: true`, 1)
+		}, []string{`netbox.plaintext_for_development: is true while netbox.url "https://netbox.lan" is https: remove netbox.plaintext_for_development`}},
+		{"refuse/a webhook source that is no address", func(s string) string {
+			return strings.Replace(s, `url: "https://netbox.lan"`, `url: "https://netbox.lan", webhook_sources: [10.0.0.5, netbox.lan, 10.0.0.0/33]`, 1)
+		}, []string{`netbox.webhook_sources[1]: "netbox.lan" is not an IP address or prefix`, `netbox.webhook_sources[2]: "10.0.0.0/33"`}},
+		{"ok/webhook sources", func(s string) string {
+			return strings.Replace(s, `url: "https://netbox.lan"`, `url: "https://netbox.lan", webhook_sources: [10.0.0.5, "fd00::/64", "::ffff:10.0.0.6"]`, 1)
+		}, nil},
 		{"ok/hash policy needs no CA bundle", func(s string) string {
 			return strings.Replace(s, "attestation: {ek_ca_bundle: ek.pem, ", "attestation: {ek_policy: hash, ", 1)
 		}, nil},
@@ -165,7 +182,29 @@ func TestParseRefusals(t *testing.T) {
 					t.Errorf("error does not contain %q:\n%v", w, err)
 				}
 			}
+			checkProblemsSayWhatToDo(t, err)
 		})
+	}
+}
+
+// keyProblem is one line of validate's error: the key, then what is wrong.
+var keyProblem = regexp.MustCompile(`^[a-z_]+(\.[a-z_]+)*(\[[0-9]+\])?: `)
+
+// checkProblemsSayWhatToDo: every problem validate reports names its key, what was wrong and what
+// to do about it (a verb of what to do after the problem).
+func checkProblemsSayWhatToDo(t *testing.T, err error) {
+	t.Helper()
+	if msg := err.Error(); strings.HasPrefix(msg, "decode: ") || msg == "the file is empty" {
+		return // YAML's own: the key and line it could not read
+	}
+	for _, line := range strings.Split(err.Error(), "\n") {
+		if !keyProblem.MatchString(line) {
+			t.Errorf("a problem does not begin with its key: %q", line)
+			continue
+		}
+		if !regexp.MustCompile(`\b(give|use|set|remove|choose|leave)\b`).MatchString(line) {
+			t.Errorf("a problem does not say what to do: %q", line)
+		}
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -34,7 +35,7 @@ func (p *problems) bad(key, format string, args ...any) {
 // need reports whether v is set, and a problem when it is not.
 func (p *problems) need(key, v string) bool {
 	if v == "" {
-		p.bad(key, "is required")
+		p.bad(key, "is required: set it (docs/operate.md, \"Configuration reference\", says what it takes)")
 		return false
 	}
 	return true
@@ -44,7 +45,7 @@ func (p *problems) need(key, v string) bool {
 func (p *problems) file(key, path string) {
 	if p.need(key, path) && !p.c.skipFiles {
 		if _, err := os.Stat(p.c.Path(path)); err != nil {
-			p.bad(key, "cannot read %s: %v", p.c.Path(path), errors.Unwrap(err))
+			p.bad(key, "cannot read %s: %v: give the path of a file fleetd can read (relative paths are relative to the config file)", p.c.Path(path), errors.Unwrap(err))
 		}
 	}
 }
@@ -52,18 +53,18 @@ func (p *problems) file(key, path string) {
 // atLeast needs d to be min or longer.
 func (p *problems) atLeast(key string, d Duration, min time.Duration) {
 	if d.D() < min {
-		p.bad(key, "%s is shorter than %s", d.D(), min)
+		p.bad(key, "%s is shorter than %s: give %s or longer", d.D(), min, min)
 	}
 }
 
 // validateServing checks listen, public_url, tls and limits: how nodes and operators reach fleetd.
 func (c *Config) validateServing(p *problems) {
 	if err := hostPort(c.Listen.HTTP); err != nil {
-		p.bad("listen.http", "%q is not host:port", c.Listen.HTTP)
+		p.bad("listen.http", "%q is not host:port: give the plain listener's address, such as 127.0.0.1:8080", c.Listen.HTTP)
 	}
 	if p.need("public_url", c.PublicURL) {
 		if err := httpURL(c.PublicURL); err != nil {
-			p.bad("public_url", "%v", err)
+			p.bad("public_url", "%v: give the URL agents and nodes reach fleetd at, such as https://spore.lan:8443", err)
 		}
 	}
 	switch {
@@ -71,20 +72,20 @@ func (c *Config) validateServing(p *problems) {
 		p.bad("tls.cert", "is not set: fleetd serves the node routes (enrollment, configurations, boot checks) over TLS only; "+
 			"set tls.cert, tls.key and listen.https (a development stack on one host may set tls.plaintext_for_development: true instead)")
 	case c.TLS.Cert != "" && c.TLS.PlaintextForDevelopment:
-		p.bad("tls.plaintext_for_development", "is true while tls.cert is set: choose one (a fleet on a lab network needs TLS)")
+		p.bad("tls.plaintext_for_development", "is true while tls.cert is set: choose one; remove tls.plaintext_for_development (a fleet on a lab network needs TLS)")
 	}
 	if c.TLS.Cert != "" || c.TLS.Key != "" || c.Listen.HTTPS != "" {
 		p.file("tls.cert", c.TLS.Cert)
 		p.file("tls.key", c.TLS.Key)
 		if err := hostPort(c.Listen.HTTPS); err != nil {
-			p.bad("listen.https", "%q is not host:port (needed with tls)", c.Listen.HTTPS)
+			p.bad("listen.https", "%q is not host:port: tls needs the TLS listener's address, such as :8443", c.Listen.HTTPS)
 		}
 		if !strings.HasPrefix(c.PublicURL, "https://") {
 			p.bad("public_url", "%q must be https:// when tls is set: agents and nodes reach the node routes over TLS only", c.PublicURL)
 		}
 	}
 	if c.Limits.NodeRequestsPerMinute < 0 || c.Limits.NodeBurst < 0 {
-		p.bad("limits", "node_requests_per_minute and node_burst must not be negative")
+		p.bad("limits", "node_requests_per_minute and node_burst must not be negative: give 0 for the defaults (60 and 20)")
 	}
 	if c.NetBox.WebhookWorkers < 0 {
 		p.bad("netbox.webhook_workers", "%d is negative: set how many NetBox events are decided at once, or 0 for the default 16", c.NetBox.WebhookWorkers)
@@ -99,13 +100,20 @@ func (c *Config) validateServing(p *problems) {
 func (c *Config) validateSources(p *problems) {
 	if p.need("netbox.url", c.NetBox.URL) {
 		if err := httpURL(c.NetBox.URL); err != nil {
-			p.bad("netbox.url", "%v", err)
+			p.bad("netbox.url", "%v: give NetBox's base URL, such as https://netbox.lan", err)
+		} else {
+			c.validateNetBoxTransport(p)
+		}
+	}
+	for i, src := range c.NetBox.WebhookSources {
+		if _, err := parseSource(src); err != nil {
+			p.bad(fmt.Sprintf("netbox.webhook_sources[%d]", i), "%q is not an IP address or prefix: give an address NetBox's webhooks come from (its RQ workers' host), such as 10.0.0.5 or 10.0.0.0/28", src)
 		}
 	}
 	p.file("netbox.token_file", c.NetBox.TokenFile)
 	p.file("netbox.webhook_secret_file", c.NetBox.WebhookSecretFile)
 	if c.NetBox.Retries < 0 || c.NetBox.Retries > 10 {
-		p.bad("netbox.retries", "%d is outside 0..10", c.NetBox.Retries)
+		p.bad("netbox.retries", "%d is outside 0..10: give how often a failed NetBox request is retried, 4 by default", c.NetBox.Retries)
 	}
 	p.atLeast("netbox.timeout", c.NetBox.Timeout, time.Second)
 	if c.Kubernetes.Kubeconfig != "" {
@@ -114,6 +122,19 @@ func (c *Config) validateSources(p *problems) {
 	p.file("classes_file", c.ClassesFile)
 	if c.Webhooks != "" {
 		p.file("webhooks_file", c.Webhooks)
+	}
+}
+
+// validateNetBoxTransport refuses a plain-HTTP NetBox unless the config says, explicitly, that
+// this is a development stack; the opt-out with an https URL is refused as a contradiction.
+func (c *Config) validateNetBoxTransport(p *problems) {
+	u, _ := url.Parse(c.NetBox.URL) // httpURL parsed it
+	switch {
+	case u.Scheme == "http" && !c.NetBox.PlaintextForDevelopment:
+		p.bad("netbox.url", "%q is plain HTTP: fleetd's NetBox token and every decision it writes would cross the network in clear; "+
+			"use NetBox's https:// URL (a development stack whose NetBox runs on the same host may set netbox.plaintext_for_development: true instead)", c.NetBox.URL)
+	case u.Scheme == "https" && c.NetBox.PlaintextForDevelopment:
+		p.bad("netbox.plaintext_for_development", "is true while netbox.url %q is https: remove netbox.plaintext_for_development", c.NetBox.URL)
 	}
 }
 
@@ -135,7 +156,7 @@ func (c *Config) validateAttestation(p *problems) {
 		p.file(key+".key", ca.Key)
 		p.atLeast(key+".lifetime", ca.Lifetime, time.Minute)
 		if ca.RenewAfter.D() <= 0 || ca.RenewAfter.D() >= ca.Lifetime.D() {
-			p.bad(key+".renew_after", "%s is not within the lifetime %s: a certificate must be renewed before it expires", ca.RenewAfter.D(), ca.Lifetime.D())
+			p.bad(key+".renew_after", "%s is not within the lifetime %s: a certificate must be renewed before it expires; give a positive duration shorter than %s.lifetime, or leave it unset for half of it", ca.RenewAfter.D(), ca.Lifetime.D(), key)
 		}
 	}
 	p.atLeast("config_delivery.pending_ttl", c.Delivery.PendingTTL, time.Minute)
@@ -147,17 +168,17 @@ func (c *Config) validateRendering(p *problems) {
 	p.need("talos.cluster_name", c.Talos.ClusterName)
 	if p.need("talos.endpoint", c.Talos.Endpoint) {
 		if err := httpURL(c.Talos.Endpoint); err != nil {
-			p.bad("talos.endpoint", "%v", err)
+			p.bad("talos.endpoint", "%v: give the cluster's Kubernetes API endpoint, such as https://10.0.0.10:6443", err)
 		}
 	}
 	if c.Seed.Gateway != "" {
 		if _, err := netip.ParseAddr(c.Seed.Gateway); err != nil {
-			p.bad("seed.gateway", "%q is not an IP address", c.Seed.Gateway)
+			p.bad("seed.gateway", "%q is not an IP address: give the nodes' gateway, such as 10.0.0.1", c.Seed.Gateway)
 		}
 	}
 	for i, s := range c.Seed.DNS {
 		if _, err := netip.ParseAddr(s); err != nil {
-			p.bad(fmt.Sprintf("seed.dns[%d]", i), "%q is not an IP address", s)
+			p.bad(fmt.Sprintf("seed.dns[%d]", i), "%q is not an IP address: give a DNS server's address, such as 10.0.0.1", s)
 		}
 	}
 }
@@ -166,7 +187,7 @@ func (c *Config) validateRendering(p *problems) {
 func (c *Config) validateKea(p *problems) {
 	if c.Kea.Subnet != "" {
 		if pfx, err := netip.ParsePrefix(c.Kea.Subnet); err != nil || !pfx.Addr().Is4() {
-			p.bad("kea.subnet", "%q is not an IPv4 prefix such as 10.0.0.0/24", c.Kea.Subnet)
+			p.bad("kea.subnet", "%q is not an IPv4 prefix: give the subnet Kea's include of the reservations is in, such as 10.0.0.0/24", c.Kea.Subnet)
 		}
 	}
 	if !filepath.IsAbs(c.Kea.ReservationsFile) {

@@ -38,16 +38,33 @@ func sourceName(addr netip.Addr) string {
 	return addr.Unmap().String()
 }
 
-// guard refuses a node-facing request that arrives over plain HTTP when TLS is configured, and one
-// over its address's rate; it passes everything else on.
+// OperatorFacing reports whether operators call the route with the operator token: those are
+// served only over TLS when TLS is configured (the token is a password).
+func (r Route) OperatorFacing() bool { return r.Caller == "operator" }
+
+// tlsRequired answers a request that arrived over plain HTTP on a route served only over TLS.
+func tlsRequired(w http.ResponseWriter, msg string) {
+	writeJSON(w, http.StatusForbidden, api.Error{Code: "tls_required", Message: msg})
+}
+
+// guard refuses a node-facing or operator request that arrives over plain HTTP when TLS is
+// configured, and a node-facing one over its address's rate; it passes everything else on.
 func (s *Server) guard(rt Route, h http.Handler) http.Handler {
+	if rt.OperatorFacing() {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if s.deps.NeedTLS && r.TLS == nil {
+				tlsRequired(w, "operator routes are served only over HTTPS, where the operator token does not cross the network in clear; use fleetd's https URL (public_url)")
+				return
+			}
+			h.ServeHTTP(w, r)
+		})
+	}
 	if !rt.NodeFacing() {
 		return h
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if s.deps.NodesNeedTLS && r.TLS == nil {
-			writeJSON(w, http.StatusForbidden, api.Error{Code: "tls_required",
-				Message: "node routes are served only over HTTPS; use fleetd's https URL (public_url)"})
+		if s.deps.NeedTLS && r.TLS == nil {
+			tlsRequired(w, "node routes are served only over HTTPS; use fleetd's https URL (public_url)")
 			return
 		}
 		if s.limiter != nil {

@@ -1,7 +1,6 @@
 package handlers
 
 import (
-	"context"
 	"errors"
 	"net/http"
 	"slices"
@@ -18,12 +17,6 @@ import (
 	"github.com/folly-infra/fleetd/webhook"
 )
 
-// ReadyCheck is one dependency /readyz asks.
-type ReadyCheck struct {
-	Name  string
-	Check func(ctx context.Context) error
-}
-
 // Deps are what the handlers call.
 type Deps struct {
 	Service       *fleet.Service
@@ -32,14 +25,18 @@ type Deps struct {
 	Gatherer      prometheus.Gatherer
 	OperatorToken []byte
 	Logger        zerolog.Logger
-	// NodesNeedTLS refuses node-facing routes on connections without TLS (set when fleetd has a
-	// TLS listener: the configurations it serves hold cluster secrets).
-	NodesNeedTLS bool
+	// NeedTLS refuses the node-facing and operator routes on connections without TLS (set when
+	// fleetd has a TLS listener: the configurations it serves hold cluster secrets, and the
+	// operator's bearer token is a password). NetBox's webhooks, /healthz, /readyz and the
+	// fleet-wide /metrics stay on the plain listener too (docs/operate.md, "Endpoints").
+	NeedTLS bool
 	// NodeLimits rate-limits node-facing routes per source address.
 	NodeLimits Limits
 	// OperatorGuesses bounds the wrong or missing operator tokens one source address may present
 	// (operator routes, and /readyz's detail); zero takes 10 at once, then 10 a minute.
 	OperatorGuesses Limits
+	// Now is the clock (readiness results' age); default time.Now.
+	Now func() time.Time
 }
 
 // Server is fleetd's HTTP handler.
@@ -47,6 +44,7 @@ type Server struct {
 	deps    Deps
 	limiter *addrLimiter
 	guesses *addrLimiter
+	ready   *readiness
 	handler http.Handler
 }
 
@@ -58,7 +56,11 @@ func New(deps Deps) (*Server, error) {
 	if deps.OperatorGuesses.PerMinute <= 0 {
 		deps.OperatorGuesses = Limits{PerMinute: 10, Burst: 10}
 	}
-	s := &Server{deps: deps, limiter: newAddrLimiter(deps.NodeLimits), guesses: newAddrLimiter(deps.OperatorGuesses)}
+	if deps.Now == nil {
+		deps.Now = time.Now
+	}
+	s := &Server{deps: deps, limiter: newAddrLimiter(deps.NodeLimits), guesses: newAddrLimiter(deps.OperatorGuesses),
+		ready: &readiness{checks: deps.Ready, now: deps.Now, log: deps.Logger}}
 	byName := map[string]http.Handler{
 		"webhook":           deps.Webhooks.Handler("inventory"),
 		"webhook-provision": deps.Webhooks.Handler("provision"),
@@ -132,28 +134,32 @@ func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
-// readyz asks every dependency with a short timeout and names the ones that failed. Their errors
-// (NetBox's URL, the API server's answer) are told only to a caller with the operator token, and
-// logged; anyone else learns which dependency failed, not how.
+// readyz answers whether every dependency answered a probe at most readyMaxAge old (readiness)
+// and names the ones that failed. Their errors (NetBox's URL, the API server's answer) are told
+// only to a caller with the operator token, over TLS when fleetd has it, and logged; anyone else
+// learns which dependency failed, not how.
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
-	defer cancel()
-	failed := map[string]string{}
-	var names []string
-	log := s.log(w)
-	for _, c := range s.deps.Ready {
-		if err := c.Check(ctx); err != nil {
-			failed[c.Name] = err.Error()
-			names = append(names, c.Name)
-			log.Warn().Err(err).Str("dependency", c.Name).Msg("not ready")
-		}
+	withToken := r.Header.Get("Authorization") != ""
+	if withToken && s.deps.NeedTLS && r.TLS == nil {
+		tlsRequired(w, "the operator token is taken only over HTTPS, where it does not cross the network in clear: ask /readyz without it here, or with it at fleetd's https URL (public_url)")
+		return
+	}
+	failed, err := s.ready.result(r.Context())
+	if err != nil {
+		return // the caller went away
 	}
 	if len(failed) == 0 {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 		return
 	}
+	var names []string
+	for _, c := range s.deps.Ready {
+		if _, ok := failed[c.Name]; ok {
+			names = append(names, c.Name)
+		}
+	}
 	body := map[string]any{"status": "not ready", "failed": names}
-	if r.Header.Get("Authorization") != "" {
+	if withToken {
 		if ok, addr, wait := s.operator(r); ok {
 			body["errors"] = failed
 		} else if wait > 0 {

@@ -56,7 +56,9 @@ func writeFleetdYAML(p paths, c fleetdConfig) error {
 		"listen":     map[string]any{"http": plain.Host, "https": public.Host},
 		"tls":        map[string]any{"cert": p.fleetdTLSCert, "key": p.fleetdTLSKey},
 		"public_url": c.fleetdURL,
-		"netbox": map[string]any{"url": c.netboxURL, "token_file": p.netboxToken,
+		// The emulator serves plain HTTP on loopback: the one development setting fleetd allows
+		// it for (config: netbox.plaintext_for_development).
+		"netbox": map[string]any{"url": c.netboxURL, "plaintext_for_development": true, "token_file": p.netboxToken,
 			"webhook_secret_file": p.webhookSecret, "service_user": ServiceUser, "timeout": c.opts.NetBoxTimeout.String(),
 			"retries": c.opts.NetBoxRetries},
 		"kubernetes":    map[string]any{"kubeconfig": p.kubeconfig, "namespace": c.opts.Namespace},
