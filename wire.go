@@ -107,10 +107,13 @@ func wire(ctx context.Context, cfg *config.Config, log zerolog.Logger) (*app, er
 	if err != nil {
 		return nil, err
 	}
-	a.intake, err = webhook.New(webhook.Config{Secret: sec.webhook,
-		ServiceUser: cfg.NetBox.ServiceUser, Workers: cfg.NetBox.WebhookWorkers}, webhook.Deps{Reconciler: a.service, Undo: a.service, Inventory: a.pokeKea, Logger: log, Registry: reg})
+	a.intake, err = webhook.New(webhook.Config{Secret: sec.webhook, ServiceUser: cfg.NetBox.ServiceUser, Workers: cfg.NetBox.WebhookWorkers,
+		Sources: cfg.WebhookSourcePrefixes()}, webhook.Deps{Reconciler: a.service, Undo: a.service, Inventory: a.pokeKea, Logger: log, Registry: reg})
 	if err != nil {
 		return nil, err
+	}
+	if len(cfg.NetBox.WebhookSources) == 0 {
+		log.Warn().Msg("netbox.webhook_sources is not set: NetBox's webhooks share their read slots with every other host's bodies, which can hold them back; set NetBox's addresses (docs/operate.md)")
 	}
 	a.kea, err = newKeaWriter(cfg, log, reg)
 	if err != nil {

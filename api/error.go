@@ -21,5 +21,7 @@ const (
 	CodeBadSignature      = "bad_signature"      // a webhook's X-Hook-Signature is missing or wrong (401)
 	CodeNetBoxUnavailable = "netbox_unavailable" // NetBox could not be read or written; retry shortly (503)
 	CodeQueueFull         = "queue_full"         // fleetd's webhook queue is full; retry after Retry-After (503)
+	CodeBusy              = "busy"               // every webhook slot of the source's pool is taken; retry after Retry-After (503)
+	CodeTimeout           = "timeout"            // the body did not arrive within fleetd's read timeout (408)
 	CodeInternal          = "internal"           // fleetd failed; see its log (500)
 )

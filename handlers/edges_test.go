@@ -34,8 +34,10 @@ func TestHTTPEdges(t *testing.T) {
 		{"ok/reconcile with nothing to do has no detail", "POST", "/v1/devices/node-a/reconcile", "op", "", 200, "",
 			[]string{`"outcome": "nothing-to-do"`}, []string{`"detail"`}},
 		// Every route's body is capped once, by the route table (docs/http.md's limits).
-		{"refuse/413 a webhook over the route's 1 MiB", "POST", "/v1/netbox/webhook/provision", "", `{"pad": "` + strings.Repeat("x", 1<<20) + `"}`,
-			413, "", []string{`"error":"too_large"`, "larger than 1048576 bytes"}, nil},
+		{"refuse/413 a webhook over the route's 384 KiB", "POST", "/v1/netbox/webhook/provision", "signature", `{"pad": "` + strings.Repeat("x", 384<<10) + `"}`,
+			413, "", []string{`"error":"too_large"`, "larger than 393216 bytes"}, nil},
+		{"refuse/an unsigned webhook, unread whatever its size", "POST", "/v1/netbox/webhook/provision", "", `{"pad": "` + strings.Repeat("x", 384<<10) + `"}`,
+			401, "", []string{`"error":"bad_signature"`}, nil},
 		{"refuse/413 a challenge over the route's 64 KiB", "POST", "/v1/attest/challenge", "", `{"device": "` + strings.Repeat("x", 64<<10) + `"}`,
 			413, "", []string{`"error": "too_large"`}, nil},
 		{"refuse/413 a challenge over 64 KiB without a Content-Length", "POST", "/v1/attest/challenge", "chunked", `{"device": "` + strings.Repeat("x", 64<<10) + `"}`,
@@ -66,7 +68,14 @@ func TestHTTPEdges(t *testing.T) {
 		if r.token == "chunked" { // no Content-Length: the body arrives chunked
 			in, r.token = io.MultiReader(in), ""
 		}
+		signature := r.token == "signature" // a signature of the right form, not of this body
+		if signature {
+			r.token = ""
+		}
 		req, _ := http.NewRequest(r.method, f.URL+r.path, in)
+		if signature {
+			req.Header.Set("X-Hook-Signature", strings.Repeat("0", 128))
+		}
 		if r.token != "" {
 			req.Header.Set("Authorization", "Bearer "+r.token)
 		}

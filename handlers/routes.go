@@ -12,6 +12,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/folly-infra/fleetd/api"
+	"github.com/folly-infra/fleetd/webhook"
 )
 
 // Route is one line of the HTTP contract.
@@ -27,7 +28,6 @@ type Route struct {
 
 const (
 	kib = 1 << 10
-	mib = 1 << 20
 )
 
 // WebhookPathProblems compares the webhook paths of a netbox-webhooks.yaml with the webhook
@@ -60,11 +60,11 @@ func WebhookPathProblems(paths []string) []string {
 // Table is the HTTP contract: every route fleetd serves, in the order docs/http.md lists them.
 func Table() []Route {
 	return []Route{
-		{"webhook", "POST", "/v1/netbox/webhook", "NetBox", "X-Hook-Signature", "inventory changed (interfaces, MACs, addresses, device create/delete): re-read the device, refresh Kea reservations", mib},
-		{"webhook-provision", "POST", "/v1/netbox/webhook/provision", "NetBox", "X-Hook-Signature", "desired_action=provision was set: re-read the device and take the request", mib},
-		{"webhook-attest", "POST", "/v1/netbox/webhook/attest", "NetBox", "X-Hook-Signature", "desired_action=attest was set: re-read the device and take the request", mib},
-		{"webhook-wipe", "POST", "/v1/netbox/webhook/wipe", "NetBox", "X-Hook-Signature", "desired_action=wipe was set: re-read the device and take the request", mib},
-		{"webhook-retire", "POST", "/v1/netbox/webhook/retire", "NetBox", "X-Hook-Signature", "status decommissioning was set: re-read the device and retire it", mib},
+		{"webhook", "POST", "/v1/netbox/webhook", "NetBox", "X-Hook-Signature", "inventory changed (interfaces, MACs, addresses, device create/delete): re-read the device, refresh Kea reservations", webhook.MaxBody},
+		{"webhook-provision", "POST", "/v1/netbox/webhook/provision", "NetBox", "X-Hook-Signature", "desired_action=provision was set: re-read the device and take the request", webhook.MaxBody},
+		{"webhook-attest", "POST", "/v1/netbox/webhook/attest", "NetBox", "X-Hook-Signature", "desired_action=attest was set: re-read the device and take the request", webhook.MaxBody},
+		{"webhook-wipe", "POST", "/v1/netbox/webhook/wipe", "NetBox", "X-Hook-Signature", "desired_action=wipe was set: re-read the device and take the request", webhook.MaxBody},
+		{"webhook-retire", "POST", "/v1/netbox/webhook/retire", "NetBox", "X-Hook-Signature", "status decommissioning was set: re-read the device and retire it", webhook.MaxBody},
 		{"attest-challenge", "POST", api.PathAttestChallenge, "HookOS agent", "TPM (EK approval, credential activation)", "enrollment round trip 1: approve the EK, challenge the AK, hand out a nonce and a sealed token", api.MaxChallengeBody},
 		{"attest-evidence", "POST", api.PathAttestEvidence, "HookOS agent", "sealed token + TPM evidence", "enrollment round trip 2: verify the evidence, for a provision issue LDevID and LAK, authorize the declared disk", api.MaxEvidenceBody},
 		{"boot-check-nonce", "POST", api.PathBootCheckNonce, "running node", "none", "boot check round trip 1: a fresh nonce and the sealed token that vouches for it", 0},

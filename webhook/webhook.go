@@ -1,7 +1,8 @@
-// Package webhook is NetBox → fleetd: it reads the body within the cap of its route (the handlers'
-// route table), verifies NetBox's HMAC signature over the raw bytes before anything is parsed, decodes the event in any NetBox 4.3–4.7 shape, and hands a
-// "re-read this device" trigger to the fleet service (docs/design.md §2, §6; NetBox 4.6.8
-// netbox/extras/webhooks.py).
+// Package webhook is NetBox → fleetd: it admits a body to one of its source's read slots (admit.go),
+// reads it within the cap of its route (the handlers' route table: MaxBody) and a read timeout,
+// verifies NetBox's HMAC signature over the raw bytes as they arrive, before anything is parsed,
+// decodes the event in any NetBox 4.3–4.7 shape, and hands a "re-read this device" trigger to
+// the fleet service (docs/design.md §2, §6; NetBox 4.6.8 netbox/extras/webhooks.py).
 //
 // A verified event is answered 202 as soon as it is queued; a pool of workers (Run) does the
 // re-read and the decision. A full queue is answered 503 with Retry-After, and the periodic
@@ -9,15 +10,14 @@
 package webhook
 
 import (
+	"cmp"
 	"context"
-	"crypto/hmac"
-	"crypto/sha512"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
+	"net/netip"
+	"os"
 	"sync"
 	"time"
 
@@ -50,7 +50,25 @@ type Config struct {
 	Timeout     time.Duration // how long one webhook may take to re-read and decide
 	Queue       int           // verified events waiting for a worker; 0 means 1024
 	Workers     int           // events re-read and decided at once; 0 means 16 (fleetd.yaml netbox.webhook_workers)
+
+	// The admission (admit.go). Sources are NetBox's addresses (fleetd.yaml
+	// netbox.webhook_sources); empty, every source shares NetBox's pool.
+	Sources     []netip.Prefix
+	BodyTimeout time.Duration // how long a body may take to arrive once its slot is taken; 0 means DefaultBodyTimeout
+	NetBoxSlots int           // bodies from Sources read at once; 0 means DefaultNetBoxSlots
+	OtherSlots  int           // bodies from any other source read at once; 0 means DefaultOtherSlots
+	NetBoxWait  time.Duration // how long a body from Sources waits for a slot; 0 means DefaultNetBoxWait
+	// RefusalLogEvery is how often a source's refusals of one reason are logged at most (refusalLog);
+	// 0 means DefaultRefusalLogEvery.
+	RefusalLogEvery time.Duration
+	Now             func() time.Time // the clock of the read deadlines and the refusal log; default time.Now
 }
+
+// MaxBody caps a webhook's body (the handlers' route table applies it): NetBox's largest delivery
+// to fleetd, a device update whose fields fleetd filled to their caps, is 131 KiB (it carries the
+// device three times: data and both snapshots); TestBodyCapFitsNetBoxsLargestDelivery measures it
+// and holds the cap at twice that or more.
+const MaxBody = 384 << 10
 
 // RetryAfter is what a full queue tells NetBox to wait, in seconds (Retry-After).
 const RetryAfter = 5
@@ -81,6 +99,9 @@ type Intake struct {
 	work    *prometheus.CounterVec
 	jobs    chan job
 
+	netbox, other *pool // read slots (admit.go)
+	refusals      *refusalLog
+
 	mu sync.Mutex
 	// queued are the devices with an event in the queue that no worker has taken yet: a second
 	// event for one of them, carrying nothing to undo, is coalesced into it (coalesce).
@@ -104,9 +125,17 @@ func New(cfg Config, deps Deps) (*Intake, error) {
 	if cfg.Workers <= 0 {
 		cfg.Workers = 16
 	}
+	cfg.BodyTimeout = cmp.Or(cfg.BodyTimeout, DefaultBodyTimeout)
+	cfg.NetBoxSlots = cmp.Or(cfg.NetBoxSlots, DefaultNetBoxSlots)
+	cfg.OtherSlots = cmp.Or(cfg.OtherSlots, DefaultOtherSlots)
+	cfg.NetBoxWait = cmp.Or(cfg.NetBoxWait, DefaultNetBoxWait)
+	cfg.RefusalLogEvery = cmp.Or(cfg.RefusalLogEvery, DefaultRefusalLogEvery)
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
 	results := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "fleetd_webhooks_total",
-		Help: "NetBox webhooks by route and answer (accepted: queued, coalesced, echo, ignored, bad_signature, malformed, too_large, queue_full).",
+		Help: "NetBox webhooks by route and answer (accepted: queued, coalesced, echo, ignored; refused: bad_signature, malformed, too_large, timeout, busy, queue_full).",
 	}, []string{"route", "outcome"})
 	work := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "fleetd_webhook_work_total",
@@ -120,8 +149,15 @@ func New(cfg Config, deps Deps) (*Intake, error) {
 		}
 	}
 	return &Intake{cfg: cfg, deps: deps, owned: ownedFields(), results: results, work: work,
-		jobs: make(chan job, cfg.Queue), queued: map[int64]bool{}}, nil
+		jobs: make(chan job, cfg.Queue), queued: map[int64]bool{},
+		netbox: newPool("netbox", cfg.NetBoxSlots, cfg.NetBoxWait), other: newPool("other", cfg.OtherSlots, 0),
+		refusals: &refusalLog{log: deps.Logger, now: cfg.Now, every: cfg.RefusalLogEvery, seen: map[refusalKey]*refusalCount{}}}, nil
 }
+
+// outcomes are every answer fleetd_webhooks_total counts, created at 0 for each route (STYLE's
+// habit of series that exist before their first event, so that increase() sees it).
+var outcomes = []string{"accepted", "coalesced", "echo", "ignored", api.CodeBadSignature, api.CodeMalformed, api.CodeTooLarge,
+	api.CodeTimeout, api.CodeBusy, api.CodeQueueFull}
 
 // Run re-reads and decides the queued events with Config.Workers workers until ctx ends; a worker
 // finishes the event it holds first (its own timeout still applies). Events left in the queue are
@@ -153,22 +189,38 @@ func (in *Intake) Run(ctx context.Context) error {
 // The caller caps the request body (http.MaxBytesReader): the handlers' route table gives every
 // webhook route its limit (docs/http.md), and a body over it is answered 413 too_large here.
 func (in *Intake) Handler(route string) http.Handler {
+	for _, o := range outcomes {
+		in.results.WithLabelValues(route, o)
+	}
+	for _, o := range []string{"decided", api.CodeNetBoxUnavailable} {
+		in.work.WithLabelValues(route, o)
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		in.serve(w, r, route)
 	})
 }
 
 func (in *Intake) serve(w http.ResponseWriter, r *http.Request, route string) {
-	l := in.deps.Logger.With().Str("request_id", w.Header().Get("X-Request-Id")).Logger()
+	l := in.deps.Logger.With().Str("request_id", w.Header().Get("X-Request-Id")).Str("route", route).Logger()
 	log := &l
-	// 1. The signed event (event).
-	p, id, ok := in.event(w, r, log, route)
+	// 1. A read slot of the source's pool, before anything is read (admit.go).
+	peer := peerOf(r)
+	slots := in.poolOf(peer)
+	if !slots.acquire(r.Context()) {
+		w.Header().Set("Retry-After", fmt.Sprint(RetryAfter))
+		in.refuse(w, log, peer, route, http.StatusServiceUnavailable, api.CodeBusy, false,
+			fmt.Sprintf("fleetd reads %d webhook bodies at once from this source's pool (%s), and every slot is taken; retry after %d s", cap(slots.slots), slots.name, RetryAfter))
+		return
+	}
+	// 2. The signed event (event).
+	p, id, ok := in.event(w, r, log, peer, route)
+	slots.release()
 	if !ok {
 		return
 	}
 	// The device id is not in ev: the decision line's outcome names it (fleet.Outcome), and a
 	// line that ignores the event adds it itself, so no line carries the key twice.
-	ev := log.With().Str("route", route).Str("event", p.Event).Str("object_type", p.objectType()).
+	ev := log.With().Str("event", p.Event).Str("object_type", p.objectType()).
 		Str("netbox_request", p.requestID()).Str("netbox_user", p.user()).Logger()
 	// 2. What it means.
 	echo := in.cfg.ServiceUser != "" && p.user() == in.cfg.ServiceUser && p.objectType() == "dcim.device" &&
@@ -182,17 +234,17 @@ func (in *Intake) serve(w http.ResponseWriter, r *http.Request, route string) {
 	}
 	switch {
 	case id == 0 || p.Event == "deleted" && p.objectType() == "dcim.device":
-		in.accept(w, &ev, route, id, "ignored", "the event concerns no device fleetd can act on")
+		in.accept(w, &ev, peer, route, id, "ignored", "the event concerns no device fleetd can act on")
 		return
 	case echo:
-		in.accept(w, &ev, route, id, "echo", "fleetd's own update; nothing left to do")
+		in.accept(w, &ev, peer, route, id, "echo", "fleetd's own update; nothing left to do")
 		return
 	}
 	// 3. Queued for a worker: the same decision the reconciler makes, soon; or folded into the
 	// device's event already waiting, whose decision reads NetBox after this event was sent.
 	_, undo := in.foreignWrite(p, id)
 	if !undo && !in.queue(id) {
-		in.accept(w, &ev, route, id, "coalesced", "an event for the device is already queued; its decision reads NetBox after this one")
+		in.accept(w, &ev, peer, route, id, "coalesced", "an event for the device is already queued; its decision reads NetBox after this one")
 		return
 	}
 	select {
@@ -201,12 +253,9 @@ func (in *Intake) serve(w http.ResponseWriter, r *http.Request, route string) {
 		if !undo {
 			in.taken(id)
 		}
-		in.results.WithLabelValues(route, api.CodeQueueFull).Inc()
-		ev.Warn().Int64("device_id", id).Str("step", "webhook").Str("outcome", api.CodeQueueFull).
-			Int("queue", cap(in.jobs)).Msg("decision")
 		w.Header().Set("Retry-After", fmt.Sprint(RetryAfter))
-		writeBody(w, http.StatusServiceUnavailable, api.Error{Code: api.CodeQueueFull,
-			Message: fmt.Sprintf("fleetd's webhook queue (%d events) is full; retry after %d s, and the periodic reconcile re-reads the device in any case", cap(in.jobs), RetryAfter)})
+		in.refuse(w, &ev, peer, route, http.StatusServiceUnavailable, api.CodeQueueFull, true,
+			fmt.Sprintf("fleetd's webhook queue (%d events) is full; retry after %d s, and the periodic reconcile re-reads the device in any case", cap(in.jobs), RetryAfter))
 		return
 	}
 	in.results.WithLabelValues(route, "accepted").Inc()
@@ -259,32 +308,47 @@ func (in *Intake) do(ctx context.Context, j job) {
 	}
 }
 
-// event reads, verifies and decodes a webhook: the body (capped by the route), its signature over
-// the exact bytes received before any parsing, then the NetBox event and the device it concerns.
-// A webhook that fails a step is answered here, and ok is false.
-func (in *Intake) event(w http.ResponseWriter, r *http.Request, log *zerolog.Logger, route string) (p payload, id int64, ok bool) {
-	body, err := io.ReadAll(r.Body) // capped by the route (Handler)
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			in.refuse(w, log, route, http.StatusRequestEntityTooLarge, api.CodeTooLarge,
-				fmt.Sprintf("the webhook body is larger than %d bytes", tooBig.Limit))
-			return p, 0, false
-		}
-		in.refuse(w, log, route, http.StatusBadRequest, api.CodeMalformed, "the webhook body could not be read")
+// event reads, verifies and decodes a webhook: the form of its signature header first (a
+// request without one is refused unread), then the body (capped by the route, within
+// Config.BodyTimeout) with its HMAC computed as it arrives, checked before any parsing, then the
+// NetBox event and the device it concerns. A webhook that fails a step is answered here, and ok
+// is false.
+func (in *Intake) event(w http.ResponseWriter, r *http.Request, log *zerolog.Logger, peer netip.Addr, route string) (p payload, id int64, ok bool) {
+	want, formed := signatureOf(r.Header.Get("X-Hook-Signature"))
+	if !formed {
+		in.refuse(w, log, peer, route, http.StatusUnauthorized, api.CodeBadSignature, false,
+			"X-Hook-Signature is missing or is not 128 hex digits: NetBox sends the HMAC-SHA512 of the body with the configured webhook secret")
 		return p, 0, false
 	}
-	if !in.signed(body, r.Header.Get("X-Hook-Signature")) {
-		in.refuse(w, log, route, http.StatusUnauthorized, api.CodeBadSignature,
-			"X-Hook-Signature is missing or is not the HMAC-SHA512 of the body with the configured webhook secret")
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(in.cfg.Now().Add(in.cfg.BodyTimeout)) // not every writer supports it (tests)
+	body, signed, err := in.readSigned(r.Body, want)             // capped by the route (Handler)
+	_ = rc.SetReadDeadline(time.Time{})
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		switch {
+		case errors.As(err, &tooBig):
+			in.refuse(w, log, peer, route, http.StatusRequestEntityTooLarge, api.CodeTooLarge, false,
+				fmt.Sprintf("the webhook body is larger than %d bytes", tooBig.Limit))
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			in.refuse(w, log, peer, route, http.StatusRequestTimeout, api.CodeTimeout, false,
+				fmt.Sprintf("the webhook body did not arrive within %s", in.cfg.BodyTimeout))
+		default:
+			in.refuse(w, log, peer, route, http.StatusBadRequest, api.CodeMalformed, false, "the webhook body could not be read")
+		}
+		return p, 0, false
+	}
+	if !signed {
+		in.refuse(w, log, peer, route, http.StatusUnauthorized, api.CodeBadSignature, true,
+			"X-Hook-Signature is not the HMAC-SHA512 of the body with the configured webhook secret")
 		return p, 0, false
 	}
 	if err := json.Unmarshal(body, &p); err != nil {
-		in.refuse(w, log, route, http.StatusBadRequest, api.CodeMalformed, "the webhook body is not a NetBox event: "+err.Error())
+		in.refuse(w, log, peer, route, http.StatusBadRequest, api.CodeMalformed, true, "the webhook body is not a NetBox event: "+err.Error())
 		return p, 0, false
 	}
 	if id, err = p.deviceID(); err != nil {
-		in.refuse(w, log, route, http.StatusBadRequest, api.CodeMalformed, err.Error())
+		in.refuse(w, log, peer, route, http.StatusBadRequest, api.CodeMalformed, true, err.Error())
 		return p, 0, false
 	}
 	return p, id, true
@@ -334,28 +398,22 @@ func notFleetdOwned(owned map[string]bool, pre, post map[string]any) map[string]
 	return out
 }
 
-// signed compares the hex HMAC-SHA512 of body with the header in constant time
-// (NetBox 4.6.8 netbox/extras/webhooks.py, generate_signature: lowercase hex, no prefix, over the
-// exact body bytes).
-func (in *Intake) signed(body []byte, header string) bool {
-	got, err := hex.DecodeString(header)
-	if err != nil || len(got) != sha512.Size {
-		return false
-	}
-	mac := hmac.New(sha512.New, in.cfg.Secret)
-	mac.Write(body)
-	return hmac.Equal(mac.Sum(nil), got)
-}
-
-func (in *Intake) accept(w http.ResponseWriter, log *zerolog.Logger, route string, id int64, outcome, why string) {
+// accept answers a webhook that makes no work, counts it and logs it sampled (refusalLog).
+func (in *Intake) accept(w http.ResponseWriter, log *zerolog.Logger, peer netip.Addr, route string, id int64, outcome, why string) {
 	in.results.WithLabelValues(route, outcome).Inc()
-	log.Info().Int64("device_id", id).Str("step", "webhook").Str("outcome", outcome).Str("detail", why).Msg("decision")
+	ev := log.With().Int64("device_id", id).Logger()
+	in.refusals.accepted(&ev, peer, outcome, why)
 	writeBody(w, http.StatusAccepted, map[string]string{"outcome": outcome})
 }
 
-func (in *Intake) refuse(w http.ResponseWriter, log *zerolog.Logger, route string, status int, code, msg string) {
+// refuse answers a refused webhook, counts it and logs it sampled (refusalLog). read says
+// whether its body was read to the end; when not, the connection is closed after the answer.
+func (in *Intake) refuse(w http.ResponseWriter, log *zerolog.Logger, peer netip.Addr, route string, status int, code string, read bool, msg string) {
 	in.results.WithLabelValues(route, code).Inc()
-	log.Warn().Str("route", route).Str("step", "webhook").Str("outcome", code).Str("detail", msg).Msg("decision")
+	in.refusals.refused(log, peer, code, msg)
+	if !read {
+		unread(w)
+	}
 	writeBody(w, status, api.Error{Code: code, Message: msg})
 }
 

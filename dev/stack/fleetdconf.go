@@ -58,7 +58,7 @@ func writeFleetdYAML(p paths, c fleetdConfig) error {
 		"public_url": c.fleetdURL,
 		// The emulator serves plain HTTP on loopback: the one development setting fleetd allows
 		// it for (config: netbox.plaintext_for_development).
-		"netbox": map[string]any{"url": c.netboxURL, "plaintext_for_development": true, "token_file": p.netboxToken,
+		"netbox": map[string]any{"url": c.netboxURL, "plaintext_for_development": true, "webhook_sources": []string{netboxHost(c.netboxURL)}, "token_file": p.netboxToken,
 			"webhook_secret_file": p.webhookSecret, "service_user": ServiceUser, "timeout": c.opts.NetBoxTimeout.String(),
 			"retries": c.opts.NetBoxRetries},
 		"kubernetes":    map[string]any{"kubeconfig": p.kubeconfig, "namespace": c.opts.Namespace},
@@ -95,6 +95,16 @@ func writeFleetdYAML(p paths, c fleetdConfig) error {
 		return fmt.Errorf("check the stack's fleetd.yaml: %w", err)
 	}
 	return nil
+}
+
+// netboxHost is the address of the emulator's URL: the source of its webhooks, which it sends
+// from the same loopback address it serves on.
+func netboxHost(netboxURL string) string {
+	u, err := url.Parse(netboxURL)
+	if err != nil {
+		return ""
+	}
+	return u.Hostname()
 }
 
 // learnBootPolicy writes the stack's boot policy as an operator does (docs/security.md): the
