@@ -51,6 +51,7 @@ type app struct {
 func wire(ctx context.Context, cfg *config.Config, log zerolog.Logger) (*app, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	devReg := prometheus.NewRegistry() // the per-device series, behind the metrics token
 	sec, err := readSecrets(cfg)
 	if err != nil {
 		return nil, err
@@ -103,7 +104,7 @@ func wire(ctx context.Context, cfg *config.Config, log zerolog.Logger) (*app, er
 		// rest at what it holds (docs/operate.md, "Memory").
 		AfterSweep: debug.FreeOSMemory}, fleet.Deps{Inventory: a.netbox, ChangeLog: a.netbox,
 		Installer: a.install, Catalog: catalog, Renderer: renderer, Attest: att, Clock: clock,
-		Random: rand.Reader, Logger: log, Registry: reg})
+		Random: rand.Reader, Logger: log, Registry: reg, DeviceRegistry: devReg})
 	if err != nil {
 		return nil, err
 	}
@@ -120,8 +121,8 @@ func wire(ctx context.Context, cfg *config.Config, log zerolog.Logger) (*app, er
 		return nil, err
 	}
 	a.deps = []handlers.ReadyCheck{{Name: "netbox", Check: a.netbox.Ping}, {Name: "kubernetes", Check: a.install.Ping}}
-	h, err := handlers.New(handlers.Deps{Service: a.service, Webhooks: a.intake, Gatherer: reg, Logger: log,
-		OperatorToken: sec.operator, NeedTLS: cfg.TLS.Cert != "",
+	h, err := handlers.New(handlers.Deps{Service: a.service, Webhooks: a.intake, Gatherer: reg, DeviceGatherer: devReg,
+		MetricsToken: sec.metrics, Logger: log, OperatorToken: sec.operator, NeedTLS: cfg.TLS.Cert != "",
 		NodeLimits: handlers.Limits{PerMinute: cfg.Limits.NodeRequestsPerMinute, Burst: cfg.Limits.NodeBurst},
 		Ready:      a.deps})
 	if err != nil {
@@ -165,6 +166,7 @@ func newHTTPServer(ctx context.Context, addr string, h http.Handler, log zerolog
 // secrets are the contents of the secret files the config names.
 type secrets struct {
 	netboxToken, webhook, operator, talos, tokenKey []byte
+	metrics                                         []byte // nil without metrics.token_file
 }
 
 // readSecrets reads every secret file and reports every one that is missing or empty.
@@ -183,6 +185,9 @@ func readSecrets(cfg *config.Config) (secrets, error) {
 	read(&s.operator, "operator.token_file", cfg.Operator.TokenFile)
 	read(&s.talos, "talos.secrets_file", cfg.Talos.SecretsFile)
 	read(&s.tokenKey, "attestation.token_key_file", cfg.Attestation.TokenKeyFile)
+	if cfg.Metrics.TokenFile != "" {
+		read(&s.metrics, "metrics.token_file", cfg.Metrics.TokenFile)
+	}
 	return s, errors.Join(errs...)
 }
 

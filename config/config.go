@@ -35,6 +35,7 @@ type Config struct {
 	Seed        Seed        `yaml:"seed"`
 	Kea         Kea         `yaml:"kea"`
 	Operator    Operator    `yaml:"operator"`
+	Metrics     Metrics     `yaml:"metrics"`
 	Reconcile   Reconcile   `yaml:"reconcile"`
 	BootCheck   BootCheck   `yaml:"boot_check"`
 	Inventory   Inventory   `yaml:"inventory"`
@@ -160,6 +161,14 @@ type Kea struct {
 
 // Operator is how operator routes authenticate.
 type Operator struct {
+	TokenFile string `yaml:"token_file"`
+}
+
+// Metrics is how the per-device metrics authenticate their scraper.
+type Metrics struct {
+	// TokenFile holds the bearer token of GET /metrics/devices, the series that name each device:
+	// a token of its own, so that Prometheus needs no operator rights. Unset: those series are
+	// not served (docs/operate.md, "Metrics and alerts").
 	TokenFile string `yaml:"token_file"`
 }
 

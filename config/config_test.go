@@ -161,6 +161,11 @@ func TestParseRefusals(t *testing.T) {
 		{"ok/webhook sources", func(s string) string {
 			return strings.Replace(s, `url: "https://netbox.lan"`, `url: "https://netbox.lan", webhook_sources: [10.0.0.5, "fd00::/64", "::ffff:10.0.0.6"]`, 1)
 		}, nil},
+		{"ok/a metrics token of its own", func(s string) string { return s + "metrics: {token_file: nb-token}\n" }, nil},
+		{"refuse/the operator token as the metrics token", func(s string) string { return s + "metrics: {token_file: op-token}\n" },
+			[]string{"metrics.token_file: is operator.token_file: give the metrics token a file of its own"}},
+		{"refuse/a metrics token file that is not there", func(s string) string { return s + "metrics: {token_file: missing}\n" },
+			[]string{"metrics.token_file: cannot read"}},
 		{"ok/hash policy needs no CA bundle", func(s string) string {
 			return strings.Replace(s, "attestation: {ek_ca_bundle: ek.pem, ", "attestation: {ek_policy: hash, ", 1)
 		}, nil},

@@ -198,9 +198,16 @@ func (c *Config) validateKea(p *problems) {
 	}
 }
 
-// validateOperation checks operator, reconcile, boot_check, inventory and log: how fleetd runs.
+// validateOperation checks operator, metrics, reconcile, boot_check, inventory and log: how
+// fleetd runs.
 func (c *Config) validateOperation(p *problems) {
 	p.file("operator.token_file", c.Operator.TokenFile)
+	if c.Metrics.TokenFile != "" {
+		p.file("metrics.token_file", c.Metrics.TokenFile)
+		if c.Path(c.Metrics.TokenFile) == c.Path(c.Operator.TokenFile) {
+			p.bad("metrics.token_file", "is operator.token_file: give the metrics token a file of its own, so that whoever scrapes the per-device metrics has no operator rights")
+		}
+	}
 	p.atLeast("reconcile.interval", c.Reconcile.Interval, 5*time.Second)
 	p.atLeast("boot_check.missing_after", c.BootCheck.MissingAfter, time.Minute)
 	p.atLeast("boot_check.nonce_lifetime", c.BootCheck.NonceLifetime, 10*time.Second)

@@ -1,38 +1,84 @@
 package fleet
 
 import (
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// bootCheckCollector exports each device's boot-check age and outcome (docs/design.md §5), and
-// its current certificates' expiry and renewal point, from the device list of the last
-// reconcile. Ages are computed at scrape time, so they grow between reconciles as they do in
-// reality; a device leaves the metrics when it stops being an active node.
-type bootCheckCollector struct {
-	clock   Clock
-	age     *prometheus.Desc
-	status  *prometheus.Desc
-	expiry  *prometheus.Desc
-	renewal *prometheus.Desc
-	times   func(Device) (ldevid, lak CertTimes)
+// The metrics of each active node (docs/design.md §5): its boot-check age and outcome and its
+// current certificates' expiry and renewal point, from the device list of the last reconcile.
+// Ages are computed at scrape time, so they grow between reconciles as they do in reality; a
+// device leaves the metrics when it stops being an active node.
+//
+// Two collectors read the same samples (docs/operate.md, "Metrics and alerts"):
+//
+//   - nodeCollector, the per-device series, labelled with each device's name: they name the
+//     fleet's machines, and their label set grows with it, so they are registered on
+//     Deps.DeviceRegistry, which fleetd serves only behind the metrics token;
+//   - fleetCollector, their fleet-wide counts, by class (a class of the catalogue, or "unknown")
+//     and outcome or reason, on Deps.Registry: what an unauthenticated /metrics says of the
+//     nodes, naming none, its series the same however many there are.
+
+// bootCheckSamples are the active nodes of the last reconcile.
+type bootCheckSamples struct {
+	clock Clock
+	times func(Device) (ldevid, lak CertTimes)
+	class func(declared string) string // the class label of the fleet-wide counts
+	// missingAfter is how old a node's last accepted check may be before it counts as missing.
+	missingAfter time.Duration
 
 	mu      sync.Mutex
 	devices []bootCheckSample
+	classes []string // every class label the fleet-wide counts always carry
 }
 
 type bootCheckSample struct {
-	name, class string
+	name, class string // the declared class
+	countClass  string // the class label of the fleet-wide counts
 	last        time.Time
 	outcome     BootCheck
 	ldevid, lak CertTimes
 }
 
-func newBootCheckCollector(clock Clock) *bootCheckCollector {
-	return &bootCheckCollector{
-		clock: clock,
+// observe replaces the samples with the active devices of a fresh listing.
+func (s *bootCheckSamples) observe(devices []Device) {
+	samples := make([]bootCheckSample, 0, len(devices))
+	for _, d := range devices {
+		if d.Owned.State != StateActive || d.Status == StatusDecommissioning {
+			continue
+		}
+		outcome := d.Owned.BootCheck
+		if outcome == BootCheckNone {
+			outcome = "none"
+		}
+		sample := bootCheckSample{name: d.Name, class: d.Declared.Class, countClass: d.Declared.Class, last: d.Owned.LastBootCheck, outcome: outcome}
+		if s.class != nil {
+			sample.countClass = s.class(d.Declared.Class)
+		}
+		if s.times != nil {
+			sample.ldevid, sample.lak = s.times(d)
+		}
+		samples = append(samples, sample)
+	}
+	s.mu.Lock()
+	s.devices = samples
+	s.mu.Unlock()
+}
+
+// nodeCollector exports the per-device series.
+type nodeCollector struct {
+	s       *bootCheckSamples
+	age     *prometheus.Desc
+	status  *prometheus.Desc
+	expiry  *prometheus.Desc
+	renewal *prometheus.Desc
+}
+
+func newNodeCollector(s *bootCheckSamples) *nodeCollector {
+	return &nodeCollector{s: s,
 		expiry: prometheus.NewDesc("fleetd_device_cert_expiry_timestamp_seconds",
 			"NotAfter of the device's current certificate (ldevid_serial or lak_serial), by profile (active devices whose fleet_identity carries it).",
 			[]string{"device", "class", "profile"}, nil),
@@ -48,40 +94,18 @@ func newBootCheckCollector(clock Clock) *bootCheckCollector {
 	}
 }
 
-// observe replaces the sample with the active devices of a fresh listing.
-func (c *bootCheckCollector) observe(devices []Device) {
-	samples := make([]bootCheckSample, 0, len(devices))
-	for _, d := range devices {
-		if d.Owned.State != StateActive || d.Status == StatusDecommissioning {
-			continue
-		}
-		outcome := d.Owned.BootCheck
-		if outcome == BootCheckNone {
-			outcome = "none"
-		}
-		sample := bootCheckSample{name: d.Name, class: d.Declared.Class, last: d.Owned.LastBootCheck, outcome: outcome}
-		if c.times != nil {
-			sample.ldevid, sample.lak = c.times(d)
-		}
-		samples = append(samples, sample)
-	}
-	c.mu.Lock()
-	c.devices = samples
-	c.mu.Unlock()
-}
-
-func (c *bootCheckCollector) Describe(ch chan<- *prometheus.Desc) {
+func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.age
 	ch <- c.status
 	ch <- c.expiry
 	ch <- c.renewal
 }
 
-func (c *bootCheckCollector) Collect(ch chan<- prometheus.Metric) {
-	now := c.clock.Now()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, s := range c.devices {
+func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
+	now := c.s.clock.Now()
+	c.s.mu.Lock()
+	defer c.s.mu.Unlock()
+	for _, s := range c.s.devices {
 		ch <- prometheus.MustNewConstMetric(c.status, prometheus.GaugeValue, 1, s.name, s.class, string(s.outcome))
 		if !s.last.IsZero() {
 			ch <- prometheus.MustNewConstMetric(c.age, prometheus.GaugeValue, now.Sub(s.last).Seconds(), s.name, s.class)
@@ -97,6 +121,76 @@ func (c *bootCheckCollector) Collect(ch chan<- prometheus.Metric) {
 			if !t.times.RenewAfter.IsZero() {
 				ch <- prometheus.MustNewConstMetric(c.renewal, prometheus.GaugeValue, float64(t.times.RenewAfter.Unix()), s.name, s.class, t.profile)
 			}
+		}
+	}
+}
+
+// The reasons fleetd_nodes_attention counts a node for.
+const (
+	AttentionBootCheckMissing = "boot_check_missing" // its last accepted check is older than boot_check.missing_after
+	AttentionCertNotRenewed   = "cert_not_renewed"   // a current certificate is past its renewal point
+	AttentionCertExpiring     = "cert_expiring"      // a current certificate is in the last quarter between its renewal point and NotAfter
+)
+
+// fleetCollector exports the fleet-wide counts of the same samples.
+type fleetCollector struct {
+	s         *bootCheckSamples
+	nodes     *prometheus.Desc
+	attention *prometheus.Desc
+}
+
+func newFleetCollector(s *bootCheckSamples) *fleetCollector {
+	return &fleetCollector{s: s,
+		nodes: prometheus.NewDesc("fleetd_active_nodes",
+			"Active nodes by class and the outcome of their last boot check (ok, drift, failed, none: no check yet), as the last reconcile listed them.",
+			[]string{"class", "boot_check"}, nil),
+		attention: prometheus.NewDesc("fleetd_nodes_attention",
+			"Active nodes that need attention, by class and reason: boot_check_missing (no accepted boot check for boot_check.missing_after), cert_not_renewed (a current certificate past its renewal point), cert_expiring (in the last quarter between its renewal point and NotAfter). The per-device series behind the metrics token name them.",
+			[]string{"class", "reason"}, nil),
+	}
+}
+
+func (c *fleetCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.nodes
+	ch <- c.attention
+}
+
+func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
+	type key struct{ class, value string }
+	now := c.s.clock.Now()
+	nodes, attention := map[key]int{}, map[key]int{}
+	c.s.mu.Lock()
+	classes := c.s.classes
+	for _, s := range c.s.devices {
+		nodes[key{s.countClass, string(s.outcome)}]++
+		if !s.last.IsZero() && now.Sub(s.last) > c.s.missingAfter {
+			attention[key{s.countClass, AttentionBootCheckMissing}]++
+		}
+		var past, expiring bool
+		for _, t := range []CertTimes{s.ldevid, s.lak} {
+			if t.NotAfter.IsZero() || t.RenewAfter.IsZero() {
+				continue
+			}
+			past = past || !now.Before(t.RenewAfter)
+			expiring = expiring || t.NotAfter.Sub(now) < t.NotAfter.Sub(t.RenewAfter)/4 // inventory's cert_expiring rule
+		}
+		if past {
+			attention[key{s.countClass, AttentionCertNotRenewed}]++
+		}
+		if expiring {
+			attention[key{s.countClass, AttentionCertExpiring}]++
+		}
+		if !slices.Contains(classes, s.countClass) {
+			classes = append(classes[:len(classes):len(classes)], s.countClass)
+		}
+	}
+	c.s.mu.Unlock()
+	for _, class := range classes { // every class's series, at 0 when no node counts
+		for _, o := range []BootCheck{BootCheckOK, BootCheckDrift, BootCheckFailed, "none"} {
+			ch <- prometheus.MustNewConstMetric(c.nodes, prometheus.GaugeValue, float64(nodes[key{class, string(o)}]), class, string(o))
+		}
+		for _, r := range []string{AttentionBootCheckMissing, AttentionCertNotRenewed, AttentionCertExpiring} {
+			ch <- prometheus.MustNewConstMetric(c.attention, prometheus.GaugeValue, float64(attention[key{class, r}]), class, r)
 		}
 	}
 }

@@ -22,7 +22,7 @@ type metrics struct {
 	pendingConfigs   prometheus.Gauge
 	ownedWrites      *prometheus.CounterVec
 	deliveries       *prometheus.CounterVec
-	bootChecks       *bootCheckCollector
+	bootChecks       *bootCheckSamples
 	enrollments      *prometheus.CounterVec
 	bootCheckRuns    *prometheus.CounterVec
 	renewals         *prometheus.CounterVec
@@ -30,7 +30,9 @@ type metrics struct {
 	inventoryRuns    *prometheus.CounterVec
 }
 
-func newMetrics(reg prometheus.Registerer, clock Clock) (*metrics, error) {
+// newMetrics registers the domain's metrics on reg, and the per-device series on devices (nil:
+// they are not exported; bootmetrics.go).
+func newMetrics(reg, devices prometheus.Registerer, clock Clock) (*metrics, error) {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fleetd_requests_total",
@@ -69,7 +71,7 @@ func newMetrics(reg prometheus.Registerer, clock Clock) (*metrics, error) {
 			Name: "fleetd_config_fetches_total",
 			Help: "Configuration fetches by kind and outcome (delivered, or the refusal code).",
 		}, []string{"kind", "outcome"}),
-		bootChecks: newBootCheckCollector(clock),
+		bootChecks: &bootCheckSamples{clock: clock},
 		enrollments: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fleetd_enrollments_total",
 			Help: "Enrollment round trips by action, step (challenge, evidence) and outcome (ok or the refusing check).",
@@ -92,9 +94,15 @@ func newMetrics(reg prometheus.Registerer, clock Clock) (*metrics, error) {
 		}, []string{"result"}),
 	}
 	for _, c := range []prometheus.Collector{m.inventoryDiffs, m.inventoryRuns, m.requests, m.reconcileRuns, m.reconcileSeconds,
-		m.conflicts, m.installErrors, m.journalErrors, m.pendingConfigs, m.ownedWrites, m.deliveries, m.bootChecks, m.enrollments, m.bootCheckRuns, m.renewals} {
+		m.conflicts, m.installErrors, m.journalErrors, m.pendingConfigs, m.ownedWrites, m.deliveries, newFleetCollector(m.bootChecks),
+		m.enrollments, m.bootCheckRuns, m.renewals} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register fleet metrics: %w", err)
+		}
+	}
+	if devices != nil {
+		if err := devices.Register(newNodeCollector(m.bootChecks)); err != nil {
+			return nil, fmt.Errorf("register the per-device metrics: %w", err)
 		}
 	}
 	if err := m.startAtZero(); err != nil {

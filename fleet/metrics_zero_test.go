@@ -13,7 +13,7 @@ import (
 // examples/monitoring/fleetd-rules.test.yaml replays the shapes).
 func TestCountersStartAtZero(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	if _, err := newMetrics(reg, SystemClock{}); err != nil {
+	if _, err := newMetrics(reg, nil, SystemClock{}); err != nil {
 		t.Fatal(err)
 	}
 	want := `

@@ -59,6 +59,9 @@ type Deps struct {
 	Random    Random
 	Logger    zerolog.Logger
 	Registry  prometheus.Registerer
+	// DeviceRegistry takes the per-device series (named by device: docs/operate.md, "Metrics and
+	// alerts"), which fleetd serves only behind the metrics token; nil: they are not exported.
+	DeviceRegistry prometheus.Registerer
 }
 
 // Service is the orchestration of docs/design.md §1: it takes requests from NetBox, drives them through the
@@ -114,7 +117,7 @@ func NewService(cfg Config, deps Deps) (*Service, error) {
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
-	m, err := newMetrics(reg, deps.Clock)
+	m, err := newMetrics(reg, deps.DeviceRegistry, deps.Clock)
 	if err != nil {
 		return nil, fmt.Errorf("new service: %w", err)
 	}
@@ -123,8 +126,18 @@ func NewService(cfg Config, deps Deps) (*Service, error) {
 		catalog: deps.Catalog, clock: deps.Clock, rnd: &lockedReader{r: deps.Random}, renderer: deps.Renderer, attest: deps.Attest,
 		log: deps.Logger, metrics: m, addrs: addrs, changes: deps.ChangeLog,
 		boots: attest.NewBootCache(bootCacheSize), bootIDs: newNameIndex(bootCacheSize)}
-	m.bootChecks.times = s.certTimes
+	m.bootChecks.times, m.bootChecks.missingAfter = s.certTimes, cfg.BootCheckMissingAfter
+	m.bootChecks.class, m.bootChecks.classes = s.countedClass, deps.Catalog.Names()
 	return s, nil
+}
+
+// countedClass is a declared class as the fleet-wide counts label it: a class of the catalogue,
+// or "unknown" (an owner's typo must not add a series).
+func (s *Service) countedClass(declared string) string {
+	if _, ok := s.catalog.Class(declared); ok {
+		return declared
+	}
+	return "unknown"
 }
 
 // lockedReader serialises reads of a randomness source that is not safe for concurrent use (a

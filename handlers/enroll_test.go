@@ -44,13 +44,15 @@ type fleetdUnderTest struct {
 	cas [2]*pki.CA // LDevID, LAK
 	url string
 	reg *prometheus.Registry // the service's metrics
-	svc *fleet.Service
+	// devReg holds the service's per-device series (served behind the metrics token).
+	devReg *prometheus.Registry
+	svc    *fleet.Service
 }
 
 func newFleetd(t testing.TB, cat fleet.Catalog, d fleet.Device) *fleetdUnderTest {
 	t.Helper()
 	f := handlerstest.New(t, handlerstest.Config{Catalog: cat, Devices: []fleet.Device{d}})
-	return &fleetdUnderTest{inv: f.Inv, cas: [2]*pki.CA{f.LDevIDCA, f.LAKCA}, url: f.URL, reg: f.Registry}
+	return &fleetdUnderTest{inv: f.Inv, cas: [2]*pki.CA{f.LDevIDCA, f.LAKCA}, url: f.URL, reg: f.Registry, devReg: f.DeviceRegistry}
 }
 
 func catalog(secureBoot fleet.SecureBoot, patches ...string) fleet.Catalog {

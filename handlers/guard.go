@@ -38,22 +38,28 @@ func sourceName(addr netip.Addr) string {
 	return addr.Unmap().String()
 }
 
-// OperatorFacing reports whether operators call the route with the operator token: those are
-// served only over TLS when TLS is configured (the token is a password).
-func (r Route) OperatorFacing() bool { return r.Caller == "operator" }
+// TokenFacing reports whether the route takes a bearer token, the operator's or the metrics
+// token: those are served only over TLS when TLS is configured (a token is a password).
+func (r Route) TokenFacing() bool { return r.Auth == authBearer || r.Auth == authMetrics }
+
+// The Auth of the routes that take a bearer token.
+const (
+	authBearer  = "bearer token"
+	authMetrics = "metrics token"
+)
 
 // tlsRequired answers a request that arrived over plain HTTP on a route served only over TLS.
 func tlsRequired(w http.ResponseWriter, msg string) {
 	writeJSON(w, http.StatusForbidden, api.Error{Code: "tls_required", Message: msg})
 }
 
-// guard refuses a node-facing or operator request that arrives over plain HTTP when TLS is
+// guard refuses a node-facing or token-bearing request that arrives over plain HTTP when TLS is
 // configured, and a node-facing one over its address's rate; it passes everything else on.
 func (s *Server) guard(rt Route, h http.Handler) http.Handler {
-	if rt.OperatorFacing() {
+	if rt.TokenFacing() {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if s.deps.NeedTLS && r.TLS == nil {
-				tlsRequired(w, "operator routes are served only over HTTPS, where the operator token does not cross the network in clear; use fleetd's https URL (public_url)")
+				tlsRequired(w, "routes that take a bearer token (the operator's, the metrics token) are served only over HTTPS, where the token does not cross the network in clear; use fleetd's https URL (public_url)")
 				return
 			}
 			h.ServeHTTP(w, r)

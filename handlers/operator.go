@@ -136,6 +136,13 @@ func (s *Server) operatorOnly(h http.HandlerFunc) http.HandlerFunc {
 // operator reports whether r carries the operator token. When it does not, or the source
 // address has no guess left, wait is how long the address must wait (0: answer 401).
 func (s *Server) operator(r *http.Request) (ok bool, addr netip.Addr, wait time.Duration) {
+	return s.bearer(r, s.deps.OperatorToken)
+}
+
+// bearer reports whether r carries token as its bearer token, compared in constant time. Every
+// wrong or missing token takes one of the source address's guesses (Deps.OperatorGuesses, shared
+// by every token); an address with none left is told how long to wait before its token is looked at.
+func (s *Server) bearer(r *http.Request, token []byte) (ok bool, addr netip.Addr, wait time.Duration) {
 	addr, err := peerAddr(r.RemoteAddr)
 	now := time.Now()
 	if err == nil {
@@ -144,7 +151,7 @@ func (s *Server) operator(r *http.Request) (ok bool, addr netip.Addr, wait time.
 		}
 	}
 	tok, bearer := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if bearer && subtle.ConstantTimeCompare([]byte(tok), s.deps.OperatorToken) == 1 {
+	if bearer && len(token) > 0 && subtle.ConstantTimeCompare([]byte(tok), token) == 1 {
 		return true, addr, 0
 	}
 	if err == nil {

@@ -225,7 +225,7 @@ func (n *renewalNode) deviceView(t *testing.T, d fleet.Device) {
 		{"fleetd_device_cert_expiry_timestamp_seconds", "lak", lak.NotAfter},
 		{"fleetd_device_cert_renewal_timestamp_seconds", "ldevid", ld.NotAfter.Add(-30 * time.Minute)},
 	} {
-		if got := gauge(t, n.f.reg, g.name, "profile", g.profile); got != float64(g.want.Unix()) {
+		if got := gauge(t, n.f.devReg, g.name, "profile", g.profile); got != float64(g.want.Unix()) {
 			t.Errorf("%s{profile=%q} = %v, want %d (%s)", g.name, g.profile, got, g.want.Unix(), g.want)
 		}
 	}

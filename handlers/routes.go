@@ -72,15 +72,16 @@ func Table() []Route {
 		{"config-talos", "GET", "/v1/config/talos", "Talos node", "attested SMBIOS UUID + NetBox address", "the Talos machine config, once (?uuid=${uuid}&serial=${serial})", 0},
 		{"config-seed", "GET", "/v1/config/seed", "NixOS / Alpine node", "attested SMBIOS UUID + NetBox address + fetch secret", "the seed JSON, once (?uuid=; Fleetd-Fetch-Secret header)", 0},
 		{"config-nocloud", "GET", "/v1/config/nocloud.tar", "Workflow action in HookOS", "attested SMBIOS UUID + NetBox address + fetch secret", "the NoCloud seed tar, once (?uuid=; Fleetd-Fetch-Secret header)", 0},
-		{"devices", "GET", "/v1/devices", "operator", "bearer token", "every device: declaration, state, request, Workflow, certificates, boot check, pending configuration", 0},
-		{"device", "GET", "/v1/devices/{name}", "operator", "bearer token", "one device, with its Workflow's current action", 0},
-		{"device-reconcile", "POST", "/v1/devices/{name}/reconcile", "operator", "bearer token", "re-read one device from NetBox now and take the next step", 0},
-		{"device-plan", "GET", "/v1/devices/{name}/plan", "operator", "bearer token", "what the device's request, or ?action=, would do, writing nothing", 0},
-		{"device-inventory", "GET", "/v1/devices/{name}/inventory", "operator", "bearer token", "the device's NetBox declaration against its last attested facts, writing nothing", 0},
-		{"inventory", "GET", "/v1/inventory", "operator", "bearer token", "every fleet device's (or each ?device=) declaration against its last attested facts, writing nothing", 0},
+		{"devices", "GET", "/v1/devices", "operator", authBearer, "every device: declaration, state, request, Workflow, certificates, boot check, pending configuration", 0},
+		{"device", "GET", "/v1/devices/{name}", "operator", authBearer, "one device, with its Workflow's current action", 0},
+		{"device-reconcile", "POST", "/v1/devices/{name}/reconcile", "operator", authBearer, "re-read one device from NetBox now and take the next step", 0},
+		{"device-plan", "GET", "/v1/devices/{name}/plan", "operator", authBearer, "what the device's request, or ?action=, would do, writing nothing", 0},
+		{"device-inventory", "GET", "/v1/devices/{name}/inventory", "operator", authBearer, "the device's NetBox declaration against its last attested facts, writing nothing", 0},
+		{"inventory", "GET", "/v1/inventory", "operator", authBearer, "every fleet device's (or each ?device=) declaration against its last attested facts, writing nothing", 0},
 		{"healthz", "GET", "/healthz", "systemd", "none", "liveness: the process serves HTTP", 0},
 		{"readyz", "GET", "/readyz", "systemd, load balancer", "none", "readiness: NetBox and the Kubernetes API answer", 0},
-		{"metrics", "GET", "/metrics", "Prometheus", "none", "Prometheus metrics", 0},
+		{"metrics", "GET", "/metrics", "Prometheus", "none", "fleet-wide metrics: counts by class, state and outcome, no device named", 0},
+		{"metrics-devices", "GET", "/metrics/devices", "Prometheus", "metrics token", "the per-device series (boot checks, certificates), each named by its device", 0},
 	}
 }
 

@@ -19,12 +19,17 @@ import (
 
 // Deps are what the handlers call.
 type Deps struct {
-	Service       *fleet.Service
-	Webhooks      *webhook.Intake
-	Ready         []ReadyCheck
-	Gatherer      prometheus.Gatherer
-	OperatorToken []byte
-	Logger        zerolog.Logger
+	Service  *fleet.Service
+	Webhooks *webhook.Intake
+	Ready    []ReadyCheck
+	Gatherer prometheus.Gatherer // the fleet-wide metrics, served at /metrics to anyone
+	// DeviceGatherer holds the per-device series, served at /metrics/devices to a caller with
+	// MetricsToken only (docs/operate.md, "Metrics and alerts"); both nil or empty: that route
+	// answers 404 not_configured.
+	DeviceGatherer prometheus.Gatherer
+	MetricsToken   []byte
+	OperatorToken  []byte
+	Logger         zerolog.Logger
 	// NeedTLS refuses the node-facing and operator routes on connections without TLS (set when
 	// fleetd has a TLS listener: the configurations it serves hold cluster secrets, and the
 	// operator's bearer token is a password). NetBox's webhooks, /healthz, /readyz and the
@@ -83,6 +88,7 @@ func New(deps Deps) (*Server, error) {
 		"healthz":           http.HandlerFunc(s.healthz),
 		"readyz":            http.HandlerFunc(s.readyz),
 		"metrics":           promhttp.HandlerFor(deps.Gatherer, promhttp.HandlerOpts{}),
+		"metrics-devices":   s.deviceMetrics(),
 	}
 	r, err := router(Table(), byName, func(rt Route, h http.Handler) http.Handler { return wrap(deps.Logger, rt, s.guard(rt, h)) })
 	if err != nil {

@@ -8,9 +8,9 @@ import (
 	"testing"
 )
 
-// TestOperatorRoutesNeedTLS: with a TLS listener, the operator routes, and /readyz asked with the
-// operator token, are refused on the plain listener (403 tls_required) before the token is looked
-// at; over TLS they are served. What stays on the plain listener is served there: health,
+// TestOperatorRoutesNeedTLS: with a TLS listener, the operator routes, the per-device metrics and
+// /readyz asked with the operator token are refused on the plain listener (403 tls_required)
+// before the token is looked at; over TLS they are served. What stays on the plain listener is served there: health,
 // readiness without a token, the fleet-wide metrics and NetBox's webhooks (docs/operate.md,
 // "Endpoints").
 func TestOperatorRoutesNeedTLS(t *testing.T) {
@@ -32,6 +32,8 @@ func TestOperatorRoutesNeedTLS(t *testing.T) {
 		{"refuse/a reconcile over plain HTTP", false, "POST", "/v1/devices/node-a/reconcile", "t", 403, true},
 		{"refuse/the inventory over plain HTTP", false, "GET", "/v1/inventory", "t", 403, true},
 		{"refuse/readyz with the operator token over plain HTTP", false, "GET", "/readyz", "t", 403, true},
+		{"refuse/the per-device metrics over plain HTTP", false, "GET", "/metrics/devices", "m", 403, true},
+		{"refuse/the per-device metrics over TLS without metrics.token_file: 404 not_configured", true, "GET", "/metrics/devices", "m", 404, false},
 		{"ok/the device list over TLS", true, "GET", "/v1/devices", "t", 200, false},
 		{"refuse/over TLS without the token: 401", true, "GET", "/v1/devices", "", 401, false},
 		{"ok/readyz with the token over TLS", true, "GET", "/readyz", "t", 200, false},

@@ -19,7 +19,7 @@ import (
 type fleetdConfig struct {
 	opts          Options
 	fleetdURL     string // https: public_url, the node routes
-	httpURL       string // plain http: NetBox's webhooks, operators, metrics
+	httpURL       string // plain http: NetBox's webhooks, health, the fleet-wide metrics
 	netboxURL     string
 	gatewayAddr   netip.Addr
 	talosEndpoint string
@@ -77,6 +77,7 @@ func writeFleetdYAML(p paths, c fleetdConfig) error {
 			"endpoints": map[string]string{"fleetd": c.fleetdURL, "netbox": c.netboxURL}},
 		"kea":       map[string]any{"reservations_file": p.keaReservations, "subnet": "127.0.0.0/8"},
 		"operator":  map[string]any{"token_file": p.operatorToken},
+		"metrics":   map[string]any{"token_file": p.metricsToken},
 		"reconcile": map[string]any{"interval": c.opts.ReconcileInterval.String()},
 		"log":       map[string]any{"level": c.opts.LogLevel, "format": "json"},
 	}

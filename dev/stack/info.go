@@ -61,10 +61,12 @@ type FleetdInfo struct {
 	URL           string `json:"url"`
 	HTTPURL       string `json:"http_url"`
 	OperatorToken string `json:"operator_token"`
-	Config        string `json:"config"`
-	PIDFile       string `json:"pid_file"`
-	Log           string `json:"log"`
-	Binary        string `json:"binary"`
+	// MetricsToken is the bearer token of GET /metrics/devices (the per-device series).
+	MetricsToken string `json:"metrics_token"`
+	Config       string `json:"config"`
+	PIDFile      string `json:"pid_file"`
+	Log          string `json:"log"`
+	Binary       string `json:"binary"`
 	// CertLifetime is the LDevID and LAK lifetime fleetd issues with (Options.CertLifetime).
 	CertLifetime time.Duration `json:"cert_lifetime"`
 	// Instances are the `fleetd serve` processes, in order (instance 1 first): one, whose
@@ -223,6 +225,9 @@ func PrintInfo(w io.Writer, info Info) {
 	p("What fleetd knows:")
 	p("  curl -sS --cacert %s -H 'Authorization: Bearer %s' %s/v1/devices", info.CA.Fleetd, info.Fleetd.OperatorToken, info.Fleetd.URL)
 	p("  curl -sS --cacert %s -H 'Authorization: Bearer %s' %s/v1/devices/%s", info.CA.Fleetd, info.Fleetd.OperatorToken, info.Fleetd.URL, name)
+	p("Its metrics (fleet-wide to anyone; per device with the metrics token, over https):")
+	p("  curl -sS %s/metrics | grep '^fleetd_active_nodes'", info.Fleetd.HTTPURL)
+	p("  curl -sS --cacert %s -H 'Authorization: Bearer %s' %s/metrics/devices | grep '%s'", info.CA.Fleetd, info.Fleetd.MetricsToken, info.Fleetd.URL, name)
 	p("Journal of the device:")
 	p("  curl -sS -H 'Authorization: Token %s' '%s/api/extras/journal-entries/?assigned_object_type=dcim.device&assigned_object_id=%d'", info.NetBox.Token, info.NetBox.URL, id)
 	p("Workflows:")

@@ -214,7 +214,7 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 	}
 	s.info = Info{Dir: o.Dir,
 		NetBox: NetBoxInfo{URL: s.emu.URL(), Token: gen.adminToken, ServiceTokenFile: s.paths.netboxToken},
-		Fleetd: FleetdInfo{URL: fleetdURL, HTTPURL: httpURL, OperatorToken: gen.operatorToken, Config: s.paths.fleetdConfig,
+		Fleetd: FleetdInfo{URL: fleetdURL, HTTPURL: httpURL, OperatorToken: gen.operatorToken, MetricsToken: gen.metricsToken, Config: s.paths.fleetdConfig,
 			PIDFile: s.paths.fleetdPID, Log: s.paths.fleetdLog, Binary: o.FleetdBinary, CertLifetime: o.CertLifetime,
 			Instances: instances},
 		WebhookSecret: gen.webhookSecret, Kubeconfig: s.paths.kubeconfig, Namespace: o.Namespace,

@@ -71,9 +71,12 @@ type Fleetd struct {
 	Attest    fleet.Attestation
 	LDevIDCA  *pki.CA
 	LAKCA     *pki.CA
-	Registry  *prometheus.Registry // the service's metrics
-	Handler   http.Handler
-	URL       string
+	Registry  *prometheus.Registry // the service's metrics, served at /metrics
+	// DeviceRegistry holds the service's per-device series, served at /metrics/devices with the
+	// metrics token "metrics".
+	DeviceRegistry *prometheus.Registry
+	Handler        http.Handler
+	URL            string
 	// TalosSecrets is the secrets bundle its renderer signs with (Config.TalosSecrets or new).
 	TalosSecrets []byte
 }
@@ -109,7 +112,8 @@ func New(tb testing.TB, cfg Config) *Fleetd {
 		cfg.CertLifetime = time.Hour
 	}
 	clock := clockFunc(cfg.Now)
-	f := &Fleetd{Inv: fleettest.NewInventory(cfg.Devices...), Installer: fleettest.NewInstaller(), ChangeLog: &fleettest.ChangeLog{}, Registry: prometheus.NewRegistry()}
+	f := &Fleetd{Inv: fleettest.NewInventory(cfg.Devices...), Installer: fleettest.NewInstaller(), ChangeLog: &fleettest.ChangeLog{}, Registry: prometheus.NewRegistry(),
+		DeviceRegistry: prometheus.NewRegistry()}
 	var err error
 	f.LDevIDCA, _, err = pki.NewCA(pki.NewCAConfig{Name: "fleetd LDevID", Lifetime: 24 * time.Hour, Rand: rand.Reader, Now: cfg.Now})
 	must(err)
@@ -145,11 +149,12 @@ func New(tb testing.TB, cfg Config) *Fleetd {
 	must(err)
 	f.Service, err = fleet.NewService(fleet.Config{FleetdURL: "http://spore"}, fleet.Deps{Inventory: f.Inv, ChangeLog: f.ChangeLog, Installer: f.Installer,
 		Catalog: cfg.Catalog, Renderer: renderer, Attest: f.Attest,
-		Clock: clock, Random: rand.Reader, Logger: zerolog.Nop(), Registry: f.Registry})
+		Clock: clock, Random: rand.Reader, Logger: zerolog.Nop(), Registry: f.Registry, DeviceRegistry: f.DeviceRegistry})
 	must(err)
 	intake, err := webhook.New(webhook.Config{Secret: []byte("s")}, webhook.Deps{Reconciler: f.Service})
 	must(err)
-	h, err := handlers.New(handlers.Deps{Service: f.Service, Webhooks: intake, Gatherer: prometheus.NewRegistry(), OperatorToken: []byte("op"), Logger: zerolog.Nop()})
+	h, err := handlers.New(handlers.Deps{Service: f.Service, Webhooks: intake, Gatherer: f.Registry, DeviceGatherer: f.DeviceRegistry,
+		MetricsToken: []byte("metrics"), OperatorToken: []byte("op"), Logger: zerolog.Nop()})
 	must(err)
 	f.Handler = h
 	if cfg.Wrap != nil {
