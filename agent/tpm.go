@@ -104,6 +104,24 @@ func (t *TPM) AttestPlatform(ak *attest.AK, nonce, eventLog []byte) (*attest.Pla
 	return pp, nil
 }
 
+// pcrCount is the number of PCRs of a PC-client TPM's bank: a wipe receipt quotes them all, as
+// the enrollment's quote did.
+const pcrCount = 24
+
+// QuoteReceipt quotes the SHA-256 PCRs 0 to 23 with ak over extraData, a wipe receipt's
+// (attest.ReceiptExtraData): the same PCRs as the enrollment's quote, which fleetd compares.
+func (t *TPM) QuoteReceipt(ak *attest.AK, extraData []byte) (*attest.Quote, error) {
+	pcrs := make([]int, pcrCount)
+	for i := range pcrs {
+		pcrs[i] = i
+	}
+	q, err := ak.QuotePCRs(t.tpm, extraData, attest.HashSHA256, pcrs)
+	if err != nil {
+		return nil, fmt.Errorf("quote the SHA-256 PCRs for the receipt: %w", err)
+	}
+	return q, nil
+}
+
 // LDevIDKey is a new LDevID key: its certification by the AK, and its blobs as SPIRE's tpm_devid
 // agent reads them (TPMT_PUBLIC and TPM2B_PRIVATE contents, both without size prefix).
 type LDevIDKey struct {

@@ -1,6 +1,7 @@
 package attest
 
 import (
+	"bytes"
 	"crypto"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -59,6 +60,9 @@ func NewAKChallenge(ek *VerifiedEK, claimed attest.AttestationParameters, rnd io
 type VerifiedAK struct {
 	Public crypto.PublicKey
 	Hash   crypto.Hash // the hash its quotes are signed with
+	// PublicArea is its TPMT_PUBLIC, which a wipe receipt's token carries so that the receipt's
+	// quote is verified under this key (receipt.go).
+	PublicArea []byte
 }
 
 // VerifyActivation compares the secret the machine recovered with ActivateCredential to the one
@@ -77,7 +81,7 @@ func VerifyActivation(tok *Token, claimedSecret, claimedAKPublic []byte) (*Verif
 	if err != nil {
 		return nil, refuseErr(CheckAK, err, "the AK public area does not parse")
 	}
-	return &VerifiedAK{Public: pub.Public, Hash: pub.Hash}, nil
+	return &VerifiedAK{Public: pub.Public, Hash: pub.Hash, PublicArea: bytes.Clone(claimedAKPublic)}, nil
 }
 
 // keyAttributes is a required profile of TPMA_OBJECT bits.

@@ -25,6 +25,21 @@ type VerifiedBoot struct {
 	// BaselineText is the text form of the baseline (Baseline), as boot_baseline holds it.
 	BaselineText string
 	baseline     *Baseline // parsed, when this boot was replayed rather than cached
+	// Quoted is the SHA-256 quote that verified this boot (VerifyPlatform), which a wipe
+	// receipt's quote must match (receipt.go); nil from a BootCache.
+	Quoted *QuotedBoot
+}
+
+// QuotedBoot is what a verified SHA-256 quote says of the TPM's state at the moment it quoted:
+// the quoted PCR values, and its reset and restart counts as the quoting key sees them. A TPM
+// obfuscates the counts for a key outside the endorsement and platform hierarchies (an AK under
+// the SRK) with a value derived from the key's name, so they are compared only between quotes of
+// the same key, where equal counts mean equal counts (the TCG reference implementation,
+// Attest_spt.c FillInAttestInfo: the counts plus a KDFa of the storage hierarchy's proof and the
+// key's name). A TPM Reset (a reboot) increments resetCount; a TPM Resume restartCount.
+type QuotedBoot struct {
+	PCRs                     []attest.PCR // the SHA-256 bank, PCR 0 to 23 in index order
+	ResetCount, RestartCount uint32
 }
 
 // Baseline is the compact form of the verified events a later boot check compares against
@@ -50,7 +65,25 @@ func VerifyPlatform(ak *VerifiedAK, nonce []byte, claimed attest.PlatformParamet
 	if err != nil {
 		return nil, err
 	}
-	return replayBoot(claimed.EventLog, sha256PCRs)
+	vb, err := replayBoot(claimed.EventLog, sha256PCRs)
+	if err != nil {
+		return nil, err
+	}
+	vb.Quoted = quotedBoot(claimed.Quotes, sha256PCRs)
+	return vb, nil
+}
+
+// quotedBoot reads the TPM's counts from the first quote of the SHA-256 bank, which
+// verifyQuotes verified (and checkQuoteNonces found).
+func quotedBoot(verified []attest.Quote, sha256PCRs []attest.PCR) *QuotedBoot {
+	for _, q := range verified {
+		att, err := tpm2.DecodeAttestationData(q.Quote)
+		if err != nil || att.AttestedQuoteInfo == nil || att.AttestedQuoteInfo.PCRSelection.Hash != tpm2.AlgSHA256 {
+			continue
+		}
+		return &QuotedBoot{PCRs: slices.Clone(sha256PCRs), ResetCount: att.ClockInfo.ResetCount, RestartCount: att.ClockInfo.RestartCount}
+	}
+	return nil
 }
 
 // verifyQuotes verifies every quote's signature and nonce and the PCR values, and returns the

@@ -46,6 +46,17 @@
 //	RequireSecureBoot(boot, class.SecureBoot == required)
 //	then the boot is compared with the device's baseline
 //
+// And a wipe's or a retirement's receipt (receipt.go; docs/http.md, "Wipe receipts"):
+//
+//	// POST /v1/attest/evidence of a wipe or retirement, once everything above verified
+//	ticket := receipts.Issue(ReceiptGrant{device, request, action, ak, boot, disk, class.Timeout})
+//	→ {…, receipt: {ticket.Token, ticket.Nonce}}
+//
+//	// POST /v1/wipe/receipt, after the erase
+//	tok := receipts.Authenticate(in.Token)          // before the rest of the body is read
+//	r := VerifyReceipt(tok, ClaimedReceipt{in.Device, in.Request, in.Report, in.Quote})
+//	then fleet records the device wiped (or retired) from r, if its request is still running
+//
 // Every error above is a *Refusal (4xx, its Check is the API error code; fleet.AsRefusal reads
 // it so at the edge) except fleetd's own failures (randomness, sealing), which are plain errors
 // (5xx).

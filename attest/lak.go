@@ -187,5 +187,5 @@ func (l *VerifiedLAK) AK(claimedAKPublic []byte) (*VerifiedAK, error) {
 	if !ok || !k.Equal(l.Public) {
 		return nil, refuse(CheckLAKMismatch, "the AK that quoted is not the key of LAK certificate %s", l.SerialHex)
 	}
-	return &VerifiedAK{Public: l.Public, Hash: pub.Hash}, nil
+	return &VerifiedAK{Public: l.Public, Hash: pub.Hash, PublicArea: bytes.Clone(claimedAKPublic)}, nil
 }
