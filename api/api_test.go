@@ -81,3 +81,20 @@ func TestTextForms(t *testing.T) {
 		t.Errorf("TextForms = %v, want the four with the LDevID blobs before its certificate", forms)
 	}
 }
+
+// TestReceiptRequestBeginsWithItsToken: a receipt is encoded with its device and token first,
+// which fleetd reads and authenticates before the rest of the body (docs/http.md, "Wipe receipts").
+func TestReceiptRequestBeginsWithItsToken(t *testing.T) {
+	b, err := json.Marshal(api.ReceiptRequest{Device: "node-a", Token: "tok", Request: "wipe-k3f9x2mq", DiskSerial: "S1", Method: "blkdiscard",
+		Result: "erased", Bytes: 1 << 62, Quote: api.Quote{Quote: []byte{1}, Signature: []byte{2}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"device":"node-a","token":"tok","request":"wipe-k3f9x2mq",`; !strings.HasPrefix(string(b), want) {
+		t.Errorf("receipt = %s, want it to begin %s", b, want)
+	}
+	var back api.ReceiptRequest
+	if err := json.Unmarshal(b, &back); err != nil || back.Bytes != 1<<62 {
+		t.Errorf("bytes %d (%v) after the wire, want 2^62 exactly", back.Bytes, err)
+	}
+}

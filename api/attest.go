@@ -20,7 +20,11 @@
 //     the AK's TPM-wrapped blob. fleetd verifies all of it and, for a provision only, issues the
 //     LDevID and LAK certificates and puts the LAK files into the node's configuration; it
 //     answers with the certificates (none for attest, wipe and retirement) and the by-id path of
-//     the declared disk: the authorization to wipe it.
+//     the declared disk: the authorization to wipe it; for a wipe or a retirement, a receipt
+//     grant (receipt.go).
+//
+// After a wipe's or a retirement's erase, `fleetd wipe-receipt` posts the receipt, the TPM's
+// quote over what the wipe program reported, to POST /v1/wipe/receipt (receipt.go).
 //
 // Any refusal is a 4xx with an Error body whose code names the failed check; the agent exits
 // with it and the Workflow fails before anything is wiped.
@@ -244,6 +248,9 @@ type EvidenceResponse struct {
 	// whose install carries it (cloud-init-nocloud, nixos-image, alpine-image); the agent writes
 	// it to the Workflow's fetch-secret file, and the fetch presents it in HeaderFetchSecret.
 	FetchSecret string `json:"fetch_secret,omitempty"`
+	// Receipt is a wipe's or a retirement's receipt grant (receipt.go): the agent keeps it, with
+	// the AK's blob, in the Workflow's directory for the receipt step after the erase.
+	Receipt *ReceiptGrant `json:"receipt,omitempty"`
 }
 
 // HeaderFetchSecret is the request header a configuration fetch presents its fetch secret in.
