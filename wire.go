@@ -239,7 +239,14 @@ func newAttestation(cfg *config.Config, tokenKey []byte, clock fleet.Clock) (fle
 	if err != nil {
 		return fleet.Attestation{}, fmt.Errorf("boot_check: %w", err)
 	}
-	return fleet.Attestation{EK: ek, Tokens: tokens, Issuer: issuer, LAK: lakVerifier, BootNonces: nonces}, nil
+	// A wipe's receipt token is sealed under another key derived from the same token key, and
+	// lives for the class's Workflow timeout plus the enrollment token's lifetime
+	// (docs/http.md, "Wipe receipts").
+	receipts, err := attest.NewReceiptSealer(attest.ReceiptConfig{TokenKey: key, Margin: cfg.Attestation.TokenLifetime.D(), Rand: rand.Reader, Now: clock.Now})
+	if err != nil {
+		return fleet.Attestation{}, fmt.Errorf("attestation: %w", err)
+	}
+	return fleet.Attestation{EK: ek, Tokens: tokens, Issuer: issuer, LAK: lakVerifier, BootNonces: nonces, Receipts: receipts}, nil
 }
 
 func newRenderer(cfg *config.Config, talosSecrets []byte, clock fleet.Clock) (*render.Renderer, error) {

@@ -30,6 +30,9 @@ type Attestation struct {
 	BootPolicy *attest.BootPolicy // nil refuses every enrollment (fleetd's error): fleetd needs one
 	LAK        *attest.LAKVerifier
 	BootNonces *attest.BootNonceSealer
+	// Receipts issues a wipe's or a retirement's receipt token with its accepted evidence
+	// (docs/http.md, "Wipe receipts").
+	Receipts *attest.ReceiptSealer
 }
 
 // ChallengeInput is the first round trip's request, in go-attestation's types.
@@ -75,6 +78,9 @@ type Enrolled struct {
 	// FetchSecret is a provision's one-time secret for its configuration fetch, for a class kind
 	// whose install carries it (Kind.CarriesFetchSecret); NetBox holds only its hash.
 	FetchSecret string
+	// Receipt is a wipe's or a retirement's receipt token and nonce, for the agent's receipt
+	// after the erase; nil for a provision or an attest.
+	Receipt *attest.ReceiptTicket
 }
 
 // EnrollChallenge answers the first round trip: the device must have an accepted request that

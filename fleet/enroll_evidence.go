@@ -48,6 +48,13 @@ func (s *Service) EnrollEvidence(ctx context.Context, in EvidenceInput) (Enrolle
 			return Enrolled{}, out, err
 		}
 	}
+	// 2b. For a wipe or a retirement: its receipt's token, sealed from the verified values
+	// before the write, handed out only after it.
+	receipt, err := s.receiptTicket(d, class, action, v)
+	if err != nil {
+		out.Result = "error"
+		return Enrolled{}, out, fmt.Errorf("enroll %s: %w", d.Name, err)
+	}
 	// 3. NetBox: the attestation and, for a provision, the identity material its configuration
 	// is rendered from at the fetch, in one conditional write. If NetBox cannot be written the
 	// agent gets a 5xx, its Workflow fails, and nothing is wiped; the certificates are unused.
@@ -78,11 +85,36 @@ func (s *Service) EnrollEvidence(ctx context.Context, in EvidenceInput) (Enrolle
 	}
 	out.Step, out.Result = "evidence", "attested"
 	s.metrics.enrollments.WithLabelValues(string(action), "evidence", "ok").Inc()
-	res := Enrolled{Disk: v.disk.Path, FetchSecret: p.fetchSecret}
+	res := Enrolled{Disk: v.disk.Path, FetchSecret: p.fetchSecret, Receipt: receipt}
 	if p.ldevid != nil {
 		res.LDevIDChain, res.LAKChain = p.ldevid.DER(), p.lak.DER()
 	}
 	return res, out, nil
+}
+
+// errReceiptsUnwired is a wiring bug: Deps.Attest has no receipt sealer.
+var errReceiptsUnwired = errors.New("wipe receipts are not wired: fleet.Attestation needs Receipts")
+
+// receiptTicket issues the receipt token of a wipe or a retirement (nil for another action): it
+// binds the AK the evidence activated, the boot its quote verified and the declared disk, for as
+// long as the class's Workflow may run (docs/http.md, "Wipe receipts").
+func (s *Service) receiptTicket(d Device, class Class, action Action, v verified) (*attest.ReceiptTicket, error) {
+	if action != ActionWipe && action != ActionRetire {
+		return nil, nil
+	}
+	if s.attest.Receipts == nil {
+		return nil, errReceiptsUnwired
+	}
+	lifetime := class.Timeout
+	if lifetime <= 0 {
+		lifetime = DefaultWorkflowTimeout
+	}
+	t, err := s.attest.Receipts.Issue(attest.ReceiptGrant{DeviceID: d.ID, Device: d.Name, Request: d.Owned.Request, Action: string(action),
+		AK: v.ak, Boot: v.boot, Disk: v.disk, Lifetime: lifetime})
+	if err != nil {
+		return nil, err
+	}
+	return &t, nil
 }
 
 // provisioned is what a provision makes after the evidence is verified: the certificates, not yet

@@ -68,6 +68,17 @@ var publicSentences = map[string]string{
 	"config_delivered":     "The configuration was already delivered and is served only once: provision the device again for a new one.",
 	"no_pending_config":    "No configuration is pending for this machine: it is rendered when a provision request attests.",
 	"bad_peer":             "fleetd cannot read the request's source address.",
+	// The wipe receipt (docs/http.md, "Wipe receipts").
+	string(attest.CheckReceiptToken):      "The receipt token was not sealed by this fleetd or was altered: the wipe is not confirmed.",
+	string(attest.CheckReceiptExpired):    "The receipt token expired: the wipe is not confirmed; ask for the wipe again.",
+	string(attest.CheckReceiptMismatch):   "The receipt token belongs to another device or request.",
+	string(attest.CheckReceiptMalformed):  "The wipe report or the quote is malformed.",
+	string(attest.CheckReceiptNonce):      "The quote was not made over this receipt's nonce and the report sent.",
+	string(attest.CheckReceiptBoot):       "The quote was not made in the attested boot: the TPM was reset or its PCRs changed since the attestation.",
+	string(attest.CheckReceiptSignature):  "The quote's signature does not verify under the attestation key the wipe's attestation activated.",
+	string(attest.CheckReceiptDisk):       "The wipe program reported erasing another disk than the declared disk_serial.",
+	string(attest.CheckReceiptWipeFailed): "The wipe program reported that the erase did not succeed: the wipe is not confirmed.",
+	"receipt_request_ended":               "The receipt's request is not the device's running wipe or retirement: it ended, or the receipt was sent before.",
 }
 
 // unknownSentence answers a refusal code the table lacks (a new code added without its sentence).

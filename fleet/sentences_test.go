@@ -63,7 +63,9 @@ func TestPublicSentences(t *testing.T) {
 		attest.CheckEKCertChain, attest.CheckEKCertKey, attest.CheckAK, attest.CheckToken, attest.CheckTokenExpired,
 		attest.CheckTokenBinding, attest.CheckActivation, attest.CheckQuote, attest.CheckEventLog, attest.CheckSecureBoot,
 		attest.CheckBootPolicy, attest.CheckLDevID, attest.CheckDiskAbsent, attest.CheckDiskAmbiguous, attest.CheckDiskMalformed,
-		attest.CheckNonceInvalid, attest.CheckNonceExpired, attest.CheckLAKMalformed, attest.CheckLAKUntrusted, attest.CheckLAKMismatch} {
+		attest.CheckNonceInvalid, attest.CheckNonceExpired, attest.CheckLAKMalformed, attest.CheckLAKUntrusted, attest.CheckLAKMismatch,
+		attest.CheckReceiptToken, attest.CheckReceiptExpired, attest.CheckReceiptMismatch, attest.CheckReceiptMalformed, attest.CheckReceiptNonce,
+		attest.CheckReceiptBoot, attest.CheckReceiptSignature, attest.CheckReceiptDisk, attest.CheckReceiptWipeFailed} {
 		if PublicSentence(string(c)) == unknownSentence {
 			t.Errorf("check %s has no fixed sentence", c)
 		}

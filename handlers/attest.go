@@ -77,7 +77,11 @@ func (s *Server) evidence(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.decision(w, out, nil)
-	writeJSON(w, http.StatusOK, api.EvidenceResponse{LDevIDChain: res.LDevIDChain, LAKChain: res.LAKChain, Disk: res.Disk, FetchSecret: res.FetchSecret})
+	ans := api.EvidenceResponse{LDevIDChain: res.LDevIDChain, LAKChain: res.LAKChain, Disk: res.Disk, FetchSecret: res.FetchSecret}
+	if res.Receipt != nil {
+		ans.Receipt = &api.ReceiptGrant{Token: res.Receipt.Token, Nonce: res.Receipt.Nonce}
+	}
+	writeJSON(w, http.StatusOK, ans)
 }
 
 // nodeError logs the decision line of a refused or failed node request and answers it. A node

@@ -139,6 +139,8 @@ func New(tb testing.TB, cfg Config) *Fleetd {
 	must(err)
 	f.Attest.BootNonces, err = attest.NewBootNonceSealer(attest.BootNonceConfig{TokenKey: key, Lifetime: cfg.TokenLifetime, Rand: rand.Reader, Now: cfg.Now})
 	must(err)
+	f.Attest.Receipts, err = attest.NewReceiptSealer(attest.ReceiptConfig{TokenKey: key, Margin: cfg.TokenLifetime, Rand: rand.Reader, Now: cfg.Now})
+	must(err)
 	f.TalosSecrets = cfg.TalosSecrets
 	if f.TalosSecrets == nil {
 		f.TalosSecrets, err = render.GenerateTalosSecrets(clock)
