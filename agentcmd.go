@@ -2,17 +2,30 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"os"
 
 	"github.com/rs/zerolog"
 
 	"github.com/folly-infra/fleetd/agent"
+	"github.com/folly-infra/fleetd/api"
 )
 
 // enroll is the HookOS agent, the first action of every Workflow (agent/README.md has its flags,
-// environment and exit codes).
+// environment and exit codes). It is the agent image's entrypoint, so an action whose
+// FLEETD_ACTION is wipe-receipt runs `fleetd wipe-receipt` through it; any other FLEETD_ACTION
+// but enroll (or none) is refused, so a misspelt receipt step fails loudly instead of enrolling.
 func enroll(ctx context.Context, args []string, stderr io.Writer) int {
+	switch a := os.Getenv(api.AgentActionEnv); a {
+	case api.AgentActionWipeReceipt:
+		return wipeReceipt(ctx, args, stderr)
+	case "", api.AgentActionEnroll:
+	default:
+		log := agentLog(stderr, "enroll")
+		return agentExit(log, "enroll", &agent.UsageError{Msg: fmt.Sprintf("%s=%.40q: the agent runs %s or %s",
+			api.AgentActionEnv, a, api.AgentActionEnroll, api.AgentActionWipeReceipt)})
+	}
 	log := agentLog(stderr, "enroll")
 	cfg, err := agent.ParseEnrollArgs(args, os.Getenv, stderr)
 	if err == nil {
@@ -20,6 +33,18 @@ func enroll(ctx context.Context, args []string, stderr io.Writer) int {
 		err = agent.Enroll(ctx, cfg)
 	}
 	return agentExit(log, "enroll", err)
+}
+
+// wipeReceipt sends a wipe's or a retirement's receipt after the erase (agent/README.md,
+// docs/http.md "Wipe receipts").
+func wipeReceipt(ctx context.Context, args []string, stderr io.Writer) int {
+	log := agentLog(stderr, "wipe-receipt")
+	cfg, err := agent.ParseWipeReceiptArgs(args, os.Getenv, stderr)
+	if err == nil {
+		cfg.Log = log
+		err = agent.WipeReceipt(ctx, cfg)
+	}
+	return agentExit(log, "wipe-receipt", err)
 }
 
 // bootCheck is the node's hourly boot check (docs/boot-checks.md has its flags and exit codes).

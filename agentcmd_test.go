@@ -16,16 +16,30 @@ func TestAgentFailureLineIsJSON(t *testing.T) {
 		args    []string
 		want    string // in the error
 		allJSON bool   // false where the flag package prints its usage for a person first
+		action  string // FLEETD_ACTION
+		cmd     string // the command the last line names; default args[0]
+		code    int    // the exit code; default any but 0
 	}{
-		{"enroll/unknown flag", []string{"enroll", "--no-such-flag"}, "no-such-flag", false},
-		{"boot-check/unknown flag", []string{"boot-check", "--no-such-flag"}, "no-such-flag", false},
-		{"boot-check/no node files", []string{"boot-check", "--fleetd-url", "https://127.0.0.1:1", "--dir", t.TempDir()}, "lak", true},
+		{name: "enroll/unknown flag", args: []string{"enroll", "--no-such-flag"}, want: "no-such-flag"},
+		{name: "boot-check/unknown flag", args: []string{"boot-check", "--no-such-flag"}, want: "no-such-flag"},
+		{name: "boot-check/no node files", args: []string{"boot-check", "--fleetd-url", "https://127.0.0.1:1", "--dir", t.TempDir()}, want: "lak", allJSON: true},
+		{name: "wipe-receipt/no receipt grant", args: []string{"wipe-receipt", "--fleetd-url", "https://127.0.0.1:1", "--workflow-dir", t.TempDir()},
+			want: "receipt.json is missing", allJSON: true, code: 1},
+		// The agent image's entrypoint is `fleetd enroll`: the receipt step reaches wipe-receipt
+		// through FLEETD_ACTION, and a misspelt action is refused instead of enrolling again.
+		{name: "enroll/as the receipt step", args: []string{"enroll", "--fleetd-url", "https://127.0.0.1:1", "--workflow-dir", t.TempDir()},
+			action: "wipe-receipt", cmd: "wipe-receipt", want: "receipt.json is missing", allJSON: true, code: 1},
+		{name: "enroll/a misspelt action", args: []string{"enroll"}, action: "wipe_receipt", want: `FLEETD_ACTION="wipe_receipt"`, allJSON: true, code: 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("FLEETD_ACTION", tc.action)
 			var stdout, stderr bytes.Buffer
 			code := run(tc.args, &stdout, &stderr)
-			if code == 0 {
-				t.Fatalf("fleetd %v exited 0; stderr:\n%s", tc.args, stderr.String())
+			if code == 0 || tc.code != 0 && code != tc.code {
+				t.Fatalf("fleetd %v exited %d, want %d; stderr:\n%s", tc.args, code, tc.code, stderr.String())
+			}
+			if tc.cmd == "" {
+				tc.cmd = tc.args[0]
 			}
 			lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
 			for i, l := range lines {
@@ -42,8 +56,8 @@ func TestAgentFailureLineIsJSON(t *testing.T) {
 			if err := json.Unmarshal([]byte(lines[len(lines)-1]), &last); err != nil {
 				t.Fatalf("last line: %v", err)
 			}
-			if last.Level != "error" || last.Cmd != tc.args[0] || last.Error == "" || last.ExitCode != code {
-				t.Errorf("last line = %+v, want level error, cmd %s, an error and exit_code %d", last, tc.args[0], code)
+			if last.Level != "error" || last.Cmd != tc.cmd || last.Error == "" || last.ExitCode != code {
+				t.Errorf("last line = %+v, want level error, cmd %s, an error and exit_code %d", last, tc.cmd, code)
 			}
 			if !strings.Contains(last.Error, tc.want) {
 				t.Errorf("error %q does not name %q", last.Error, tc.want)

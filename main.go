@@ -4,6 +4,7 @@
 //	fleetd serve --config fleetd.yaml     the service, on spore
 //	fleetd check --config fleetd.yaml     validate the config, classes.json and netbox-webhooks.yaml
 //	fleetd enroll [flags]                 the HookOS agent (first action of every Workflow)
+//	fleetd wipe-receipt [flags]           the HookOS agent after a wipe's erase: the TPM's receipt
 //	fleetd boot-check [flags]             the running node's hourly boot check
 //	fleetd plan DEVICE [--action A]       what fleetd would do for a device's request, writing nothing
 //	fleetd inventory check [DEVICE...]    NetBox's declaration against the machines' attested facts
@@ -31,6 +32,7 @@ commands:
   serve --config FILE       run the service
   check --config FILE       validate the config, classes.json and netbox-webhooks.yaml, then exit
   enroll [flags]            HookOS agent: prove the machine's identity and fetch its certificates
+  wipe-receipt [flags]      HookOS agent: after a wipe's erase, send the TPM's receipt of it
   boot-check [flags]        running node: send the hourly boot check
   policy learn [flags]      add a known-good HookOS netboot to the boot policy
   plan [flags] DEVICE       what fleetd would do for the device's request (or --action); writes nothing
@@ -56,6 +58,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return check(args[1:], stdout, stderr)
 	case "enroll":
 		return enroll(ctx, args[1:], stderr)
+	case "wipe-receipt":
+		return wipeReceipt(ctx, args[1:], stderr)
 	case "boot-check":
 		return bootCheck(ctx, args[1:], stderr)
 	case "policy":

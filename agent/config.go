@@ -172,3 +172,17 @@ func ParseEnrollArgs(args []string, getenv func(string) string, stderr io.Writer
 	err := c.Conn.parseFlags(fs, args) // before c is returned: it sets Retries
 	return c, err
 }
+
+// ParseWipeReceiptArgs reads `fleetd wipe-receipt`'s flags, each defaulting to its environment
+// variable, as ParseEnrollArgs does. The device and request come from the receipt grant `fleetd
+// enroll` wrote, not from flags. Errors are *UsageError.
+func ParseWipeReceiptArgs(args []string, getenv func(string) string, stderr io.Writer) (WipeReceiptConfig, error) {
+	var c WipeReceiptConfig
+	fs := flag.NewFlagSet("fleetd wipe-receipt", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	c.Conn.addFlags(fs, getenv)
+	fs.StringVar(&c.TPM, "tpm", getenv("FLEETD_TPM"), "TPM device path or swtpm:HOST:PORT; /dev/tpmrm0 when empty (FLEETD_TPM)")
+	fs.StringVar(&c.WorkflowDir, "workflow-dir", getenv("FLEETD_WORKFLOW_DIR"), "where fleetd enroll and the wipe left the receipt's files, /workflow when empty (FLEETD_WORKFLOW_DIR)")
+	err := c.Conn.parseFlags(fs, args)
+	return c, err
+}

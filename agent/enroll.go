@@ -59,13 +59,14 @@ func Enroll(ctx context.Context, cfg EnrollConfig) error {
 	return e.run(ctx, tpm)
 }
 
-// clearDisk removes the disk authorization and the fetch secret an earlier run left, and makes
-// sure the directory exists.
+// clearDisk removes the disk authorization, the fetch secret and the receipt's files an earlier
+// run left (a stale wipe report is never quoted for this run's receipt), and makes sure the
+// directory exists.
 func clearDisk(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("prepare the workflow directory: %w", err)
 	}
-	for _, name := range []string{FileDisk, FileFetchSecret} {
+	for _, name := range []string{FileDisk, FileFetchSecret, FileReceipt, FileReceiptAK, FileWipeResult} {
 		if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("remove the previous run's %s: %w", name, err)
 		}
@@ -165,17 +166,29 @@ func (e *enrollment) answer(tpm *TPM, ak *attest.AK, ch api.ChallengeResponse) (
 
 // write checks fleetd's answer and writes the files, the disk authorization last. Only a
 // provision issues certificates: an attest leaves the node its LDevID and LAK, and a wipe or a
-// retirement ends the device's identity, so for them only the disk authorization is written.
+// retirement ends the device's identity, so for them only the disk authorization is written,
+// and for a wipe or a retirement the receipt grant and the AK's blob before it (receipt.go).
 // blob is the AK's blob sent with the evidence, written as lak.blob.
 func (e *enrollment) write(res api.EvidenceResponse, ld *LDevIDKey, ak *attest.AK, blob []byte, disks []api.Disk) error {
 	if !slices.ContainsFunc(disks, func(d api.Disk) bool { return d.Path == res.Disk }) {
 		return &FleetdError{Op: "check the disk", Err: fmt.Errorf("fleetd authorized %q, which is not a disk this machine reported", res.Disk)}
 	}
 	if len(res.LDevIDChain) == 0 && len(res.LAKChain) == 0 {
-		if err := writeFile(e.cfg.WorkflowDir, FileDisk, []byte(res.Disk+"\n"), 0o644); err != nil {
-			return err
+		var files []workflowFile
+		if res.Receipt != nil {
+			var err error
+			if files, err = receiptFiles(e.cfg, res.Receipt, blob); err != nil {
+				return err
+			}
 		}
-		e.log.Info().Str("step", "write").Str("outcome", "ok").Str("dir", e.cfg.WorkflowDir).Msg("attested; no certificates (attest, wipe or retirement)")
+		files = append(files, workflowFile{FileDisk, []byte(res.Disk + "\n"), 0o644}) // last: the wipe action waits for it
+		for _, f := range files {
+			if err := writeFile(e.cfg.WorkflowDir, f.name, f.data, f.mode); err != nil {
+				return err
+			}
+		}
+		e.log.Info().Str("step", "write").Str("outcome", "ok").Str("dir", e.cfg.WorkflowDir).Bool("receipt", res.Receipt != nil).
+			Msg("attested; no certificates (attest, wipe or retirement)")
 		return nil
 	}
 	ldPub, err := tpm2.DecodePublic(ld.Public)

@@ -48,3 +48,18 @@ type ReceiptRequest struct {
 type ReceiptResponse struct {
 	Result string `json:"result"`
 }
+
+// The agent image's entrypoint is `fleetd enroll`, and a Tinkerbell action cannot change an
+// image's entrypoint: an action says what the agent does in its environment. AgentActionEnv is
+// AgentActionEnroll on the first action of every Template (fleetd's Template check requires it)
+// and AgentActionWipeReceipt on a wipe's or retirement's receipt step, which `fleetd enroll`
+// hands to `fleetd wipe-receipt`.
+const (
+	AgentActionEnv         = "FLEETD_ACTION"
+	AgentActionEnroll      = "enroll"
+	AgentActionWipeReceipt = "wipe-receipt"
+)
+
+// WipeResultFile is the file of the Workflow's shared directory where the wipe program reports
+// its erase for the receipt step (docs/operate.md, "The wipe receipt step").
+const WipeResultFile = "wipe-result"
