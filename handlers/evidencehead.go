@@ -23,9 +23,14 @@ type evidenceHead struct {
 	raw                         []byte
 }
 
-// errNoHead refuses an evidence body that does not begin with its device and token.
-var errNoHead = fleet.Refuse(fleet.RefusedInvalid, api.CodeMalformed,
-	"the evidence body must begin with its device and token members, within its first 8 KiB: run an agent as new as fleetd")
+// errNoHead refuses an evidence body that does not begin with its device and token;
+// errNoReceiptHead a receipt's.
+var (
+	errNoHead = fleet.Refuse(fleet.RefusedInvalid, api.CodeMalformed,
+		"the evidence body must begin with its device and token members, within its first 8 KiB: run an agent as new as fleetd")
+	errNoReceiptHead = fleet.Refuse(fleet.RefusedInvalid, api.CodeMalformed,
+		"the receipt body must begin with its device and token members, within its first 8 KiB: run an agent as new as fleetd")
+)
 
 // readEvidenceHead reads at most maxEvidenceHead bytes of an evidence body and finds its first
 // two members, which must be "device" and "token" (in either order; fleetd's agent sends them
@@ -33,7 +38,11 @@ var errNoHead = fleet.Refuse(fleet.RefusedInvalid, api.CodeMalformed,
 // anything more is read (docs/security.md, "Transport and abuse"), so a caller without one costs
 // fleetd these few kilobytes whatever it sends after them; the whole body, these bytes included,
 // is then decoded strictly as before (decodeJSON).
-func readEvidenceHead(body io.Reader) (evidenceHead, error) {
+func readEvidenceHead(body io.Reader) (evidenceHead, error) { return readTokenHead(body, errNoHead) }
+
+// readTokenHead is readEvidenceHead of any body that begins with its device and token (a wipe
+// receipt's, api.ReceiptRequest); noHead refuses one that does not.
+func readTokenHead(body io.Reader, noHead error) (evidenceHead, error) {
 	buf := make([]byte, maxEvidenceHead)
 	n, err := io.ReadFull(body, buf)
 	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
@@ -42,16 +51,16 @@ func readEvidenceHead(body io.Reader) (evidenceHead, error) {
 	h := evidenceHead{raw: buf[:n]}
 	dec := jsontext.NewDecoder(bytes.NewReader(h.raw))
 	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '{' {
-		return evidenceHead{}, errNoHead
+		return evidenceHead{}, noHead
 	}
 	for seen := 0; seen < 2; seen++ {
 		tok, err := dec.ReadToken()
 		if err != nil || tok.Kind() != '"' {
-			return evidenceHead{}, errNoHead
+			return evidenceHead{}, noHead
 		}
 		name := tok.String() // the next read voids tok
 		if tok, err = dec.ReadToken(); err != nil || tok.Kind() != '"' {
-			return evidenceHead{}, errNoHead
+			return evidenceHead{}, noHead
 		}
 		switch name {
 		case "device":
@@ -59,11 +68,11 @@ func readEvidenceHead(body io.Reader) (evidenceHead, error) {
 		case "token":
 			h.claimedToken = tok.String()
 		default:
-			return evidenceHead{}, errNoHead
+			return evidenceHead{}, noHead
 		}
 	}
 	if h.claimedToken == "" {
-		return evidenceHead{}, errNoHead // "device" twice: the strict decode would refuse it too
+		return evidenceHead{}, noHead // "device" twice: the strict decode would refuse it too
 	}
 	return h, nil
 }

@@ -10,11 +10,11 @@ import (
 	"github.com/folly-infra/fleetd/api"
 )
 
-// NodeFacing reports whether machines call the route (enrollment, configuration, boot checks):
+// NodeFacing reports whether machines call the route (enrollment, wipe receipts, configuration, boot checks):
 // those are the routes served only over TLS when TLS is configured, and rate-limited per source
 // address.
 func (r Route) NodeFacing() bool {
-	for _, p := range []string{"/v1/attest/", "/v1/config/", "/v1/boot-check"} {
+	for _, p := range []string{"/v1/attest/", "/v1/wipe/", "/v1/config/", "/v1/boot-check"} {
 		if strings.HasPrefix(r.Path, p) {
 			return true
 		}

@@ -67,6 +67,7 @@ func Table() []Route {
 		{"webhook-retire", "POST", "/v1/netbox/webhook/retire", "NetBox", "X-Hook-Signature", "status decommissioning was set: re-read the device and retire it", webhook.MaxBody},
 		{"attest-challenge", "POST", api.PathAttestChallenge, "HookOS agent", "TPM (EK approval, credential activation)", "enrollment round trip 1: approve the EK, challenge the AK, hand out a nonce and a sealed token", api.MaxChallengeBody},
 		{"attest-evidence", "POST", api.PathAttestEvidence, "HookOS agent", "sealed token + TPM evidence", "enrollment round trip 2: verify the evidence, for a provision issue LDevID and LAK, authorize the declared disk", api.MaxEvidenceBody},
+		{"wipe-receipt", "POST", api.PathWipeReceipt, "HookOS agent", "sealed receipt token + quote by the attested AK", "after a wipe's or a retirement's erase: verify the TPM's quote over the wipe program's report, then record the device wiped or retired", api.MaxReceiptBody},
 		{"boot-check-nonce", "POST", api.PathBootCheckNonce, "running node", "none", "boot check round trip 1: a fresh nonce and the sealed token that vouches for it", 0},
 		{"boot-check", "POST", api.PathBootCheck, "running node", "LAK certificate + quote signature", "boot check round trip 2: verify the quote and event log, compare with the baseline, record the outcome in NetBox", api.MaxBootCheckBody},
 		{"config-talos", "GET", "/v1/config/talos", "Talos node", "attested SMBIOS UUID + NetBox address", "the Talos machine config, once (?uuid=${uuid}&serial=${serial})", 0},

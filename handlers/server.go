@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/folly-infra/fleetd/api"
+	"github.com/folly-infra/fleetd/attest"
 	"github.com/folly-infra/fleetd/fleet"
 	"github.com/folly-infra/fleetd/webhook"
 )
@@ -42,6 +43,11 @@ type Deps struct {
 	OperatorGuesses Limits
 	// Now is the clock (readiness results' age); default time.Now.
 	Now func() time.Time
+	// ReceiptTokens opens the receipt tokens the evidence answers hand out, and Receipts records
+	// what a receipt proves (receipt.go); without both the receipt route answers 503
+	// not_configured.
+	ReceiptTokens *attest.ReceiptSealer
+	Receipts      WipeReceipts
 }
 
 // Server is fleetd's HTTP handler.
@@ -74,6 +80,7 @@ func New(deps Deps) (*Server, error) {
 		"webhook-retire":    deps.Webhooks.Handler("retire"),
 		"attest-challenge":  http.HandlerFunc(s.challenge),
 		"attest-evidence":   http.HandlerFunc(s.evidence),
+		"wipe-receipt":      http.HandlerFunc(s.wipeReceipt),
 		"boot-check-nonce":  http.HandlerFunc(s.bootCheckNonce),
 		"boot-check":        http.HandlerFunc(s.bootCheck),
 		"config-talos":      s.config(fleet.KindTalos),

@@ -56,6 +56,10 @@ type Config struct {
 	// Now, when set, is the clock of the service, the CAs' issuer and every verifier (a test of
 	// renewal moves it); default time.Now.
 	Now func() time.Time
+	// Receipts records what the receipt route verified (a test's fake of the domain's part);
+	// nil: the route answers 503 not_configured. The receipt tokens are sealed under TokenKey,
+	// with TokenLifetime as their margin.
+	Receipts handlers.WipeReceipts
 }
 
 type clockFunc func() time.Time
@@ -156,7 +160,8 @@ func New(tb testing.TB, cfg Config) *Fleetd {
 	intake, err := webhook.New(webhook.Config{Secret: []byte("s")}, webhook.Deps{Reconciler: f.Service})
 	must(err)
 	h, err := handlers.New(handlers.Deps{Service: f.Service, Webhooks: intake, Gatherer: f.Registry, DeviceGatherer: f.DeviceRegistry,
-		MetricsToken: []byte("metrics"), OperatorToken: []byte("op"), Logger: zerolog.Nop()})
+		MetricsToken: []byte("metrics"), OperatorToken: []byte("op"), Logger: zerolog.Nop(),
+		ReceiptTokens: f.Attest.Receipts, Receipts: cfg.Receipts})
 	must(err)
 	f.Handler = h
 	if cfg.Wrap != nil {
