@@ -8,10 +8,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	tinkv1 "github.com/tinkerbell/tink/api/v1alpha1"
 
+	"github.com/folly-infra/fleetd/api"
 	"github.com/folly-infra/fleetd/dev/swtpm"
 	"github.com/folly-infra/fleetd/dev/tinkerbell"
 )
@@ -22,7 +24,11 @@ import (
 //     workflow directories;
 //   - the wipe-disk shell action: the Template's own script with DRY_RUN=1 against the
 //     machine's sysfs and devfs, so the disk is resolved by serial exactly as on hardware and
-//     zero or two matches fail; then the disk's simulated content and partitions are erased;
+//     zero or two matches fail; then the disk's simulated content and partitions are erased,
+//     and the erase reported in /workflow/wipe-result as the script reports a real one;
+//   - the fleetd agent with FLEETD_ACTION=wipe-receipt: the real `fleetd enroll` entrypoint,
+//     which hands the step to `fleetd wipe-receipt`, against the same swtpm: the TPM's receipt
+//     of the erase (docs/http.md, "Wipe receipts");
 //   - image2disk/qemuimg2disk: records the image on the disk wipe-disk selected and makes its
 //     partitions appear;
 //   - write-nocloud-seed: the Template's steps, with the fetch from the machine's address and the
@@ -33,6 +39,8 @@ import (
 // Anything else fails, naming the action: pretending it succeeded would hide a Template change.
 func (mc *machine) runAction(ctx context.Context, wf *tinkv1.Workflow, a tinkerbell.Action, tpm *swtpm.Instance, eventLog string) (string, error) {
 	switch {
+	case strings.Contains(a.Image, "fleetd-agent") && a.Env[api.AgentActionEnv] == api.AgentActionWipeReceipt:
+		return mc.wipeReceipt(ctx, wf, a, tpm)
 	case strings.Contains(a.Image, "fleetd-agent"):
 		return mc.enroll(ctx, wf, a, tpm, eventLog)
 	case isShell(a) && a.Name == "wipe-disk":
@@ -110,7 +118,43 @@ func (mc *machine) wipeDisk(ctx context.Context, wf *tinkv1.Workflow, a tinkerbe
 	if err := mc.erase(dev); err != nil {
 		return "", err
 	}
+	// The script reports a real erase in wipe-result; a dry run reports nothing, so the
+	// simulation reports its own erase, by its own method.
+	report := fmt.Sprintf("serial=%s\nmethod=simulated\nresult=erased\nbytes=0\n", mc.blockSerial(dev))
+	if err := os.WriteFile(mc.path(MachineWorkflowDir, api.WipeResultFile), []byte(report), 0o644); err != nil {
+		return "", fmt.Errorf("report the erase: %w", err)
+	}
 	return strings.Replace(lastLine(out), "would erase", "erased (simulated)", 1), nil
+}
+
+// wipeReceipt runs the receipt step as the agent image runs it: the real `fleetd enroll`
+// entrypoint with the action's environment (FLEETD_ACTION=wipe-receipt), against the machine's
+// swtpm, from the machine's address. Its result is recorded (records.go) with the report it
+// quoted and fleetd's answer.
+func (mc *machine) wipeReceipt(ctx context.Context, wf *tinkv1.Workflow, a tinkerbell.Action, tpm *swtpm.Instance) (string, error) {
+	vars := mc.machineEnv(a)
+	vars["FLEETD_TPM"] = tpm.Spec()
+	relayURL, stop, err := mc.relay()
+	if err != nil {
+		return "", err
+	}
+	defer stop()
+	vars["FLEETD_URL"] = relayURL
+	out, err := mc.run(ctx, exec.Command(mc.info.Fleetd.Binary, append([]string{"enroll"}, a.Command...)...), vars)
+	if err != nil {
+		return "", fmt.Errorf("fleetd wipe-receipt: %w: %s", err, lastLine(out))
+	}
+	var done struct {
+		Outcome    string `json:"outcome"`
+		DiskSerial string `json:"disk_serial"`
+		Method     string `json:"method"`
+		Bytes      uint64 `json:"bytes"`
+	}
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		_ = json.Unmarshal([]byte(l), &done) // the agent's last line with a step of receipt is its result
+	}
+	mc.record(RecordReceipt, wf, a, "serial", done.DiskSerial, "method", done.Method, "bytes", strconv.FormatUint(done.Bytes, 10), "outcome", done.Outcome)
+	return "receipt " + done.Outcome + ": disk " + done.DiskSerial + " " + done.Method, nil
 }
 
 // erase removes the install disk's simulated content and the partitions of block device dev.

@@ -33,7 +33,8 @@ import (
 // acted on (nocloud-seed: the disk of the partition it wrote, also named), serial that device's
 // serial in sysfs), and delivered (the installed OS's configuration fetch was answered with a
 // configuration: the class kind and the SHA-256 of what it got; a NoCloud seed is read from the
-// disk, so it has none). Every record names the Workflow and the request (from its
+// disk, so it has none), and receipt (the receipt step's agent exited 0: the serial, method and
+// bytes of the report it quoted, and fleetd's answer as outcome). Every record names the Workflow and the request (from its
 // hardwareMap; delivered: those of the disk's last image record, the install the configuration
 // is for). Values never hold spaces; an absent value is "-".
 const (
@@ -42,6 +43,7 @@ const (
 	RecordImage     = "image"
 	RecordNoCloud   = "nocloud-seed"
 	RecordDelivered = "delivered"
+	RecordReceipt   = "receipt"
 )
 
 // Record is one record line of a machine's log.
