@@ -3,6 +3,7 @@ package workflows
 import (
 	"fmt"
 
+	"github.com/folly-infra/fleetd/api"
 	"github.com/folly-infra/fleetd/fleet"
 )
 
@@ -118,4 +119,30 @@ func CheckFetchSecret(name string, r Rendered, action fleet.Action, kind fleet.K
 	}
 	return refuse(name, "no action after the agent has %s=%s: a %s node fetches its configuration with the fetch secret the agent writes there, so an action must carry it to the fetch",
 		FetchSecretEnv, FetchSecretFile, kind)
+}
+
+// ReceiptActionValue marks a wipe's or a retirement's receipt step: the agent image with
+// AgentActionEnv=ReceiptActionValue runs `fleetd wipe-receipt`, which quotes the erase's report
+// with the TPM key the attestation activated (docs/http.md, "Wipe receipts").
+const ReceiptActionValue = api.AgentActionWipeReceipt
+
+// CheckWipeReceipt finds a wipe or retirement Template without a receipt step: no action after the
+// agent with AgentActionEnv=ReceiptActionValue. Such a Workflow can erase the disk but never
+// confirm it to fleetd, so its wipe is unconfirmed however it ends. fleetd check reports it with
+// what to add (docs/operate.md, "The wipe receipt step"); Install does not refuse it, so that an
+// upgrade of fleetd does not stop the wipes of a site whose Templates are not updated yet.
+func CheckWipeReceipt(name string, r Rendered, action fleet.Action) error {
+	if action != fleet.ActionWipe && action != fleet.ActionRetire || len(r.Tasks) != 1 || len(r.Tasks[0].Actions) == 0 {
+		return nil
+	}
+	task := r.Tasks[0]
+	for _, a := range task.Actions[1:] {
+		if MergedEnv(task, a)[AgentActionEnv] == ReceiptActionValue {
+			return nil
+		}
+	}
+	agent := task.Actions[0]
+	return refuse(name, "no action after the agent has %s=%s: fleetd cannot confirm this %s's erase and records it unconfirmed; add right after the erase, which must report to wipe-result in the shared directory, "+
+		"the action {name: wipe-receipt, image: %s, timeout: 120, environment: {%s: %s}}",
+		AgentActionEnv, ReceiptActionValue, action, agent.Image, AgentActionEnv, ReceiptActionValue)
 }

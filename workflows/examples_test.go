@@ -31,8 +31,8 @@ func TestExampleTemplates(t *testing.T) {
 		{"alpine-image-provision", fleet.KindAlpine, fleet.ActionProvision, []string{"fleetd-enroll", "wipe-disk", "write-image", "write-fetch-secret", "reboot"}},
 		{"cloud-init-nocloud-provision", fleet.KindCloudInit, fleet.ActionProvision, []string{"fleetd-enroll", "wipe-disk", "write-image", "write-nocloud-seed", "reboot"}},
 		{"attest", fleet.KindTalos, fleet.ActionAttest, []string{"fleetd-enroll", "reboot"}},
-		{"wipe", fleet.KindTalos, fleet.ActionWipe, []string{"fleetd-enroll", "wipe-disk"}},
-		{"retire", fleet.KindTalos, fleet.ActionRetire, []string{"fleetd-enroll", "wipe-disk", "power-off"}},
+		{"wipe", fleet.KindTalos, fleet.ActionWipe, []string{"fleetd-enroll", "wipe-disk", "wipe-receipt"}},
+		{"retire", fleet.KindTalos, fleet.ActionRetire, []string{"fleetd-enroll", "wipe-disk", "wipe-receipt", "power-off"}},
 	}
 	ctx := context.Background()
 	e := newControlledEnv(t)

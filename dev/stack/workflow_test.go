@@ -184,7 +184,7 @@ func TestDriveWorkflowRefusals(t *testing.T) {
 		}
 		// The worker starts the next action as soon as one succeeds: a drive that ends at an
 		// action leaves the next one RUNNING, as a machine switched off there would.
-		wantActions(t, wf, "STATE_RUNNING", "fleetd-enroll=STATE_SUCCESS wipe-disk=STATE_RUNNING")
+		wantActions(t, wf, "STATE_RUNNING", "fleetd-enroll=STATE_SUCCESS wipe-disk=STATE_RUNNING wipe-receipt=STATE_PENDING")
 		wantReports(t, reports, "fleetd-enroll STATE_RUNNING", "fleetd-enroll STATE_SUCCESS", "wipe-disk STATE_RUNNING")
 	})
 	t.Run("refuse/fail-finished-action", func(t *testing.T) {
@@ -197,7 +197,7 @@ func TestDriveWorkflowRefusals(t *testing.T) {
 		if err := stack.DriveWorkflow(tctx(t), info, kc, wf, stack.Drive{Fail: true, Message: "boom", Report: reported(&reports)}); err != nil {
 			t.Fatal(err)
 		}
-		wantActions(t, wf, "STATE_FAILED", "fleetd-enroll=STATE_SUCCESS wipe-disk=STATE_FAILED")
+		wantActions(t, wf, "STATE_FAILED", "fleetd-enroll=STATE_SUCCESS wipe-disk=STATE_FAILED wipe-receipt=STATE_PENDING")
 		wantReports(t, reports, "wipe-disk STATE_FAILED: boom")
 	})
 	t.Run("refuse/terminal-workflow", func(t *testing.T) {

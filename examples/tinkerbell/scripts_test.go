@@ -46,6 +46,13 @@ func scripts(t *testing.T) []script {
 		if err := workflows.CheckTemplate(tpl.Name, r, hm); err != nil {
 			t.Fatalf("check %s: %v", tpl.Name, err)
 		}
+		for action, tplName := range map[fleet.Action]string{fleet.ActionWipe: "wipe", fleet.ActionRetire: "retire"} {
+			if tplName == tpl.Name {
+				if err := workflows.CheckWipeReceipt(tpl.Name, r, action); err != nil {
+					t.Fatalf("check %s: %v", tpl.Name, err)
+				}
+			}
+		}
 		for kind, tplName := range map[fleet.Kind]string{fleet.KindCloudInit: "cloud-init-nocloud-provision",
 			fleet.KindNixOS: "nixos-image-provision", fleet.KindAlpine: "alpine-image-provision", fleet.KindTalos: "talos-provision"} {
 			if tplName == tpl.Name {

@@ -1,10 +1,18 @@
 package exampletemplates_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	tinkv1 "github.com/tinkerbell/tink/api/v1alpha1"
+
+	"github.com/folly-infra/fleetd/dev/tinkerbell"
+	exampletemplates "github.com/folly-infra/fleetd/examples/tinkerbell"
+	"github.com/folly-infra/fleetd/fleet"
+	"github.com/folly-infra/fleetd/workflows"
 )
 
 // TestWipeDiskSelectsBySerial runs the wipe-disk action (DRY_RUN) against fake machines: it
@@ -161,6 +169,139 @@ func TestFetchSecretIntoImage(t *testing.T) {
 			failed := err != nil
 			if failed != strings.HasPrefix(tc.name, "refuse/") || !strings.Contains(out, tc.want) || strings.Contains(out, "s3cr3t") {
 				t.Errorf("write-fetch-secret: %v, output %q; want %q and never the secret", err, out, tc.want)
+			}
+		})
+	}
+}
+
+// TestWipeDiskReports runs wipe-disk for real against fake wipefs and blkdiscard (each logs its
+// arguments; blkdiscard fails when the row says the disk cannot discard): after the erase it
+// reports, in wipe-result of the shared directory, the serial, the method, erased and the bytes
+// the method covered, which the receipt step quotes (docs/http.md, "Wipe receipts"); a dry run or
+// a failed erase reports nothing.
+func TestWipeDiskReports(t *testing.T) {
+	wipe := find(t, scripts(t), "wipe", "wipe-disk")
+	const sectors = 1953525168 // a 1 TB NVMe disk, in 512-byte sectors
+	tests := []struct {
+		name      string
+		env       map[string]string
+		noDiscard bool // blkdiscard fails
+		wipefsErr bool // wipefs fails
+		report    string
+		calls     string
+	}{
+		{name: "ok/discarded: the whole disk", report: fmt.Sprintf("serial=%s\nmethod=blkdiscard\nresult=erased\nbytes=%d\n", serial, sectors*512),
+			calls: "wipefs -af DEV/nvme0n1p1\nwipefs -af DEV/nvme0n1\nblkdiscard -f DEV/nvme0n1\n"},
+		{name: "ok/no discard: its signatures only", noDiscard: true, report: "serial=" + serial + "\nmethod=wipefs\nresult=erased\nbytes=0\n",
+			calls: "wipefs -af DEV/nvme0n1p1\nwipefs -af DEV/nvme0n1\nblkdiscard -f DEV/nvme0n1\n"},
+		{name: "ok/discard turned off", env: map[string]string{"DISCARD": "false"}, report: "serial=" + serial + "\nmethod=wipefs\nresult=erased\nbytes=0\n",
+			calls: "wipefs -af DEV/nvme0n1p1\nwipefs -af DEV/nvme0n1\n"},
+		{name: "refuse/dry run: nothing erased, nothing reported", env: map[string]string{"DRY_RUN": "1"}},
+		{name: "refuse/wipefs fails: no report", wipefsErr: true, calls: "wipefs -af DEV/nvme0n1p1\n"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newMachine(t)
+			m.disk(t, "nvme0n1", serial, "nvme-Samsung_SSD_980_PRO_1TB_"+serial, "device/serial")
+			write(t, filepath.Join(m.sys, "block/nvme0n1/size"), fmt.Sprintf("%d\n", sectors))
+			write(t, filepath.Join(m.sys, "block/nvme0n1/nvme0n1p1/partition"), "1\n")
+			write(t, filepath.Join(m.wf, "disk"), filepath.Join(m.dev, "disk/by-id/nvme-Samsung_SSD_980_PRO_1TB_"+serial)+"\n")
+			bin, calls := t.TempDir(), filepath.Join(t.TempDir(), "calls")
+			for name, fails := range map[string]bool{"wipefs": tc.wipefsErr, "blkdiscard": tc.noDiscard} {
+				exit := 0
+				if fails {
+					exit = 1
+				}
+				write(t, filepath.Join(bin, name), fmt.Sprintf("#!/bin/sh\necho %s \"$@\" >>%s\nexit %d\n", name, calls, exit))
+				if err := os.Chmod(filepath.Join(bin, name), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			env := map[string]string{"DRY_RUN": "", "PATH": bin + ":" + os.Getenv("PATH")}
+			for k, v := range tc.env {
+				env[k] = v
+			}
+			out, err := m.run(wipe, env)
+			report, rerr := os.ReadFile(filepath.Join(m.wf, "wipe-result"))
+			ran, _ := os.ReadFile(calls)
+			if got := strings.ReplaceAll(string(ran), m.dev, "DEV"); got != tc.calls {
+				t.Errorf("ran:\n%s\nwant:\n%s", got, tc.calls)
+			}
+			if tc.report == "" {
+				if rerr == nil {
+					t.Errorf("wipe-result written: %q (output %q)", report, out)
+				}
+				return
+			}
+			if err != nil || string(report) != tc.report {
+				t.Errorf("wipe-disk: %v, output %q; wipe-result %q (%v), want %q", err, out, report, rerr, tc.report)
+			}
+			if leftovers, _ := filepath.Glob(filepath.Join(m.wf, "wipe-result.*")); len(leftovers) != 0 {
+				t.Errorf("temporary report files left: %v", leftovers)
+			}
+		})
+	}
+}
+
+// TestWipeReceiptStep: the example wipe and retirement Templates carry the receipt step, and
+// fleetd check names what to add to one without it (docs/operate.md, "The wipe receipt step").
+func TestWipeReceiptStep(t *testing.T) {
+	tpls, err := tinkerbell.LoadTemplates(exampletemplates.FS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rendered := map[string]workflows.Rendered{}
+	for _, tpl := range tpls {
+		if rendered[tpl.Name], err = workflows.RenderTemplate(*tpl.Spec.Data, exampleHardwareMap(), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// variant is a rendered Template whose actions edit changed (or dropped: keep false).
+	variant := func(name string, edit func(a tinkv1.Action) (_ tinkv1.Action, keep bool)) workflows.Rendered {
+		r := rendered[name]
+		task := r.Tasks[0]
+		var actions []tinkv1.Action
+		for _, a := range task.Actions {
+			if a, keep := edit(a); keep {
+				actions = append(actions, a)
+			}
+		}
+		task.Actions = actions
+		r.Tasks = []tinkv1.Task{task}
+		return r
+	}
+	drop := func(a tinkv1.Action) (tinkv1.Action, bool) { return a, a.Name != "wipe-receipt" }
+	misspell := func(a tinkv1.Action) (tinkv1.Action, bool) {
+		if a.Name == "wipe-receipt" {
+			a.Environment = map[string]string{"FLEETD_ACTION": "wipe_receipt"}
+		}
+		return a, true
+	}
+	for _, tc := range []struct {
+		name   string
+		tpl    string
+		r      workflows.Rendered
+		action fleet.Action
+		refuse bool
+	}{
+		{name: "ok/wipe", tpl: "wipe", r: rendered["wipe"], action: fleet.ActionWipe},
+		{name: "ok/retire", tpl: "retire", r: rendered["retire"], action: fleet.ActionRetire},
+		{name: "ok/a provision erases without a receipt", tpl: "talos-provision", r: rendered["talos-provision"], action: fleet.ActionProvision},
+		{name: "refuse/a wipe without the receipt step", tpl: "wipe", r: variant("wipe", drop), action: fleet.ActionWipe, refuse: true},
+		{name: "refuse/a retirement without the receipt step", tpl: "retire", r: variant("retire", drop), action: fleet.ActionRetire, refuse: true},
+		{name: "refuse/a misspelt receipt step", tpl: "wipe", r: variant("wipe", misspell), action: fleet.ActionWipe, refuse: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := workflows.CheckWipeReceipt(tc.tpl, tc.r, tc.action)
+			if !tc.refuse {
+				if err != nil {
+					t.Errorf("refused: %v", err)
+				}
+				return
+			}
+			want := "add right after the erase, which must report to wipe-result in the shared directory, the action {name: wipe-receipt, image: ghcr.io/folly-infra/fleetd-agent:v0.1.0, timeout: 120, environment: {FLEETD_ACTION: wipe-receipt}}"
+			if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "records it unconfirmed") {
+				t.Errorf("got %v, want a refusal saying %q", err, want)
 			}
 		})
 	}
