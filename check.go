@@ -28,6 +28,7 @@ func check(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&files.classes, "classes", "", "classes.json to check (default: the config's classes_file)")
 	fs.StringVar(&files.webhooks, "webhooks", "", "netbox-webhooks.yaml to check (default: the config's webhooks_file)")
 	fs.StringVar(&files.bootPolicy, "boot-policy", "", "the boot policy to check (default: the config's attestation.boot_policy_file; with --skip-files only when it exists)")
+	fs.StringVar(&files.templates, "templates", "", "a directory of the Tinkerbell Template manifests the classes name, to check as fleetd checks them for a request (default: none)")
 	skipFiles := fs.Bool("skip-files", false, "do not require the secret and CA files the config names to exist (CI of the infrastructure repo)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -43,6 +44,19 @@ func check(args []string, stdout, stderr io.Writer) int {
 	if _, err := os.Stat(files.bootPolicy); files.bootPolicy != "" && (files.explicitPolicy || err == nil) {
 		if err := checkBootPolicy(files.bootPolicy, catalog); err != nil {
 			p.add(files.bootPolicy, err)
+		}
+	}
+	if files.templates != "" && catalog != nil {
+		fleetdURL := "https://fleetd.invalid:8443" // a request renders fleetd's public_url; any URL renders alike
+		if cfg != nil && cfg.PublicURL != "" {
+			fleetdURL = cfg.PublicURL
+		}
+		found, err := checkTemplates(files.templates, *catalog, fleetdURL)
+		if err != nil {
+			p.add(files.templates, err)
+		}
+		for _, line := range found {
+			p = append(p, files.templates+": "+line)
 		}
 	}
 	if files.webhooks != "" {
@@ -74,7 +88,8 @@ func (p *problems) add(what string, err error) {
 // the config.
 type checkedFiles struct {
 	classes, webhooks, bootPolicy string
-	explicitPolicy                bool // --boot-policy was given: the file must exist
+	templates                     string // --templates: the Template manifests' directory
+	explicitPolicy                bool   // --boot-policy was given: the file must exist
 }
 
 func (f *checkedFiles) defaults(cfg *config.Config) {

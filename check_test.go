@@ -103,3 +103,88 @@ func TestCheckWithoutCloudInit(t *testing.T) {
 		t.Errorf("exit %d, want 0 and %q\nstdout: %s\nstderr: %s", code, want, out.String(), errOut.String())
 	}
 }
+
+// TestCheckTemplates: with --templates, fleetd check renders every Template a class names as
+// fleetd renders it for a request and applies the Template checks; a wipe or retirement Template
+// without the receipt step is named with what to add, so that an upgrade does not leave every
+// wipe unconfirmed (docs/operate.md, "The wipe receipt step").
+func TestCheckTemplates(t *testing.T) {
+	site := func(t *testing.T, change func(dir string)) string {
+		t.Helper()
+		dir := t.TempDir()
+		files, err := filepath.Glob("examples/tinkerbell/*.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range files {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, filepath.Base(f)), b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		change(dir)
+		return dir
+	}
+	edit := func(file, old, new string) func(string) {
+		return func(dir string) {
+			p := filepath.Join(dir, file)
+			b, err := os.ReadFile(p)
+			if err != nil || !bytes.Contains(b, []byte(old)) {
+				t.Fatalf("%s holds no %q (%v)", file, old, err)
+			}
+			if err := os.WriteFile(p, bytes.Replace(b, []byte(old), []byte(new), 1), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// The example wipe Template ends with its receipt step: a site's Template from before it.
+	dropReceipt := func(dir string) {
+		p := filepath.Join(dir, "wipe.yaml")
+		b, err := os.ReadFile(p)
+		i := bytes.Index(b, []byte("          - name: wipe-receipt\n"))
+		if err != nil || i < 0 {
+			t.Fatalf("wipe.yaml has no receipt step (%v)", err)
+		}
+		if err := os.WriteFile(p, b[:i], 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	noReceipt := "no action after the agent has FLEETD_ACTION=wipe-receipt: fleetd cannot confirm this %s's erase and records it unconfirmed; " +
+		"add right after the erase, which must report to wipe-result in the shared directory, the action {name: wipe-receipt, image: ghcr.io/folly-infra/fleetd-agent:v0.1.0, timeout: 120, environment: {FLEETD_ACTION: wipe-receipt}}"
+	rows := []struct {
+		name     string
+		dir      string
+		wantCode int
+		want     []string
+	}{
+		{"ok/the example Templates", "examples/tinkerbell", 0, []string{"fleetd check: ok"}},
+		{"refuse/a wipe Template without the receipt step", site(t, dropReceipt),
+			1, []string{`class "alpine-edge", "nixos-builder", "talos-cp", "talos-worker", "ubuntu-lab": wipe: Template wipe: ` + strings.ReplaceAll(noReceipt, "%s", "wipe")}},
+		{"refuse/a retirement Template whose receipt step is misspelt", site(t, edit("retire.yaml", "FLEETD_ACTION: wipe-receipt", "FLEETD_ACTION: wipe_receipt")),
+			1, []string{`"talos-worker", "ubuntu-lab": retire: Template retire: ` + strings.ReplaceAll(noReceipt, "%s", "retire")}},
+		{"refuse/a Template a class names is not there", site(t, func(dir string) { _ = os.Remove(filepath.Join(dir, "attest.yaml")) }),
+			1, []string{`"talos-cp", "talos-worker", "ubuntu-lab": its attest Template attest is not in`}},
+		{"refuse/a Template fleetd would refuse for a request", site(t, edit("attest.yaml", `FLEETD_REQUEST: "{{.request}}"`, `FLEETD_REQUEST: "attest-old"`)),
+			1, []string{`"nixos-builder", "talos-cp", "talos-worker", "ubuntu-lab": attest: Template attest: first action fleetd-enroll has FLEETD_REQUEST="attest-old"`}},
+		{"refuse/no Template at all", t.TempDir(), 1, []string{"no Template manifest (kind: Template) in"}},
+	}
+	for _, r := range rows {
+		t.Run(r.name, func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			code := run([]string{"check", "--skip-files", "--config", "examples/fleetd.yaml", "--classes", "examples/classes.json",
+				"--webhooks", "netbox-webhooks.yaml", "--templates", r.dir}, &out, &errOut)
+			all := out.String() + errOut.String()
+			if code != r.wantCode {
+				t.Fatalf("exit %d, want %d\n%s", code, r.wantCode, all)
+			}
+			for _, w := range r.want {
+				if !strings.Contains(all, w) {
+					t.Errorf("output does not contain %q:\n%s", w, all)
+				}
+			}
+		})
+	}
+}
