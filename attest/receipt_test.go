@@ -37,7 +37,7 @@ type wiped struct {
 }
 
 // attestWipe runs a wipe attestation of m for request and issues its receipt token with sealer.
-func attestWipe(t *testing.T, m *machine, c *clock, sealer *attest.ReceiptSealer, request string) *wiped {
+func attestWipe(t testing.TB, m *machine, c *clock, sealer *attest.ReceiptSealer, request string) *wiped {
 	t.Helper()
 	log := eventLogOf(t, m)
 	ekPub, _, err := m.EK()
@@ -108,7 +108,7 @@ func attestWipe(t *testing.T, m *machine, c *clock, sealer *attest.ReceiptSealer
 	return &wiped{m: m, clock: c, sealer: sealer, ticket: ticket, akBlob: blob, request: request}
 }
 
-func newReceiptSealer(t *testing.T, c *clock, key byte) *attest.ReceiptSealer {
+func newReceiptSealer(t testing.TB, c *clock, key byte) *attest.ReceiptSealer {
 	t.Helper()
 	s, err := attest.NewReceiptSealer(attest.ReceiptConfig{TokenKey: bytes.Repeat([]byte{key}, 32), Margin: receiptMargin,
 		Rand: seeded(key + 10), Now: c.Now})
@@ -120,7 +120,7 @@ func newReceiptSealer(t *testing.T, c *clock, key byte) *attest.ReceiptSealer {
 
 // quote is the agent's receipt step on m: the AK loaded from blob quotes the SHA-256 PCRs over
 // the receipt's extraData for nonce and report.
-func quote(t *testing.T, m *machine, blob, nonce []byte, report attest.WipeReport) ga.Quote {
+func quote(t testing.TB, m *machine, blob, nonce []byte, report attest.WipeReport) ga.Quote {
 	t.Helper()
 	ak, err := m.Attest().LoadAK(blob)
 	if err != nil {

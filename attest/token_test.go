@@ -10,7 +10,7 @@ import (
 	"github.com/folly-infra/fleetd/attest"
 )
 
-func newSealer(t *testing.T, c *clock, key byte) *attest.TokenSealer {
+func newSealer(t testing.TB, c *clock, key byte) *attest.TokenSealer {
 	t.Helper()
 	s, err := attest.NewTokenSealer(attest.TokenConfig{Key: bytes.Repeat([]byte{key}, 32), Lifetime: 10 * time.Minute,
 		Rand: seeded(key), Now: c.Now})
