@@ -1,18 +1,21 @@
 package netboxemu
 
 import (
-	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/folly-infra/fleetd/netbox"
 )
 
 // Writes of /api/extras/webhooks/ and event-rules/ (WebhookSerializer, EventRuleSerializer at
 // NB@v4.6.8), and the API's create/update/delete of every extras object of the schema.
+
+// eventTypes are NetBox's built-in event types (NB@v4.6.8:netbox/core/events.py), the choices
+// of EventRule.event_types.
+var eventTypes = []string{"object_created", "object_updated", "object_deleted", "job_started",
+	"job_completed", "job_failed", "job_errored"}
 
 var httpMethods = map[string]string{"GET": "GET", "POST": "POST", "PUT": "PUT", "PATCH": "PATCH", "DELETE": "DELETE"}
 
@@ -63,7 +66,7 @@ func (e *Emulator) applyEventRule(r *eventRule, in *input) obj {
 	r.objectTypes, r.eventTypes = in.strs("object_types", r.objectTypes), in.strs("event_types", r.eventTypes)
 	r.enabled = in.boolean("enabled", r.enabled)
 	for _, et := range r.eventTypes {
-		if !slices.Contains(netbox.EventTypes, et) {
+		if !slices.Contains(eventTypes, et) {
 			in.bad("event_types", `"`+et+`" is not a valid choice.`)
 		}
 	}
@@ -79,21 +82,24 @@ func (e *Emulator) applyEventRule(r *eventRule, in *input) obj {
 			in.bad("action_object_id", "Related object not found: give the id of a webhook.")
 		}
 	}
-	if v, ok := in.body.get("conditions"); ok {
-		r.conditions, r.cond = nil, nil
-		if v != nil {
-			raw, _ := json.Marshal(v)
-			cond, err := netbox.ParseConditions(raw)
-			if err != nil {
-				in.bad("conditions", err.Error())
-			}
-			r.conditions, r.cond = v, cond
-		}
-	}
 	for _, other := range e.db.eventRules {
 		if other.name == r.name && other.id != r.id {
 			in.bad("name", "event rule with this name already exists.")
 		}
+	}
+	// The serializer's fields are validated first; EventRule.clean, which checks the
+	// conditions, runs only when they all are valid.
+	if v, ok := in.body.get("conditions"); ok && len(in.errs) == 0 {
+		cond, err := parseConditions(v)
+		var refused *ruleError
+		var raised *pyException
+		switch {
+		case errors.As(err, &refused):
+			in.bad("conditions", refused.msg)
+		case errors.As(err, &raised):
+			in.raise(raised)
+		}
+		r.conditions, r.cond = v, cond
 	}
 	return in.errs
 }

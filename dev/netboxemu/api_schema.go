@@ -24,6 +24,19 @@ type input struct {
 
 func (in *input) bad(k, msg string) { in.errs = append(in.errs, field{k, []any{msg}}) }
 
+// raisedKey holds, alone in an input's errs, an exception the validation raised and NetBox does
+// not catch: the request is answered 500 (reqCtx.invalid), not 400.
+const raisedKey = "\x00raised"
+
+func (in *input) raise(ex *pyException) { in.errs = obj{{raisedKey, ex}} }
+
+// raised is the exception errs carries, if any.
+func raised(errs obj) *pyException {
+	v, _ := errs.get(raisedKey)
+	ex, _ := v.(*pyException)
+	return ex
+}
+
 func (in *input) has(k string) bool { _, ok := in.body.get(k); return ok }
 
 func (in *input) str(k, cur string, required bool) string {

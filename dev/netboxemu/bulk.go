@@ -127,7 +127,7 @@ func (c *reqCtx) bulkDestroy(res *resource) {
 // {} for the valid ones), and only when all are valid are all created; 201 with them by id.
 func (c *reqCtx) bulkCreate(res *resource, list []any) {
 	var created []int
-	errs, bad := make([]any, len(list)), false
+	errs, bad, failed := make([]any, len(list)), false, false
 	c.atomically(func() bool {
 		for i, item := range list {
 			errs[i] = obj{}
@@ -138,15 +138,23 @@ func (c *reqCtx) bulkCreate(res *resource, list []any) {
 			}
 			body := c.objectOf(m)
 			c.message = changelogMessage(body)
-			if id, ok := res.create(c, body); ok {
+			id, ok := res.create(c, body)
+			switch {
+			case ok:
 				created = append(created, id)
-			} else {
+			case c.status == http.StatusInternalServerError: // an exception: it is the answer
+				failed = true
+				return false
+			default:
 				errs[i], bad = c.value, true
 			}
 		}
 		return !bad
 	})
-	if bad {
+	switch {
+	case failed:
+		return
+	case bad:
 		c.write(http.StatusBadRequest, errs)
 		return
 	}

@@ -1,265 +1,247 @@
 package netboxemu
 
 import (
-	"encoding/json"
-	"errors"
+	"fmt"
 	"regexp"
+	"slices"
+	"sort"
 	"strings"
-
-	"github.com/folly-infra/fleetd/netbox"
 )
 
-// Event-rule conditions, evaluated as NB@v4.6.8:netbox/extras/conditions.py does against the
-// event's data (the REST representation of the object after the change). Python's semantics are
-// kept where they show: short-circuiting and/or, == between numbers and booleans, "in" and
-// "contains" on lists, strings and dicts, re.match anchored at the start. A path that cannot be
-// resolved makes the rule false (InvalidCondition, logged by NetBox).
+// Event-rule conditions as NetBox 4.6.8 reads them (NB@v4.6.8:netbox/extras/conditions.py
+// ConditionSet and Condition, netbox/extras/models/models.py EventRule.clean and
+// eval_conditions; docs/reference/conditions.md). This is the emulator's own reading of
+// NetBox's code, kept apart from fleetd's netbox.ParseConditions on purpose: fleetd checks its
+// netbox-webhooks.yaml with that one, and the emulator must not share its mistakes.
+//
+// Saving a rule (EventRule.clean, run by the REST serializer's validate):
+//   - conditions that are falsy in Python (null, {}, [], "", 0, false) are not checked, and
+//     the rule then always fires (`if self.conditions`);
+//   - anything else must be a dict: one key, "and" or "or" in any case, holding the members,
+//     each a nested set (exactly one key, "and" or "or" in lower case) or a condition; or a
+//     single condition, keys attr, value, op (default "eq") and negate (default false);
+//   - a ValueError is a 400 {"conditions": [message]} with NetBox's message; an exception
+//     clean does not catch is a 500: the upper-case {"AND": ...} (a KeyError: the key is
+//     lowered and then looked up), and a nested member that is not a condition's keyword
+//     arguments (a TypeError, only the top level turns it into "Incorrect key(s)").
 
-// errInvalid is NetBox's InvalidCondition: the whole rule evaluates false.
-var errInvalid = errors.New("invalid condition")
-
-// evalConditions reports whether data matches c; nil conditions always match.
-func evalConditions(c *netbox.Conditions, data any) bool {
-	if c == nil {
-		return true
-	}
-	ok, err := evalNode(*c, data)
-	return err == nil && ok
+// condNode is a member of a condition set: a nested set or a condition.
+type condNode interface {
+	eval(data any) (bool, error)
 }
 
-func evalNode(c netbox.Conditions, data any) (bool, error) {
-	switch c.Logic {
-	case netbox.LogicAnd:
-		for _, r := range c.Rules {
-			ok, err := evalNode(r, data)
-			if err != nil || !ok {
-				return false, err
-			}
-		}
-		return true, nil
-	case netbox.LogicOr:
-		for _, r := range c.Rules {
-			ok, err := evalNode(r, data)
-			if err != nil || ok {
-				return ok, err
-			}
-		}
-		return false, nil
-	}
-	return evalLeaf(c.Leaf, data)
+// condSet is NetBox's ConditionSet: all ("and", and a top-level single condition) or any
+// ("or") of its members, evaluated in order and stopping at the first that decides.
+type condSet struct {
+	any     bool // "or"
+	members []condNode
 }
 
-func evalLeaf(c netbox.Condition, data any) (bool, error) {
-	v, err := resolve(data, c.Attr)
+// condition is NetBox's Condition. attr is kept as stored: NetBox does not check its type on
+// save, and evaluating a non-string path fails the request (AttributeError on .split).
+type condition struct {
+	attr   any
+	value  any // nil, bool, string, json.Number or []any, as decoded from the rule's JSON
+	op     string
+	negate bool           // the truth of the stored negate (Python's `if self.negate`)
+	re     *regexp.Regexp // op regex: the pattern anchored at the start, as re.match is
+}
+
+// conditionOps is Condition.OPERATORS; opsByType is Condition.TYPES (what each value type
+// allows), keyed by the Python type name.
+var (
+	conditionOps = []string{"eq", "gt", "gte", "lt", "lte", "in", "contains", "regex"}
+	opsByType    = map[string][]string{
+		"str":      {"eq", "contains", "regex"},
+		"bool":     {"eq", "contains"},
+		"int":      {"eq", "gt", "gte", "lt", "lte", "contains"},
+		"float":    {"eq", "gt", "gte", "lt", "lte", "contains"},
+		"list":     {"eq", "in", "contains"},
+		"NoneType": {"eq"},
+	}
+)
+
+// pyException is a Python exception NetBox does not catch where it is raised: the request
+// that raised it is answered 500.
+type pyException struct {
+	typ, msg string // e.g. "TypeError", "'int' object is not iterable"
+}
+
+func (e *pyException) Error() string { return e.typ + ": " + e.msg }
+
+// ruleError is a ValueError EventRule.clean turns into a 400 on "conditions".
+type ruleError struct{ msg string }
+
+func (e *ruleError) Error() string { return e.msg }
+
+// parseConditions is EventRule.clean's check of the stored conditions. nil, nil: no
+// conditions, the rule always fires. The error is a *ruleError (400) or a *pyException (500).
+func parseConditions(v any) (*condSet, error) {
+	if !truthy(v) {
+		return nil, nil
+	}
+	s, err := newConditionSet(v)
 	if err != nil {
-		return false, err
+		return nil, err
 	}
-	var ok bool
-	switch c.Op {
-	case "eq":
-		ok = pyEq(v, c.Value)
-	case "gt", "gte", "lt", "lte":
-		if !isNumber(v) {
-			return false, errInvalid // TypeError: '>' not supported
-		}
-		a, b := num(v), num(c.Value)
-		ok = map[string]bool{"gt": a > b, "gte": a >= b, "lt": a < b, "lte": a <= b}[c.Op]
-	case "in":
-		ok = listContains(c.Value.([]any), v)
-	case "contains":
-		ok, err = pyContains(v, c.Value)
-	case "regex":
-		s, isStr := v.(string)
-		re, reErr := regexp.Compile(c.Value.(string))
-		if !isStr || reErr != nil {
-			return false, errInvalid
-		}
-		ok = matchAtStart(re, s)
-	}
-	if err != nil {
-		return false, err
-	}
-	return ok != c.Negate, nil
+	return s, compileRegexes(s)
 }
 
-// resolve follows a dotted path; crossing a list maps the rest of the path over its items.
-func resolve(data any, attr string) (any, error) {
-	cur := data
-	for _, key := range strings.Split(attr, ".") {
-		if list, ok := cur.([]any); ok {
-			out := make([]any, len(list))
-			for i, item := range list {
-				v, err := getItem(item, key)
-				if err != nil {
-					return nil, err
-				}
-				out[i] = v
-			}
-			cur = out
-			continue
+// newConditionSet is ConditionSet.__init__.
+func newConditionSet(v any) (*condSet, error) {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return nil, &ruleError{fmt.Sprintf("Ruleset must be a dictionary, not %s.", pyClass(v))}
+	}
+	if len(m) != 1 {
+		c, err := newCondition(m)
+		if _, kwargs := err.(*pyException); kwargs {
+			return nil, &ruleError{"Incorrect key(s) informed. Please check documentation."}
 		}
-		v, err := getItem(cur, key)
 		if err != nil {
 			return nil, err
 		}
-		cur = v
+		return &condSet{members: []condNode{c}}, nil
 	}
-	return cur, nil
-}
-
-// getItem is operator.getitem(obj or {}, key).
-func getItem(v any, key string) (any, error) {
-	if falsy(v) {
-		return nil, errInvalid // KeyError on {}
+	var key string
+	for k := range m {
+		key = k
 	}
-	switch x := v.(type) {
-	case obj:
-		if val, ok := x.get(key); ok {
-			return val, nil
+	logic := strings.ToLower(key)
+	if logic != "and" && logic != "or" {
+		return nil, &ruleError{"Invalid logic type: must be 'AND' or 'OR'. Please check documentation."}
+	}
+	members, ok := m[logic]
+	if !ok {
+		return nil, &pyException{"KeyError", "'" + logic + "'"} // ruleset[self.logic] after .lower()
+	}
+	items, err := pyIter(members)
+	if err != nil {
+		return nil, err
+	}
+	s := &condSet{any: logic == "or"}
+	for _, rule := range items {
+		var n condNode
+		if isRuleset(rule) {
+			n, err = newConditionSet(rule)
+		} else {
+			n, err = newCondition(rule)
 		}
-	case map[string]any:
-		if val, ok := x[key]; ok {
-			return val, nil
+		if err != nil {
+			return nil, err
 		}
+		s.members = append(s.members, n)
 	}
-	return nil, errInvalid // KeyError, or TypeError for a scalar (which NetBox does not catch)
+	return s, nil
 }
 
-// falsy is Python truthiness for decoded JSON.
-func falsy(v any) bool {
-	switch x := v.(type) {
-	case nil:
-		return true
-	case bool:
-		return !x
-	case string:
-		return x == ""
-	case []any:
-		return len(x) == 0
-	case obj:
-		return len(x) == 0
-	case map[string]any:
-		return len(x) == 0
+// isRuleset is conditions.py's is_ruleset: a dict of exactly one key, "and" or "or".
+func isRuleset(v any) bool {
+	m, ok := v.(map[string]any)
+	if !ok || len(m) != 1 {
+		return false
 	}
-	return isNumber(v) && num(v) == 0
+	_, and := m["and"]
+	_, or := m["or"]
+	return and || or
 }
 
-func isNumber(v any) bool {
-	switch v.(type) {
-	case json.Number, int, int64, float64, bool:
-		return true
+// newCondition is Condition(**rule): Python binds the keyword arguments (a TypeError when rule
+// is not a mapping, has another key or lacks attr or value), then __init__ checks op and the
+// value's type.
+func newCondition(rule any) (*condition, error) {
+	m, ok := rule.(map[string]any)
+	if !ok {
+		return nil, &pyException{"TypeError", "Condition() argument after ** must be a mapping, not " + pyTypeName(rule)}
 	}
-	return false
-}
-
-// num converts a number (or a bool, which Python treats as 0/1) to float64.
-func num(v any) float64 {
-	switch x := v.(type) {
-	case json.Number:
-		f, _ := x.Float64()
-		return f
-	case int:
-		return float64(x)
-	case int64:
-		return float64(x)
-	case float64:
-		return x
-	case bool:
-		if x {
-			return 1
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if !slices.Contains([]string{"attr", "value", "op", "negate"}, k) {
+			return nil, &pyException{"TypeError", fmt.Sprintf("Condition.__init__() got an unexpected keyword argument '%s'", k)}
 		}
 	}
-	return 0
+	var missing []string
+	for _, k := range []string{"attr", "value"} {
+		if _, ok := m[k]; !ok {
+			missing = append(missing, "'"+k+"'")
+		}
+	}
+	if len(missing) > 0 {
+		plural := map[bool]string{false: "argument", true: "arguments"}[len(missing) > 1]
+		return nil, &pyException{"TypeError", fmt.Sprintf("Condition.__init__() missing %d required positional %s: %s",
+			len(missing), plural, strings.Join(missing, " and "))}
+	}
+	c := &condition{attr: m["attr"], value: m["value"], op: "eq"}
+	if op, given := m["op"]; given {
+		s, isStr := op.(string)
+		if !isStr || !slices.Contains(conditionOps, s) {
+			return nil, &ruleError{fmt.Sprintf("Unknown operator: %s. Must be one of: %s", pyStr(op), strings.Join(conditionOps, ", "))}
+		}
+		c.op = s
+	}
+	allowed, known := opsByType[pyTypeName(c.value)]
+	if !known {
+		return nil, &ruleError{fmt.Sprintf("Unsupported value type: %s", pyClass(c.value))}
+	}
+	if !slices.Contains(allowed, c.op) {
+		return nil, &ruleError{fmt.Sprintf("Invalid type for %s operation: %s", c.op, pyClass(c.value))}
+	}
+	c.negate = truthy(m["negate"])
+	return c, nil
 }
 
-// pyEq is Python's == over decoded JSON values.
-func pyEq(a, b any) bool {
-	if isNumber(a) && isNumber(b) {
-		return num(a) == num(b)
-	}
-	switch x := a.(type) {
-	case nil:
-		return b == nil
-	case string:
-		y, ok := b.(string)
-		return ok && x == y
-	case []any:
-		y, ok := b.([]any)
-		if !ok || len(x) != len(y) {
-			return false
-		}
-		for i := range x {
-			if !pyEq(x[i], y[i]) {
-				return false
+// compileRegexes compiles every regex condition's pattern. NetBox stores any pattern and
+// compiles it with Python's re when an event is evaluated; the emulator has Go's RE2 only, so
+// it refuses, on save, a pattern RE2 cannot compile (backreferences, lookarounds) instead of
+// evaluating it otherwise than NetBox would (README.md, "Deliberate divergences").
+func compileRegexes(s *condSet) error {
+	for _, n := range s.members {
+		var err error
+		switch x := n.(type) {
+		case *condSet:
+			err = compileRegexes(x)
+		case *condition:
+			if x.op != "regex" {
+				continue
+			}
+			pattern := x.value.(string) // the only type regex allows
+			if _, err = regexp.Compile(pattern); err == nil {
+				x.re, err = regexp.Compile(`\A(?:` + pattern + `)`)
+			}
+			if err != nil {
+				err = &ruleError{fmt.Sprintf("The NetBox emulator matches regex conditions with Go's RE2, which cannot compile %q (%v); NetBox would store it and compile it with Python's re at each event.", pattern, err)}
 			}
 		}
-		return true
-	case obj, map[string]any:
-		ma, mb := asMap(a), asMap(b)
-		if mb == nil || len(ma) != len(mb) {
-			return false
+		if err != nil {
+			return err
 		}
-		for k, va := range ma {
-			vb, ok := mb[k]
-			if !ok || !pyEq(va, vb) {
-				return false
-			}
-		}
-		return true
-	}
-	return false
-}
-
-func asMap(v any) map[string]any {
-	switch x := v.(type) {
-	case map[string]any:
-		return x
-	case obj:
-		m := make(map[string]any, len(x))
-		for _, f := range x {
-			m[f.K] = f.V
-		}
-		return m
 	}
 	return nil
 }
 
-func listContains(list []any, v any) bool {
-	for _, item := range list {
-		if pyEq(item, v) {
-			return true
-		}
-	}
-	return false
-}
-
-// pyContains is Python's `needle in haystack`.
-func pyContains(haystack, needle any) (bool, error) {
-	switch h := haystack.(type) {
-	case string:
-		s, ok := needle.(string)
-		if !ok {
-			return false, errInvalid // TypeError: 'in <string>' requires string
-		}
-		return strings.Contains(h, s), nil
+// pyIter is Python's iteration over the members of a set: a list's items, a string's
+// characters, a dict's keys; anything else is not iterable.
+func pyIter(v any) ([]any, error) {
+	switch x := v.(type) {
 	case []any:
-		return listContains(h, needle), nil
-	case obj, map[string]any:
-		if _, isList := needle.([]any); isList {
-			return false, errInvalid // TypeError: unhashable type
+		return x, nil
+	case string:
+		var out []any
+		for _, r := range x {
+			out = append(out, string(r))
 		}
-		s, ok := needle.(string)
-		if !ok {
-			return false, nil
+		return out, nil
+	case map[string]any:
+		keys := make([]string, 0, len(x))
+		for k := range x {
+			keys = append(keys, k)
 		}
-		_, found := asMap(h)[s]
-		return found, nil
+		sort.Strings(keys)
+		return toAny(keys), nil
 	}
-	return false, errInvalid // TypeError: argument is not iterable
-}
-
-// matchAtStart is Python's re.match: a match that starts at the beginning of s.
-func matchAtStart(re *regexp.Regexp, s string) bool {
-	loc := re.FindStringIndex(s)
-	return loc != nil && loc[0] == 0
+	return nil, &pyException{"TypeError", fmt.Sprintf("'%s' object is not iterable", pyTypeName(v))}
 }

@@ -4,6 +4,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha512"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -49,13 +50,19 @@ func (c *reqCtx) enqueue(objectType string, id int, eventType string, pre, post 
 }
 
 // flush is process_event_queue at the end of the request: data is serialized now (relative
-// URLs, request=None), rules are matched, and one delivery per matching rule is queued.
-func (c *reqCtx) flush() {
-	if len(c.events) == 0 {
-		return
+// URLs, request=None), rules are matched, and one delivery per matching rule is queued. A rule
+// whose conditions cannot be evaluated (InvalidCondition) is skipped, as NetBox logs it and
+// skips it; an exception NetBox does not catch (a condition's path through a string or a
+// number) ends the flush: the deliveries queued before it stay queued, the rest of the
+// request's events are lost, and the request is answered 500 (reqCtx.failedFlush).
+func (c *reqCtx) flush() *pyException {
+	events := c.events
+	c.events = nil
+	if len(events) == 0 {
+		return nil
 	}
 	reqID := c.requestID()
-	for _, ev := range c.events {
+	for _, ev := range events {
 		data := ev.data
 		if data == nil {
 			data = c.e.eventData(ev.objectType, ev.objectID)
@@ -64,13 +71,23 @@ func (c *reqCtx) flush() {
 			continue
 		}
 		for _, r := range c.e.rulesFor(ev.objectType, ev.eventType) {
-			if !evalConditions(r.cond, data) {
+			ok, err := r.cond.match(data)
+			var invalid *invalidCondition
+			var ex *pyException
+			switch {
+			case errors.As(err, &ex):
+				return ex
+			case errors.As(err, &invalid):
+				c.e.cfg.Logger.Warn().Str("event_rule", r.name).Str("object_type", ev.objectType).Int("object_id", ev.objectID).
+					Str("error", invalid.msg).Msg("netbox emulator: evaluation of the event rule's conditions failed; the rule does not fire")
+				continue
+			case !ok:
 				continue
 			}
 			c.e.deliveries.enqueue(c.e.buildJob(c, r, ev, data, reqID))
 		}
 	}
-	c.events = nil
+	return nil
 }
 
 // eventData serializes an existing object for an event (webhook data uses no request).

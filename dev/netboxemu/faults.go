@@ -163,7 +163,6 @@ func (e *Emulator) injectAPIFault(w http.ResponseWriter, r *http.Request) bool {
 		Msg("netbox emulator answered with an injected fault")
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(f.Status)
-	_, _ = w.Write(encodeREST(obj{{"error", "injected fault"}, {"exception", "InjectedFault"},
-		{"netbox_version", Version}, {"python_version", "3.12.3"}}))
+	_, _ = w.Write(encodeREST(exceptionBody("InjectedFault", "injected fault")))
 	return true
 }

@@ -3,6 +3,8 @@ package netboxemu
 import (
 	"context"
 	"crypto/subtle"
+	"encoding/json"
+	"html"
 	"io"
 	"net/http"
 	"strconv"
@@ -58,7 +60,9 @@ func (e *Emulator) api(write bool, fn func(*reqCtx)) http.Handler {
 		}
 		c.user, c.token = e.db.users[tok.user], tok
 		fn(c)
-		c.flush() // NetBox queues the request's events before the response leaves
+		if ex := c.flush(); ex != nil { // NetBox queues the request's events before the answer leaves
+			c.failedFlush(ex)
+		}
 		c.send()
 	})
 }
@@ -135,7 +139,9 @@ func (c *reqCtx) send() {
 		c.status = http.StatusInternalServerError
 	}
 	if c.resp != nil {
-		c.w.Header().Set("Content-Type", "application/json")
+		if c.w.Header().Get("Content-Type") == "" {
+			c.w.Header().Set("Content-Type", "application/json")
+		}
 		// Django's CommonMiddleware (in NetBox's MIDDLEWARE) sets Content-Length on every
 		// answer that is not streamed, so NetBox's REST answers carry it, lists included.
 		c.w.Header().Set("Content-Length", strconv.Itoa(len(c.resp)))
@@ -150,9 +156,43 @@ func (c *reqCtx) detail(status int, msg string) {
 	c.write(status, obj{{"detail", msg}})
 }
 
-// invalid sends a 400 with DRF's validation error shape (a map keyed by field).
+// invalid sends a 400 with DRF's validation error shape (a map keyed by field), or the 500 of
+// an exception the validation raised (input.raise).
 func (c *reqCtx) invalid(errs obj) {
+	if ex := raised(errs); ex != nil {
+		c.exception(ex)
+		return
+	}
 	c.write(http.StatusBadRequest, errs)
+}
+
+// exception is the 500 NetBox answers when a view raises an exception nothing catches: the
+// middleware's process_exception renders it for the REST API
+// (NB@v4.6.8:netbox/utilities/error_handlers.py handle_rest_api_exception).
+func (c *reqCtx) exception(ex *pyException) {
+	c.e.cfg.Logger.Error().Str("method", c.r.Method).Str("path", c.r.URL.Path).Str("exception", ex.typ).
+		Str("error", ex.msg).Msg("netbox emulator: the request raised an exception NetBox does not catch (500)")
+	c.write(http.StatusInternalServerError, exceptionBody(ex.typ, ex.msg))
+}
+
+// exceptionBody is handle_rest_api_exception's JSON.
+func exceptionBody(typ, msg string) obj {
+	return obj{{"error", msg}, {"exception", typ}, {"netbox_version", Version}, {"python_version", "3.12.3"}}
+}
+
+// failedFlush is the answer when processing the request's events raised an exception: it
+// leaves CoreMiddleware's request processors (NB@v4.6.8:netbox/netbox/context_managers.py
+// event_tracking) after the view's answer was made and the transaction committed, so Django
+// answers with NetBox's handler_500 HTML page instead, without the API-Version header
+// CoreMiddleware would have added after it. (Inferred from the code, not observed.)
+func (c *reqCtx) failedFlush(ex *pyException) {
+	c.e.cfg.Logger.Error().Str("method", c.r.Method).Str("path", c.r.URL.Path).Str("exception", ex.typ).
+		Str("error", ex.msg).Msg("netbox emulator: an event rule's conditions raised an exception NetBox does not catch; the change is saved, the answer is 500")
+	c.status, c.value = http.StatusInternalServerError, nil
+	c.resp = []byte("<!DOCTYPE html>\n<html><head><title>Server Error</title></head><body><h1>Server Error</h1>\n" +
+		"<p>" + html.EscapeString(ex.typ+": "+ex.msg) + "</p>\n<p>NetBox " + Version + ", Python 3.12.3</p></body></html>\n")
+	c.w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	c.w.Header().Del("API-Version")
 }
 
 // body decodes the request's JSON object; on failure it has answered 400 and returns nil.
@@ -235,9 +275,10 @@ func jsonOrder(raw []byte, keys []string) []string {
 	return keys
 }
 
+// pyTypeName is type(v).__name__ of the value Python's json module decodes from v's JSON.
 func pyTypeName(v any) string {
-	switch v.(type) {
-	case []any:
+	switch x := v.(type) {
+	case []any, []string:
 		return "list"
 	case string:
 		return "str"
@@ -245,8 +286,14 @@ func pyTypeName(v any) string {
 		return "bool"
 	case nil:
 		return "NoneType"
-	case map[string]any:
+	case map[string]any, obj:
 		return "dict"
+	case float64:
+		return "float"
+	case json.Number:
+		if strings.ContainsAny(string(x), ".eE") {
+			return "float"
+		}
 	}
 	return "int"
 }

@@ -1,7 +1,6 @@
 package netboxemu
 
 import (
-	"github.com/folly-infra/fleetd/netbox"
 	"net/netip"
 	"sort"
 	"strings"
@@ -150,8 +149,8 @@ type eventRule struct {
 	objectTypes []string
 	eventTypes  []string
 	enabled     bool
-	conditions  any                // decoded JSON as stored (nil: none)
-	cond        *netbox.Conditions // parsed conditions (nil: always)
+	conditions  any      // decoded JSON as stored (nil: none)
+	cond        *condSet // parsed conditions (nil: always)
 	webhook     int
 	created     time.Time
 	lastUpdated time.Time
