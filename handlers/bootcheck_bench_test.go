@@ -383,11 +383,7 @@ func benchNetBox(b *testing.B, d fleet.Device, last time.Time) (client *netbox.C
 	if err != nil {
 		b.Fatal(err)
 	}
-	schema, err := netbox.LoadSchema(bytes.NewReader(raw))
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := emu.LoadSchema(schema, stub.URL, "secret"); err != nil {
+	if err := emu.LoadSchema(raw, stub.URL, "secret"); err != nil {
 		b.Fatal(err)
 	}
 	tok, _ := emu.AddToken(netboxemu.TokenSpec{User: "fleetd"})

@@ -61,11 +61,7 @@ func newEnv(t testing.TB, extra int) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	schema, err := netbox.LoadSchema(bytes.NewReader(raw))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := emu.LoadSchema(schema, "http://127.0.0.1:1", "secret"); err != nil {
+	if err := emu.LoadSchema(raw, "http://127.0.0.1:1", "secret"); err != nil {
 		t.Fatal(err)
 	}
 	e := &env{emu: emu, reg: prometheus.NewRegistry(), attempts: &countingTransport{next: http.DefaultTransport}}

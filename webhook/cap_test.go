@@ -48,11 +48,7 @@ func TestBodyCapFitsNetBoxsLargestDelivery(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	schema, err := netbox.LoadSchema(bytes.NewReader(raw))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := emu.LoadSchema(schema, rcv.URL, secret); err != nil {
+	if err := emu.LoadSchema(raw, rcv.URL, secret); err != nil {
 		t.Fatal(err)
 	}
 	fleetdToken, err := emu.AddToken(netboxemu.TokenSpec{User: "fleetd"})

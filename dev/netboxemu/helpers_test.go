@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/folly-infra/fleetd/netbox"
 	nb "github.com/netbox-community/go-netbox/v4"
+	"sigs.k8s.io/yaml"
 )
 
 const testSecret = "s3cret-shared-with-fleetd"
@@ -92,14 +92,16 @@ func newFixture(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	schema, err := netbox.LoadSchema(bytes.NewReader(raw))
-	if err != nil {
+	if err := emu.LoadSchema(raw, f.rcv.srv.URL, testSecret); err != nil {
 		t.Fatal(err)
 	}
-	if err := emu.LoadSchema(schema, f.rcv.srv.URL, testSecret); err != nil {
+	var declared struct {
+		CustomFields []any `json:"custom_fields"`
+	}
+	if err := yaml.Unmarshal(raw, &declared); err != nil {
 		t.Fatal(err)
 	}
-	f.cfs = len(schema.CustomFields)
+	f.cfs = len(declared.CustomFields)
 	if f.fleetd, err = emu.AddToken(TokenSpec{User: "fleetd", Version: 2}); err != nil {
 		t.Fatal(err)
 	}

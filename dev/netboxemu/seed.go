@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
-	"strings"
+	"strconv"
 	"time"
 
-	"github.com/folly-infra/fleetd/netbox"
+	"sigs.k8s.io/yaml"
 )
 
 // Seeding and inspection, the Go API the development stack and tests use. Seeding writes the
@@ -66,70 +66,130 @@ func (e *Emulator) randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// LoadSchema creates the schema's choice sets, custom fields, webhooks and event rules, as the
-// OpenTofu root does. Each webhook's payload_url is fleetdURL + its path; signed webhooks get
-// secret.
-func (e *Emulator) LoadSchema(s netbox.Schema, fleetdURL, secret string) error {
+// LoadSchema creates the choice sets, custom fields, webhooks and event rules netbox-webhooks.yaml
+// declares, read from the file as the OpenTofu root (deploy/opentofu/main.tf) reads it: decoded
+// from YAML, the keys the file leaves out given the root's defaults, keys it does not know
+// ignored, and the conditions passed on as written, so that NetBox's rules (EventRule.clean,
+// here parseConditions) judge them and nothing of fleetd's own reading of the file does. Each
+// webhook's payload_url is fleetdURL + its path; a webhook that is signed (the default) gets
+// secret. Like a NetBox shell, it fires no webhook and records no change.
+func (e *Emulator) LoadSchema(file []byte, fleetdURL, secret string) error {
+	js, err := yaml.YAMLToJSON(file)
+	if err != nil {
+		return fmt.Errorf("read netbox-webhooks.yaml: %w", err)
+	}
+	doc, err := decodeJSON(js)
+	if err != nil {
+		return fmt.Errorf("read netbox-webhooks.yaml: %w", err)
+	}
+	f := schemaFile{doc: doc}
+	choiceSets, fields := f.list("choice_sets"), f.list("custom_fields")
+	webhooks, rules := f.list("webhooks"), f.list("event_rules")
+	if f.err != nil {
+		return f.err
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	now := e.cfg.Clock().UTC().Truncate(time.Microsecond)
 	ids := map[string]int{}
-	add := func(what, name string, body obj, fn func(obj, time.Time) (int, obj)) error {
+	add := func(what string, item map[string]any, body obj, fn func(obj, time.Time) (int, obj)) error {
 		id, errs := fn(body, now)
-		if errs != nil {
-			return fmt.Errorf("load %s %s into the NetBox emulator: %s", what, name, encodeREST(errs))
+		if ex := raised(errs); ex != nil {
+			return fmt.Errorf("load %s %v into the NetBox emulator: NetBox would answer 500: %v", what, item["name"], ex)
 		}
-		ids[what+"/"+name] = id
+		if errs != nil {
+			return fmt.Errorf("load %s %v into the NetBox emulator: %s", what, item["name"], encodeREST(errs))
+		}
+		ids[fmt.Sprint(what, "/", item["name"])] = id
 		return nil
 	}
-	for _, cs := range s.ChoiceSets {
-		choices := []any{}
-		for _, ch := range cs.Choices {
-			choices = append(choices, []any{ch.Value, ch.Label})
-		}
-		body := obj{{"name", cs.Name}, {"description", cs.Description}, {"extra_choices", choices}}
-		if err := add("choice set", cs.Name, body, idOf(e.addChoiceSet)); err != nil {
+	for _, c := range choiceSets {
+		body := obj{{"name", c["name"]}, {"description", f.or(c, "description", "")}, {"extra_choices", c["extra_choices"]}}
+		if err := add("choice set", c, body, idOf(e.addChoiceSet)); err != nil {
 			return err
 		}
 	}
-	for _, f := range s.CustomFields {
-		body := obj{{"name", f.Name}, {"label", f.Label}, {"type", f.Type}, {"object_types", toAny(f.ObjectTypes)},
-			{"group_name", f.GroupName}, {"weight", json.Number(fmt.Sprint(f.Weight))},
-			{"description", f.Description}, {"required", f.Required}, {"default", f.Default},
-			{"ui_visible", f.UIVisible}, {"ui_editable", f.UIEditable}, {"validation_regex", f.ValidationRegex}}
-		if f.ChoiceSet != "" {
-			body = append(body, field{"choice_set", json.Number(fmt.Sprint(ids["choice set/"+f.ChoiceSet]))})
+	for _, c := range fields {
+		body := obj{{"name", c["name"]}, {"label", f.or(c, "label", "")}, {"type", c["type"]},
+			{"object_types", c["object_types"]}, {"group_name", f.or(c, "group_name", "")},
+			{"weight", f.or(c, "weight", json.Number("100"))}, {"description", f.or(c, "description", "")},
+			{"required", f.or(c, "required", false)}, {"default", c["default"]},
+			{"ui_visible", f.or(c, "ui_visible", "always")}, {"ui_editable", f.or(c, "ui_editable", "yes")},
+			{"validation_regex", f.or(c, "validation_regex", "")}, {"choice_set", nil}}
+		if cs, named := c["choice_set"]; named && cs != nil {
+			id, ok := ids[fmt.Sprint("choice set/", cs)]
+			if !ok {
+				return fmt.Errorf("load custom field %v into the NetBox emulator: its choice set %v is not in the file", c["name"], cs)
+			}
+			body[len(body)-1].V = json.Number(strconv.Itoa(id))
 		}
-		if err := add("custom field", f.Name, body, idOf(e.addCustomField)); err != nil {
+		if err := add("custom field", c, body, idOf(e.addCustomField)); err != nil {
 			return err
 		}
 	}
-	for _, w := range s.Webhooks {
-		body := obj{{"name", w.Name}, {"description", w.Description},
-			{"payload_url", strings.TrimSuffix(fleetdURL, "/") + w.Path}, {"http_method", w.HTTPMethod},
-			{"http_content_type", w.ContentType}}
-		if w.Signed {
-			body = append(body, field{"secret", secret})
+	for _, w := range webhooks {
+		path, _ := w["path"].(string)
+		body := obj{{"name", w["name"]}, {"description", f.or(w, "description", "")},
+			{"payload_url", fleetdURL + path}, {"http_method", f.or(w, "http_method", "POST")},
+			{"http_content_type", f.or(w, "http_content_type", "application/json")}, {"secret", ""}}
+		if f.or(w, "signed", true) == true {
+			body[len(body)-1].V = secret
 		}
-		if err := add("webhook", w.Name, body, idOf(e.addWebhook)); err != nil {
+		if err := add("webhook", w, body, idOf(e.addWebhook)); err != nil {
 			return err
 		}
 	}
-	for _, r := range s.EventRules {
-		body := obj{{"name", r.Name}, {"description", r.Description}, {"object_types", toAny(r.ObjectTypes)},
-			{"event_types", toAny(r.EventTypes)}, {"enabled", r.Enabled},
+	for _, r := range rules {
+		id, ok := ids[fmt.Sprint("webhook/", r["webhook"])]
+		if !ok {
+			return fmt.Errorf("load event rule %v into the NetBox emulator: its webhook %v is not in the file", r["name"], r["webhook"])
+		}
+		body := obj{{"name", r["name"]}, {"description", f.or(r, "description", "")},
+			{"object_types", r["object_types"]}, {"event_types", r["event_types"]},
+			{"enabled", f.or(r, "enabled", true)}, {"conditions", r["conditions"]},
 			{"action_type", "webhook"}, {"action_object_type", "extras.webhook"},
-			{"action_object_id", json.Number(fmt.Sprint(ids["webhook/"+r.Webhook]))}}
-		if r.Conditions != nil {
-			raw, _ := json.Marshal(r.Conditions)
-			cond, _ := decodeJSON(raw)
-			body = append(body, field{"conditions", cond})
-		}
-		if err := add("event rule", r.Name, body, idOf(e.addEventRule)); err != nil {
+			{"action_object_id", json.Number(strconv.Itoa(id))}}
+		if err := add("event rule", r, body, idOf(e.addEventRule)); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// schemaFile is netbox-webhooks.yaml decoded: four lists of objects. Its first problem of
+// shape (a list that is not one, an item that is not a mapping) is kept in err.
+type schemaFile struct {
+	doc any
+	err error
+}
+
+func (f *schemaFile) list(key string) []map[string]any {
+	top, _ := f.doc.(map[string]any)
+	items, ok := top[key].([]any)
+	if !ok && top[key] != nil && f.err == nil {
+		f.err = fmt.Errorf("netbox-webhooks.yaml: %s is not a list", key)
+	}
+	var out []map[string]any
+	for i, item := range items {
+		m, ok := item.(map[string]any)
+		if !ok {
+			if f.err == nil {
+				f.err = fmt.Errorf("netbox-webhooks.yaml: %s[%d] is not a mapping", key, i)
+			}
+			continue
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// or is the root's try(each.value.KEY, def): the value when the file has the key and it is
+// not null.
+func (f *schemaFile) or(m map[string]any, key string, def any) any {
+	if v, ok := m[key]; ok && v != nil {
+		return v
+	}
+	return def
 }
 
 func idOf[T interface{ getID() int }](fn func(obj, time.Time) (T, obj)) func(obj, time.Time) (int, obj) {

@@ -44,12 +44,12 @@ func reconcileService(b *testing.B, s *stack.Stack, f benchFleet) (*fleet.Servic
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { emu.Close() })
-	schema, err := netbox.LoadSchema(mustOpen(b, s.Info().Dir, "netbox-webhooks.yaml"))
+	raw, err := os.ReadFile(filepath.Join(s.Info().Dir, "netbox-webhooks.yaml"))
 	if err != nil {
 		b.Fatal(err)
 	}
 	// No fleetd listens there: this service is driven directly, not by webhooks.
-	if err := emu.LoadSchema(schema, "http://127.0.0.1:9", "bench"); err != nil {
+	if err := emu.LoadSchema(raw, "http://127.0.0.1:9", "bench"); err != nil {
 		b.Fatal(err)
 	}
 	token, err := emu.AddToken(netboxemu.TokenSpec{User: stack.ServiceUser})
@@ -106,15 +106,6 @@ func reconcileService(b *testing.B, s *stack.Stack, f benchFleet) (*fleet.Servic
 		b.Fatal(err)
 	}
 	return svc, ids
-}
-
-func mustOpen(b *testing.B, dir, name string) *os.File {
-	f, err := os.Open(filepath.Join(dir, name))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { f.Close() })
-	return f
 }
 
 func benchWorkflow(ns, name, device string, id int64, req string) *tinkv1.Workflow {

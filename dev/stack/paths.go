@@ -146,21 +146,22 @@ func BuildFleetd(dir, outDir string) (string, error) {
 	return bin, nil
 }
 
-// loadSchema reads netbox-webhooks.yaml from the checkout (strictly, as `fleetd check` does)
-// and keeps a copy in the state directory, which fleetd's webhooks_file names.
-func loadSchema(root string, p paths) (netbox.Schema, error) {
+// loadSchema reads netbox-webhooks.yaml from the checkout, checks it strictly (as `fleetd check`
+// does: fleetd will refuse to start on a file it refuses) and keeps a copy in the state
+// directory, which fleetd's webhooks_file names. It returns the file as read, for the NetBox
+// emulator, which reads it itself.
+func loadSchema(root string, p paths) ([]byte, error) {
 	b, err := os.ReadFile(filepath.Join(root, "netbox-webhooks.yaml"))
 	if err != nil {
-		return netbox.Schema{}, fmt.Errorf("read netbox-webhooks.yaml from the checkout: %w", err)
+		return nil, fmt.Errorf("read netbox-webhooks.yaml from the checkout: %w", err)
 	}
-	s, err := netbox.LoadSchema(bytes.NewReader(b))
-	if err != nil {
-		return netbox.Schema{}, fmt.Errorf("load netbox-webhooks.yaml: %w", err)
+	if _, err := netbox.LoadSchema(bytes.NewReader(b)); err != nil {
+		return nil, fmt.Errorf("load netbox-webhooks.yaml: %w", err)
 	}
 	if err := os.WriteFile(p.webhooks, b, 0o644); err != nil {
-		return netbox.Schema{}, fmt.Errorf("copy netbox-webhooks.yaml into the state dir: %w", err)
+		return nil, fmt.Errorf("copy netbox-webhooks.yaml into the state dir: %w", err)
 	}
-	return s, nil
+	return b, nil
 }
 
 // freeLoopbackURL picks a free port on 127.0.0.1 for one of fleetd's listeners, which binds it

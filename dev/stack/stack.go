@@ -259,7 +259,7 @@ func (s *Stack) startKubeAndMachines(ctx context.Context, devices []SeedDevice) 
 // loads netbox-webhooks.yaml with payload URLs under fleetdURL (fleetd's plain HTTP listener)
 // and the webhook secret, or has Options.ApplySchema create it through the API.
 func (s *Stack) startNetBox(ctx context.Context, fleetdURL string, gen *generated) error {
-	schema, err := loadSchema(s.opts.Root, s.paths)
+	schemaFile, err := loadSchema(s.opts.Root, s.paths)
 	if err != nil {
 		return err
 	}
@@ -279,7 +279,7 @@ func (s *Stack) startNetBox(ctx context.Context, fleetdURL string, gen *generate
 		}
 		return nil
 	}
-	if err := s.emu.LoadSchema(schema, fleetdURL, gen.webhookSecret); err != nil {
+	if err := s.emu.LoadSchema(schemaFile, fleetdURL, gen.webhookSecret); err != nil {
 		return fmt.Errorf("load netbox-webhooks.yaml into the emulator: %w", err)
 	}
 	return nil

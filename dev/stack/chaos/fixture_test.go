@@ -28,7 +28,6 @@ import (
 	"github.com/folly-infra/fleetd/dev/stack/chaos"
 	"github.com/folly-infra/fleetd/dev/swtpm"
 	"github.com/folly-infra/fleetd/fleet"
-	"github.com/folly-infra/fleetd/netbox"
 	"github.com/folly-infra/fleetd/workflows"
 )
 
@@ -65,11 +64,7 @@ func newFixture(t *testing.T, i int, approved bool) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	schema, err := netbox.LoadSchema(bytes.NewReader(raw))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := f.emu.LoadSchema(schema, "http://127.0.0.1:9", "unused"); err != nil {
+	if err := f.emu.LoadSchema(raw, "http://127.0.0.1:9", "unused"); err != nil {
 		t.Fatal(err)
 	}
 	if f.fleetTk, err = f.emu.AddToken(netboxemu.TokenSpec{User: stack.ServiceUser}); err != nil {
