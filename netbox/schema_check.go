@@ -55,7 +55,7 @@ func (f schemaFile) build() (Schema, []string) {
 		if len(r.Conditions) > 0 {
 			c, err := ParseConditions(r.Conditions)
 			if err != nil {
-				problems = append(problems, fmt.Sprintf("event rule %s: conditions NetBox would reject: %v", name(r.Name, i), err))
+				problems = append(problems, fmt.Sprintf("event rule %s: conditions: %v", name(r.Name, i), err))
 			}
 			er.Conditions = c
 		}
@@ -194,8 +194,10 @@ func (s Schema) checkRule(i int, r EventRule) []string {
 	return p
 }
 
-// checkLeaf finds conditions NetBox accepts but that can never match: a custom field the object
-// type does not have, or a value that is not a choice of the field or a device status.
+// checkLeaf finds conditions NetBox accepts but that cannot mean what they say: a custom field
+// the object type does not have (the key is missing from the event's data: the rule is false,
+// negated or not), or a value that is not a choice of the field or a device status (an eq
+// that is never true, or, negated, always true).
 func (s Schema) checkLeaf(rule string, objectTypes []string, c Condition) []string {
 	var values []any
 	switch c.Op {
@@ -224,12 +226,19 @@ func (s Schema) checkLeaf(rule string, objectTypes []string, c Condition) []stri
 	}
 	var p []string
 	for _, v := range values {
-		if v == nil {
+		if str, ok := v.(string); v == nil || ok && slices.Contains(allowed, str) {
 			continue
 		}
-		if str, ok := v.(string); !ok || !slices.Contains(allowed, str) {
-			p = append(p, fmt.Sprintf("event rule %s: condition %s %s %v can never match: %v is not in %s (%s)", rule, c.Attr, c.Op, c.Value, v, what, strings.Join(allowed, ", ")))
+		// The attribute never holds v: an eq is never true, so negated it is always true; an
+		// in never matches on v, negated or not.
+		outcome := "can never match"
+		switch {
+		case c.Op == "in":
+			outcome = fmt.Sprintf("can never match on %v", v)
+		case c.Negate:
+			outcome = "is negated, so it matches every event"
 		}
+		p = append(p, fmt.Sprintf("event rule %s: condition %s %s %v %s: %v is not in %s (%s)", rule, c.Attr, c.Op, c.Value, outcome, v, what, strings.Join(allowed, ", ")))
 	}
 	return p
 }

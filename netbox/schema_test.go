@@ -74,6 +74,18 @@ func TestLoadSchemaRefusals(t *testing.T) {
 		{"refuse/unknown-status-value", func(s string) string {
 			return strings.Replace(s, "value: decommissioning}", "value: decommissioned}", 1)
 		}, `decommissioned is not in device statuses`},
+		{"refuse/negated-unknown-status-matches-everything", func(s string) string {
+			return strings.Replace(s, "value: decommissioning}", "value: decomissioning, negate: true}", 1)
+		}, `status.value eq decomissioning is negated, so it matches every event: decomissioning is not in device statuses`},
+		{"refuse/unknown-value-in-list", func(s string) string {
+			return strings.Replace(s, "value: attest}", "value: [attest, atest], op: in}", 1)
+		}, `can never match on atest: atest is not in choice set fleet_desired_action`},
+		{"refuse/negate-not-boolean", func(s string) string {
+			return strings.Replace(s, "value: attest}", `value: attest, negate: "false"}`, 1)
+		}, `negate in the condition on custom_fields.desired_action is "false", not true or false: NetBox negates`},
+		{"refuse/false-conditions-fire-always", func(s string) string {
+			return strings.Replace(s, "    conditions:\n      and:\n        - {attr: custom_fields.desired_action, value: attest}", "    conditions: false", 1)
+		}, `conditions: conditions false: NetBox takes a false value for no conditions`},
 		{"refuse/rule-names-missing-webhook", func(s string) string {
 			return strings.Replace(s, "webhook: fleetd-wipe\n", "webhook: fleetd-wype\n", 1)
 		}, `event rule fleetd-wipe: webhook "fleetd-wype" is not defined`},
