@@ -16,8 +16,8 @@ import (
 	"github.com/folly-infra/fleetd/agent"
 	"github.com/folly-infra/fleetd/api"
 	"github.com/folly-infra/fleetd/attest"
+	"github.com/folly-infra/fleetd/attest/eventlogs"
 	"github.com/folly-infra/fleetd/dev/swtpm"
-	"github.com/folly-infra/fleetd/dev/swtpm/eventlogs"
 )
 
 // device approves the EK of a TPM in the stub and declares the NVMe disk.

@@ -8,8 +8,8 @@ import (
 	ga "github.com/google/go-attestation/attest"
 
 	"github.com/folly-infra/fleetd/attest"
+	"github.com/folly-infra/fleetd/attest/eventlogs"
 	"github.com/folly-infra/fleetd/dev/benchcpu"
-	"github.com/folly-infra/fleetd/dev/swtpm/eventlogs"
 	"github.com/folly-infra/fleetd/pki"
 )
 

@@ -9,7 +9,7 @@ import (
 	"github.com/google/go-tpm/legacy/tpm2"
 
 	"github.com/folly-infra/fleetd/attest"
-	"github.com/folly-infra/fleetd/dev/swtpm/eventlogs"
+	"github.com/folly-infra/fleetd/attest/eventlogs"
 )
 
 // TestBootCache checks that a node's repeated check of the same boot is answered from the cache

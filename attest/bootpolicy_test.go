@@ -9,7 +9,7 @@ import (
 	ga "github.com/google/go-attestation/attest"
 
 	"github.com/folly-infra/fleetd/attest"
-	"github.com/folly-infra/fleetd/dev/swtpm/eventlogs"
+	"github.com/folly-infra/fleetd/attest/eventlogs"
 )
 
 // bootOf is the verified-boot value of a recorded log's events (the replay is tested elsewhere).

@@ -8,7 +8,7 @@ import (
 
 	"github.com/google/go-attestation/attest"
 
-	"github.com/folly-infra/fleetd/dev/swtpm/eventlogs"
+	"github.com/folly-infra/fleetd/attest/eventlogs"
 )
 
 // replayedPCRs computes the SHA-256 PCR values a TPM would hold after a log's events.

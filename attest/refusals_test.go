@@ -13,7 +13,7 @@ import (
 	"github.com/google/go-tpm/legacy/tpm2"
 
 	"github.com/folly-infra/fleetd/attest"
-	"github.com/folly-infra/fleetd/dev/swtpm/eventlogs"
+	"github.com/folly-infra/fleetd/attest/eventlogs"
 	"github.com/folly-infra/fleetd/fleet"
 	"github.com/folly-infra/fleetd/handlers/handlerstest"
 )

@@ -12,8 +12,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/folly-infra/fleetd/agent"
+	"github.com/folly-infra/fleetd/attest/eventlogs"
 	"github.com/folly-infra/fleetd/dev/swtpm"
-	"github.com/folly-infra/fleetd/dev/swtpm/eventlogs"
 	"github.com/folly-infra/fleetd/fleet"
 )
 

@@ -16,7 +16,7 @@ import (
 	"github.com/folly-infra/fleetd/agent"
 	"github.com/folly-infra/fleetd/api"
 	"github.com/folly-infra/fleetd/attest"
-	"github.com/folly-infra/fleetd/dev/swtpm/eventlogs"
+	"github.com/folly-infra/fleetd/attest/eventlogs"
 	"github.com/folly-infra/fleetd/fleet"
 	"github.com/folly-infra/fleetd/pki"
 )

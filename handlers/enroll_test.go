@@ -18,9 +18,9 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/folly-infra/fleetd/agent"
+	"github.com/folly-infra/fleetd/attest/eventlogs"
 	"github.com/folly-infra/fleetd/dev/fakehw"
 	"github.com/folly-infra/fleetd/dev/swtpm"
-	"github.com/folly-infra/fleetd/dev/swtpm/eventlogs"
 	"github.com/folly-infra/fleetd/fleet"
 	"github.com/folly-infra/fleetd/fleet/fleettest"
 	"github.com/folly-infra/fleetd/handlers/handlerstest"

@@ -20,8 +20,8 @@ import (
 
 	"github.com/folly-infra/fleetd/api"
 	"github.com/folly-infra/fleetd/attest"
+	"github.com/folly-infra/fleetd/attest/eventlogs"
 	"github.com/folly-infra/fleetd/dev/netboxemu"
-	"github.com/folly-infra/fleetd/dev/swtpm/eventlogs"
 	"github.com/folly-infra/fleetd/fleet"
 	"github.com/folly-infra/fleetd/netbox"
 	"github.com/folly-infra/fleetd/pki"

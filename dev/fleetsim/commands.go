@@ -10,8 +10,8 @@ import (
 
 	tinkv1 "github.com/tinkerbell/tink/api/v1alpha1"
 
+	"github.com/folly-infra/fleetd/attest/eventlogs"
 	"github.com/folly-infra/fleetd/dev/stack"
-	"github.com/folly-infra/fleetd/dev/swtpm/eventlogs"
 )
 
 // restart restarts fleetd the way a reboot of spore would: SIGTERM, then the supervisor of

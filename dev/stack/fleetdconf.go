@@ -11,8 +11,8 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/folly-infra/fleetd/attest/eventlogs"
 	"github.com/folly-infra/fleetd/config"
-	"github.com/folly-infra/fleetd/dev/swtpm/eventlogs"
 )
 
 // fleetdConfig is what the stack's fleetd.yaml is made from.

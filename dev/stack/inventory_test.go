@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"github.com/folly-infra/fleetd/api"
+	"github.com/folly-infra/fleetd/attest/eventlogs"
 	"github.com/folly-infra/fleetd/dev/netboxemu"
 	"github.com/folly-infra/fleetd/dev/stack"
-	"github.com/folly-infra/fleetd/dev/swtpm/eventlogs"
 )
 
 // inventoryWindow is the test stack's inventory.boot_check_window (main_test.go): short, so that

@@ -13,8 +13,8 @@ import (
 	tinkv1 "github.com/tinkerbell/tink/api/v1alpha1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/folly-infra/fleetd/attest/eventlogs"
 	"github.com/folly-infra/fleetd/dev/stack"
-	"github.com/folly-infra/fleetd/dev/swtpm/eventlogs"
 )
 
 // lifecycleDevices are the test stack's own devices for the machine steps (Options.MoreDevices):

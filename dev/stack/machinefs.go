@@ -6,7 +6,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/folly-infra/fleetd/dev/swtpm/eventlogs"
+	"github.com/folly-infra/fleetd/attest/eventlogs"
 )
 
 // A simulated machine's hardware, as files under its directory: the agent and the example wipe

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/folly-infra/fleetd/dev/swtpm/eventlogs"
+	"github.com/folly-infra/fleetd/attest/eventlogs"
 )
 
 // TestStartOnATakenDataPort: the data port picked for swtpm is taken by another listener (another

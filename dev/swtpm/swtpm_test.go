@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/folly-infra/fleetd/agent/tpmconn"
+	"github.com/folly-infra/fleetd/attest/eventlogs"
 	"github.com/folly-infra/fleetd/dev/swtpm"
-	"github.com/folly-infra/fleetd/dev/swtpm/eventlogs"
 	"github.com/google/go-attestation/attest"
 	"github.com/google/go-tpm/legacy/tpm2"
 )
