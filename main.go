@@ -8,6 +8,10 @@
 //	fleetd boot-check [flags]             the running node's hourly boot check
 //	fleetd plan DEVICE [--action A]       what fleetd would do for a device's request, writing nothing
 //	fleetd inventory check [DEVICE...]    NetBox's declaration against the machines' attested facts
+//
+// This package is main and what composes the server (serve.go, wire.go, loops.go, logging.go);
+// every other command is package cli's, which never imports this one (docs/design.md,
+// "Packages").
 package main
 
 import (
@@ -17,6 +21,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/folly-infra/fleetd/cli"
 )
 
 // version is stamped at build time (-X main.version=...).
@@ -40,10 +46,11 @@ commands:
                             NetBox's declaration against what fleetd last learned of the machines
   version                   print the version
 
-Run "fleetd <command> -h" for a command's flags.
+Run "fleetd <command> --help" for a command's flags.
 `
 
-// run dispatches the subcommand and returns the process exit code.
+// run dispatches the command and returns the process exit code. Every command but serve and
+// version is package cli's.
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
@@ -53,28 +60,40 @@ func run(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	switch args[0] {
 	case "serve":
-		return serve(ctx, args[1:], stderr)
+		return serve(ctx, args[1:], stdout, stderr)
 	case "check":
-		return check(args[1:], stdout, stderr)
+		return cli.Check(args[1:], stdout, stderr)
 	case "enroll":
-		return enroll(ctx, args[1:], stderr)
+		return cli.Enroll(ctx, args[1:], stdout, stderr)
 	case "wipe-receipt":
-		return wipeReceipt(ctx, args[1:], stderr)
+		return cli.WipeReceipt(ctx, args[1:], stdout, stderr)
 	case "boot-check":
-		return bootCheck(ctx, args[1:], stderr)
+		return cli.BootCheck(ctx, args[1:], stdout, stderr)
 	case "policy":
-		return policy(args[1:], stdout, stderr)
+		return cli.Policy(args[1:], stdout, stderr)
 	case "plan":
-		return plan(ctx, args[1:], stdout, stderr)
+		return cli.Plan(ctx, args[1:], stdout, stderr)
 	case "inventory":
-		return inventory(ctx, args[1:], stdout, stderr)
+		return cli.Inventory(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-v":
-		fmt.Fprintln(stdout, "fleetd", version)
-		return 0
+		return printVersion(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
 	}
 	fmt.Fprintf(stderr, "fleetd: unknown command %q\n\n%s", args[0], usage)
 	return 2
+}
+
+func printVersion(args []string, stdout, stderr io.Writer) int {
+	fs := cli.NewFlagSet("version", "usage: fleetd version\n\nPrints fleetd's version.")
+	pos, code, ok := cli.Parse(fs, args, stdout, stderr)
+	if !ok {
+		return code
+	}
+	if code, ok := cli.NoArgs(fs, pos, stderr); !ok {
+		return code
+	}
+	fmt.Fprintln(stdout, "fleetd", version)
+	return 0
 }

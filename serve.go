@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,20 +10,29 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/folly-infra/fleetd/cli"
 	"github.com/folly-infra/fleetd/config"
 	"github.com/folly-infra/fleetd/fleet"
 )
 
+const serveUsage = `usage: fleetd serve [--config FILE] [--listen-http HOST:PORT] [--listen-https HOST:PORT]
+
+Runs the service until SIGINT or SIGTERM: the HTTP server, the periodic reconcile, the Workflow
+watch and the Kea reservations (docs/operate.md).`
+
 // serve runs the service until a signal arrives: the HTTP server, the periodic reconcile, the
 // Workflow watch and the Kea reservations, each a task of one errgroup.
-func serve(ctx context.Context, args []string, stderr io.Writer) int {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := cli.NewFlagSet("serve", serveUsage)
 	cfgPath := fs.String("config", "fleetd.yaml", "the config file")
 	listenHTTP := fs.String("listen-http", "", "override listen.http (host:port)")
 	listenHTTPS := fs.String("listen-https", "", "override listen.https (host:port; needs tls in the config)")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	pos, code, ok := cli.Parse(fs, args, stdout, stderr)
+	if !ok {
+		return code
+	}
+	if code, ok := cli.NoArgs(fs, pos, stderr); !ok {
+		return code
 	}
 	cfg, err := config.Load(*cfgPath, config.Override{ListenHTTP: *listenHTTP, ListenHTTPS: *listenHTTPS})
 	if err != nil { // before log.format is known: JSON, the default, like every later line

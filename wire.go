@@ -19,6 +19,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/folly-infra/fleetd/attest"
+	"github.com/folly-infra/fleetd/cli"
 	"github.com/folly-infra/fleetd/config"
 	"github.com/folly-infra/fleetd/fleet"
 	"github.com/folly-infra/fleetd/handlers"
@@ -58,11 +59,11 @@ func wire(ctx context.Context, cfg *config.Config, log zerolog.Logger) (*app, er
 	}
 	a := &app{cfg: cfg, log: log, keaPoke: make(chan struct{}, 1), up: newDependencyGauge(reg)}
 
-	catalog, err := loadCatalog(cfg.Path(cfg.ClassesFile))
+	catalog, err := cli.LoadCatalog(cfg.Path(cfg.ClassesFile))
 	if err != nil {
 		return nil, fmt.Errorf("classes_file: %w", err)
 	}
-	refused, notes := checkCloudInit(catalog) // as fleetd check does: before any disk is erased for it
+	refused, notes := cli.CheckCloudInit(catalog) // as fleetd check does: before any disk is erased for it
 	if len(refused) > 0 {
 		return nil, fmt.Errorf("classes_file: %s", strings.Join(refused, "; "))
 	}
@@ -92,7 +93,7 @@ func wire(ctx context.Context, cfg *config.Config, log zerolog.Logger) (*app, er
 	if err != nil {
 		return nil, err
 	}
-	if att.BootPolicy, err = loadBootPolicy(cfg.Path(cfg.Attestation.BootPolicyFile), catalog); err != nil {
+	if att.BootPolicy, err = cli.LoadBootPolicy(cfg.Path(cfg.Attestation.BootPolicyFile), catalog); err != nil {
 		return nil, fmt.Errorf("attestation.boot_policy_file: %w", err)
 	}
 	a.service, err = fleet.NewService(fleet.Config{FleetdURL: cfg.PublicURL,

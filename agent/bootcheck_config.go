@@ -60,8 +60,8 @@ func (c BootCheckConfig) withDefaults() (BootCheckConfig, error) {
 }
 
 // ParseBootCheckArgs reads `fleetd boot-check`'s flags, each defaulting to its environment
-// variable. --url is the same as --fleetd-url (the deploy files use it). Errors are *UsageError
-// (help text included for -h).
+// variable. --url is the same as --fleetd-url (the deploy files use it). Errors are *UsageError;
+// -h or --help write the usage to stderr and return flag.ErrHelp.
 func ParseBootCheckArgs(args []string, getenv func(string) string, stderr io.Writer) (BootCheckConfig, error) {
 	var c BootCheckConfig
 	fs := flag.NewFlagSet("fleetd boot-check", flag.ContinueOnError)

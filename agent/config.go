@@ -3,6 +3,7 @@ package agent
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -120,7 +121,9 @@ func (c *Conn) addFlags(fs *flag.FlagSet, getenv func(string) string) {
 // parseFlags parses a command's flags, refuses extra arguments, and turns --retries 0 into no
 // retries (a zero Conn.Retries means the default). Errors are *UsageError.
 func (c *Conn) parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
+	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
+		return err // the usage asked for is written: not a misuse
+	} else if err != nil {
 		return &UsageError{Msg: err.Error()}
 	}
 	if fs.NArg() > 0 {
@@ -155,7 +158,8 @@ func newHTTPClient(caFile string, timeout time.Duration) (*http.Client, error) {
 
 // ParseEnrollArgs reads `fleetd enroll`'s flags, each defaulting to its environment variable,
 // which is how a Tinkerbell Template passes the hardwareMap to the action. Errors are
-// *UsageError (help text included for -h).
+// *UsageError, after the flag package's complaint and the usage are written to stderr; -h or
+// --help write the usage there and return flag.ErrHelp.
 func ParseEnrollArgs(args []string, getenv func(string) string, stderr io.Writer) (EnrollConfig, error) {
 	var c EnrollConfig
 	fs := flag.NewFlagSet("fleetd enroll", flag.ContinueOnError)

@@ -1,7 +1,10 @@
-package main
+package cli
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -12,14 +15,14 @@ import (
 	"github.com/folly-infra/fleetd/api"
 )
 
-// enroll is the HookOS agent, the first action of every Workflow (agent/README.md has its flags,
+// Enroll is the HookOS agent, the first action of every Workflow (agent/README.md has its flags,
 // environment and exit codes). It is the agent image's entrypoint, so an action whose
 // FLEETD_ACTION is wipe-receipt runs `fleetd wipe-receipt` through it; any other FLEETD_ACTION
 // but enroll (or none) is refused, so a misspelt receipt step fails loudly instead of enrolling.
-func enroll(ctx context.Context, args []string, stderr io.Writer) int {
+func Enroll(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch a := os.Getenv(api.AgentActionEnv); a {
 	case api.AgentActionWipeReceipt:
-		return wipeReceipt(ctx, args, stderr)
+		return WipeReceipt(ctx, args, stdout, stderr)
 	case "", api.AgentActionEnroll:
 	default:
 		log := agentLog(stderr, "enroll")
@@ -27,7 +30,11 @@ func enroll(ctx context.Context, args []string, stderr io.Writer) int {
 			api.AgentActionEnv, a, api.AgentActionEnroll, api.AgentActionWipeReceipt)})
 	}
 	log := agentLog(stderr, "enroll")
-	cfg, err := agent.ParseEnrollArgs(args, os.Getenv, stderr)
+	var usage bytes.Buffer
+	cfg, err := agent.ParseEnrollArgs(args, os.Getenv, &usage)
+	if code, done := agentUsage(err, &usage, stdout, stderr); done {
+		return code
+	}
 	if err == nil {
 		cfg.Log = log
 		err = agent.Enroll(ctx, cfg)
@@ -35,11 +42,15 @@ func enroll(ctx context.Context, args []string, stderr io.Writer) int {
 	return agentExit(log, "enroll", err)
 }
 
-// wipeReceipt sends a wipe's or a retirement's receipt after the erase (agent/README.md,
+// WipeReceipt sends a wipe's or a retirement's receipt after the erase (agent/README.md,
 // docs/http.md "Wipe receipts").
-func wipeReceipt(ctx context.Context, args []string, stderr io.Writer) int {
+func WipeReceipt(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	log := agentLog(stderr, "wipe-receipt")
-	cfg, err := agent.ParseWipeReceiptArgs(args, os.Getenv, stderr)
+	var usage bytes.Buffer
+	cfg, err := agent.ParseWipeReceiptArgs(args, os.Getenv, &usage)
+	if code, done := agentUsage(err, &usage, stdout, stderr); done {
+		return code
+	}
 	if err == nil {
 		cfg.Log = log
 		err = agent.WipeReceipt(ctx, cfg)
@@ -47,15 +58,30 @@ func wipeReceipt(ctx context.Context, args []string, stderr io.Writer) int {
 	return agentExit(log, "wipe-receipt", err)
 }
 
-// bootCheck is the node's hourly boot check (docs/boot-checks.md has its flags and exit codes).
-func bootCheck(ctx context.Context, args []string, stderr io.Writer) int {
+// BootCheck is the node's hourly boot check (docs/boot-checks.md has its flags and exit codes).
+func BootCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	log := agentLog(stderr, "boot-check")
-	cfg, err := agent.ParseBootCheckArgs(args, os.Getenv, stderr)
+	var usage bytes.Buffer
+	cfg, err := agent.ParseBootCheckArgs(args, os.Getenv, &usage)
+	if code, done := agentUsage(err, &usage, stdout, stderr); done {
+		return code
+	}
 	if err == nil {
 		cfg.Log = log
 		err = agent.BootCheck(ctx, cfg)
 	}
 	return agentExit(log, "boot-check", err)
+}
+
+// agentUsage sends what the agent's flag parsing wrote: the usage asked for with -h or --help
+// to stdout, and the run is over (0); a complaint to stderr, before the run's last line.
+func agentUsage(err error, usage *bytes.Buffer, stdout, stderr io.Writer) (code int, done bool) {
+	if errors.Is(err, flag.ErrHelp) {
+		_, _ = stdout.Write(usage.Bytes())
+		return 0, true
+	}
+	_, _ = stderr.Write(usage.Bytes())
+	return 0, false
 }
 
 // agentLog is the agents' log: JSON lines on stderr, each naming the command, as fleetd serve's

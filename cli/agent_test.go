@@ -1,8 +1,10 @@
-package main
+package cli
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"io"
 	"strings"
 	"testing"
 )
@@ -34,7 +36,9 @@ func TestAgentFailureLineIsJSON(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv("FLEETD_ACTION", tc.action)
 			var stdout, stderr bytes.Buffer
-			code := run(tc.args, &stdout, &stderr)
+			agent := map[string]func(context.Context, []string, io.Writer, io.Writer) int{
+				"enroll": Enroll, "boot-check": BootCheck, "wipe-receipt": WipeReceipt}[tc.args[0]]
+			code := agent(context.Background(), tc.args[1:], &stdout, &stderr)
 			if code == 0 || tc.code != 0 && code != tc.code {
 				t.Fatalf("fleetd %v exited %d, want %d; stderr:\n%s", tc.args, code, tc.code, stderr.String())
 			}

@@ -1,28 +1,30 @@
-package main
+package cli
 
 import (
-	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"strings"
 
 	"github.com/folly-infra/fleetd/attest"
-	"github.com/folly-infra/fleetd/cloudinit"
 	"github.com/folly-infra/fleetd/config"
 	"github.com/folly-infra/fleetd/fleet"
 	"github.com/folly-infra/fleetd/handlers"
 	"github.com/folly-infra/fleetd/netbox"
 )
 
-// check validates a config and the files it names without starting anything (docs/design.md §7), so the
+const checkUsage = `usage: fleetd check [--config FILE] [--classes FILE] [--webhooks FILE] [--boot-policy FILE] [--templates DIR] [--skip-files]
+
+Validates the config and the files it names (classes.json, netbox-webhooks.yaml, the boot policy)
+without starting anything, as fleetd serve would at its start, and with --templates the site's
+Tinkerbell Templates. Exit status 0 when all are right, 1 with every problem listed.`
+
+// Check validates a config and the files it names without starting anything (docs/design.md §7), so the
 // infrastructure repo's CI can run it on every change. It prints every problem and exits 1 when
 // there is one.
-func check(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("check", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+func Check(args []string, stdout, stderr io.Writer) int {
+	fs := NewFlagSet("check", checkUsage)
 	cfgPath := fs.String("config", "fleetd.yaml", "the config file")
 	var files checkedFiles
 	fs.StringVar(&files.classes, "classes", "", "classes.json to check (default: the config's classes_file)")
@@ -30,8 +32,12 @@ func check(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&files.bootPolicy, "boot-policy", "", "the boot policy to check (default: the config's attestation.boot_policy_file; with --skip-files only when it exists)")
 	fs.StringVar(&files.templates, "templates", "", "a directory of the Tinkerbell Template manifests the classes name, to check as fleetd checks them for a request (default: none)")
 	skipFiles := fs.Bool("skip-files", false, "do not require the secret and CA files the config names to exist (CI of the infrastructure repo)")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	pos, code, ok := Parse(fs, args, stdout, stderr)
+	if !ok {
+		return code
+	}
+	if code, ok := NoArgs(fs, pos, stderr); !ok {
+		return code
 	}
 	var p problems
 	cfg, err := config.Load(*cfgPath, config.Override{SkipFiles: *skipFiles})
@@ -115,13 +121,13 @@ func (f *checkedFiles) checkClasses(p *problems, stdout io.Writer) *fleet.Catalo
 		return nil
 	}
 	var catalog *fleet.Catalog
-	cat, err := loadCatalog(f.classes)
+	cat, err := LoadCatalog(f.classes)
 	if err != nil {
 		p.add(f.classes, err)
 	} else {
 		catalog = &cat
 	}
-	refused, notes := checkCloudInit(cat)
+	refused, notes := CheckCloudInit(cat)
 	for _, r := range refused {
 		*p = append(*p, f.classes+": "+r)
 	}
@@ -131,49 +137,10 @@ func (f *checkedFiles) checkClasses(p *problems, stdout io.Writer) *fleet.Catalo
 	return catalog
 }
 
-// checkCloudInit runs the real `cloud-init schema` over the user-data of every cloud-init-nocloud
-// class, so that a class the node's cloud-init would refuse fails here (and at fleetd serve's
-// start: the NixOS module puts cloud-init on the unit's path) rather than on the node's first
-// boot, after its disk was erased. It returns one line per refusal, and notes for what it could
-// not check (cloud-init not installed, user-data that is not #cloud-config), which are not
-// problems of the files.
-func checkCloudInit(cat fleet.Catalog) (problems, notes []string) {
-	for _, name := range cat.Names() {
-		c, _ := cat.Class(name)
-		if c.Kind != fleet.KindCloudInit || c.CloudInit == nil {
-			continue
-		}
-		if !cloudinit.IsCloudConfig(c.CloudInit.UserData) {
-			notes = append(notes, fmt.Sprintf("class %q's user-data is not #cloud-config; cloud-init schema checks only #cloud-config", name))
-			continue
-		}
-		err := cloudinit.Schema(context.Background(), []byte(c.CloudInit.UserData))
-		var refused *cloudinit.SchemaError
-		switch {
-		case errors.Is(err, cloudinit.ErrNotInstalled):
-			notes = append(notes, fmt.Sprintf("cloud-init is not installed here, so class %q's user-data was NOT validated (install cloud-init, or run fleetd check where it is)", name))
-		case errors.As(err, &refused):
-			problems = append(problems, fmt.Sprintf("class %q: cloud_init.user_data is refused by cloud-init: %s", name, refused.Output))
-		case err != nil:
-			problems = append(problems, fmt.Sprintf("class %q: cloud_init.user_data could not be checked: %v", name, err))
-		}
-	}
-	return problems, notes
-}
-
-func loadCatalog(path string) (fleet.Catalog, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return fleet.Catalog{}, err
-	}
-	defer f.Close()
-	return fleet.LoadCatalog(f)
-}
-
 // checkBootPolicy validates the boot policy, against the catalogue when it loaded.
 func checkBootPolicy(path string, catalog *fleet.Catalog) error {
 	if catalog != nil {
-		_, err := loadBootPolicy(path, *catalog)
+		_, err := LoadBootPolicy(path, *catalog)
 		return err
 	}
 	b, err := os.ReadFile(path)

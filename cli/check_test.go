@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -15,7 +15,7 @@ func TestCheck(t *testing.T) {
 	if err := os.WriteFile(bad, []byte(`{"classes": {"a": {"kind": "windows"}, "b": {"kind": "talos"}}}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	hooks, err := os.ReadFile("netbox-webhooks.yaml")
+	hooks, err := os.ReadFile("../netbox-webhooks.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,8 +39,8 @@ func TestCheck(t *testing.T) {
 		return p
 	}
 	withPolicy := func(p string) []string {
-		return []string{"--skip-files", "--config", "examples/fleetd.yaml", "--classes", "examples/classes.json",
-			"--webhooks", "netbox-webhooks.yaml", "--boot-policy", p}
+		return []string{"--skip-files", "--config", "../examples/fleetd.yaml", "--classes", "../examples/classes.json",
+			"--webhooks", "../netbox-webhooks.yaml", "--boot-policy", p}
 	}
 	rows := []struct {
 		name     string
@@ -48,7 +48,7 @@ func TestCheck(t *testing.T) {
 		wantCode int
 		want     []string
 	}{
-		{"ok/the example boot policy", withPolicy("examples/boot-policy.json"), 0, []string{"fleetd check: ok"}},
+		{"ok/the example boot policy", withPolicy("../examples/boot-policy.json"), 0, []string{"fleetd check: ok"}},
 		{"refuse/a boot policy for a class classes.json lacks", withPolicy(policy(`{"version":1,"fleet":[{"name":"","efi_applications":["` + h + `"],"loaded_files":[]}],` +
 			`"classes":{"gpu-worker":[{"name":"","efi_applications":["` + h + `"],"loaded_files":[]}]}}`)), 1,
 			[]string{`the boot policy has a list for "gpu-worker", which classes.json does not have`}},
@@ -57,18 +57,18 @@ func TestCheck(t *testing.T) {
 			[]string{"allows no boot for the installable classes", "talos-worker"}},
 		{"refuse/a malformed boot policy", withPolicy(policy(`{"version":1,"fleet":[{"efi_applications":["nope"]}]}`)), 1,
 			[]string{`"nope" is not a lowercase hex SHA-256`}},
-		{"ok/the examples, without spore's files", []string{"--skip-files", "--config", "examples/fleetd.yaml",
-			"--classes", "examples/classes.json", "--webhooks", "netbox-webhooks.yaml"}, 0, []string{"fleetd check: ok"}},
-		{"refuse/the examples need spore's secret files", []string{"--config", "examples/fleetd.yaml",
-			"--classes", "examples/classes.json", "--webhooks", "netbox-webhooks.yaml"}, 1, []string{"netbox.token_file: cannot read"}},
-		{"refuse/every problem of a bad classes.json", []string{"--skip-files", "--config", "examples/fleetd.yaml",
-			"--classes", bad, "--webhooks", "netbox-webhooks.yaml"}, 1, []string{`class "a": "kind" "windows" is unknown`, `class "b": kind talos needs a "talos" block`}},
-		{"refuse/a webhook path fleetd does not serve", []string{"--skip-files", "--config", "examples/fleetd.yaml",
-			"--classes", "examples/classes.json", "--webhooks", misspelt}, 1,
+		{"ok/the examples, without spore's files", []string{"--skip-files", "--config", "../examples/fleetd.yaml",
+			"--classes", "../examples/classes.json", "--webhooks", "../netbox-webhooks.yaml"}, 0, []string{"fleetd check: ok"}},
+		{"refuse/the examples need spore's secret files", []string{"--config", "../examples/fleetd.yaml",
+			"--classes", "../examples/classes.json", "--webhooks", "../netbox-webhooks.yaml"}, 1, []string{"netbox.token_file: cannot read"}},
+		{"refuse/every problem of a bad classes.json", []string{"--skip-files", "--config", "../examples/fleetd.yaml",
+			"--classes", bad, "--webhooks", "../netbox-webhooks.yaml"}, 1, []string{`class "a": "kind" "windows" is unknown`, `class "b": kind talos needs a "talos" block`}},
+		{"refuse/a webhook path fleetd does not serve", []string{"--skip-files", "--config", "../examples/fleetd.yaml",
+			"--classes", "../examples/classes.json", "--webhooks", misspelt}, 1,
 			[]string{"calls /v1/netbox/webhook/provison, which fleetd does not serve", "no webhook calls /v1/netbox/webhook/provision"}},
 		{"refuse/no such config", []string{"--config", "nope.yaml"}, 1, []string{"nope.yaml"}},
-		{"refuse/user-data real cloud-init refuses", []string{"--skip-files", "--config", "examples/fleetd.yaml",
-			"--classes", oldLab, "--webhooks", "netbox-webhooks.yaml"}, 1,
+		{"refuse/user-data real cloud-init refuses", []string{"--skip-files", "--config", "../examples/fleetd.yaml",
+			"--classes", oldLab, "--webhooks", "../netbox-webhooks.yaml"}, 1,
 			[]string{`class "ubuntu-lab": cloud_init.user_data is refused by cloud-init: Cloud config schema errors: users.0:`}},
 	}
 	if _, err := exec.LookPath("cloud-init"); err != nil {
@@ -77,7 +77,7 @@ func TestCheck(t *testing.T) {
 	for _, r := range rows {
 		t.Run(r.name, func(t *testing.T) {
 			var out, errOut bytes.Buffer
-			code := run(append([]string{"check"}, r.args...), &out, &errOut)
+			code := Check(r.args, &out, &errOut)
 			if code != r.wantCode {
 				t.Fatalf("exit %d, want %d\nstdout: %s\nstderr: %s", code, r.wantCode, out.String(), errOut.String())
 			}
@@ -96,8 +96,8 @@ func TestCheck(t *testing.T) {
 func TestCheckWithoutCloudInit(t *testing.T) {
 	t.Setenv("PATH", t.TempDir())
 	var out, errOut bytes.Buffer
-	code := run([]string{"check", "--skip-files", "--config", "examples/fleetd.yaml", "--classes", "examples/classes.json",
-		"--webhooks", "netbox-webhooks.yaml"}, &out, &errOut)
+	code := Check([]string{"--skip-files", "--config", "../examples/fleetd.yaml", "--classes", "../examples/classes.json",
+		"--webhooks", "../netbox-webhooks.yaml"}, &out, &errOut)
 	want := `fleetd check: note: cloud-init is not installed here, so class "ubuntu-lab"'s user-data was NOT validated`
 	if code != 0 || !strings.Contains(out.String(), want) {
 		t.Errorf("exit %d, want 0 and %q\nstdout: %s\nstderr: %s", code, want, out.String(), errOut.String())
@@ -112,7 +112,7 @@ func TestCheckTemplates(t *testing.T) {
 	site := func(t *testing.T, change func(dir string)) string {
 		t.Helper()
 		dir := t.TempDir()
-		files, err := filepath.Glob("examples/tinkerbell/*.yaml")
+		files, err := filepath.Glob("../examples/tinkerbell/*.yaml")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -160,7 +160,7 @@ func TestCheckTemplates(t *testing.T) {
 		wantCode int
 		want     []string
 	}{
-		{"ok/the example Templates", "examples/tinkerbell", 0, []string{"fleetd check: ok"}},
+		{"ok/the example Templates", "../examples/tinkerbell", 0, []string{"fleetd check: ok"}},
 		{"refuse/a wipe Template without the receipt step", site(t, dropReceipt),
 			1, []string{`class "alpine-edge", "nixos-builder", "talos-cp", "talos-worker", "ubuntu-lab": wipe: Template wipe: ` + strings.ReplaceAll(noReceipt, "%s", "wipe")}},
 		{"refuse/a retirement Template whose receipt step is misspelt", site(t, edit("retire.yaml", "FLEETD_ACTION: wipe-receipt", "FLEETD_ACTION: wipe_receipt")),
@@ -174,8 +174,8 @@ func TestCheckTemplates(t *testing.T) {
 	for _, r := range rows {
 		t.Run(r.name, func(t *testing.T) {
 			var out, errOut bytes.Buffer
-			code := run([]string{"check", "--skip-files", "--config", "examples/fleetd.yaml", "--classes", "examples/classes.json",
-				"--webhooks", "netbox-webhooks.yaml", "--templates", r.dir}, &out, &errOut)
+			code := Check([]string{"--skip-files", "--config", "../examples/fleetd.yaml", "--classes", "../examples/classes.json",
+				"--webhooks", "../netbox-webhooks.yaml", "--templates", r.dir}, &out, &errOut)
 			all := out.String() + errOut.String()
 			if code != r.wantCode {
 				t.Fatalf("exit %d, want %d\n%s", code, r.wantCode, all)

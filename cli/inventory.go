@@ -1,8 +1,7 @@
-package main
+package cli
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"net/url"
@@ -11,20 +10,21 @@ import (
 	"github.com/folly-infra/fleetd/api"
 )
 
-// inventory asks the running fleetd to compare NetBox with the machines (GET /v1/inventory,
+// Inventory asks the running fleetd to compare NetBox with the machines (GET /v1/inventory,
 // docs/http.md "Check the inventory") and prints one line per difference: human text, or the
 // JSON with -o json. Exit status 0 when every device agrees (stale facts and devices without facts
 // are listed, not counted), 1 when something differs, 2 when it could not check.
-func inventory(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+func Inventory(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	const usage = "usage: fleetd inventory check [flags] [DEVICE...]"
-	if len(args) == 0 || args[0] != "check" {
-		fmt.Fprintln(stderr, usage)
-		return 2
+	const help = usage + "\n\nNetBox's declaration of each fleet device (or each DEVICE) against what fleetd last learned of the machine; writes nothing."
+	args, code, ok := Subcommand("inventory", "check", help, args, stdout, stderr)
+	if !ok {
+		return code
 	}
-	cmd := newOperatorCommand("inventory check", usage+"\n\nNetBox's declaration of each fleet device (or each DEVICE) against what fleetd last learned of the machine; writes nothing.", stderr)
-	devices, err := parseInterspersedArgs(cmd.flags, args[1:])
-	if err != nil {
-		return 2 // the flag package said why
+	cmd := newOperatorCommand("inventory check", help, stderr)
+	devices, code, ok := Parse(cmd.flags, args, stdout, stderr)
+	if !ok {
+		return code
 	}
 	c, err := cmd.client()
 	if err != nil {
@@ -45,21 +45,6 @@ func inventory(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return 1
 	}
 	return 0
-}
-
-// parseInterspersedArgs parses flags standing anywhere among the positional arguments.
-func parseInterspersedArgs(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		if fs.NArg() == 0 {
-			return pos, nil
-		}
-		pos = append(pos, fs.Arg(0))
-		args = fs.Args()[1:]
-	}
 }
 
 // printInventory writes one line per difference and per stale half, then a summary.

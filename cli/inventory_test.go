@@ -1,7 +1,8 @@
-package main
+package cli
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"os"
@@ -37,7 +38,7 @@ func TestInventoryCommand(t *testing.T) {
 	}
 	check := func(args ...string) (int, string, string) {
 		var out, errOut bytes.Buffer
-		code := run(append([]string{"inventory", "check", "--url", f.URL, "--token-file", tok}, args...), &out, &errOut)
+		code := Inventory(context.Background(), append([]string{"check", "--url", f.URL, "--token-file", tok}, args...), &out, &errOut)
 		return code, out.String(), errOut.String()
 	}
 	before := []fleet.Device{f.Inv.Get(1), f.Inv.Get(2)}

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -32,12 +32,7 @@ type operatorCommand struct {
 // newOperatorCommand is the command's flag set with the operator flags and -o registered; usage
 // is its first lines of help, before the flags.
 func newOperatorCommand(name, usage string, stderr io.Writer) *operatorCommand {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, usage)
-		fs.PrintDefaults()
-	}
+	fs := NewFlagSet(name, usage)
 	c := &operatorCommand{name: name, flags: fs, stderr: stderr}
 	c.conn.register(fs)
 	c.format = fs.String("o", "text", "output: text or json")

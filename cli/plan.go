@@ -1,26 +1,28 @@
-package main
+package cli
 
 import (
 	"context"
-	"errors"
-	"flag"
-	"fmt"
 	"io"
 	"net/url"
 
 	"github.com/folly-infra/fleetd/api"
 )
 
-// plan asks the running fleetd what a device's request would do (GET /v1/devices/{name}/plan,
+// Plan asks the running fleetd what a device's request would do (GET /v1/devices/{name}/plan,
 // docs/http.md "Plan a request") and prints it: human text, or the JSON with -o json. Exit
 // status 0 when the request would be carried out (or there is none), 1 when it would be
 // refused, rejected or fail before anything runs, 2 when no plan could be had.
-func plan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+func Plan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cmd := newOperatorCommand("plan", "usage: fleetd plan [flags] DEVICE\n\nWhat fleetd would do for DEVICE's request, or for --action; writes nothing.", stderr)
 	action := cmd.flags.String("action", "", "plan this action (provision, attest, wipe, retire) instead of the request NetBox holds")
-	device, err := parseWithOneArg(cmd.flags, args)
-	if err != nil {
-		return cmd.fail(err)
+	devices, code, ok := Parse(cmd.flags, args, stdout, stderr)
+	switch {
+	case !ok:
+		return code
+	case len(devices) == 0:
+		return Misuse(cmd.flags, stderr, "name the device")
+	case len(devices) > 1:
+		return Misuse(cmd.flags, stderr, "one device only, not also %q", devices[1:])
 	}
 	c, err := cmd.client()
 	if err != nil {
@@ -31,7 +33,7 @@ func plan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		q.Set("action", *action)
 	}
 	var p api.Plan
-	body, err := c.get(ctx, "/v1/devices/"+url.PathEscape(device)+"/plan", q, &p)
+	body, err := c.get(ctx, "/v1/devices/"+url.PathEscape(devices[0])+"/plan", q, &p)
 	if err != nil {
 		return cmd.fail(err)
 	}
@@ -41,22 +43,4 @@ func plan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
-}
-
-// parseWithOneArg parses flags before and after the one positional argument.
-func parseWithOneArg(fs *flag.FlagSet, args []string) (string, error) {
-	if err := fs.Parse(args); err != nil {
-		return "", err
-	}
-	if fs.NArg() == 0 {
-		return "", errors.New("name the device")
-	}
-	arg, rest := fs.Arg(0), fs.Args()[1:]
-	if err := fs.Parse(rest); err != nil {
-		return "", err
-	}
-	if fs.NArg() > 0 {
-		return "", fmt.Errorf("one device only, not also %q", fs.Arg(0))
-	}
-	return arg, nil
 }

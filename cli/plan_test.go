@@ -1,7 +1,8 @@
-package main
+package cli
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -28,7 +29,7 @@ func TestPlanCommand(t *testing.T) {
 	}
 	fleetdPlan := func(args ...string) (int, string, string) {
 		var out, errOut bytes.Buffer
-		code := run(append([]string{"plan", "--url", f.URL, "--token-file", tok}, args...), &out, &errOut)
+		code := Plan(context.Background(), append([]string{"--url", f.URL, "--token-file", tok}, args...), &out, &errOut)
 		return code, out.String(), errOut.String()
 	}
 	before := []fleet.Device{f.Inv.Get(1), f.Inv.Get(2)}

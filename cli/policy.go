@@ -1,18 +1,15 @@
-package main
+package cli
 
 import (
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/folly-infra/fleetd/attest"
-	"github.com/folly-infra/fleetd/fleet"
 )
 
 // The boot policy (docs/security.md, "What booted in HookOS") lives in its own file, named by
@@ -21,40 +18,6 @@ import (
 // (settings) and classes.json (the owner's catalogue). Its per-class lists name classes of
 // classes.json.
 
-// loadBootPolicy reads and validates the boot policy file against the catalogue: strictly
-// decoded, every digest well formed, every class it names a class of classes.json, and every
-// installable class allowed at least one boot.
-func loadBootPolicy(path string, catalog fleet.Catalog) (*attest.BootPolicy, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	p, err := attest.ParseBootPolicy(b)
-	if err != nil {
-		return nil, err
-	}
-	var unknown []string
-	for _, name := range p.Classes() {
-		if _, ok := catalog.Class(name); !ok {
-			unknown = append(unknown, fmt.Sprintf("%q", name))
-		}
-	}
-	if len(unknown) > 0 {
-		return nil, fmt.Errorf("the boot policy has a list for %s, which classes.json does not have (known: %s)",
-			strings.Join(unknown, ", "), strings.Join(catalog.Names(), ", "))
-	}
-	var none []string
-	for _, name := range catalog.Names() {
-		if c, _ := catalog.Class(name); c.Installable && p.Boots(name) == 0 {
-			none = append(none, name)
-		}
-	}
-	if len(none) > 0 {
-		return nil, fmt.Errorf("the boot policy allows no boot for the installable classes %s: learn one for the fleet or for each", strings.Join(none, ", "))
-	}
-	return p, nil
-}
-
 const policyUsage = `usage: fleetd policy learn --policy FILE --event-log FILE [--class NAME] [--name LABEL]
 
 Adds the boot of a known-good HookOS netboot to the boot policy: the SHA-256 digests of the EFI
@@ -62,28 +25,28 @@ applications its firmware loaded (PCR 4) and of what its loader or kernel measur
 from the netboot's event log (/sys/kernel/security/tpm0/binary_bios_measurements in HookOS). The
 boot goes to the fleet's list, or with --class to that class's own list, which then replaces the
 fleet's for the class. The file is created when it does not exist. Learn only a boot you know is
-yours: the log is taken as it is.
-`
+yours: the log is taken as it is.`
 
-// policy runs `fleetd policy learn`.
-func policy(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] != "learn" {
-		fmt.Fprint(stderr, policyUsage)
-		return 2
+// Policy runs `fleetd policy learn`.
+func Policy(args []string, stdout, stderr io.Writer) int {
+	args, code, ok := Subcommand("policy", "learn", policyUsage, args, stdout, stderr)
+	if !ok {
+		return code
 	}
-	fs := flag.NewFlagSet("policy learn", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, policyUsage) }
+	fs := NewFlagSet("policy learn", policyUsage)
 	path := fs.String("policy", "", "the boot policy file (attestation.boot_policy_file)")
 	eventLog := fs.String("event-log", "", "the known-good netboot's event log")
 	class := fs.String("class", "", "the class whose own list the boot joins (default: the fleet's)")
 	name := fs.String("name", "", "a label for the boot, e.g. the HookOS release")
-	if err := fs.Parse(args[1:]); err != nil {
-		return 2
+	pos, code, ok := Parse(fs, args, stdout, stderr)
+	if !ok {
+		return code
 	}
-	if *path == "" || *eventLog == "" || fs.NArg() > 0 {
-		fs.Usage()
-		return 2
+	if code, ok := NoArgs(fs, pos, stderr); !ok {
+		return code
+	}
+	if *path == "" || *eventLog == "" {
+		return Misuse(fs, stderr, "--policy and --event-log are required")
 	}
 	added, c, err := learnInto(*path, *eventLog, *class, *name)
 	if err != nil {
