@@ -1,7 +1,8 @@
-// Package eventlogs holds TCG measured-boot event logs recorded on real machines, as data for
-// tests and the development stack: replaying one into a software TPM's PCRs
-// (swtpm.ReplayEventLog) gives a simulated machine a boot that verifies like a real one, and
-// replaying another one models a changed boot. Their origin is recorded in README.md.
+// Package eventlogs holds TCG measured-boot event logs recorded on real machines, the fixtures
+// of attestation's tests and of the tests and development stack that run it: replaying one into
+// a software TPM's PCRs (dev/swtpm ReplayEventLog) gives a simulated machine a boot that
+// verifies like a real one, and replaying another one models a changed boot. Their origin is
+// recorded in README.md. Test fixtures: bin/fleetd does not link this package (TestPackageMap).
 package eventlogs
 
 import _ "embed" // the logs are embedded so the development stack's binary carries them

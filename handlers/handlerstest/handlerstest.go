@@ -34,7 +34,7 @@ type Config struct {
 	EKPolicy attest.EKPolicy
 	EKBundle []byte // manufacturer CAs, for hash+cert
 	// BootPolicy is the HookOS boots that may enroll; default: the boot of every recorded event
-	// log of dev/swtpm/eventlogs (RecordedBoots).
+	// log of attest/eventlogs (RecordedBoots).
 	BootPolicy    *attest.BootPolicy
 	TokenLifetime time.Duration // enrollment tokens and boot-check nonces; default one minute
 	// TokenKey seals both; default all zeros (every fleetd under test opens another's tokens, as
