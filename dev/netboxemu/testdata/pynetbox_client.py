@@ -241,4 +241,36 @@ def _():
     refused(lambda: list(nb.dcim.interfaces.filter(device_id=999)), 400, "999 is not one of the available choices")
 
 
+@check("save-json-object-custom-field")
+def _():
+    # Every device fleetd has enrolled holds objects in its JSON custom fields (fleet_identity,
+    # fleet_facts). pynetbox 7.0.0's flatten_custom reads v["value"] of every dict-valued custom
+    # field, so save() raises KeyError('value') before it sends anything, whatever was changed
+    # (netbox-community/pynetbox issue 457; fixed in 7.0.1 by pull request 518). docs/netbox.md
+    # says which versions can save these devices.
+    facts = {"version": 1, "claimed": {"mac": "AA:BB:CC:00:22:02",
+                                       "disks": [{"serial": "DISK-B2", "path": "/dev/disk/by-id/ata-X_DISK-B2"}]}}
+    r = requests.patch(URL + "/api/dcim/devices/4/", json={"custom_fields": {"fleet_facts": facts}},
+                       headers={"Authorization": "Token " + FLEETD})
+    assert r.status_code == 200, r.text
+    d = nb.dcim.devices.get(name="worker-b")
+    d.serial = "SN-4B"
+    if pynetbox.__version__ == "7.0.0":
+        try:
+            d.save()
+        except KeyError as e:
+            assert e.args == ("value",), e.args
+        else:
+            raise AssertionError("pynetbox 7.0.0 saved a device whose JSON custom field holds an object")
+        assert nb.dcim.devices.get(name="worker-b").serial == "SN-4", "the failed save sent something"
+        # What docs/netbox.md tells 7.0.0's users to do instead: the keys, without the record.
+        assert nb.dcim.devices.update([{"id": d.id, "serial": "SN-4B"}])
+        got = nb.dcim.devices.get(name="worker-b")
+        assert got.serial == "SN-4B" and got.custom_fields["fleet_facts"] == facts, got.custom_fields
+    else:
+        assert d.save()
+        got = nb.dcim.devices.get(name="worker-b")
+        assert got.serial == "SN-4B" and got.custom_fields["fleet_facts"] == facts, got.custom_fields
+
+
 print("done", flush=True)
