@@ -56,7 +56,7 @@ func (c *operatorCommand) client() (*operatorClient, error) {
 // write prints fleetd's answer: its JSON as fleetd sent it with -o json, else text.
 func (c *operatorCommand) write(w io.Writer, body []byte, text func(io.Writer)) {
 	if *c.format == "json" {
-		w.Write(body)
+		_, _ = w.Write(body) // as the text form's prints: a closed stdout has no one to tell
 		return
 	}
 	text(w)

@@ -28,6 +28,7 @@ versions() {
 	tink-controller v0.12.2
 	tink-server v0.12.2
 	tink-worker v0.12.2
+	golangci-lint v2.15.0
 	EOF
 }
 
@@ -71,6 +72,13 @@ build_one() {
 			{ echo "tools.sh: $mod/go.mod does not require github.com/tinkerbell/tink $2: change both together" >&2; exit 1; }
 		(cd "$mod" && CGO_ENABLED=0 "$GO" build -trimpath -buildvcs=false -ldflags "-s -w" \
 			-o "$3/$1" "github.com/tinkerbell/tink/cmd/$1")
+		;;
+	golangci-lint)
+		# reference: golangci-lint's own release build (.goreleaser.yml: ./cmd/golangci-lint,
+		# the version stamped into main; a date, or it reports the build info's "(devel)").
+		modcopy github.com/golangci/golangci-lint/v2 "$2" "$work"
+		(cd "$work" && CGO_ENABLED=0 "$GO" build -trimpath -buildvcs=false \
+			-ldflags "-s -w -X main.version=${2#v} -X main.date=unknown" -o "$3/golangci-lint" ./cmd/golangci-lint)
 		;;
 	*) echo "tools.sh: no build recipe for '$1'" >&2; exit 2 ;;
 	esac
