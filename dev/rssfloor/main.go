@@ -20,6 +20,7 @@ import (
 	_ "github.com/folly-infra/fleetd/agent"
 	_ "github.com/folly-infra/fleetd/api"
 	_ "github.com/folly-infra/fleetd/attest"
+	_ "github.com/folly-infra/fleetd/cli"
 	_ "github.com/folly-infra/fleetd/cloudinit"
 	_ "github.com/folly-infra/fleetd/config"
 	_ "github.com/folly-infra/fleetd/fleet"
