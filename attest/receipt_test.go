@@ -13,8 +13,8 @@ import (
 	"github.com/google/go-tpm-tools/simulator"
 
 	"github.com/folly-infra/fleetd/attest"
+	"github.com/folly-infra/fleetd/attest/eventlogs"
 	"github.com/folly-infra/fleetd/dev/swtpm"
-	"github.com/folly-infra/fleetd/dev/swtpm/eventlogs"
 )
 
 const (
