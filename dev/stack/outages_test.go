@@ -57,6 +57,12 @@ func TestNetBoxUnreachable(t *testing.T) {
 	if del.StatusCode != http.StatusAccepted {
 		t.Errorf("NetBox's delivery was answered %d (%s) while NetBox failed, want 202 (queued before any re-read)", del.StatusCode, del.Err)
 	}
+	// The second delivery is posted only once the first one's re-read has failed: posted while
+	// that work still waits on NetBox's retries, it is coalesced into it (one re-read, not two).
+	eventually(t, "the first delivery's worker counts its failed re-read", func() (bool, string) {
+		n := metric(t, "fleetd_webhook_work_total", "route", "provision", "outcome", "netbox_unavailable") - failedBefore
+		return n >= 1, "failed re-reads counted (NetBox's delivery's): " + ftoa(n)
+	})
 	code, answer := postWebhook(t, "/v1/netbox/webhook/provision", del.Body, del.Header.Get("X-Hook-Signature"))
 	if code != http.StatusAccepted || !strings.Contains(answer, `"accepted"`) {
 		t.Errorf("webhook while NetBox fails = %d %s, want 202 accepted (queued; the re-read fails later)", code, answer)
