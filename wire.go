@@ -99,18 +99,19 @@ func wire(ctx context.Context, cfg *config.Config, log zerolog.Logger) (*app, er
 	a.service, err = fleet.NewService(fleet.Config{FleetdURL: cfg.PublicURL,
 		BootCheckMissingAfter: cfg.BootCheck.MissingAfter.D(), ConfigTTL: cfg.Delivery.PendingTTL.D(),
 		ServiceUser: cfg.NetBox.ServiceUser, InventoryBootCheckWindow: cfg.Inventory.BootCheckWindow.D(),
+		ChangeLogRetention: cfg.NetBox.ChangeLogRetention.D(),
 		// A pass over the whole fleet allocates a few MB per 1,000 devices that the runtime would
 		// keep until its scavenger slowly returns it; one collection and release per pass (every
 		// reconcile.interval, and the hourly inventory check) keeps fleetd's resident memory at
 		// rest at what it holds (docs/operate.md, "Memory").
-		AfterSweep: debug.FreeOSMemory}, fleet.Deps{Inventory: a.netbox, ChangeLog: a.netbox,
+		AfterSweep: debug.FreeOSMemory}, fleet.Deps{Inventory: a.netbox, ChangeLog: a.netbox, Seal: sec.seal,
 		Installer: a.install, Catalog: catalog, Renderer: renderer, Attest: att, Clock: clock,
 		Random: rand.Reader, Logger: log, Registry: reg, DeviceRegistry: devReg})
 	if err != nil {
 		return nil, err
 	}
 	a.intake, err = webhook.New(webhook.Config{Secret: sec.webhook, ServiceUser: cfg.NetBox.ServiceUser, Workers: cfg.NetBox.WebhookWorkers,
-		Sources: cfg.WebhookSourcePrefixes()}, webhook.Deps{Reconciler: a.service, Undo: a.service, Inventory: a.pokeKea, Logger: log, Registry: reg})
+		Sources: cfg.WebhookSourcePrefixes()}, webhook.Deps{Reconciler: a.service, Inventory: a.pokeKea, Logger: log, Registry: reg})
 	if err != nil {
 		return nil, err
 	}
@@ -168,6 +169,7 @@ func newHTTPServer(ctx context.Context, addr string, h http.Handler, log zerolog
 type secrets struct {
 	netboxToken, webhook, operator, talos, tokenKey []byte
 	metrics                                         []byte // nil without metrics.token_file
+	seal                                            *fleet.SealKeys
 }
 
 // readSecrets reads every secret file and reports every one that is missing or empty.
@@ -188,6 +190,15 @@ func readSecrets(cfg *config.Config) (secrets, error) {
 	read(&s.tokenKey, "attestation.token_key_file", cfg.Attestation.TokenKeyFile)
 	if cfg.Metrics.TokenFile != "" {
 		read(&s.metrics, "metrics.token_file", cfg.Metrics.TokenFile)
+	}
+	keys := make([]fleet.SealKey, len(cfg.NetBox.SealKeys))
+	for i, k := range cfg.NetBox.SealKeys {
+		keys[i].ID = k.ID
+		read(&keys[i].Secret, fmt.Sprintf("netbox.seal_keys[%d].file", i), k.File)
+	}
+	var err error
+	if s.seal, err = fleet.NewSealKeys(keys...); err != nil {
+		errs = append(errs, fmt.Errorf("netbox.seal_keys: %w", err))
 	}
 	return s, errors.Join(errs...)
 }

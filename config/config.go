@@ -86,13 +86,30 @@ type NetBox struct {
 	WebhookSources    []string `yaml:"webhook_sources"`
 	TokenFile         string   `yaml:"token_file"`
 	WebhookSecretFile string   `yaml:"webhook_secret_file"`
-	ServiceUser       string   `yaml:"service_user"` // the NetBox user fleetd's token belongs to (echo detection)
-	Timeout           Duration `yaml:"timeout"`
-	Retries           int      `yaml:"retries"`
+	ServiceUser       string   `yaml:"service_user"` // the NetBox user fleetd's token belongs to: only its saves vouch for fleetd's fields
+	// SealKeys are the keys of the seal over the fields fleetd owns (docs/operate.md, "Seal
+	// keys"): the first seals every write, each one verifies. Every instance has the same list.
+	SealKeys []SealKey `yaml:"seal_keys"`
+	// ChangeLogRetention is NetBox's CHANGELOG_RETENTION (90 days by default; set a long time
+	// when NetBox keeps its change log for ever): how far back fleetd reads the change log after
+	// a start, and how old facts may be before a declaration change could be missed.
+	ChangeLogRetention Duration `yaml:"changelog_retention"`
+	Timeout            Duration `yaml:"timeout"`
+	Retries            int      `yaml:"retries"`
 	// WebhookWorkers is how many NetBox events are re-read and decided at once; each holds up to
 	// three NetBox requests at a time (a device read). 0 means 16 (docs/performance.md).
 	WebhookWorkers int `yaml:"webhook_workers"`
 }
+
+// SealKey names one seal key: its id (written in every seal it makes) and the file that holds its
+// secret, at least MinSealSecret bytes once trimmed.
+type SealKey struct {
+	ID   string `yaml:"id"`
+	File string `yaml:"file"`
+}
+
+// MinSealSecret is the shortest seal secret fleetd accepts (fleet.MinSealSecret).
+const MinSealSecret = 32
 
 // Kubernetes is how fleetd reaches Tinkerbell's API.
 type Kubernetes struct {
@@ -265,6 +282,7 @@ func (c *Config) defaults() {
 		c.Listen.HTTP = ":8080"
 	}
 	def(&c.NetBox.Timeout, 10*time.Second)
+	def(&c.NetBox.ChangeLogRetention, 90*24*time.Hour)
 	if c.NetBox.Retries == 0 {
 		c.NetBox.Retries = 4
 	}

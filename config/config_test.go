@@ -23,11 +23,16 @@ func validConfigDir(t testing.TB) (string, string) {
 			t.Fatal(err)
 		}
 	}
+	for f, secret := range map[string]string{"seal-k1": strings.Repeat("k", MinSealSecret), "seal-short": strings.Repeat("s", MinSealSecret-1)} {
+		if err := os.WriteFile(filepath.Join(dir, f), []byte(secret+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 	return dir, `
 listen: {http: "127.0.0.1:8080", https: ":8443"}
 public_url: https://spore.lan:8443
 tls: {cert: tls.crt, key: tls.key}
-netbox: {url: "https://netbox.lan", token_file: nb-token, webhook_secret_file: wh-secret, service_user: fleetd}
+netbox: {url: "https://netbox.lan", token_file: nb-token, webhook_secret_file: wh-secret, service_user: fleetd, seal_keys: [{id: k1, file: seal-k1}]}
 kubernetes: {kubeconfig: kubeconfig}
 classes_file: classes.json
 attestation: {ek_ca_bundle: ek.pem, token_key_file: tok-key, boot_policy_file: boot-policy.json}
@@ -65,6 +70,8 @@ func TestParseDefaults(t *testing.T) {
 		{"kubernetes.qps default", c.Kubernetes.QPS, 500.0},
 		{"kubernetes.burst default: twice qps", c.Kubernetes.Burst, 1000},
 		{"inventory.boot_check_window default", c.Inventory.BootCheckWindow.D(), 3 * time.Hour},
+		{"netbox.changelog_retention default: NetBox's CHANGELOG_RETENTION", c.NetBox.ChangeLogRetention.D(), 90 * 24 * time.Hour},
+		{"netbox.seal_keys as written", c.NetBox.SealKeys[0], SealKey{ID: "k1", File: "seal-k1"}},
 	}
 	for _, ch := range checks {
 		if ch.got != ch.want {
@@ -166,6 +173,22 @@ func TestParseRefusals(t *testing.T) {
 			[]string{"metrics.token_file: is operator.token_file: give the metrics token a file of its own"}},
 		{"refuse/a metrics token file that is not there", func(s string) string { return s + "metrics: {token_file: missing}\n" },
 			[]string{"metrics.token_file: cannot read"}},
+		{"refuse/no service user", func(s string) string {
+			return strings.Replace(s, ", service_user: fleetd", "", 1)
+		}, []string{"netbox.service_user: is required: the NetBox user fleetd's token belongs to"}},
+		{"refuse/no seal key", func(s string) string {
+			return strings.Replace(s, ", seal_keys: [{id: k1, file: seal-k1}]", "", 1)
+		}, []string{"netbox.seal_keys: is required: at least one key"}},
+		{"refuse/seal keys wrong", func(s string) string {
+			return strings.Replace(s, "seal_keys: [{id: k1, file: seal-k1}]", "seal_keys: [{id: k1, file: seal-k1}, {id: k1, file: seal-k1}, {id: 'k.2', file: seal-short}, {id: k3, file: seal-gone}]", 1)
+		}, []string{`netbox.seal_keys[1].id: "k1" is listed twice`, `netbox.seal_keys[2].id: "k.2" is not 1 to 32 letters`,
+			"netbox.seal_keys[2].file: the secret in", "is 31 bytes, fewer than 32", "netbox.seal_keys[3].file: cannot read"}},
+		{"ok/a second key: verifies, the first seals", func(s string) string {
+			return strings.Replace(s, "seal_keys: [{id: k1, file: seal-k1}]", "seal_keys: [{id: k2, file: seal-k1}, {id: k1, file: seal-k1}]", 1)
+		}, nil},
+		{"refuse/a change log kept less than a day", func(s string) string {
+			return strings.Replace(s, "service_user: fleetd", "service_user: fleetd, changelog_retention: 1h", 1)
+		}, []string{"netbox.changelog_retention: 1h0m0s is shorter than 24h0m0s"}},
 		{"ok/hash policy needs no CA bundle", func(s string) string {
 			return strings.Replace(s, "attestation: {ek_ca_bundle: ek.pem, ", "attestation: {ek_policy: hash, ", 1)
 		}, nil},

@@ -112,10 +112,15 @@ func (c *Config) validateSources(p *problems) {
 	}
 	p.file("netbox.token_file", c.NetBox.TokenFile)
 	p.file("netbox.webhook_secret_file", c.NetBox.WebhookSecretFile)
+	if c.NetBox.ServiceUser == "" {
+		p.bad("netbox.service_user", "is required: the NetBox user fleetd's token belongs to; only its saves of a device vouch for the fields fleetd owns (docs/design.md §9)")
+	}
+	c.validateSealKeys(p)
 	if c.NetBox.Retries < 0 || c.NetBox.Retries > 10 {
 		p.bad("netbox.retries", "%d is outside 0..10: give how often a failed NetBox request is retried, 4 by default", c.NetBox.Retries)
 	}
 	p.atLeast("netbox.timeout", c.NetBox.Timeout, time.Second)
+	p.atLeast("netbox.changelog_retention", c.NetBox.ChangeLogRetention, 24*time.Hour)
 	if c.Kubernetes.Kubeconfig != "" {
 		p.file("kubernetes.kubeconfig", c.Kubernetes.Kubeconfig)
 	}
@@ -136,6 +141,45 @@ func (c *Config) validateNetBoxTransport(p *problems) {
 	case u.Scheme == "https" && c.NetBox.PlaintextForDevelopment:
 		p.bad("netbox.plaintext_for_development", "is true while netbox.url %q is https: remove netbox.plaintext_for_development", c.NetBox.URL)
 	}
+}
+
+// validateSealKeys checks netbox.seal_keys: at least one, each with an id a seal can carry (1 to
+// 32 letters, digits, '-' or '_'), no id twice, and a secret file of at least MinSealSecret bytes.
+func (c *Config) validateSealKeys(p *problems) {
+	if len(c.NetBox.SealKeys) == 0 {
+		p.bad("netbox.seal_keys", "is required: at least one key ({id, file}) seals the fields fleetd owns in NetBox; "+
+			"make one with: head -c 48 /dev/urandom | base64 > seal-key (docs/operate.md, \"Seal keys\")")
+	}
+	seen := map[string]bool{}
+	for i, k := range c.NetBox.SealKeys {
+		key := fmt.Sprintf("netbox.seal_keys[%d]", i)
+		if !sealKeyID(k.ID) {
+			p.bad(key+".id", "%q is not 1 to 32 letters, digits, '-' or '_'", k.ID)
+		}
+		if seen[k.ID] {
+			p.bad(key+".id", "%q is listed twice", k.ID)
+		}
+		seen[k.ID] = true
+		p.file(key+".file", k.File)
+		if k.File == "" || p.c.skipFiles {
+			continue
+		}
+		if b, err := c.ReadSecret(key+".file", k.File); err == nil && len(b) < MinSealSecret {
+			p.bad(key+".file", "the secret in %s is %d bytes, fewer than %d", c.Path(k.File), len(b), MinSealSecret)
+		}
+	}
+}
+
+func sealKeyID(id string) bool {
+	if id == "" || len(id) > 32 {
+		return false
+	}
+	for _, r := range id {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+			return false
+		}
+	}
+	return true
 }
 
 // validateAttestation checks attestation, pki and config_delivery: what an enrollment is

@@ -150,14 +150,6 @@ func (i indexedInventory) read(id int64, d Device, err error) (Device, error) {
 	return d, err
 }
 
-func (i indexedInventory) DeviceByName(ctx context.Context, name string) (Device, error) {
-	d, err := i.Inventory.DeviceByName(ctx, name)
-	if err == nil {
-		i.idx.observe(d)
-	}
-	return d, err
-}
-
 func (i indexedInventory) Devices(ctx context.Context) ([]Device, error) {
 	start := i.idx.begin()
 	ds, err := i.Inventory.Devices(ctx)

@@ -50,8 +50,8 @@ func TestFetchFromUnknownAddressCostsNetBoxNothing(t *testing.T) {
 	if code := fetch("10.0.0.7"); code != "no_pending_config" {
 		t.Fatalf("fetch from node-007's address: %s, want no_pending_config", code)
 	}
-	if n := inv.Calls.Load() - before; n != 1 {
-		t.Errorf("a fetch from a device's address made %d NetBox calls, want the one device read", n)
+	if n := inv.Calls.Load() - before; n != 2 {
+		t.Errorf("a fetch from a device's address made %d NetBox calls, want the one device read and its change log beside it", n)
 	}
 }
 

@@ -118,6 +118,15 @@ func (s *Service) BootCheck(ctx context.Context, in BootCheckInput) (BootCheckRe
 				return BootCheckResult{}, out, fmt.Errorf("read device %s: %w: %w", lak.Device, ErrInventory, err)
 			}
 		}
+		// Decided on fleetd's own values only: another user's write of them is put back first
+		// (a repair writes only when another user wrote last, so a caller with a copied
+		// certificate cannot make fleetd write more than that user's saves did).
+		if d, err = s.judgedOnOwnFields(ctx, d); err != nil {
+			if _, ok := AsRefusal(err); ok {
+				return BootCheckResult{}, s.bootCheckRefused(outcomeFor(d, ActionNone, "boot-check", "refused"), err), err
+			}
+			return BootCheckResult{}, out, err
+		}
 		res, out, err := s.bootCheckDevice(ctx, d, &c)
 		if errors.Is(err, ErrConflict) && attempt < maxConflicts {
 			s.metrics.conflicts.Inc()
@@ -186,6 +195,10 @@ func (s *Service) bootCheckDevice(ctx context.Context, d Device, c *bootCheck) (
 // (lak_serial_previous) is the device's for the handover only (renew.go); after it, a LAK
 // certificate of the current LAK's key that is not the current one is refused lak_replaced.
 func bootCheckAllowed(d Device, c *bootCheck) error {
+	if d.Owned.State == StateUntrusted {
+		return Refuse(RefusedConflict, "owned_fields_untrusted",
+			"%s is untrusted: fleetd found values of its fields it did not write and cleared them; only an owner's new request (attest or provision) brings it back", d.Name)
+	}
 	current := d.Owned.LAKSerial != "" && strings.EqualFold(c.lak.SerialHex, d.Owned.LAKSerial)
 	previous := d.Owned.LAKSerial != "" && d.Owned.LAKSerialPrevious != "" && strings.EqualFold(c.lak.SerialHex, d.Owned.LAKSerialPrevious)
 	if !current && !previous && replacedLAK(d, c.lak.Cert) {

@@ -54,7 +54,7 @@ func (s *Service) recordBootCheck(ctx context.Context, d Device, out Outcome, c 
 		p.Facts = &f // in the check's one write, only when a fact changed
 	}
 	renewal, renewMsg := s.renew(d, c, res.Outcome, &p)
-	if _, err := s.inv.Update(ctx, d.ID, p); err != nil {
+	if _, err := s.update(ctx, d, p); err != nil {
 		return BootCheckResult{}, out, fmt.Errorf("record the boot check of %s: %w", d.Name, inventoryErr(err))
 	}
 	if msg != "" {
@@ -115,7 +115,7 @@ func (s *Service) recordBootFailure(ctx context.Context, d Device, out Outcome, 
 	out.Check, out.Result = string(ar.Check), string(BootCheckFailed)
 	if d.Owned.BootCheck != BootCheckFailed {
 		failed := BootCheckFailed
-		if _, err := s.inv.Update(ctx, d.ID, Patch{IfVersion: d.Version, BootCheck: &failed}); err != nil {
+		if _, err := s.update(ctx, d, Patch{IfVersion: d.Version, BootCheck: &failed}); err != nil {
 			return BootCheckResult{}, out, fmt.Errorf("record the failed boot check of %s: %w", d.Name, inventoryErr(err))
 		}
 		last := "never"

@@ -4,16 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"strings"
 	"sync"
 	"time"
 )
 
-// The periodic reconcile's backstop for a written-back copy whose webhook NetBox dropped
-// (docs/design.md §9): it reads NetBox's change log of devices since its last run, and where a
-// field fleetd owns was last written by another user, it puts back the value fleetd had written
-// before, as the webhook would have (UndoForeignWrite).
+// The periodic reconcile's backstop for a write of fleetd's fields by another user whose webhook
+// NetBox dropped (docs/design.md §9): it reads NetBox's change log of devices since its last run,
+// and checks every device another user's save touched the fields of, as the webhook would have
+// (checkOwnedFields): the trust check then puts fleetd's own values back.
 
 // DeviceChange is one recorded update of a device in NetBox's change log: who saved it, when,
 // and its custom fields before and after the save (only those are read of Before and After).
@@ -40,6 +38,9 @@ type ChangeQuery struct {
 	Since      time.Time // recorded at or after this time
 	DeviceID   int64     // of this device only; 0 for every device
 	ExceptUser string    // by any user but this one; "" for every user
+	// Keep, when set, sees every change as it is read and reports whether the answer keeps it
+	// (a long read keeps only what it needs, never the whole log at once).
+	Keep func(DeviceChange) bool
 }
 
 // ChangeLog is NetBox's change log (NetBox 4.1 and later: /api/core/object-changes/).
@@ -53,13 +54,13 @@ type ChangeLog interface {
 	MACChanges(ctx context.Context, q ChangeQuery) ([]MACChange, error)
 }
 
-// changeLogLookback is how far back the first run after a start reads the change log; later runs
-// read from their previous run's start, less changeLogOverlap (NetBox's clock and a save that
-// commits late). Reading a change twice is harmless: a write already put back is fleetd's last.
-const (
-	changeLogLookback = time.Hour
-	changeLogOverlap  = 2 * time.Minute
-)
+// changeLogOverlap: later runs read from their previous run's start, less changeLogOverlap
+// (NetBox's clock and a save that commits late). Reading a change twice is harmless: a device
+// already repaired is trusted. The first run after a start reads back over the whole of NetBox's
+// change log retention (Config.ChangeLogRetention): a write another user made while no fleetd
+// ran is repaired however long ago it was made, as long as NetBox still records it — and once it
+// does not, no later trust check could see it either, so the seal alone decides.
+const changeLogOverlap = 2 * time.Minute
 
 // changeLogMark is where the next run reads the change log from (per instance: every instance
 // reads it, and the writes it causes are conditional).
@@ -68,11 +69,11 @@ type changeLogMark struct {
 	last time.Time // the start of the last run that read it; zero before the first
 }
 
-func (m *changeLogMark) since(now time.Time) time.Time {
+func (m *changeLogMark) since(now time.Time, retention time.Duration) time.Time {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.last.IsZero() {
-		return now.Add(-changeLogLookback)
+		return now.Add(-retention)
 	}
 	return m.last.Add(-changeLogOverlap)
 }
@@ -85,39 +86,31 @@ func (m *changeLogMark) done(start time.Time) {
 	}
 }
 
-// undoLoggedWrites reads the change log for saves of devices by other users since the last run,
-// then each such device's whole history since, and undoes what still stands of them. It does
-// nothing without a change log or without fleetd's NetBox user (nobody can be told from fleetd).
-func (s *Service) undoLoggedWrites(ctx context.Context) error {
+// checkLoggedWrites reads the change log for saves of devices by other users since the last run
+// that touched fleetd's fields, and checks each device they touched (checkOwnedFields). It
+// returns the devices it checked. It does nothing without a change log or without fleetd's NetBox
+// user (nobody can be told from fleetd).
+func (s *Service) checkLoggedWrites(ctx context.Context) (map[int64]bool, error) {
+	checked := map[int64]bool{}
 	if s.changes == nil || s.cfg.ServiceUser == "" {
-		return nil
+		return checked, nil
 	}
 	start := s.clock.Now()
-	since := s.logMark.since(start)
-	foreign, err := s.changes.DeviceChanges(ctx, ChangeQuery{Since: since, ExceptUser: s.cfg.ServiceUser})
-	if err != nil {
-		return fmt.Errorf("read NetBox's change log since %s: %w", since.UTC().Format(time.RFC3339), err)
-	}
-	first := map[int64]time.Time{} // the first foreign save of each device, by id
+	since := s.logMark.since(start, s.cfg.changeLogRetention())
 	var ids []int64
-	for _, ch := range foreign {
-		if _, seen := first[ch.DeviceID]; !seen {
-			first[ch.DeviceID] = ch.Time
+	keep := func(ch DeviceChange) bool {
+		if touches(ch) && !checked[ch.DeviceID] {
+			checked[ch.DeviceID] = true
 			ids = append(ids, ch.DeviceID)
 		}
+		return false // only the ids are kept: the first run reads the whole retention
+	}
+	if _, err := s.changes.DeviceChanges(ctx, ChangeQuery{Since: since, ExceptUser: s.cfg.ServiceUser, Keep: keep}); err != nil {
+		return nil, fmt.Errorf("read NetBox's change log since %s: %w", since.UTC().Format(time.RFC3339), err)
 	}
 	var errs []error
 	for _, id := range ids {
-		history, err := s.changes.DeviceChanges(ctx, ChangeQuery{Since: first[id], DeviceID: id})
-		if err != nil {
-			errs = append(errs, fmt.Errorf("read the change log of device %d: %w", id, err))
-			continue
-		}
-		w, ok := standingWrite(history, s.cfg.ServiceUser)
-		if !ok {
-			continue
-		}
-		out, err := s.UndoForeignWrite(ctx, w)
+		out, err := s.checkOwnedFields(ctx, id)
 		s.logOutcome(out, err, "change-log")
 		if err != nil {
 			errs = append(errs, err)
@@ -126,58 +119,5 @@ func (s *Service) undoLoggedWrites(ctx context.Context) error {
 	if len(errs) == 0 {
 		s.logMark.done(start)
 	}
-	return errors.Join(errs...)
-}
-
-// standingWrite composes, from one device's saves (oldest first), the write of other users that
-// still stands: for each field fleetd owns, the saves by others after fleetd's last save of that
-// field. Its Before holds, per field, the value before the first of them (the one fleetd wrote),
-// its After the value the last of them wrote. A field fleetd saved last is fleetd's and left out
-// (its Before and After are equal). The desired_action is the one of the save that wrote
-// fleet_request back, so that a request written back with its copy is not taken again.
-func standingWrite(history []DeviceChange, self string) (ForeignWrite, bool) {
-	if len(history) == 0 {
-		return ForeignWrite{}, false
-	}
-	latest := history[len(history)-1].After.Owned
-	w := ForeignWrite{DeviceID: history[0].DeviceID}
-	w.Before.Owned, w.After.Owned = latest, latest
-	counted := make([]bool, len(history)) // the saves of others that still stand, in some field
-	for _, f := range ownedFieldTable() {
-		first, last := -1, -1
-		for i, ch := range history {
-			switch {
-			case f.same(ch.Before.Owned, ch.After.Owned):
-			case ch.User == self:
-				first, last = -1, -1
-			default:
-				if first < 0 {
-					first = i
-				}
-				last = i
-			}
-		}
-		if first < 0 {
-			continue
-		}
-		f.set(&w.Before.Owned, history[first].Before.Owned)
-		f.set(&w.After.Owned, history[last].After.Owned)
-		for i := first; i <= last; i++ {
-			counted[i] = counted[i] || history[i].User != self
-		}
-		if f.name == "fleet_request" {
-			w.After.Declared.DesiredAction = history[last].After.Declared.DesiredAction
-		}
-	}
-	var users []string
-	for i, ch := range history {
-		if counted[i] && !slices.Contains(users, ch.User) {
-			users = append(users, ch.User)
-		}
-	}
-	if len(users) == 0 {
-		return ForeignWrite{}, false
-	}
-	w.User = strings.Join(users, ", ")
-	return w, true
+	return checked, errors.Join(errs...)
 }

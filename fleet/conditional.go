@@ -13,35 +13,36 @@ import (
 // every conflict, on the device as it is then. An error ends the write without writing.
 type Decide func(d Device) (p Patch, write bool, err error)
 
-// UpdateIfMatch is fleetd's one way to write a decision to NetBox when more than one writer may
+// updateIfMatch is fleetd's one way to write a decision to NetBox when more than one writer may
 // act on the device at once — several fleetd instances, an owner's script, NetBox's UI
-// (docs/design.md §2 and §9): it writes what decide returns for d conditionally on d.Version
-// (If-Match), and when NetBox answers 412 it re-reads the device and calls decide again, at most
-// maxConflicts times. It returns the device after the write (without its MACs, as
+// (docs/design.md §2 and §9): it writes what decide returns for d, sealed (update), conditionally
+// on d.Version (If-Match), and when NetBox answers 412 it re-reads the device and calls decide
+// again, at most maxConflicts times. It returns the device after the write (without its MACs, as
 // Inventory.Update) or, when decide wrote nothing, the device decide last saw; and whether it
 // wrote.
 //
 // Trust: NetBox's ETag is the only version; on NetBox without ETags (before 4.6) d.Version is
 // empty and the write is last-write-wins, which is why several instances need NetBox ≥ 4.6
-// (docs/operate.md, "Several instances"). The patch's IfVersion is set here; decide leaves it.
+// (docs/operate.md, "Several instances"). The patch's IfVersion and Seal are set here; decide
+// leaves them.
 //
 // Errors: those of Inventory.Device and Inventory.Update (ErrNotFound when the device is gone),
 // ErrConflict wrapped when the device kept changing, and decide's own.
 //
 // Usage:
 //
-//	d, wrote, err := fleet.UpdateIfMatch(ctx, inv, d, func(d fleet.Device) (fleet.Patch, bool, error) {
+//	d, wrote, err := s.updateIfMatch(ctx, d, func(d Device) (Patch, bool, error) {
 //		if d.Owned.Request != req { // the request moved on: nothing to record
-//			return fleet.Patch{}, false, nil
+//			return Patch{}, false, nil
 //		}
-//		return fleet.Patch{Message: &msg}, true, nil
+//		return Patch{Message: &msg}, true, nil
 //	})
-func UpdateIfMatch(ctx context.Context, inv Inventory, d Device, decide Decide) (Device, bool, error) {
-	return updateIfMatchReading(ctx, inv, d, decide, inv.Device)
+func (s *Service) updateIfMatch(ctx context.Context, d Device, decide Decide) (Device, bool, error) {
+	return s.updateIfMatchReading(ctx, d, decide, s.inv.Device)
 }
 
-// updateIfMatchReading is UpdateIfMatch that reads the device again after a conflict with reread.
-func updateIfMatchReading(ctx context.Context, inv Inventory, d Device, decide Decide, reread func(context.Context, int64) (Device, error)) (Device, bool, error) {
+// updateIfMatchReading is updateIfMatch that reads the device again after a conflict with reread.
+func (s *Service) updateIfMatchReading(ctx context.Context, d Device, decide Decide, reread func(context.Context, int64) (Device, error)) (Device, bool, error) {
 	id := d.ID
 	for attempt := 0; ; attempt++ {
 		p, write, err := decide(d)
@@ -49,7 +50,7 @@ func updateIfMatchReading(ctx context.Context, inv Inventory, d Device, decide D
 			return d, false, err
 		}
 		p.IfVersion = d.Version
-		got, err := inv.Update(ctx, d.ID, p)
+		got, err := s.update(ctx, d, p)
 		if err == nil {
 			got.MACs = d.MACs
 			return got, true, nil

@@ -54,16 +54,15 @@ func (s *Service) FetchConfig(ctx context.Context, f ConfigFetch) (NodeConfig, O
 	unlock := s.locks.lock(d.ID) // an optimization: the conditional write below is what decides
 	defer unlock()
 	fd := &fetchDecision{s: s, f: f, now: s.clock.Now()}
-	delivered, wrote, err := UpdateIfMatch(ctx, s.inv, d, fd.decide)
-	if err == nil && !wrote {
-		// A refusal is decided on the fields fleetd owns, which a copy another user saved back
-		// holds until fleetd puts its values back (docs/design.md §9): a copy of an older,
-		// delivered request answers config_delivered to a node whose configuration waits, and
-		// the node need not ask again. So the fetch is decided again on fleetd's own values.
-		delivered, wrote, err = s.updateOnOwnFields(ctx, delivered, fd.decide)
-	}
+	// Decided on fleetd's own values (docs/design.md §9): a copy of an older, delivered request
+	// that another user saved back would answer config_delivered to a node whose configuration
+	// waits; the read's trust check puts fleetd's values back first.
+	delivered, wrote, err := s.updateOnOwnFields(ctx, d, fd.decide)
 	out = outcomeFor(delivered, RequestAction(delivered.Owned.Request), "deliver", "refused")
 	out.Detail = "from " + f.RemoteAddr.String()
+	if r, ok := AsRefusal(err); ok {
+		return NodeConfig{}, out, s.fetchRefused(f, r)
+	}
 	switch {
 	case err != nil:
 		return NodeConfig{}, out, fmt.Errorf("deliver the configuration of %s: %w", d.Name, inventoryErr(err))

@@ -291,7 +291,7 @@ func TestPendingConfigsGauge(t *testing.T) {
 	inst.Set(d.Owned.Workflow, WorkflowStatus{Phase: WorkflowSucceeded})
 	clock := fleettest.NewClock(testEpoch)
 	reg := prometheus.NewRegistry()
-	s, err := NewService(Config{FleetdURL: "http://spore:8080"}, Deps{Inventory: inv, Installer: inst,
+	s, err := NewService(Config{FleetdURL: "http://spore:8080"}, Deps{Seal: fleettest.SealKeys(), Inventory: inv, Installer: inst,
 		Catalog: fleettest.Catalog(), Clock: clock, Renderer: sharedRenderer(), Random: rand.New(rand.NewSource(1)), Registry: reg})
 	if err != nil {
 		t.Fatal(err)
@@ -314,15 +314,14 @@ func TestPendingConfigsGauge(t *testing.T) {
 	gauge(0)
 }
 
-// TestFetchConfigJudgedOnOwnFields: a fetch refused on the fields fleetd owns is decided again
-// after what still stands of another user's write of them is put back (docs/design.md §9): a copy
-// read before the provision's claim, saved back whole just before the node's fetch, shows the
-// older, delivered request (fleet_state active), and the fetch answered 410 config_delivered for
-// a configuration never delivered, which the node need not ask for again (the chaos run, seed
-// 371253945). A refusal that stands on fleetd's own values is still answered, and a change log
-// that cannot be read is a 5xx the node asks again after, not a refusal.
+// TestFetchConfigJudgedOnOwnFields: a fetch is decided on fleetd's own values (docs/design.md §9):
+// a copy read before the provision's claim, saved back whole just before the node's fetch, shows
+// the older, delivered request (fleet_state active), and the fetch answered 410 config_delivered
+// for a configuration never delivered, which the node need not ask for again (the chaos run, seed
+// 371253945). The fetch's read carries the change log: fleetd's values are put back first and the
+// configuration delivered. A refusal that stands on fleetd's own values is still answered, and a
+// change log that cannot be read is a 5xx the node asks again after, not a refusal.
 func TestFetchConfigJudgedOnOwnFields(t *testing.T) {
-	at := func(m int) time.Time { return testEpoch.Add(time.Duration(m) * time.Minute) }
 	d := fleettest.Declared(12, "node-a")
 	d.Status = StatusStaged
 	d.Owned = Owned{State: StateConfiguring, Request: "provision-aaaaaaaa", Workflow: "node-a-provision-aaaaaaaa", LAKSerial: "0c2d"}
@@ -334,33 +333,34 @@ func TestFetchConfigJudgedOnOwnFields(t *testing.T) {
 	f := ConfigFetch{Kind: KindTalos, ClaimedUUID: attestedUUID, RemoteAddr: netip.MustParseAddr("10.0.0.5")}
 	rows := []struct {
 		name      string
-		now       Device
-		changes   []DeviceChange
+		copyRead  Device // fleetd's write the owner's copy was read after, saved back after now
+		now       Device // fleetd's last write
 		logErr    error
 		wantCode  string // "" = delivered
 		wantError bool   // an error that is no refusal (a 5xx)
 		wantState State
 		wantJourn []string
 	}{
-		{name: "ok/a copy written back before the fetch: fleetd's fields back, delivered", now: old,
-			changes: []DeviceChange{
-				{DeviceID: 12, User: "fleetd", Time: at(-2), Before: old, After: fleetds},
-				{DeviceID: 12, User: "owner", Time: at(-1), Before: fleetds, After: old},
-			},
+		{name: "ok/a copy written back before the fetch: fleetd's fields back, delivered", copyRead: old, now: fleetds,
 			wantState: StateActive,
-			wantJourn: []string{"warning: Fields owned by fleetd were written by owner (fleet_state, fleet_request, fleet_workflow, lak_serial, fleet_identity): restored.",
+			wantJourn: []string{"warning: Fields owned by fleetd (fleet_state, fleet_request, fleet_workflow, lak_serial, fleet_identity, fleet_seal) were written by owner",
 				"success: Delivered Talos worker config for node-a"}},
 		{name: "refuse/delivered on fleetd's own values: 410 stands", now: delivered,
-			changes:  []DeviceChange{{DeviceID: 12, User: "fleetd", Time: at(-1), Before: fleetds, After: delivered}},
 			wantCode: "config_delivered", wantState: StateActive},
-		{name: "error/the change log cannot be read: 5xx, nothing written", now: old, logErr: errors.New("netbox down"),
+		{name: "error/the change log cannot be read: 5xx, nothing written", copyRead: old, now: fleetds, logErr: errors.New("netbox down"),
 			wantError: true, wantState: StateActive},
 	}
 	for _, r := range rows {
 		t.Run(r.name, func(t *testing.T) {
 			inv := fleettest.NewInventory(r.now)
-			log := &fleettest.ChangeLog{Changes: r.changes, Err: r.logErr}
-			s := newLoggedService(inv, log)
+			if r.copyRead.ID != 0 {
+				inv = fleettest.NewInventory(r.copyRead)
+				copyRead := inv.Get(12)
+				inv.Set(r.now)
+				saveCopy(inv, fleettest.Owner, copyRead)
+			}
+			s := newTestService(inv, fleettest.NewInstaller())
+			inv.HistoryErr = r.logErr
 			cfg, _, err := s.FetchConfig(context.Background(), f)
 			ref, refused := AsRefusal(err)
 			switch {

@@ -13,7 +13,9 @@ import (
 // state fleetd keeps on it, and the version token used for conditional writes (docs/design.md §2).
 //
 // Everything in a Device came from NetBox and is trusted as the owner's word; nothing in it came
-// from the machine itself.
+// from the machine itself. Owned is the exception: NetBox users who may edit devices can write
+// those fields too, so the service's reads hold in Owned only values it can vouch for (its own
+// sealed writes, trust.go) and zero otherwise, and say so in Trust.
 type Device struct {
 	ID      int64
 	Name    string
@@ -28,6 +30,14 @@ type Device struct {
 	// Version is NetBox's ETag for the device (NetBox ≥ 4.6), empty on older NetBox. An update
 	// that carries it applies only if nobody changed the device since it was read.
 	Version string
+	// Seal is fleet_seal as NetBox holds it: claimed until checked against Owned (seal.go).
+	Seal string
+	// LastUpdated is NetBox's last_updated of the device: when it was last saved (zero when
+	// not known). A change-log read that ends before it may have missed that save (trust.go).
+	LastUpdated time.Time
+	// Trust is the service's verdict on Owned (trust.go); the zero Trust of a Device the
+	// service did not read vouches for nothing.
+	Trust Trust
 }
 
 // Declaration is what the owner declares through OpenTofu (docs/design.md §2, "Declared by the owner").

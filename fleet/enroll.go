@@ -184,6 +184,10 @@ func (s *Service) lookupDevice(ctx context.Context, name, step string) (Device, 
 	if err != nil {
 		return Device{}, out, fmt.Errorf("read device %.64q: %w: %w", name, ErrInventory, err)
 	}
+	if d, err = s.judgedOnOwnFields(ctx, d); err != nil {
+		out.Check = codeOf(err)
+		return Device{}, out, err
+	}
 	return d, out, nil
 }
 
@@ -210,7 +214,7 @@ func (s *Service) enrollRefused(ctx context.Context, d Device, out Outcome, err 
 		return out
 	}
 	msg, req := refusalSentence(d.Name, string(ar.Check)), d.Owned.Request
-	d, wrote, uerr := UpdateIfMatch(ctx, s.inv, d, func(d Device) (Patch, bool, error) {
+	d, wrote, uerr := s.updateIfMatch(ctx, d, func(d Device) (Patch, bool, error) {
 		if d.Owned.Request != req || d.Owned.State != StatePending {
 			return Patch{}, false, nil // the request moved on: its refusal is no longer news
 		}

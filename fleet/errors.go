@@ -68,3 +68,11 @@ func AsRefusal(err error) (*Refusal, bool) {
 // (missing, unparsable, a zero timeout, or a first action that is not the fleetd agent). The
 // request then fails with the installer's message instead of being retried.
 var ErrTemplate = errors.New("template cannot carry the request")
+
+// codeOf is the refusal code of err, or "error" for any other error.
+func codeOf(err error) string {
+	if r, ok := AsRefusal(err); ok {
+		return r.Code
+	}
+	return "error"
+}

@@ -11,10 +11,20 @@ import (
 	"github.com/folly-infra/fleetd/fleet/fleettest"
 )
 
-// TestUndoForeignWrite: a client that read the device earlier writes its whole custom_fields back
-// (pynetbox's save()). fleetd puts its own fields back, journals who wrote them, and a
-// desired_action from a copy older than the current request is not taken as a new request.
-func TestUndoForeignWrite(t *testing.T) {
+// saveCopy is a client's save of a copy of the device it read earlier (pynetbox's save()): every
+// custom field as it was read, fleet_seal included, by user.
+func saveCopy(inv *fleettest.Inventory, user string, copyRead Device) {
+	inv.WriteAs(user, copyRead.ID, func(d *Device) {
+		d.Owned, d.Seal, d.Declared = copyRead.Owned, copyRead.Seal, copyRead.Declared
+	})
+}
+
+// TestWrittenBackCopy: a client that read the device earlier writes its whole custom_fields back
+// (pynetbox's save()), its old seal with them. fleetd's check of the device (a webhook's or the
+// backstop's) finds the values not fleetd's last write, puts back fleetd's newest own write from
+// the change log, journals who wrote them, and a desired_action from a copy older than the
+// current request is not taken as a new request.
+func TestWrittenBackCopy(t *testing.T) {
 	base := fleettest.Declared(12, "node-a")
 	base.Status = StatusStaged
 	configuring := base
@@ -25,112 +35,106 @@ func TestUndoForeignWrite(t *testing.T) {
 	idle := base
 	idle.Owned = Owned{State: StateActive, Request: "provision-zzzzzzzz", Workflow: "node-a-provision-zzzzzzzz"}
 	idle.Declared.DesiredAction = ActionProvision // the copy was read while the owner's provision waited
+	since := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	older, newer := active, active
+	older.Owned.Facts = api.Facts{Version: api.FactsVersion, Claimed: api.ClaimedFacts{Disks: []api.FactDisk{{Serial: "SER-A"}}, DisksFound: 1,
+		Learned: api.Learned{Since: since, Source: api.FactsFromEnrollment}}}
+	newer.Owned.Facts = older.Owned.Facts
+	newer.Owned.Facts.Claimed = api.ClaimedFacts{Disks: []api.FactDisk{{Serial: "SER-B"}}, DisksFound: 1,
+		Learned: api.Learned{Since: since.Add(time.Hour), Source: api.FactsFromBootCheck}}
 	rows := []struct {
-		name          string
-		now           Device // fleetd's last write
-		before, after Device // the foreign write's snapshots
-		mod           func(*Device)
-		want          State
-		wantRequest   string
-		wantAction    Action
-		wantJournal   string
+		name        string
+		read, now   Device        // fleetd's write the copy was read after, and fleetd's last write
+		edit        func(*Device) // the client's change to its copy, if any
+		want        Owned
+		wantAction  Action
+		wantJournal string
 	}{
-		{name: "ok/stale configuring after delivery: active put back", now: active, before: active,
-			after: func() Device { d := configuring; d.Declared.DesiredAction = ActionAttest; return d }(),
-			want:  StateActive, wantRequest: "provision-aaaaaaaa", wantAction: ActionAttest,
-			wantJournal: "warning: Fields owned by fleetd were written by admin (fleet_state, fleet_message): restored."},
-		{name: "ok/copy from before the claim: request put back, its desired_action not a new request", now: configuring, before: configuring,
-			after: idle, want: StateConfiguring, wantRequest: "provision-aaaaaaaa", wantAction: ActionNone,
+		{name: "ok/stale configuring after delivery: active put back, the owner's new desired_action kept",
+			read: configuring, now: active, edit: func(d *Device) { d.Declared.DesiredAction = ActionAttest },
+			want: active.Owned, wantAction: ActionAttest,
+			wantJournal: "warning: Fields owned by fleetd (fleet_state, fleet_message, fleet_seal) were written by admin at "},
+		{name: "ok/copy from before the claim: request put back, its desired_action not a new request",
+			read: idle, now: configuring, want: configuring.Owned, wantAction: ActionNone,
 			wantJournal: "set desired_action=provision from a copy read before request provision-aaaaaaaa was claimed"},
-		{name: "ok/a field fleetd wrote again since is left alone", now: active, before: configuring, after: idle,
-			mod:  func(d *Device) { d.Owned.Request = "provision-bbbbbbbb" }, // fleetd claimed another request since
-			want: StateConfiguring, wantRequest: "provision-bbbbbbbb", wantAction: ActionNone,
-			wantJournal: "(fleet_state, fleet_workflow, lak_serial, fleet_identity): restored"},
+		{name: "ok/older fleet_facts written back: the newer facts put back",
+			read: older, now: newer, want: newer.Owned, wantJournal: "(fleet_facts, fleet_seal) were written by admin"},
 	}
 	for _, r := range rows {
 		t.Run(r.name, func(t *testing.T) {
-			cur := r.after // what NetBox holds after the foreign write
-			if r.mod != nil {
-				r.mod(&cur)
-			}
-			inv := fleettest.NewInventory(cur)
+			inv := fleettest.NewInventory(r.read)
 			s := newTestService(inv, fleettest.NewInstaller())
-			out, err := s.UndoForeignWrite(context.Background(), ForeignWrite{DeviceID: 12, User: "admin", Before: r.before, After: r.after})
-			if err != nil || out.Result != "restored" {
-				t.Fatalf("UndoForeignWrite = %+v, %v", out, err)
+			copyRead := inv.Get(12)
+			if r.edit != nil {
+				r.edit(&copyRead)
+			}
+			inv.Set(r.now) // fleetd's next write
+			saveCopy(inv, "admin", copyRead)
+			out, err := s.CheckOwnedFields(context.Background(), 12)
+			if err != nil || out.Result != string(VerdictTrusted) {
+				t.Fatalf("CheckOwnedFields = %+v, %v", out, err)
 			}
 			got := inv.Get(12)
-			if got.Owned.State != r.want || got.Owned.Request != r.wantRequest || got.Declared.DesiredAction != r.wantAction {
-				t.Errorf("after the undo: state %q request %q desired_action %q, want %q %q %q",
-					got.Owned.State, got.Owned.Request, got.Declared.DesiredAction, r.want, r.wantRequest, r.wantAction)
+			if !sameValues(got.Owned, r.want) || got.Declared.DesiredAction != r.wantAction {
+				t.Errorf("after the repair: %+v desired_action %q, want %+v %q", got.Owned, got.Declared.DesiredAction, r.want, r.wantAction)
 			}
-			if j := inv.JournalOf(12); len(j) != 1 || !strings.Contains(j[0], r.wantJournal) {
+			if j := inv.JournalOf(12); len(j) != 1 || !strings.Contains(j[0], r.wantJournal) || !strings.Contains(j[0], "restored to fleetd's write of") {
 				t.Errorf("journal %q, want one entry with %q", j, r.wantJournal)
+			}
+			if last := inv.Changes(12); last[len(last)-1].User != fleettest.ServiceUser {
+				t.Errorf("the last save is %s's, want fleetd's restore", last[len(last)-1].User)
 			}
 		})
 	}
-	// fleet_facts is fleetd's too: an owner's client writing back the facts it read before the
-	// last boot check found a swapped disk must not put the old disk back.
-	t.Run("ok/older fleet_facts written back: the newer facts put back", func(t *testing.T) {
-		older, newer := active, active
-		since := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
-		older.Owned.Facts = api.Facts{Version: api.FactsVersion, Claimed: api.ClaimedFacts{Disks: []api.FactDisk{{Serial: "SER-A"}}, DisksFound: 1,
-			Learned: api.Learned{Since: since, Source: api.FactsFromEnrollment}}}
-		newer.Owned.Facts = older.Owned.Facts
-		newer.Owned.Facts.Claimed = api.ClaimedFacts{Disks: []api.FactDisk{{Serial: "SER-B"}}, DisksFound: 1,
-			Learned: api.Learned{Since: since.Add(time.Hour), Source: api.FactsFromBootCheck}}
-		inv := fleettest.NewInventory(older)
-		s := newTestService(inv, fleettest.NewInstaller())
-		out, err := s.UndoForeignWrite(context.Background(), ForeignWrite{DeviceID: 12, User: "admin", Before: newer, After: older})
-		if err != nil || out.Result != "restored" {
-			t.Fatalf("UndoForeignWrite = %+v, %v", out, err)
-		}
-		if got := inv.Get(12).Owned.Facts; !got.Equal(newer.Owned.Facts) {
-			t.Errorf("fleet_facts after the undo = %+v, want fleetd's newer %+v", got, newer.Owned.Facts)
-		}
-		if j := inv.JournalOf(12); len(j) != 1 || !strings.Contains(j[0], "(fleet_facts): restored") {
-			t.Errorf("journal %q, want one entry naming fleet_facts restored", j)
-		}
-	})
 	// A value fleetd cannot read decodes as no facts: written over none, it is still a write of
 	// fleet_facts, and none is put back.
 	t.Run("ok/unreadable fleet_facts written over none: none put back", func(t *testing.T) {
-		garbage := active
-		garbage.Owned.FactsUnreadable = "fleet_facts: version 2, this fleetd reads version 1"
-		inv := fleettest.NewInventory(garbage)
+		inv := fleettest.NewInventory(active)
 		s := newTestService(inv, fleettest.NewInstaller())
-		out, err := s.UndoForeignWrite(context.Background(), ForeignWrite{DeviceID: 12, User: "admin", Before: active, After: garbage})
-		if err != nil || out.Result != "restored" {
-			t.Fatalf("UndoForeignWrite = %+v, %v", out, err)
+		inv.Set(active)
+		inv.WriteAs("admin", 12, func(d *Device) { d.Owned.FactsUnreadable = "fleet_facts: version 2, this fleetd reads version 1" })
+		if out, err := s.CheckOwnedFields(context.Background(), 12); err != nil {
+			t.Fatalf("CheckOwnedFields = %+v, %v", out, err)
 		}
 		if got := inv.Get(12).Owned; got.FactsUnreadable != "" || !got.Facts.Empty() {
-			t.Errorf("fleet_facts after the undo: %+v, unreadable %q; want none", got.Facts, got.FactsUnreadable)
+			t.Errorf("fleet_facts after the repair: %+v, unreadable %q; want none", got.Facts, got.FactsUnreadable)
 		}
-		if j := inv.JournalOf(12); len(j) != 1 || !strings.Contains(j[0], "(fleet_facts): restored") {
+		if j := inv.JournalOf(12); len(j) != 1 || !strings.Contains(j[0], "(fleet_facts) were written by admin") {
 			t.Errorf("journal %q, want one entry naming fleet_facts restored", j)
 		}
 	})
 	t.Run("ok/nothing fleetd owns changed: nothing written", func(t *testing.T) {
 		inv := fleettest.NewInventory(active)
 		s := newTestService(inv, fleettest.NewInstaller())
-		out, err := s.UndoForeignWrite(context.Background(), ForeignWrite{DeviceID: 12, User: "admin", Before: active, After: active})
-		if err != nil || out.Result != "nothing-to-undo" || len(inv.JournalOf(12)) != 0 || inv.Calls.Load() != 1 {
-			t.Errorf("UndoForeignWrite = %+v, %v; journal %q; %d inventory calls, want one read", out, err, inv.JournalOf(12), inv.Calls.Load())
+		inv.Set(active)
+		inv.WriteAs("admin", 12, func(d *Device) { d.Declared.DiskSerial = "S-NEW" }) // the owner's own field
+		calls := inv.Calls.Load()
+		out, err := s.CheckOwnedFields(context.Background(), 12)
+		if err != nil || out.Result != string(VerdictTrusted) || len(inv.JournalOf(12)) != 0 || inv.Calls.Load()-calls != 2 {
+			t.Errorf("CheckOwnedFields = %+v, %v; journal %q; %d inventory calls, want the device and its change log read",
+				out, err, inv.JournalOf(12), inv.Calls.Load()-calls)
 		}
 	})
 }
 
+// sameValues compares the values of two Owned as fleetd reads them (its JSON fields by value).
+func sameValues(a, b Owned) bool {
+	return a.State == b.State && a.Message == b.Message && a.Request == b.Request && a.Workflow == b.Workflow &&
+		a.LAKSerial == b.LAKSerial && a.LDevIDSerial == b.LDevIDSerial && a.Identity.Request == b.Identity.Request &&
+		a.Facts.Equal(b.Facts) && a.FactsUnreadable == b.FactsUnreadable && a.LastBootCheck.Equal(b.LastBootCheck)
+}
+
 // TestWrittenBackRequestNotCarriedOutTwice: the owner's copy read before fleetd claimed its
-// provision (desired_action provision, no fleet_request) is saved whole after the claim. Through
-// the webhook (UndoForeignWrite, then the reconcile) the written-back desired_action is cleared
-// with fleetd's fields put back: the request keeps its one Workflow, and no second request starts.
+// provision (desired_action provision, no fleet_request) is saved whole after the claim. The
+// webhook's reconcile puts fleetd's fields back and clears the written-back desired_action: the
+// request keeps its one Workflow, and no second request starts.
 func TestWrittenBackRequestNotCarriedOutTwice(t *testing.T) {
 	d := fleettest.Declared(12, "node-a")
 	d.Declared.DesiredAction = ActionProvision
-	copyRead := d // the owner's copy, read before the claim
 	inv := fleettest.NewInventory(d)
 	inst := fleettest.NewInstaller()
 	s := newTestService(inv, inst)
+	copyRead := inv.Get(12) // the owner's copy, read before the claim
 	ctx := context.Background()
 	if _, err := s.Reconcile(ctx, 12); err != nil {
 		t.Fatal(err)
@@ -139,14 +143,8 @@ func TestWrittenBackRequestNotCarriedOutTwice(t *testing.T) {
 	if inst.Creates() != 1 || claimed.Owned.Request == "" || claimed.Declared.DesiredAction != ActionNone {
 		t.Fatalf("after the claim: %d Workflows, request %q, desired_action %q", inst.Creates(), claimed.Owned.Request, claimed.Declared.DesiredAction)
 	}
-	// The owner's save: every custom field as it was read.
-	written := claimed
-	written.Owned, written.Declared = copyRead.Owned, copyRead.Declared
-	inv.Set(written)
-	if _, err := s.UndoForeignWrite(ctx, ForeignWrite{DeviceID: 12, User: "owner", Before: claimed, After: written}); err != nil {
-		t.Fatal(err)
-	}
-	for range 2 { // the webhook's reconcile, and the periodic one
+	saveCopy(inv, fleettest.Owner, copyRead) // every custom field as it was read
+	for range 2 {                            // the webhook's reconcile, and the periodic one
 		if _, err := s.Reconcile(ctx, 12); err != nil {
 			t.Fatal(err)
 		}
@@ -160,25 +158,23 @@ func TestWrittenBackRequestNotCarriedOutTwice(t *testing.T) {
 
 // TestCopyWrittenBackDuringTheWrite: an event of the running request is judged on fleetd's own
 // values again when its conditional write meets a conflict: another user's copy written back
-// after the change-log check and before the write (the two-instance chaos run, seed 317628280:
-// the other instance recorded the wipe's success, a copy read before the attestation then put
-// fleet_state pending back, and this instance's Workflow event, re-read after the conflict, failed
-// the wiped request as a Workflow that succeeded without an attestation). The copy is undone and
-// the event recorded on fleetd's values.
+// after the read and before the write (the two-instance chaos run, seed 317628280: the other
+// instance recorded the wipe's success, a copy read before the attestation then put fleet_state
+// pending back, and this instance's Workflow event, re-read after the conflict, failed the wiped
+// request as a Workflow that succeeded without an attestation). The copy is put back and the
+// event recorded on fleetd's values.
 func TestCopyWrittenBackDuringTheWrite(t *testing.T) {
 	ctx := context.Background()
 	d := fleettest.Declared(12, "node-a")
 	d.Status = StatusActive
-	d.Owned = Owned{State: StateWiping, Request: "wipe-aaaaaaaa", Workflow: "node-a-wipe-aaaaaaaa", Message: "Attested node-a for wipe request wipe-aaaaaaaa."}
-	copyRead := d // read before the attestation
-	copyRead.Owned.State, copyRead.Owned.Message = StatePending, "wipe accepted as request wipe-aaaaaaaa."
+	d.Owned = Owned{State: StatePending, Request: "wipe-aaaaaaaa", Workflow: "node-a-wipe-aaaaaaaa", Message: "wipe accepted as request wipe-aaaaaaaa."}
 	inv := fleettest.NewInventory(d)
-	log := &fleettest.ChangeLog{}
-	inv.ConflictOnce[12] = func(cur *Device) { // the copy lands between the check and the write
-		cur.Owned.State, cur.Owned.Message = copyRead.Owned.State, copyRead.Owned.Message
-		log.Changes = append(log.Changes, DeviceChange{DeviceID: 12, User: "owner", Time: testEpoch, Before: d, After: copyRead})
-	}
-	s := newLoggedService(inv, log)
+	s := newTestService(inv, fleettest.NewInstaller())
+	copyRead := inv.Get(12) // read before the attestation
+	d.Owned.State, d.Owned.Message = StateWiping, "Attested node-a for wipe request wipe-aaaaaaaa."
+	inv.Set(d)
+	inv.ConflictBy[12] = fleettest.Owner
+	inv.ConflictOnce[12] = func(cur *Device) { cur.Owned, cur.Seal = copyRead.Owned, copyRead.Seal } // lands between the read and the write
 	if _, err := s.WorkflowChanged(ctx, 12, WorkflowStatus{Name: d.Owned.Workflow, Phase: WorkflowSucceeded}); err != nil {
 		t.Fatal(err)
 	}
@@ -187,7 +183,7 @@ func TestCopyWrittenBackDuringTheWrite(t *testing.T) {
 		t.Errorf("after the Workflow's success: fleet_state %q status %q (%s), want wiped offline", got.Owned.State, got.Status, got.Owned.Message)
 	}
 	j := inv.JournalOf(12)
-	if len(j) != 2 || !strings.Contains(j[0], "written by owner (fleet_state, fleet_message): restored") || !strings.Contains(j[1], "succeeded: disk") {
+	if len(j) != 2 || !strings.Contains(j[0], "(fleet_state, fleet_message, fleet_seal) were written by owner") || !strings.Contains(j[1], "succeeded: disk") {
 		t.Errorf("journal %q, want the copy restored, then the wipe's success", j)
 	}
 }

@@ -36,9 +36,14 @@ var sharedRenderer = sync.OnceValue(func() *render.Renderer {
 	return r
 })
 
+// newTestService is a service on inv (its saves stamped by the service's clock, when it is the
+// in-memory inventory), with fleettest's seal keys and NetBox user.
 func newTestService(inv Inventory, inst Installer) testService {
 	clock := fleettest.NewClock(testEpoch)
-	s, err := NewService(Config{FleetdURL: "http://spore:8080", ConfigTTL: time.Hour}, Deps{Inventory: inv, Installer: inst,
+	if m, ok := inv.(*fleettest.Inventory); ok && m.Clock == nil {
+		m.Clock = clock
+	}
+	s, err := NewService(Config{FleetdURL: "http://spore:8080", ConfigTTL: time.Hour, ServiceUser: fleettest.ServiceUser}, Deps{Seal: fleettest.SealKeys(), Inventory: inv, Installer: inst,
 		Catalog: fleettest.Catalog(), Clock: clock, Renderer: sharedRenderer(), Random: rand.New(rand.NewSource(1))})
 	if err != nil {
 		panic(err)

@@ -49,7 +49,7 @@ func inventoryServiceReg(t *testing.T, log *fleettest.ChangeLog, ds ...Device) (
 	inv := fleettest.NewInventory(ds...)
 	reg := prometheus.NewRegistry()
 	s, err := NewService(Config{FleetdURL: "http://spore:8080", ServiceUser: "fleetd"},
-		Deps{Inventory: inv, ChangeLog: log, Registry: reg, Installer: fleettest.NewInstaller(), Catalog: fleettest.Catalog(),
+		Deps{Seal: fleettest.SealKeys(), Inventory: inv, ChangeLog: log, Registry: reg, Installer: fleettest.NewInstaller(), Catalog: fleettest.Catalog(),
 			Clock: fleettest.NewClock(testEpoch), Renderer: sharedRenderer(), Random: rand.New(rand.NewSource(1))})
 	if err != nil {
 		t.Fatal(err)
@@ -266,7 +266,7 @@ func (downInventory) DeviceByName(context.Context, string) (Device, error) {
 // TestInventoryCannotCheck: NetBox down, its change log unreadable, an unknown device.
 func TestInventoryCannotCheck(t *testing.T) {
 	s, err := NewService(Config{FleetdURL: "http://spore:8080"},
-		Deps{Inventory: downInventory{fleettest.NewInventory()}, ChangeLog: &fleettest.ChangeLog{}, Installer: fleettest.NewInstaller(),
+		Deps{Seal: fleettest.SealKeys(), Inventory: downInventory{fleettest.NewInventory()}, ChangeLog: &fleettest.ChangeLog{}, Installer: fleettest.NewInstaller(),
 			Catalog: fleettest.Catalog(), Clock: fleettest.NewClock(testEpoch), Random: rand.New(rand.NewSource(1))})
 	if err != nil {
 		t.Fatal(err)
@@ -304,7 +304,7 @@ func TestAfterSweep(t *testing.T) {
 		}
 	}
 	s, err := NewService(Config{FleetdURL: "http://spore:8080", ServiceUser: "fleetd", AfterSweep: func() { note("after sweep") }},
-		Deps{Inventory: fleettest.NewInventory(agreeing(1, "node-a"), agreeing(2, "node-b")), ChangeLog: &fleettest.ChangeLog{},
+		Deps{Seal: fleettest.SealKeys(), Inventory: fleettest.NewInventory(agreeing(1, "node-a"), agreeing(2, "node-b")), ChangeLog: &fleettest.ChangeLog{},
 			Installer: fleettest.NewInstaller(), Catalog: fleettest.Catalog(), Clock: fleettest.NewClock(testEpoch),
 			Renderer: sharedRenderer(), Random: rand.New(rand.NewSource(1))})
 	if err != nil {

@@ -22,11 +22,15 @@ const (
 	StateRetired     State = "retired"
 	StateFailed      State = "failed"
 	StateRejected    State = "rejected"
+	// StateUntrusted: fleetd found values of its fields in NetBox it did not write and nothing of
+	// its own to put back (trust.go): it cleared them, and only an owner's new request brings
+	// the device back.
+	StateUntrusted State = "untrusted"
 )
 
 // States lists the fleet_state choices in lifecycle order.
 var States = []State{StatePending, StateInstalling, StateConfiguring, StateActive, StateWiping,
-	StateWiped, StateRetired, StateFailed, StateRejected}
+	StateWiped, StateRetired, StateFailed, StateRejected, StateUntrusted}
 
 // Terminal reports whether no request is running in this state, so a new one may start.
 func (s State) Terminal() bool {

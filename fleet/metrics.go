@@ -28,6 +28,7 @@ type metrics struct {
 	renewals         *prometheus.CounterVec
 	inventoryDiffs   *prometheus.GaugeVec
 	inventoryRuns    *prometheus.CounterVec
+	seals            *sealMetrics
 }
 
 // newMetrics registers the domain's metrics on reg, and the per-device series on devices (nil:
@@ -65,7 +66,7 @@ func newMetrics(reg, devices prometheus.Registerer, clock Clock) (*metrics, erro
 		}),
 		ownedWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fleetd_owned_field_writes_total",
-			Help: "Writes of fields fleetd owns by another NetBox user, by outcome (restored, error).",
+			Help: "fleetd's writes of the fields it owns outside a decision, by outcome: restored (another user's write put back to fleetd's own), untrusted (nothing of fleetd's to put back: the device marked untrusted), sealed (values sealed at an upgrade or with a new key), error.",
 		}, []string{"outcome"}),
 		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fleetd_config_fetches_total",
@@ -93,9 +94,10 @@ func newMetrics(reg, devices prometheus.Registerer, clock Clock) (*metrics, erro
 			Help: "Inventory checks of the whole fleet, by result (ok, error: it could not check).",
 		}, []string{"result"}),
 	}
-	for _, c := range []prometheus.Collector{m.inventoryDiffs, m.inventoryRuns, m.requests, m.reconcileRuns, m.reconcileSeconds,
+	m.seals = newSealMetrics()
+	for _, c := range append([]prometheus.Collector{m.inventoryDiffs, m.inventoryRuns, m.requests, m.reconcileRuns, m.reconcileSeconds,
 		m.conflicts, m.installErrors, m.journalErrors, m.pendingConfigs, m.ownedWrites, m.deliveries, newFleetCollector(m.bootChecks),
-		m.enrollments, m.bootCheckRuns, m.renewals} {
+		m.enrollments, m.bootCheckRuns, m.renewals}, m.seals.collectors()...) {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register fleet metrics: %w", err)
 		}
@@ -123,7 +125,7 @@ func (m *metrics) startAtZero() error {
 		atZero(m.requests.MetricVec, labels(ActionProvision, ActionAttest, ActionWipe, ActionRetire), []string{"accepted", "rejected", "succeeded", "failed"}),
 		atZero(m.reconcileRuns.MetricVec, okError),
 		atZero(m.inventoryRuns.MetricVec, okError),
-		atZero(m.ownedWrites.MetricVec, []string{"restored", "error"}),
+		atZero(m.ownedWrites.MetricVec, []string{"restored", string(StateUntrusted), "sealed", "error"}),
 		atZero(m.deliveries.MetricVec, labels(KindTalos, KindNixOS, KindAlpine, KindCloudInit), []string{"delivered"}),
 		atZero(m.bootCheckRuns.MetricVec, labels(BootCheckOK, BootCheckDrift, BootCheckFailed)),
 		atZero(m.renewals.MetricVec, labels(pki.ProfileLDevID, pki.ProfileLAK), []string{"renewed", RenewRedelivered, RenewRefusedError}),
@@ -156,6 +158,11 @@ func labels[T ~string](vs ...T) []string {
 		out[i] = string(v)
 	}
 	return out
+}
+
+// observeSeals records how a listing's devices are sealed (seal_metrics.go).
+func (m *metrics) observeSeals(devices []Device, keys *SealKeys, brake bool) {
+	m.seals.observe(devices, keys, brake)
 }
 
 // observePending counts the devices whose configuration is open for its fetch.

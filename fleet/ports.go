@@ -37,8 +37,13 @@ type Inventory interface {
 	// its MACs (nil): one NetBox request, for a decision that needs only the device's own fields
 	// (the hourly boot check).
 	DeviceFields(ctx context.Context, id int64) (Device, error)
-	// DeviceByName reads one device by its exact NetBox name.
-	DeviceByName(ctx context.Context, name string) (Device, error)
+	// DeviceID finds the id of the device of this exact NetBox name (ErrNotFound: none).
+	DeviceID(ctx context.Context, name string) (int64, error)
+	// DeviceHistory reads the device's saves in NetBox's change log (its creation and its
+	// updates), newest first, up to and including the first for which until reports true, or to
+	// the end of the log. NetBox's change log is the one record of who wrote what that a NetBox
+	// user who may edit devices cannot write (docs/design.md §9, "Sealed fields").
+	DeviceHistory(ctx context.Context, id int64, until func(DeviceChange) bool) ([]DeviceChange, error)
 	// Devices lists every device (the reconcile and the Kea reservations read it).
 	Devices(ctx context.Context) ([]Device, error)
 	// Update writes only the keys the patch sets. It returns the device as NetBox has it after
@@ -73,6 +78,9 @@ type Patch struct {
 	BootCheck            *BootCheck
 	Identity             *IdentityMaterial // a pointer to the zero value clears fleet_identity
 	Facts                *api.Facts        // a pointer to the zero value clears fleet_facts
+	// Seal is fleet_seal: the seal of every field fleetd owns as the device holds them after
+	// the write (seal.go). The service sets it on every write it makes; "" writes none.
+	Seal string
 }
 
 // Empty reports whether the patch writes nothing.
@@ -81,7 +89,7 @@ func (p Patch) Empty() bool {
 		p.Request == nil && p.Workflow == nil && p.LDevIDSerial == nil && p.LAKSerial == nil &&
 		p.LDevIDSerialPrevious == nil && p.LAKSerialPrevious == nil &&
 		p.BootBaseline == nil && p.LastBootCheck == nil && p.BootCheck == nil && p.Identity == nil &&
-		p.Facts == nil
+		p.Facts == nil && p.Seal == ""
 }
 
 // Installer is Tinkerbell (docs/design.md §3).

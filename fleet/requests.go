@@ -25,7 +25,7 @@ func (s *Service) reject(ctx context.Context, d Device, action Action, problems 
 	}
 	p := Patch{IfVersion: d.Version, ClearDesiredAction: d.Declared.DesiredAction != ActionNone,
 		State: &t.To, Message: &msg}
-	if _, err := s.inv.Update(ctx, d.ID, p); err != nil {
+	if _, err := s.update(ctx, d, p); err != nil {
 		return out, fmt.Errorf("record rejection of %s on %s: %w", action, d.Name, inventoryErr(err))
 	}
 	s.metrics.requests.WithLabelValues(string(action), "rejected").Inc()
@@ -67,7 +67,7 @@ func (s *Service) accept(ctx context.Context, d Device, action Action) (Outcome,
 	msg := acceptMessage(action, req, wf, class.Templates[action])
 	p := Patch{IfVersion: d.Version, ClearDesiredAction: d.Declared.DesiredAction != ActionNone,
 		Status: t.Status, State: &t.To, Message: &msg, Request: &req, Workflow: &wf}
-	claimed, err := s.inv.Update(ctx, d.ID, p)
+	claimed, err := s.update(ctx, d, p)
 	if err != nil {
 		return out, fmt.Errorf("claim %s request on %s: %w", action, d.Name, inventoryErr(err))
 	}
@@ -134,10 +134,7 @@ func (s *Service) follow(ctx context.Context, d Device, listed workflowListing) 
 	s.noteQueued(ctx, d, action)
 	ws, err := s.workflow(ctx, d.Owned.Workflow, listed)
 	switch {
-	case errors.Is(err, ErrNotFound) && d.Owned.State == StatePending:
-		if cur, err := s.judgedOnOwnFields(ctx, d); err != nil || cur.Owned.Request != d.Owned.Request || cur.Owned.State != d.Owned.State {
-			return out, err // an older request written back by another user, now undone, is not installed again
-		}
+	case errors.Is(err, ErrNotFound) && d.Owned.State == StatePending: // d is judged on fleetd's values (reconcile)
 		class, ok := s.catalog.Class(d.Declared.Class)
 		if !ok {
 			msg := fmt.Sprintf("%s request %s failed: class %q is no longer in classes.json.", action, d.Owned.Request, d.Declared.Class)
@@ -174,6 +171,9 @@ func (s *Service) WorkflowChanged(ctx context.Context, id int64, ws WorkflowStat
 	}
 	if err != nil {
 		return Outcome{DeviceID: id, Step: "workflow", Result: "error"}, fmt.Errorf("read device %d: %w: %w", id, ErrInventory, err)
+	}
+	if d, err = s.judgedOnOwnFields(ctx, d); err != nil {
+		return outcomeFor(d, ActionNone, "workflow", "refused"), err
 	}
 	action := RequestAction(d.Owned.Request)
 	if ws.Name != d.Owned.Workflow || !ws.Phase.Terminal() {
@@ -341,8 +341,8 @@ func retryHint(action Action) string {
 // status decommissioning): it waits, and starts when the running one ends, so the journal says so
 // and how to cancel it before then. Once per running request and queued action in this process
 // (a restart or another instance says it once more). A desired_action a client wrote back with an
-// old copy is cleared before this runs (the webhook's and the reconcile's undo, foreign.go and
-// changelog.go), so it never passes for a queued request.
+// old copy is cleared before this runs (the repair of the reconcile's read, repair.go), so it
+// never passes for a queued request.
 func (s *Service) noteQueued(ctx context.Context, d Device, running Action) {
 	q := requested(d)
 	if q == ActionNone {

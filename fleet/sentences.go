@@ -16,7 +16,10 @@ import (
 // publicSentences are the fixed sentences of the node-facing refusal codes.
 var publicSentences = map[string]string{
 	// The enrollment (docs/enrollment.md).
-	"unknown_device":                   "NetBox has no device of the name the Workflow passed: the Workflow must pass the device's NetBox name.",
+	"unknown_device": "NetBox has no device of the name the Workflow passed: the Workflow must pass the device's NetBox name.",
+	// Any node route (docs/security.md, "What a NetBox device editor can do").
+	"owned_fields_untrusted":           "The fields fleetd keeps on the device in NetBox were not written by fleetd and could not be put back: nothing is decided on them until an owner asks for a new request.",
+	"seal_key_unknown":                 "The device's fields in NetBox are sealed with a key this fleetd is not configured with: nothing is decided on them until the key is added.",
 	"no_request":                       "The device has no accepted request waiting for attestation: set desired_action in NetBox first.",
 	"request_mismatch":                 "The Workflow's request is not the device's current request: this Workflow is stale and must not enroll.",
 	"class_not_installable":            "The device's class is not an installable class in classes.json.",

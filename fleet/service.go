@@ -24,9 +24,10 @@ type Config struct {
 	// ConfigTTL is how long a provision's configuration waits for its one fetch after the
 	// attestation (config_delivery.pending_ttl); 0 means DefaultConfigTTL.
 	ConfigTTL time.Duration
-	// ServiceUser is fleetd's own NetBox user (netbox.service_user): a save of a device by any
-	// other user that wrote a field fleetd owns is undone (docs/design.md §9). Empty: nobody can
-	// be told from fleetd, and the change log is not read.
+	// ServiceUser is fleetd's own NetBox user (netbox.service_user): only its saves of a device's
+	// fields can vouch for their values (docs/design.md §9, "Sealed fields"). Empty: nobody can be
+	// told from fleetd, the change log is not read, and the seal alone decides (a test setting;
+	// fleetd serve requires it).
 	ServiceUser string
 	// InventoryBootCheckWindow is how old an active device's last accepted boot check may be
 	// before the inventory check says its boot checks stopped (inventory.boot_check_window); 0
@@ -50,7 +51,8 @@ const DefaultConfigTTL = 4 * time.Hour
 // Deps are the service's collaborators, wired by main.
 type Deps struct {
 	Inventory Inventory
-	ChangeLog ChangeLog // may be nil: then only webhooks undo others' writes of fleetd's fields
+	ChangeLog ChangeLog // may be nil: then only decisions and webhooks repair others' writes of fleetd's fields
+	Seal      *SealKeys // the keys of the seal over the fields fleetd owns (seal.go); required
 	Installer Installer
 	Catalog   Catalog
 	Renderer  Renderer // renders configurations: checked at attestation, served at fetch
@@ -71,7 +73,7 @@ type Deps struct {
 // instances may serve at once (docs/design.md §9).
 type Service struct {
 	cfg      Config
-	inv      Inventory
+	inv      trustedInventory // every read judged (trust.go), every write sealed (repair.go)
 	inst     Installer
 	catalog  Catalog
 	clock    Clock
@@ -84,6 +86,8 @@ type Service struct {
 	addrs    *addrIndex // where a configuration fetch finds its device (addrindex.go)
 	changes  ChangeLog
 	logMark  changeLogMark // where the next reconcile reads the change log from (changelog.go)
+	keys     *SealKeys
+	brake    sealBrake // whether fleetd may mark devices untrusted (repair.go)
 	refusals lastRefusals
 	queued   sync.Map          // "id request action": queued requests already journaled (noteQueued)
 	boots    *attest.BootCache // the last replayed boot of each node (bootcheck.go)
@@ -101,6 +105,8 @@ func NewService(cfg Config, deps Deps) (*Service, error) {
 		return nil, errors.New("new service: no clock")
 	case deps.Random == nil:
 		return nil, errors.New("new service: no randomness")
+	case deps.Seal == nil:
+		return nil, errors.New("new service: no seal keys for the fields fleetd owns")
 	case cfg.FleetdURL == "":
 		return nil, errors.New("new service: no fleetd URL for the agents")
 	}
@@ -118,13 +124,17 @@ func NewService(cfg Config, deps Deps) (*Service, error) {
 		reg = prometheus.NewRegistry()
 	}
 	m, err := newMetrics(reg, deps.DeviceRegistry, deps.Clock)
+	if err == nil {
+		err = m.seals.atZero(deps.Seal)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("new service: %w", err)
 	}
 	addrs := newAddrIndex()
-	s := &Service{cfg: cfg, inv: cappedInventory{indexedInventory{Inventory: deps.Inventory, idx: addrs}}, inst: deps.Installer,
+	inv := trustedInventory{Inventory: cappedInventory{indexedInventory{Inventory: deps.Inventory, idx: addrs}}, keys: deps.Seal, self: cfg.ServiceUser}
+	s := &Service{cfg: cfg, inv: inv, inst: deps.Installer,
 		catalog: deps.Catalog, clock: deps.Clock, rnd: &lockedReader{r: deps.Random}, renderer: deps.Renderer, attest: deps.Attest,
-		log: deps.Logger, metrics: m, addrs: addrs, changes: deps.ChangeLog,
+		log: deps.Logger, metrics: m, addrs: addrs, changes: deps.ChangeLog, keys: deps.Seal,
 		boots: attest.NewBootCache(bootCacheSize), bootIDs: newNameIndex(bootCacheSize)}
 	m.bootChecks.times, m.bootChecks.missingAfter = s.certTimes, cfg.BootCheckMissingAfter
 	m.bootChecks.class, m.bootChecks.classes = s.countedClass, deps.Catalog.Names()
@@ -210,6 +220,9 @@ func (s *Service) reconcile(ctx context.Context, id int64, listed workflowListin
 		if err != nil {
 			return Outcome{DeviceID: id, Step: "read", Result: "error"}, fmt.Errorf("read device %d: %w: %w", id, ErrInventory, err)
 		}
+		if d, err = s.vouched(ctx, d); err != nil {
+			return outcomeFor(d, RequestAction(d.Owned.Request), "owned-fields", "refused"), err
+		}
 		out, err := s.advance(ctx, d, listed)
 		if errors.Is(err, ErrConflict) && attempt < maxConflicts {
 			s.metrics.conflicts.Inc()
@@ -227,12 +240,6 @@ func (s *Service) advance(ctx context.Context, d Device, listed workflowListing)
 	action := requested(d)
 	if action == ActionNone {
 		return outcomeFor(d, ActionNone, "idle", "nothing-to-do"), nil
-	}
-	if undone, err := s.undoStandingWrite(ctx, d); err != nil || undone {
-		if err == nil {
-			err = fmt.Errorf("%s: fields fleetd owns were written back by another user and restored: %w", d.Name, ErrConflict)
-		}
-		return outcomeFor(d, action, "owned-fields", "restored"), err
 	}
 	if problems := s.problems(d, action); len(problems) > 0 {
 		return s.reject(ctx, d, action, problems)
@@ -280,13 +287,16 @@ func (s *Service) checks(d Device, action Action) []DeclarationCheck {
 }
 
 // ReconcileAll lists every device and reconciles those that need attention, so a lost webhook
-// delays a request but never loses it (docs/design.md §2). First it undoes, from NetBox's change
-// log, what other users wrote of fleetd's fields and whose webhook was lost (changelog.go), so
-// that a written-back request is not taken again. It returns the listed devices for the callers
-// that derive other state from the inventory (Kea reservations, boot-check ages).
+// delays a request but never loses it (docs/design.md §2). First it checks, from NetBox's change
+// log, the devices whose fields other users wrote and whose webhook was lost (changelog.go), so
+// that a written-back request is not taken again; then every listed device whose seal fails, or
+// that is not sealed with the signing key yet, is read with its change log, repaired or sealed
+// (trust.go). It returns the listed devices for the callers that derive other state from the
+// inventory (Kea reservations, boot-check ages).
 func (s *Service) ReconcileAll(ctx context.Context) ([]Device, error) {
 	var errs []error
-	if err := s.undoLoggedWrites(ctx); err != nil {
+	checked, err := s.checkLoggedWrites(ctx)
+	if err != nil {
 		errs = append(errs, err)
 	}
 	devices, err := s.inv.Devices(ctx)
@@ -296,9 +306,10 @@ func (s *Service) ReconcileAll(ctx context.Context) ([]Device, error) {
 	}
 	s.metrics.bootChecks.observe(devices)
 	s.metrics.observePending(devices, s.clock.Now())
+	s.metrics.observeSeals(devices, s.keys, s.brake.observe(devices))
 	listed := s.listWorkflows(ctx, devices)
 	for _, d := range devices {
-		if !NeedsAttention(d) {
+		if !NeedsAttention(d) && !needsSealCheck(d, s.keys.Signing(), checked) {
 			continue
 		}
 		out, err := s.reconcile(ctx, d.ID, listed)

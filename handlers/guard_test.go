@@ -16,7 +16,7 @@ import (
 
 func guardedServer(t *testing.T, tlsOnly bool, limits Limits) *Server {
 	t.Helper()
-	svc, err := fleet.NewService(fleet.Config{FleetdURL: "https://spore"}, fleet.Deps{Inventory: fleettest.NewInventory(),
+	svc, err := fleet.NewService(fleet.Config{FleetdURL: "https://spore"}, fleet.Deps{Seal: fleettest.SealKeys(), Inventory: fleettest.NewInventory(),
 		Installer: fleettest.NewInstaller(), Clock: fleet.SystemClock{}, Random: strings.NewReader("")})
 	if err != nil {
 		t.Fatal(err)

@@ -23,8 +23,8 @@ type changeJSON struct {
 }
 
 // DeviceChanges lists the updates of devices in NetBox's change log (/api/core/object-changes/,
-// NetBox 4.1 and later) that q selects, oldest first, in pages of 1,000 (fleet.ChangeLog). The
-// filters are NetBox's own: changed_object_type, action, time_after (inclusive),
+// NetBox 4.1 and later) that q selects and q.Keep keeps, oldest first, in pages of 1,000, each
+// change decoded and kept or dropped as it arrives (fleet.ChangeLog). The filters are NetBox's own: changed_object_type, action, time_after (inclusive),
 // changed_object_id and user_name__n.
 func (c *Client) DeviceChanges(ctx context.Context, q fleet.ChangeQuery) ([]fleet.DeviceChange, error) {
 	v := url.Values{"changed_object_type": {"dcim.device"}, "action": {"update"}, "ordering": {"time"},
@@ -35,17 +35,12 @@ func (c *Client) DeviceChanges(ctx context.Context, q fleet.ChangeQuery) ([]flee
 	if q.ExceptUser != "" {
 		v.Set("user_name__n", q.ExceptUser)
 	}
-	changes, err := c.objectChanges(ctx, v)
+	out, err := listed(ctx, c, "object_changes", "/api/core/object-changes/", v, func(ch changeJSON) (fleet.DeviceChange, bool, error) {
+		dc, err := toDeviceChange(ch)
+		return dc, err == nil && (q.Keep == nil || q.Keep(dc)), err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("list device changes since %s: %w", q.Since.UTC().Format(time.RFC3339), err)
-	}
-	out := make([]fleet.DeviceChange, 0, len(changes))
-	for _, ch := range changes {
-		dc, err := toDeviceChange(ch)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, dc)
 	}
 	return out, nil
 }

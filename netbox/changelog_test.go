@@ -32,10 +32,27 @@ func (e *env) ownerSave(t *testing.T, copyCF map[string]any) {
 	resp.Body.Close()
 }
 
-// TestChangeLogBackstop: a stale full write whose webhook NetBox dropped is undone by the next
-// periodic reconcile from NetBox's change log (/api/core/object-changes/ as the emulator serves
-// it with NetBox's filters): fleetd's fields are put back, the written-back desired_action is not
-// taken as a new request, and the journal names the writer.
+// fleetdWrite is a write of fleetd's as the service makes it: p sealed over the values the device
+// holds after it, with the tests' seal key.
+func (e *env) fleetdWrite(t *testing.T, p fleet.Patch) {
+	t.Helper()
+	ctx := context.Background()
+	d, err := e.client.Device(ctx, e.node1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.ApplyOwned(&d.Owned)
+	p.Seal = fleettest.SealKeys().Seal(e.node1, d.Owned, time.Now())
+	if _, err := e.client.Update(ctx, e.node1, p); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestChangeLogBackstop: a stale full write (its old seal with it) whose webhook NetBox dropped is
+// repaired by the next periodic reconcile from NetBox's change log (/api/core/object-changes/ as
+// the emulator serves it with NetBox's filters): fleetd's fields are put back from its own write
+// in the log, the written-back desired_action is not taken as a new request, and the journal names
+// the writer.
 func TestChangeLogBackstop(t *testing.T) {
 	e := newEnv(t, 0)
 	ctx := context.Background()
@@ -49,9 +66,7 @@ func TestChangeLogBackstop(t *testing.T) {
 	}
 	// fleetd claims the provision and records it (as its claim and attestation would).
 	state, req, lak := fleet.StateActive, "provision-aaaaaaaa", "0c2d"
-	if _, err := e.client.Update(ctx, e.node1, fleet.Patch{ClearDesiredAction: true, State: &state, Request: &req, LAKSerial: &lak}); err != nil {
-		t.Fatal(err)
-	}
+	e.fleetdWrite(t, fleet.Patch{ClearDesiredAction: true, State: &state, Request: &req, LAKSerial: &lak})
 	since := time.Now().Add(-time.Minute)
 	e.ownerSave(t, copyCF)
 
@@ -71,7 +86,7 @@ func TestChangeLogBackstop(t *testing.T) {
 
 	inst := fleettest.NewInstaller()
 	s, err := fleet.NewService(fleet.Config{FleetdURL: "http://spore:8080", ServiceUser: "fleetd"},
-		fleet.Deps{Inventory: e.client, ChangeLog: e.client, Installer: inst, Catalog: fleettest.Catalog(),
+		fleet.Deps{Seal: fleettest.SealKeys(), Inventory: e.client, ChangeLog: e.client, Installer: inst, Catalog: fleettest.Catalog(),
 			Clock: fleet.SystemClock{}, Random: rand.New(rand.NewSource(1)), Logger: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)
@@ -88,7 +103,7 @@ func TestChangeLogBackstop(t *testing.T) {
 	}
 	journal := e.emu.Journal(e.node1)
 	if len(journal) != 1 || journal[0].CreatedBy != "fleetd" || journal[0].Kind != "warning" ||
-		!strings.Contains(journal[0].Comments, "written by admin (fleet_state, fleet_request, lak_serial): restored") ||
+		!strings.Contains(journal[0].Comments, "(fleet_state, fleet_request, lak_serial, fleet_seal) were written by admin at ") ||
 		!strings.Contains(journal[0].Comments, "desired_action=provision from a copy read before request provision-aaaaaaaa") {
 		t.Errorf("journal %+v", journal)
 	}
@@ -102,14 +117,13 @@ func TestChangeLogBackstop(t *testing.T) {
 // while fleetd decides on a webhook of an earlier save (whose snapshots show nothing of the copy):
 // before it claims or rejects, fleetd reads the device's change log and puts its own fields back,
 // so the running request is kept and the written-back desired_action is not taken as a new
-// request (the chaos run found fleetd rejecting its own pending request this way).
+// request (the chaos run found fleetd rejecting its own pending request this way). The decision's
+// read carries the change log: the values are fleetd's only after its own are put back.
 func TestStaleCopyJudgedAfterItsUndo(t *testing.T) {
 	e := newEnv(t, 0)
 	ctx := context.Background()
 	active, provision := fleet.StateActive, "provision-aaaaaaaa"
-	if _, err := e.client.Update(ctx, e.node1, fleet.Patch{ClearDesiredAction: true, State: &active, Request: &provision}); err != nil {
-		t.Fatal(err)
-	}
+	e.fleetdWrite(t, fleet.Patch{ClearDesiredAction: true, State: &active, Request: &provision})
 	copyCF, _ := e.emu.CustomFieldData(e.node1) // the owner's copy: active, the provision, no desired_action
 	for _, f := range netbox.OwnedFields() {
 		if _, ok := copyCF[f]; !ok {
@@ -117,14 +131,12 @@ func TestStaleCopyJudgedAfterItsUndo(t *testing.T) {
 		}
 	}
 	pending, attest := fleet.StatePending, "attest-bbbbbbbb"
-	if _, err := e.client.Update(ctx, e.node1, fleet.Patch{State: &pending, Request: &attest}); err != nil {
-		t.Fatal(err)
-	}
+	e.fleetdWrite(t, fleet.Patch{State: &pending, Request: &attest})
 	copyCF["desired_action"] = "attest"
 	e.ownerSave(t, copyCF)
 
 	s, err := fleet.NewService(fleet.Config{FleetdURL: "http://spore:8080", ServiceUser: "fleetd"},
-		fleet.Deps{Inventory: e.client, ChangeLog: e.client, Installer: fleettest.NewInstaller(), Catalog: fleettest.Catalog(),
+		fleet.Deps{Seal: fleettest.SealKeys(), Inventory: e.client, ChangeLog: e.client, Installer: fleettest.NewInstaller(), Catalog: fleettest.Catalog(),
 			Clock: fleet.SystemClock{}, Random: rand.New(rand.NewSource(1)), Logger: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)
@@ -138,7 +150,7 @@ func TestStaleCopyJudgedAfterItsUndo(t *testing.T) {
 		t.Errorf("after the reconcile: %v; want request %s kept running and desired_action cleared", cf, attest)
 	}
 	journal := e.emu.Journal(e.node1)
-	if len(journal) == 0 || !strings.Contains(journal[0].Comments, "written by admin (fleet_state, fleet_request): restored") {
+	if len(journal) == 0 || !strings.Contains(journal[0].Comments, "(fleet_state, fleet_request, fleet_seal) were written by admin at ") {
 		t.Errorf("journal %+v; want the restore named first", journal)
 	}
 }
@@ -153,9 +165,7 @@ func TestOlderRequestWrittenBackNotFollowed(t *testing.T) {
 	e := newEnv(t, 0)
 	ctx := context.Background()
 	wiping, wipe, wipeWF := fleet.StateWiping, "wipe-aaaaaaaa", "node1-wipe-aaaaaaaa"
-	if _, err := e.client.Update(ctx, e.node1, fleet.Patch{State: &wiping, Request: &wipe, Workflow: &wipeWF}); err != nil {
-		t.Fatal(err)
-	}
+	e.fleetdWrite(t, fleet.Patch{State: &wiping, Request: &wipe, Workflow: &wipeWF})
 	copyCF, _ := e.emu.CustomFieldData(e.node1) // the owner's copy: the wipe running
 	for _, f := range netbox.OwnedFields() {
 		if _, ok := copyCF[f]; !ok {
@@ -163,9 +173,7 @@ func TestOlderRequestWrittenBackNotFollowed(t *testing.T) {
 		}
 	}
 	retired, retire, retireWF := fleet.StateRetired, "retire-bbbbbbbb", "node1-retire-bbbbbbbb"
-	if _, err := e.client.Update(ctx, e.node1, fleet.Patch{State: &retired, Request: &retire, Workflow: &retireWF}); err != nil {
-		t.Fatal(err)
-	}
+	e.fleetdWrite(t, fleet.Patch{State: &retired, Request: &retire, Workflow: &retireWF})
 	before, err := e.client.Device(ctx, e.node1)
 	if err != nil {
 		t.Fatal(err)
@@ -176,7 +184,7 @@ func TestOlderRequestWrittenBackNotFollowed(t *testing.T) {
 	installer.Set(wipeWF, fleet.WorkflowStatus{Phase: fleet.WorkflowFailed, FailedAction: "wipe-disk"})
 	installer.Set(retireWF, fleet.WorkflowStatus{Phase: fleet.WorkflowSucceeded})
 	s, err := fleet.NewService(fleet.Config{FleetdURL: "http://spore:8080", ServiceUser: "fleetd"},
-		fleet.Deps{Inventory: e.client, ChangeLog: e.client, Installer: installer, Catalog: fleettest.Catalog(),
+		fleet.Deps{Seal: fleettest.SealKeys(), Inventory: e.client, ChangeLog: e.client, Installer: installer, Catalog: fleettest.Catalog(),
 			Clock: fleet.SystemClock{}, Random: rand.New(rand.NewSource(1)), Logger: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)

@@ -29,6 +29,7 @@ type deviceJSON struct {
 		Address string `json:"address"`
 	} `json:"primary_ip4"`
 	CustomFields map[string]any `json:"custom_fields"`
+	LastUpdated  string         `json:"last_updated"`
 }
 
 type deviceListJSON struct {
@@ -74,6 +75,14 @@ func toDevice(d deviceJSON, macs []fleet.MAC, version string) (fleet.Device, err
 	}
 	dev.Owned.Identity = identity(d.CustomFields[CFIdentity])
 	dev.Owned.Facts, dev.Owned.FactsUnreadable = facts(d.CustomFields[CFFacts])
+	dev.Seal = cf(CFSeal)
+	if d.LastUpdated != "" {
+		// NetBox's last_updated (DRF renders it in RFC 3339); a value that does not parse is
+		// no time, and the trust check then reads the change log again after the device.
+		if t, err := time.Parse(time.RFC3339Nano, d.LastUpdated); err == nil {
+			dev.LastUpdated = t.UTC()
+		}
+	}
 	return dev, nil
 }
 
@@ -179,6 +188,9 @@ func patchBody(p fleet.Patch) (map[string]any, string) {
 		if !p.Facts.Empty() {
 			cf[CFFacts] = *p.Facts // encoded as a JSON object
 		}
+	}
+	if p.Seal != "" {
+		cf[CFSeal] = p.Seal
 	}
 	return cf, string(p.Status)
 }

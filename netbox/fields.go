@@ -33,6 +33,8 @@ const (
 	CFBootCheck            = "boot_check"
 	CFIdentity             = "fleet_identity" // JSON: fleet.IdentityMaterial
 	CFFacts                = "fleet_facts"    // JSON: api.Facts
+	// CFSeal is the seal of every field fleetd owns (fleet/seal.go, docs/design.md §9).
+	CFSeal = "fleet_seal"
 )
 
 // DeviceStatuses are NetBox's device status values (dcim DeviceStatusChoices, 4.6).
@@ -81,6 +83,7 @@ func fleetdFields() []fleetdField {
 			string(fleet.BootCheckDrift), string(fleet.BootCheckFailed)}},
 		{name: CFIdentity, typ: "json", written: true},
 		{name: CFFacts, typ: "json", written: true},
+		{name: CFSeal, typ: "text", written: true},
 	}
 }
 

@@ -84,26 +84,36 @@ func deviceAnswer(what string, id int64, body []byte) (deviceJSON, error) {
 	return dj, nil
 }
 
-// DeviceByName reads one device by its exact name. The list answer carries no ETag, so the
-// device is read again by id to get its Version.
-func (c *Client) DeviceByName(ctx context.Context, name string) (fleet.Device, error) {
+// DeviceID finds the id of the device of this exact name, asking only for the ids (?fields=id):
+// the caller reads the device by id, with its ETag (a list carries none) and its change log at
+// once.
+func (c *Client) DeviceID(ctx context.Context, name string) (int64, error) {
 	what := fmt.Sprintf("find device %q", name)
 	_, body, err := c.do(ctx, request{op: "device_by_name", method: http.MethodGet, path: "/api/dcim/devices/",
-		query: url.Values{"name": {name}, "limit": {"2"}, "exclude": {"config_context"}}})
+		query: url.Values{"name": {name}, "limit": {"2"}, "fields": {"id"}}})
 	if err != nil {
-		return fleet.Device{}, fmt.Errorf("%s: %w", what, err)
+		return 0, fmt.Errorf("%s: %w", what, err)
 	}
 	var devs deviceListJSON
 	if err := decodeLenient(body, &devs); err != nil {
-		return fleet.Device{}, fmt.Errorf("%s: %w", what, err)
+		return 0, fmt.Errorf("%s: %w", what, err)
 	}
 	switch len(devs.Results) {
 	case 0:
-		return fleet.Device{}, fmt.Errorf("%s: NetBox has no device of that name: %w", what, fleet.ErrNotFound)
+		return 0, fmt.Errorf("%s: NetBox has no device of that name: %w", what, fleet.ErrNotFound)
 	case 1:
-		return c.Device(ctx, devs.Results[0].ID)
+		return devs.Results[0].ID, nil
 	}
-	return fleet.Device{}, fmt.Errorf("%s: NetBox has more than one device of that name (in different sites); rename one", what)
+	return 0, fmt.Errorf("%s: NetBox has more than one device of that name (in different sites); rename one", what)
+}
+
+// DeviceByName reads one device by its exact name (DeviceID, then Device).
+func (c *Client) DeviceByName(ctx context.Context, name string) (fleet.Device, error) {
+	id, err := c.DeviceID(ctx, name)
+	if err != nil {
+		return fleet.Device{}, err
+	}
+	return c.Device(ctx, id)
 }
 
 // Devices lists every device with its MACs: the interfaces (which carry their MACs), then the

@@ -26,7 +26,6 @@ import (
 
 	"github.com/folly-infra/fleetd/api"
 	"github.com/folly-infra/fleetd/fleet"
-	"github.com/folly-infra/fleetd/netbox"
 )
 
 // Reconciler is the part of the fleet service a webhook triggers. Errors wrapping
@@ -34,13 +33,6 @@ import (
 // is recorded and will be completed by a later reconcile.
 type Reconciler interface {
 	Reconcile(ctx context.Context, id int64) (fleet.Outcome, error)
-}
-
-// Undoer is the part of the fleet service that puts back the fields fleetd owns after another
-// user wrote them (docs/design.md §9). Errors wrapping fleet.ErrInventory mean NetBox could not
-// be read or written.
-type Undoer interface {
-	UndoForeignWrite(ctx context.Context, w fleet.ForeignWrite) (fleet.Outcome, error)
 }
 
 // Config configures the webhook intake.
@@ -84,7 +76,6 @@ type job struct {
 // Deps are the intake's collaborators.
 type Deps struct {
 	Reconciler Reconciler
-	Undo       Undoer                    // may be nil: then writes of fleetd's fields by others are only reconciled
 	Inventory  func(ctx context.Context) // hint that the inventory changed (Kea reservations); must not block; may be nil
 	Logger     zerolog.Logger
 	Registry   prometheus.Registerer
@@ -242,17 +233,14 @@ func (in *Intake) serve(w http.ResponseWriter, r *http.Request, route string) {
 	}
 	// 3. Queued for a worker: the same decision the reconciler makes, soon; or folded into the
 	// device's event already waiting, whose decision reads NetBox after this event was sent.
-	_, undo := in.foreignWrite(p, id)
-	if !undo && !in.queue(id) {
+	if !in.queue(id) {
 		in.accept(w, &ev, peer, route, id, "coalesced", "an event for the device is already queued; its decision reads NetBox after this one")
 		return
 	}
 	select {
 	case in.jobs <- job{ev: ev, p: p, id: id, route: route}:
 	default:
-		if !undo {
-			in.taken(id)
-		}
+		in.taken(id)
 		w.Header().Set("Retry-After", fmt.Sprint(RetryAfter))
 		in.refuse(w, &ev, peer, route, http.StatusServiceUnavailable, api.CodeQueueFull, true,
 			fmt.Sprintf("fleetd's webhook queue (%d events) is full; retry after %d s, and the periodic reconcile re-reads the device in any case", cap(in.jobs), RetryAfter))
@@ -269,8 +257,8 @@ func (in *Intake) serve(w http.ResponseWriter, r *http.Request, route string) {
 // device's event waits adds nothing, because the waiting event's decision has not read NetBox
 // yet and will read what the new one announces; an event that arrives once a worker took the
 // device's event is queued again, because that decision may have read NetBox before the change.
-// An event that carries another user's write of fleetd's fields is never coalesced: its
-// snapshots are what the worker puts back (decide).
+// An event that carries another user's write of fleetd's fields is no different: its snapshots
+// are never what fleetd puts back (the decision's read of the device and its change log is).
 func (in *Intake) queue(id int64) bool {
 	in.mu.Lock()
 	defer in.mu.Unlock()
@@ -294,7 +282,7 @@ func (in *Intake) do(ctx context.Context, j job) {
 	in.taken(j.id)
 	ctx, cancel := context.WithTimeout(ctx, in.cfg.Timeout)
 	defer cancel()
-	out, err := in.decide(ctx, &j.ev, j.p, j.id)
+	out, err := in.decide(ctx, j.id)
 	switch {
 	case errors.Is(err, fleet.ErrInventory):
 		in.work.WithLabelValues(j.route, api.CodeNetBoxUnavailable).Inc()
@@ -354,48 +342,13 @@ func (in *Intake) event(w http.ResponseWriter, r *http.Request, log *zerolog.Log
 	return p, id, true
 }
 
-// decide first undoes another user's write of fleetd's own fields (a client writing back what it
-// read), so that the decision sees fleetd's values (docs/design.md §9), then reconciles the device.
-func (in *Intake) decide(ctx context.Context, ev *zerolog.Logger, p payload, id int64) (fleet.Outcome, error) {
-	if w, ok := in.foreignWrite(p, id); ok && in.deps.Undo != nil {
-		out, err := in.deps.Undo.UndoForeignWrite(ctx, w)
-		if err != nil {
-			return out, err
-		}
-		ev.Info().EmbedObject(out).Msg("decision")
-	}
+// decide reconciles the device: its read carries NetBox's change log, so another user's write of
+// fleetd's own fields (a client writing back what it read, or a forged value) is judged and put
+// back from fleetd's own writes before anything is decided (docs/design.md §9). The event's
+// snapshots are never restored: they say what changed, and anyone who can read the webhook
+// secret can sign them, replayed or forged.
+func (in *Intake) decide(ctx context.Context, id int64) (fleet.Outcome, error) {
 	return in.deps.Reconciler.Reconcile(ctx, id)
-}
-
-// foreignWrite reads a device update by a user other than fleetd's own that changed a field
-// fleetd owns. Without a configured service user nobody can be told from fleetd.
-func (in *Intake) foreignWrite(p payload, id int64) (fleet.ForeignWrite, bool) {
-	if in.cfg.ServiceUser == "" || p.user() == in.cfg.ServiceUser || p.objectType() != "dcim.device" ||
-		p.Snapshots == nil || p.Snapshots.Prechange == nil || p.Snapshots.Postchange == nil {
-		return fleet.ForeignWrite{}, false
-	}
-	pre, post := asMap(p.Snapshots.Prechange["custom_fields"]), asMap(p.Snapshots.Postchange["custom_fields"])
-	if onlyKeysDiffer(pre, post, notFleetdOwned(in.owned, pre, post)) {
-		return fleet.ForeignWrite{}, false // no field fleetd owns changed
-	}
-	before, err1 := netbox.FieldsOf(pre)
-	after, err2 := netbox.FieldsOf(post)
-	if err1 != nil || err2 != nil {
-		return fleet.ForeignWrite{}, false
-	}
-	return fleet.ForeignWrite{DeviceID: id, User: p.user(), Before: before, After: after}, true
-}
-
-// notFleetdOwned is every key of pre and post but the fields fleetd writes (desired_action is the
-// owner's: a change of it alone is not a write of fleetd's fields).
-func notFleetdOwned(owned map[string]bool, pre, post map[string]any) map[string]bool {
-	out := map[string]bool{netbox.CFDesiredAction: true}
-	for k := range union(pre, post) {
-		if !owned[k] {
-			out[k] = true
-		}
-	}
-	return out
 }
 
 // accept answers a webhook that makes no work, counts it and logs it sampled (refusalLog).

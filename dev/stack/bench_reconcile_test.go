@@ -20,6 +20,7 @@ import (
 	"github.com/folly-infra/fleetd/dev/netboxemu"
 	"github.com/folly-infra/fleetd/dev/stack"
 	"github.com/folly-infra/fleetd/fleet"
+	"github.com/folly-infra/fleetd/fleet/fleettest"
 	"github.com/folly-infra/fleetd/netbox"
 	"github.com/folly-infra/fleetd/workflows"
 )
@@ -100,7 +101,7 @@ func reconcileService(b *testing.B, s *stack.Stack, f benchFleet) (*fleet.Servic
 	if err != nil {
 		b.Fatal(err)
 	}
-	svc, err := fleet.NewService(fleet.Config{FleetdURL: "http://127.0.0.1:9"}, fleet.Deps{Inventory: nb, Installer: installer,
+	svc, err := fleet.NewService(fleet.Config{FleetdURL: "http://127.0.0.1:9"}, fleet.Deps{Seal: fleettest.SealKeys(), Inventory: nb, Installer: installer,
 		Catalog: catalog, Clock: fleet.SystemClock{}, Random: rand.Reader, Logger: zerolog.Nop()})
 	if err != nil {
 		b.Fatal(err)

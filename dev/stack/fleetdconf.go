@@ -60,7 +60,8 @@ func writeFleetdYAML(p paths, c fleetdConfig) error {
 		// it for (config: netbox.plaintext_for_development).
 		"netbox": map[string]any{"url": c.netboxURL, "plaintext_for_development": true, "webhook_sources": []string{netboxHost(c.netboxURL)}, "token_file": p.netboxToken,
 			"webhook_secret_file": p.webhookSecret, "service_user": ServiceUser, "timeout": c.opts.NetBoxTimeout.String(),
-			"retries": c.opts.NetBoxRetries},
+			"seal_keys": []map[string]any{{"id": SealKeyID, "file": p.sealKey}},
+			"retries":   c.opts.NetBoxRetries},
 		"kubernetes":    map[string]any{"kubeconfig": p.kubeconfig, "namespace": c.opts.Namespace},
 		"classes_file":  p.classes,
 		"webhooks_file": p.webhooks,

@@ -23,7 +23,7 @@ const markerFile = ".fleetsim"
 type paths struct {
 	dir string
 
-	secrets, netboxToken, adminToken, webhookSecret, operatorToken, metricsToken, tokenKey, talosSecrets string
+	secrets, netboxToken, adminToken, webhookSecret, operatorToken, metricsToken, tokenKey, sealKey, talosSecrets string
 
 	bootPolicy string
 
@@ -41,7 +41,7 @@ func newPaths(dir string) paths {
 	return paths{dir: dir,
 		secrets: j("secrets"), netboxToken: j("secrets", "netbox-token"), adminToken: j("secrets", "netbox-admin-token"),
 		webhookSecret: j("secrets", "webhook-secret"), operatorToken: j("secrets", "operator-token"), metricsToken: j("secrets", "metrics-token"),
-		tokenKey: j("secrets", "attestation-token-key"), talosSecrets: j("secrets", "talos-secrets.yaml"), bootPolicy: j("boot-policy.json"),
+		tokenKey: j("secrets", "attestation-token-key"), sealKey: j("secrets", "seal-stack"), talosSecrets: j("secrets", "talos-secrets.yaml"), bootPolicy: j("boot-policy.json"),
 		ca: j("ca"), ldevidCert: j("ca", "ldevid.pem"), ldevidKey: j("ca", "ldevid.key"),
 		lakCert: j("ca", "lak.pem"), lakKey: j("ca", "lak.key"), ekBundle: j("ca", "ek.pem"), ekCA: j("ekca"),
 		fleetdCA: j("ca", "fleetd.pem"), fleetdTLSCert: j("secrets", "fleetd-tls.pem"), fleetdTLSKey: j("secrets", "fleetd-tls.key"),

@@ -19,13 +19,17 @@ const (
 	ServiceUser = "fleetd"
 )
 
+// SealKeyID is the id of the stack's one seal key (netbox.seal_keys).
+const SealKeyID = "stack"
+
 // generated are the secrets a test or a person needs as values; every one is also in a file.
 type generated struct {
 	webhookSecret, operatorToken, metricsToken, adminToken, fleetdToken string
 }
 
 // generateSecrets writes every secret fleetd reads into the state directory, mode 0600: the
-// webhook secret, the operator token, the metrics token, the attestation token key (32 random bytes, hex), a Talos
+// webhook secret, the operator token, the metrics token, the attestation token key (32 random bytes, hex), the seal
+// key of the fields fleetd owns (SealKeyID; 32 random bytes, hex), a Talos
 // secrets bundle, fleetd's TLS CA and server certificate (tls.go), and the LDevID and LAK CAs
 // (pki.NewCA: an ECDSA P-256 root and issuing CA; ca/<name>.pem holds the issuing CA then the
 // root, ca/<name>.key its key). The NetBox tokens
@@ -46,12 +50,16 @@ func generateSecrets(p paths, rnd io.Reader, clock fleet.Clock) (*generated, err
 	if err != nil {
 		return nil, err
 	}
+	sealKey, err := randomHex(rnd, 32)
+	if err != nil {
+		return nil, err
+	}
 	talos, err := render.GenerateTalosSecrets(clock)
 	if err != nil {
 		return nil, err
 	}
 	for path, v := range map[string][]byte{p.webhookSecret: []byte(g.webhookSecret), p.operatorToken: []byte(g.operatorToken),
-		p.metricsToken: []byte(g.metricsToken), p.tokenKey: []byte(tokenKey), p.talosSecrets: talos} {
+		p.metricsToken: []byte(g.metricsToken), p.tokenKey: []byte(tokenKey), p.sealKey: []byte(sealKey), p.talosSecrets: talos} {
 		if err := writeSecret(path, v); err != nil {
 			return nil, err
 		}

@@ -45,6 +45,9 @@ func selectChanges[C any](l *ChangeLog, q fleet.ChangeQuery, list func() []C, wh
 		if at.Before(q.Since) || q.DeviceID != 0 && device != q.DeviceID || q.ExceptUser != "" && user == q.ExceptUser {
 			continue
 		}
+		if dc, ok := any(ch).(fleet.DeviceChange); ok && q.Keep != nil && !q.Keep(dc) {
+			continue
+		}
 		out = append(out, ch)
 	}
 	return out, nil

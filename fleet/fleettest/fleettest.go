@@ -9,6 +9,8 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"reflect"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -17,12 +19,42 @@ import (
 	"github.com/folly-infra/fleetd/fleet"
 )
 
-// Inventory is an in-memory fleet.Inventory.
+// ServiceUser is the NetBox user the Inventory records fleetd's writes (Update) under, and the
+// one the tests' services are configured with (fleet.Config.ServiceUser).
+const ServiceUser = "fleetd"
+
+// Owner is the NetBox user the Inventory records the owner's edits under.
+const Owner = "owner"
+
+// SealKeys is the seal key ring of the tests' fleetd (one key, "test"): the Inventory seals the
+// devices it is given with it, as fleetd would have written them.
+func SealKeys() *fleet.SealKeys {
+	k, err := fleet.NewSealKeys(SealKey())
+	if err != nil {
+		panic(err) // a fixed, valid key
+	}
+	return k
+}
+
+// SealKey is SealKeys' one key.
+func SealKey() fleet.SealKey {
+	return fleet.SealKey{ID: "test", Secret: []byte("fleettest seal key: 32 bytes or more, never a secret")}
+}
+
+// Inventory is an in-memory fleet.Inventory. It keeps NetBox's change log of each device as
+// NetBox does (every save, by whom, before and after), so that the service's trust check reads
+// it: Update is fleetd's save (ServiceUser), WriteAs another user's.
 type Inventory struct {
 	mu       sync.Mutex
 	devices  map[int64]fleet.Device
 	versions map[int64]int
 	journal  map[int64][]string
+	history  map[int64][]fleet.DeviceChange // oldest first
+	last     time.Time                      // the time of the last save
+	// Clock, when set, stamps the saves (last_updated, the change log); otherwise the wall clock.
+	Clock fleet.Clock
+	// HistoryErr, when set, is returned by DeviceHistory (NetBox's change log unreadable).
+	HistoryErr error
 	// Calls counts every call of the fleet.Inventory methods (a benchmark reports the NetBox
 	// requests a decision costs with it).
 	Calls atomic.Int64
@@ -30,8 +62,11 @@ type Inventory struct {
 	// latency, for a test of what waits on it.
 	ReadLatency atomic.Int64
 	// ConflictOnce makes the next conditional update of a device fail with ErrConflict after
-	// applying someone else's change to it (a concurrent writer).
+	// applying someone else's change to it (a concurrent writer): another fleetd instance's
+	// (sealed, ServiceUser's save) when it changes a field fleetd owns, else the owner's; or, when
+	// ConflictBy names a user for the device, that user's save exactly as the change leaves it.
 	ConflictOnce map[int64]func(*fleet.Device)
+	ConflictBy   map[int64]string
 	failUpdate   func(id int64, p fleet.Patch) (applied bool, err error)
 }
 
@@ -44,11 +79,17 @@ func (m *Inventory) FailUpdates(f func(id int64, p fleet.Patch) (applied bool, e
 	m.failUpdate = f
 }
 
-// NewInventory holds the given devices.
+// NewInventory holds the given devices as fleetd wrote them: sealed with SealKeys (a device given
+// with a Seal keeps it), with nothing in their change log (as NetBox seeded without a request, or
+// saved longer ago than it keeps its log).
 func NewInventory(ds ...fleet.Device) *Inventory {
 	m := &Inventory{devices: map[int64]fleet.Device{}, versions: map[int64]int{}, journal: map[int64][]string{},
-		ConflictOnce: map[int64]func(*fleet.Device){}}
+		history: map[int64][]fleet.DeviceChange{}, ConflictOnce: map[int64]func(*fleet.Device){}, ConflictBy: map[int64]string{}}
+	keys := SealKeys()
 	for _, d := range ds {
+		if d.Seal == "" {
+			d.Seal = keys.Seal(d.ID, d.Owned, time.Unix(0, 0))
+		}
 		m.devices[d.ID] = d
 		m.versions[d.ID] = 1
 	}
@@ -60,6 +101,43 @@ func (m *Inventory) read() {
 	if d := m.ReadLatency.Load(); d > 0 {
 		time.Sleep(time.Duration(d))
 	}
+}
+
+// now is the time of a save: the clock's, and always after the last save's.
+func (m *Inventory) now() time.Time {
+	t := time.Now()
+	if m.Clock != nil {
+		t = m.Clock.Now()
+	}
+	if !t.After(m.last) {
+		t = m.last.Add(time.Microsecond)
+	}
+	m.last = t
+	return t
+}
+
+// save stores a device's new state as user saved it, and records the save in its change log
+// (NetBox records no save that changed nothing).
+func (m *Inventory) save(user string, before, after fleet.Device) {
+	at := m.now()
+	after.LastUpdated = at
+	m.devices[after.ID] = after
+	m.versions[after.ID]++
+	if sameSaved(before, after) {
+		return
+	}
+	m.history[after.ID] = append(m.history[after.ID], fleet.DeviceChange{DeviceID: after.ID, User: user, Time: at,
+		Before: snapshot(before), After: snapshot(after)})
+}
+
+// snapshot is what a change log entry keeps of a device: its custom fields and status.
+func snapshot(d fleet.Device) fleet.Device {
+	return fleet.Device{ID: d.ID, Status: d.Status, Declared: d.Declared, Owned: d.Owned, Seal: d.Seal}
+}
+
+func sameSaved(a, b fleet.Device) bool {
+	a, b = snapshot(a), snapshot(b)
+	return reflect.DeepEqual(a, b)
 }
 
 func (m *Inventory) get(id int64) (fleet.Device, error) {
@@ -131,9 +209,16 @@ func (m *Inventory) Update(_ context.Context, id int64, p fleet.Patch) (fleet.De
 	}
 	if f := m.ConflictOnce[id]; f != nil && p.IfVersion != "" {
 		delete(m.ConflictOnce, id)
+		before := d
 		f(&d)
-		m.devices[id] = d
-		m.versions[id]++
+		user := Owner
+		switch by, ok := m.ConflictBy[id]; {
+		case ok:
+			user = by
+		case !reflect.DeepEqual(before.Owned, d.Owned): // another fleetd instance's write
+			user, d.Seal = ServiceUser, SealKeys().Seal(id, d.Owned, m.now())
+		}
+		m.save(user, before, d)
 		return fleet.Device{}, fmt.Errorf("PATCH device %d: 412: %w", id, fleet.ErrConflict)
 	}
 	if p.IfVersion != "" && p.IfVersion != d.Version {
@@ -146,9 +231,9 @@ func (m *Inventory) Update(_ context.Context, id int64, p fleet.Patch) (fleet.De
 			return fleet.Device{}, fail
 		}
 	}
+	before := d
 	Apply(&d, p)
-	m.devices[id] = d
-	m.versions[id]++
+	m.save(ServiceUser, before, d)
 	if fail != nil {
 		return fleet.Device{}, fail
 	}
@@ -165,33 +250,9 @@ func Apply(d *fleet.Device, p fleet.Patch) {
 	if p.Status != "" {
 		d.Status = p.Status
 	}
-	set := func(dst *string, v *string) {
-		if v != nil {
-			*dst = *v
-		}
-	}
-	if p.State != nil {
-		d.Owned.State = *p.State
-	}
-	set(&d.Owned.Message, p.Message)
-	set(&d.Owned.Request, p.Request)
-	set(&d.Owned.Workflow, p.Workflow)
-	set(&d.Owned.LDevIDSerial, p.LDevIDSerial)
-	set(&d.Owned.LAKSerial, p.LAKSerial)
-	set(&d.Owned.LDevIDSerialPrevious, p.LDevIDSerialPrevious)
-	set(&d.Owned.LAKSerialPrevious, p.LAKSerialPrevious)
-	set(&d.Owned.BootBaseline, p.BootBaseline)
-	if p.LastBootCheck != nil {
-		d.Owned.LastBootCheck = *p.LastBootCheck
-	}
-	if p.BootCheck != nil {
-		d.Owned.BootCheck = *p.BootCheck
-	}
-	if p.Identity != nil {
-		d.Owned.Identity = *p.Identity
-	}
-	if p.Facts != nil {
-		d.Owned.Facts, d.Owned.FactsUnreadable = *p.Facts, ""
+	p.ApplyOwned(&d.Owned)
+	if p.Seal != "" {
+		d.Seal = p.Seal
 	}
 }
 
@@ -212,12 +273,102 @@ func (m *Inventory) Get(id int64) fleet.Device {
 	return d
 }
 
-// Set replaces a device (an owner's edit that fires no webhook).
+// Set replaces a device as fleetd would have written it (sealed with SealKeys, recorded as
+// ServiceUser's save).
 func (m *Inventory) Set(d fleet.Device) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.devices[d.ID] = d
-	m.versions[d.ID]++
+	d.Seal = SealKeys().Seal(d.ID, d.Owned, m.now())
+	m.save(ServiceUser, m.devices[d.ID], d)
+}
+
+// WriteAs saves the device as user: edit changes it as that user's client would (any field,
+// fleet_seal included: a user who may edit devices can write any of them), and the change log
+// records the save under user.
+func (m *Inventory) WriteAs(user string, id int64, edit func(d *fleet.Device)) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	d := m.devices[id]
+	before := d
+	edit(&d)
+	m.save(user, before, d)
+}
+
+// Changes is the device's change log, oldest first.
+func (m *Inventory) Changes(id int64) []fleet.DeviceChange {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]fleet.DeviceChange(nil), m.history[id]...)
+}
+
+// TrimHistory drops every change log entry older than before (NetBox's housekeeping of
+// CHANGELOG_RETENTION).
+func (m *Inventory) TrimHistory(before time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for id, h := range m.history {
+		m.history[id] = slices.DeleteFunc(h, func(ch fleet.DeviceChange) bool { return ch.Time.Before(before) })
+	}
+}
+
+// DeviceID implements fleet.Inventory.
+func (m *Inventory) DeviceID(_ context.Context, name string) (int64, error) {
+	m.Calls.Add(1)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for id, d := range m.devices {
+		if d.Name == name {
+			return id, nil
+		}
+	}
+	return 0, fmt.Errorf("device %q: %w", name, fleet.ErrNotFound)
+}
+
+// DeviceHistory implements fleet.Inventory: the device's saves newest first, up to the first
+// until reports.
+func (m *Inventory) DeviceHistory(_ context.Context, id int64, until func(fleet.DeviceChange) bool) ([]fleet.DeviceChange, error) {
+	m.Calls.Add(1)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.HistoryErr != nil {
+		return nil, m.HistoryErr
+	}
+	var out []fleet.DeviceChange
+	h := m.history[id]
+	for i := len(h) - 1; i >= 0; i-- {
+		out = append(out, h[i])
+		if until(h[i]) {
+			break
+		}
+	}
+	return out, nil
+}
+
+// DeviceChanges implements fleet.ChangeLog over the Inventory's change log: the saves of every
+// device (or q.DeviceID's) since q.Since by anyone but q.ExceptUser, oldest first.
+func (m *Inventory) DeviceChanges(_ context.Context, q fleet.ChangeQuery) ([]fleet.DeviceChange, error) {
+	m.mu.Lock()
+	var all []fleet.DeviceChange
+	for id, h := range m.history {
+		if q.DeviceID == 0 || q.DeviceID == id {
+			all = append(all, h...)
+		}
+	}
+	m.mu.Unlock()
+	slices.SortFunc(all, func(a, b fleet.DeviceChange) int { return a.Time.Compare(b.Time) })
+	var out []fleet.DeviceChange
+	for _, ch := range all {
+		if ch.Time.Before(q.Since) || q.ExceptUser != "" && ch.User == q.ExceptUser || q.Keep != nil && !q.Keep(ch) {
+			continue
+		}
+		out = append(out, ch)
+	}
+	return out, nil
+}
+
+// MACChanges implements fleet.ChangeLog: the Inventory records no MAC address saves.
+func (m *Inventory) MACChanges(context.Context, fleet.ChangeQuery) ([]fleet.MACChange, error) {
+	return nil, nil
 }
 
 // JournalOf returns the device's journal entries, each "<kind>: <text>".
