@@ -34,6 +34,7 @@ func (c *reqCtx) touch(prev time.Time) time.Time {
 	if !now.After(prev) {
 		now = prev.Add(time.Microsecond)
 	}
+	c.touched = now
 	return now
 }
 

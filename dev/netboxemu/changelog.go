@@ -71,7 +71,13 @@ func (c *reqCtx) logChange(objectType string, id int, eventType string, pre, pos
 		}
 	}
 	e := c.e
-	ch := &objectChange{time: c.now(), requestID: c.requestID(), objectType: objectType, objectID: id,
+	// NetBox records the change after the save (a post_save handler), so its time is never
+	// before the last_updated the save gave the object.
+	at := c.now()
+	if at.Before(c.touched) {
+		at = c.touched
+	}
+	ch := &objectChange{time: at, requestID: c.requestID(), objectType: objectType, objectID: id,
 		action: changeActions[eventType], message: c.message, prechange: pre, postchange: post}
 	if c.user != nil {
 		ch.user, ch.userName = c.user.id, c.user.username
@@ -96,6 +102,39 @@ func (e *Emulator) truncateChanges(n int) {
 	for i, ch := range e.changes {
 		e.changesOf[ch.objectID] = append(e.changesOf[ch.objectID], i)
 	}
+}
+
+// PruneChangelog deletes every change record older than retention, as NetBox's daily housekeeping
+// job does with CHANGELOG_RETENTION (NB@v4.6.8:netbox/core/jobs.py SystemHousekeepingJob
+// .prune_changelog: ObjectChange.objects.filter(time__lt=now - retention).delete(); a retention of
+// 0 keeps every record). It returns how many it deleted. The records left keep their ids.
+func (e *Emulator) PruneChangelog(retention time.Duration) int {
+	if retention <= 0 {
+		return 0
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	cutoff := e.cfg.Clock().UTC().Add(-retention)
+	n := 0
+	for n < len(e.changes) && e.changes[n].time.Before(cutoff) {
+		n++
+	}
+	if n == 0 {
+		return 0
+	}
+	e.pruned = e.changes[n-1].seq
+	e.changes = append([]*objectChange(nil), e.changes[n:]...)
+	e.truncateChanges(len(e.changes))
+	return n
+}
+
+// change is the record of sequence number seq, nil when pruned or not (yet) recorded.
+func (e *Emulator) change(seq int) *objectChange {
+	i := int64(seq) - e.pruned - 1
+	if i < 0 || i >= int64(len(e.changes)) {
+		return nil
+	}
+	return e.changes[i]
 }
 
 // Changes returns the recorded saves of one object, oldest first.

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestChangeLog: every save through the API that changes the object is recorded with its user
@@ -132,5 +133,67 @@ func TestChangeLogOneObject(t *testing.T) {
 	}
 	if got := list("changed_object_id=1&ordering=time"); len(got) != 4 || !strings.HasSuffix(got[3], ":1:one-last") {
 		t.Errorf("node1's changes oldest first = %v, want its last save last and the undone one absent", got)
+	}
+}
+
+// TestPruneChangelog: NetBox's housekeeping deletes the change records older than
+// CHANGELOG_RETENTION (NB@v4.6.8:netbox/core/jobs.py prune_changelog); the records left keep
+// their ids and are listed as before, a pruned record is gone from the API, and the next save
+// takes the next id. A retention of 0 keeps everything.
+func TestPruneChangelog(t *testing.T) {
+	f := newFixture(t)
+	auth := bearer(f.admin)
+	save := func(desc string) {
+		t.Helper()
+		if status, _, b := f.patchDevice(t, auth, fmt.Sprintf(`{"description": %q}`, desc)); status != http.StatusOK {
+			t.Fatalf("PATCH = %d %v", status, b)
+		}
+	}
+	save("old")
+	f.clock.advance(48*time.Hour, false)
+	save("recent")
+	if n := f.emu.PruneChangelog(0); n != 0 {
+		t.Errorf("PruneChangelog(0) deleted %d records, want none (0 keeps the log)", n)
+	}
+	if n := f.emu.PruneChangelog(24 * time.Hour); n != 1 {
+		t.Fatalf("PruneChangelog(24h) deleted %d records, want the one older than a day", n)
+	}
+	got := f.emu.Changes("dcim.device", f.dev)
+	if len(got) != 1 || got[0].Seq != 2 || got[0].PostChange["description"] != "recent" {
+		t.Fatalf("after the prune: %+v, want only the recent save, id 2", got)
+	}
+	if status, _, _ := f.do(t, "GET", "/api/core/object-changes/1/", auth, ""); status != http.StatusNotFound {
+		t.Errorf("GET the pruned record = %d, want 404", status)
+	}
+	status, _, b := f.do(t, "GET", fmt.Sprintf("/api/core/object-changes/?changed_object_id=%d", f.dev), auth, "")
+	if status != http.StatusOK || !strings.Contains(string(b), `"count": 1`) && !strings.Contains(string(b), `"count":1`) {
+		t.Errorf("the device's changes after the prune = %d %s, want one", status, b)
+	}
+	save("next")
+	if got := f.emu.Changes("dcim.device", f.dev); len(got) != 2 || got[1].Seq != 3 {
+		t.Errorf("the save after the prune: %+v, want id 3", got)
+	}
+}
+
+// TestChangeRecordedAfterTheSave: a change record's time is never before the last_updated its save
+// gave the object, even when the clock does not move between saves (NetBox records the change in
+// a post_save handler, after the save set last_updated): fleetd compares the two to know whether
+// a change-log read saw a device's last save.
+func TestChangeRecordedAfterTheSave(t *testing.T) {
+	f := newFixture(t)
+	f.clock.advance(0, true)
+	for _, desc := range []string{"a", "b", "c"} {
+		status, _, dev := f.patchDevice(t, bearer(f.admin), fmt.Sprintf(`{"description": %q}`, desc))
+		if status != http.StatusOK {
+			t.Fatalf("PATCH = %d", status)
+		}
+		updated, err := time.Parse(time.RFC3339Nano, dev["last_updated"].(string))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := f.emu.Changes("dcim.device", f.dev)
+		if last := got[len(got)-1]; last.Time.Before(updated) {
+			t.Errorf("save %s: recorded at %s, before the device's last_updated %s", desc, last.Time, updated)
+		}
 	}
 }

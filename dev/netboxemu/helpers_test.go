@@ -18,17 +18,27 @@ import (
 
 const testSecret = "s3cret-shared-with-fleetd"
 
-// fakeClock starts at a fixed instant and moves 1.5 ms on every reading.
+// fakeClock starts at a fixed instant and moves 1.5 ms on every reading (none when stuck).
 type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
+	mu    sync.Mutex
+	t     time.Time
+	stuck bool
 }
 
 func (c *fakeClock) Now() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.t = c.t.Add(1500 * time.Microsecond)
+	if !c.stuck {
+		c.t = c.t.Add(1500 * time.Microsecond)
+	}
 	return c.t
+}
+
+// advance moves the clock forward by d; stuck stops it (every reading the same instant).
+func (c *fakeClock) advance(d time.Duration, stuck bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t, c.stuck = c.t.Add(d), stuck
 }
 
 // receiver records the webhooks it is sent and answers status.
@@ -74,12 +84,14 @@ type fixture struct {
 	admin  string // v1 token of the owner
 	dev    int64  // node1
 	client *nb.APIClient
+	clock  *fakeClock
 }
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
+	clock := &fakeClock{t: time.Date(2026, 5, 1, 17, 42, 11, 123456000, time.UTC)}
 	emu, err := Start(Config{
-		Clock:           (&fakeClock{t: time.Date(2026, 5, 1, 17, 42, 11, 123456000, time.UTC)}).Now,
+		Clock:           clock.Now,
 		Rand:            rand.New(rand.NewSource(1)),
 		DeliveryTimeout: 5 * time.Second,
 	})
@@ -87,7 +99,7 @@ func newFixture(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = emu.Close() })
-	f := &fixture{emu: emu, rcv: newReceiver(t)}
+	f := &fixture{emu: emu, rcv: newReceiver(t), clock: clock}
 	raw, err := os.ReadFile("../../netbox-webhooks.yaml")
 	if err != nil {
 		t.Fatal(err)

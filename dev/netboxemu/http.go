@@ -24,10 +24,11 @@ type reqCtx struct {
 	events  []*event // coalesced per object, flushed when the handler returns
 	status  int      // the answer, written after the events are flushed
 	resp    []byte
-	value   any    // the answer's document, before encoding (bulk creates collect errors from it)
-	raw     []byte // the request body as read (key order of its objects)
-	message string // the write's changelog_message, recorded with its changes
-	reqID   string // the request's id (requestID), shared by its change records and webhooks
+	value   any       // the answer's document, before encoding (bulk creates collect errors from it)
+	raw     []byte    // the request body as read (key order of its objects)
+	message string    // the write's changelog_message, recorded with its changes
+	reqID   string    // the request's id (requestID), shared by its change records and webhooks
+	touched time.Time // the last last_updated this request gave an object (touch)
 }
 
 // api wraps a handler: fault injection, token authentication

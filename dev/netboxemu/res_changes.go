@@ -12,7 +12,7 @@ import (
 // filtersets.py, core/api/serializers_/change_logging.py).
 
 func (e *Emulator) changeResource() *resource {
-	ch := func(id int) *objectChange { return e.changes[id-1] }
+	ch := e.change
 	users := func() map[int]*user { return e.db.users }
 	filters := []filterDef{
 		numberF("id", func(id int) any { return id }),
@@ -64,7 +64,7 @@ func (e *Emulator) changeResource() *resource {
 			}
 			return out, true
 		},
-		has:     func(id int) bool { return id >= 1 && id <= len(e.changes) },
+		has:     func(id int) bool { return e.change(id) != nil },
 		render:  func(c rc, id int) obj { return e.renderChange(c, ch(id)) },
 		filters: filters,
 		search: func(id int, q string) bool {

@@ -67,8 +67,9 @@ type Emulator struct {
 	db *db
 	ix *index // set while a list is rendered
 
-	changes   []*objectChange // every save through the API (changelog.go)
+	changes   []*objectChange // every save through the API (changelog.go), since the last prune
 	changeSeq int64
+	pruned    int64 // the sequence number of the last record PruneChangelog deleted (0: none)
 	// changesOf is where each object's changes are in changes (by object id, oldest first), so a
 	// list of one object's changes does not scan the whole log (changelog.go).
 	changesOf map[int][]int
