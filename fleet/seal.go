@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash"
 	"strconv"
 	"strings"
 	"time"
@@ -91,9 +90,10 @@ func (k *SealKeys) Signing() string { return k.sign.ID }
 // IDs are the configured key ids, the signing key first.
 func (k *SealKeys) IDs() []string { return append([]string(nil), k.order...) }
 
-// Seal is the seal of device id holding o, made at at with the signing key.
+// Seal is the seal of device id holding o, made at at with the signing key: the seal of o as
+// fleetd will read it back from NetBox (readBack), so that what it writes verifies when read.
 func (k *SealKeys) Seal(id int64, o Owned, at time.Time) string {
-	mac := sealMAC(k.sign.Secret, k.sign.ID, id, at.UnixNano(), o)
+	mac := sealMAC(k.sign.Secret, k.sign.ID, id, at.UnixNano(), readBack(o))
 	return sealVersion + "." + k.sign.ID + "." + strconv.FormatInt(at.UnixNano(), 10) + "." + base64.RawURLEncoding.EncodeToString(mac)
 }
 
@@ -141,39 +141,35 @@ func (k *SealKeys) Verify(id int64, o Owned, seal string) SealCheck {
 
 // sealMAC is the HMAC-SHA256 of the seal's canonical input.
 func sealMAC(secret []byte, keyID string, id, nanos int64, o Owned) []byte {
-	m := hmac.New(sha256.New, secret)
-	w := sealWriter{h: m}
-	w.field("seal", sealVersion)
-	w.field("key", keyID)
-	w.field("device", strconv.FormatInt(id, 10))
-	w.field("sealed_at", strconv.FormatInt(nanos, 10))
+	in := make([]byte, 0, 4096)
+	in = appendField(in, "seal", sealVersion)
+	in = appendField(in, "key", keyID)
+	in = appendField(in, "device", strconv.FormatInt(id, 10))
+	in = appendField(in, "sealed_at", strconv.FormatInt(nanos, 10))
 	for _, f := range canonicalOwned(o) {
-		w.field(f[0], f[1])
+		in = appendField(in, f[0], f[1])
 	}
+	m := hmac.New(sha256.New, secret)
+	m.Write(in)
 	return m.Sum(nil)
 }
 
-// sealWriter writes the canonical input: each field as its name and its value, each preceded by
+// appendField appends one field of the canonical input: its name and its value, each preceded by
 // its length (an unsigned varint), so no two inputs encode alike.
-type sealWriter struct {
-	h   hash.Hash
-	buf [binary.MaxVarintLen64]byte
-}
-
-func (w *sealWriter) field(name, value string) {
+func appendField(b []byte, name, value string) []byte {
 	for _, s := range []string{name, value} {
-		n := binary.PutUvarint(w.buf[:], uint64(len(s)))
-		w.h.Write(w.buf[:n])
-		w.h.Write([]byte(s))
+		b = binary.AppendUvarint(b, uint64(len(s)))
+		b = append(b, s...)
 	}
+	return b
 }
 
-// canonicalOwned is every field fleetd owns as its NetBox name and a canonical text of its value:
-// the value as fleetd reads it back from NetBox, however NetBox stored it. Strings are trimmed
-// with invalid UTF-8 replaced (as the adapter reads them after JSON); last_boot_check is RFC 3339
-// in UTC with nanoseconds; fleet_identity and fleet_facts are fleetd's own JSON of the value it
-// decodes (NetBox keeps JSON fields as jsonb, which reorders keys: raw JSON is never sealed), and
-// facts fleetd cannot read are one marker whatever they hold.
+// canonicalOwned is every field fleetd owns as its NetBox name and a canonical text of its value
+// as fleetd reads it from NetBox, however NetBox stored it: strings trimmed with invalid UTF-8
+// replaced (as the adapter reads them after JSON); last_boot_check RFC 3339 in UTC with
+// nanoseconds; fleet_identity and fleet_facts fleetd's own JSON of the value it decoded (NetBox
+// keeps JSON fields as jsonb, which reorders keys: raw JSON is never sealed), and facts fleetd
+// cannot read one marker whatever they hold.
 func canonicalOwned(o Owned) [13][2]string {
 	last := ""
 	if !o.LastBootCheck.IsZero() {
@@ -196,6 +192,30 @@ func canonicalOwned(o Owned) [13][2]string {
 	}
 }
 
+// readBack is o as fleetd will read it back once written: its identity as its JSON decodes (a
+// string with invalid UTF-8 comes back with U+FFFD, which JSON then writes as itself, not as an
+// escape), its facts as api.DecodeFacts reads their JSON (a value it cannot read is no facts,
+// with the reason). The other fields read back as canonicalOwned writes them.
+func readBack(o Owned) Owned {
+	if !o.Identity.Empty() {
+		var m IdentityMaterial
+		if b, err := json.Marshal(o.Identity); err == nil && json.Unmarshal(b, &m) == nil {
+			o.Identity = m
+		}
+	}
+	if o.FactsUnreadable != "" || o.Facts.Empty() {
+		return o
+	}
+	raw, err := json.Marshal(o.Facts)
+	if err == nil {
+		o.Facts, err = api.DecodeFacts(raw)
+	}
+	if err != nil {
+		o.Facts, o.FactsUnreadable = api.Facts{}, err.Error()
+	}
+	return o
+}
+
 // readBackText is a text field as fleetd reads it back: encoded as JSON (each invalid UTF-8 byte
 // becomes U+FFFD, as encoding/json writes it) and trimmed (the NetBox adapter trims).
 func readBackText(s string) string {
@@ -215,9 +235,9 @@ func readBackText(s string) string {
 	return strings.TrimSpace(s)
 }
 
-// canonicalIdentity is fleetd's JSON of an identity ("" for none, which fleetd writes as null).
-// encoding/json's output decodes to a value that encodes to the same bytes, so the identity
-// fleetd writes and the one it reads back encode alike.
+// canonicalIdentity is fleetd's JSON of an identity it read ("" for none, which fleetd writes as
+// null): a decoded identity encodes to the bytes it was decoded from, whatever key order NetBox
+// handed them back in.
 func canonicalIdentity(m IdentityMaterial) string {
 	if m.Empty() {
 		return ""
@@ -229,8 +249,8 @@ func canonicalIdentity(m IdentityMaterial) string {
 	return string(b)
 }
 
-// canonicalFacts is fleetd's JSON of facts as it reads them back (api.DecodeFacts of their JSON):
-// "" for none, one marker for facts it cannot read.
+// canonicalFacts is fleetd's JSON of facts it read: "" for none, one marker for facts it could
+// not read.
 func canonicalFacts(f api.Facts, unreadable string) string {
 	if unreadable != "" {
 		return "!unreadable"
@@ -238,18 +258,7 @@ func canonicalFacts(f api.Facts, unreadable string) string {
 	if f.Empty() {
 		return ""
 	}
-	raw, err := json.Marshal(f)
-	if err != nil {
-		return "!unreadable"
-	}
-	back, err := api.DecodeFacts(raw)
-	if err != nil {
-		return "!unreadable"
-	}
-	if back.Empty() {
-		return ""
-	}
-	b, err := json.Marshal(back)
+	b, err := json.Marshal(f)
 	if err != nil {
 		return "!unreadable"
 	}

@@ -71,19 +71,45 @@ type Restored struct {
 func (t Trust) Trusted() bool { return t.Verdict == VerdictTrusted || t.Verdict == VerdictUnsealed }
 
 // ownedEmpty reports whether o holds no value at all (nothing to vouch for).
-func ownedEmpty(o Owned) bool { return canonicalOwned(o) == canonicalOwned(Owned{}) }
+func ownedEmpty(o Owned) bool { return len(diffOwned(o, Owned{}, true)) == 0 }
 
-// sameOwned reports whether a and b hold the same values as fleetd reads them back.
-func sameOwned(a, b Owned) bool { return canonicalOwned(a) == canonicalOwned(b) }
+// sameOwned reports whether a and b hold the same values as fleetd reads them.
+func sameOwned(a, b Owned) bool { return len(diffOwned(a, b, true)) == 0 }
 
 // changedFields are the names of the fields a and b hold differently.
-func changedFields(a, b Owned) []string {
-	ca, cb := canonicalOwned(a), canonicalOwned(b)
+func changedFields(a, b Owned) []string { return diffOwned(a, b, false) }
+
+// diffOwned names the fields two values read from NetBox hold differently, in canonicalOwned's
+// order (only the first when first is set). The JSON fields are compared last, and by their
+// canonical JSON only when every other field is the same or every difference is wanted: a save's
+// seal or state tells most saves apart at no cost.
+func diffOwned(a, b Owned, first bool) []string {
 	var out []string
-	for i := range ca {
-		if ca[i][1] != cb[i][1] {
-			out = append(out, ca[i][0])
+	for _, f := range [...]struct {
+		name string
+		same bool
+	}{
+		{"fleet_state", a.State == b.State}, {"fleet_message", a.Message == b.Message},
+		{"fleet_request", a.Request == b.Request}, {"fleet_workflow", a.Workflow == b.Workflow},
+		{"ldevid_serial", a.LDevIDSerial == b.LDevIDSerial}, {"lak_serial", a.LAKSerial == b.LAKSerial},
+		{"ldevid_serial_previous", a.LDevIDSerialPrevious == b.LDevIDSerialPrevious},
+		{"lak_serial_previous", a.LAKSerialPrevious == b.LAKSerialPrevious},
+		{"boot_baseline", a.BootBaseline == b.BootBaseline}, {"last_boot_check", a.LastBootCheck.Equal(b.LastBootCheck)},
+		{"boot_check", a.BootCheck == b.BootCheck},
+	} {
+		if !f.same {
+			if out = append(out, f.name); first {
+				return out
+			}
 		}
+	}
+	if canonicalIdentity(a.Identity) != canonicalIdentity(b.Identity) {
+		if out = append(out, "fleet_identity"); first {
+			return out
+		}
+	}
+	if canonicalFacts(a.Facts, a.FactsUnreadable) != canonicalFacts(b.Facts, b.FactsUnreadable) {
+		out = append(out, "fleet_facts")
 	}
 	return out
 }
@@ -137,7 +163,11 @@ func judge(keys *SealKeys, self string, d Device, history []DeviceChange, logged
 	case last != ours:
 		w := history[last]
 		t.Writer, t.WrittenAt = w.User, w.Time
-		t.Reason = fmt.Sprintf("they were written by %s at %s, not by fleetd", w.User, w.Time.UTC().Format(time.RFC3339))
+		why := fmt.Sprintf("they were written by %s at %s, not by fleetd", w.User, w.Time.UTC().Format(time.RFC3339))
+		if t.Seal.Result == SealMismatch || t.Seal.Result == SealMalformed {
+			why = t.Reason + "; " + why
+		}
+		t.Reason = why
 	case t.Seal.Result == SealValid:
 		t.Reason = "they are not the values fleetd wrote last"
 	}

@@ -105,13 +105,13 @@ func TestBootCheck(t *testing.T) {
 	}
 
 	// ok/second check: no journal entry, last_boot_check moves, the baseline stays; NetBox is
-	// asked for one device read and the conditional write (issue 13.1).
+	// asked for one device read with its change log beside it, and the conditional write.
 	calls := f.inv.Calls.Load()
 	if err := agent.BootCheck(context.Background(), cfg); err != nil {
 		t.Fatalf("second boot check: exit %d: %v", agent.ExitCode(err), err)
 	}
-	if n := f.inv.Calls.Load() - calls; n != 2 {
-		t.Errorf("the second check of the same boot made %d NetBox calls, want 2 (read the device, write the check)", n)
+	if n := f.inv.Calls.Load() - calls; n != 3 {
+		t.Errorf("the second check of the same boot made %d NetBox calls, want 3 (read the device and its change log at once, write the check)", n)
 	}
 	second := f.inv.Get(12)
 	if !second.Owned.LastBootCheck.After(first.Owned.LastBootCheck) || second.Owned.BootBaseline != first.Owned.BootBaseline || second.Owned.BootCheck != fleet.BootCheckOK {

@@ -153,7 +153,8 @@ func New(tb testing.TB, cfg Config) *Fleetd {
 	renderer, err := render.New(render.Config{TalosSecrets: f.TalosSecrets, ClusterName: "folly", ClusterEndpoint: "https://10.0.0.10:6443",
 		DNS: []netip.Addr{netip.MustParseAddr("10.0.0.1")}, Gateway: cfg.Gateway, Clock: clock, Random: rand.Reader})
 	must(err)
-	f.Service, err = fleet.NewService(fleet.Config{FleetdURL: "http://spore"}, fleet.Deps{Seal: fleettest.SealKeys(), Inventory: f.Inv, ChangeLog: f.ChangeLog, Installer: f.Installer,
+	f.Inv.Clock = clock
+	f.Service, err = fleet.NewService(fleet.Config{FleetdURL: "http://spore", ServiceUser: fleettest.ServiceUser}, fleet.Deps{Seal: fleettest.SealKeys(), Inventory: f.Inv, ChangeLog: f.ChangeLog, Installer: f.Installer,
 		Catalog: cfg.Catalog, Renderer: renderer, Attest: f.Attest,
 		Clock: clock, Random: rand.Reader, Logger: zerolog.Nop(), Registry: f.Registry, DeviceRegistry: f.DeviceRegistry})
 	must(err)
