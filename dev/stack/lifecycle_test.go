@@ -35,6 +35,7 @@ var lifecycleDevices = []stack.SeedDevice{
 	{Name: "refuse-other-kernel", Class: "talos-worker"},                                        // netboots a kernel the boot policy does not allow
 	{Name: "bench-netboot", Class: "talos-worker"},                                              // BenchmarkNetboot's own machine
 	{Name: "forged-flood", Class: "talos-worker"},                                               // enrolls under a flood of forged challenges
+	{Name: "forged-wipe", Class: "talos-worker"},                                                // wiped, then its old fields saved back by an editor
 	{Name: "fetch-secret", Class: "alpine-edge"},                                                // its seed is fetched only with the fetch secret
 	{Name: "plan-ok", Class: "talos-worker"},                                                    // planned for every action, never asked
 	{Name: "plan-no-disk", Class: "talos-worker", NoDiskSerial: true, Faulty: "no disk_serial"}, // planned, then asked: the same rejection
