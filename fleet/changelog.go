@@ -86,38 +86,51 @@ func (m *changeLogMark) done(start time.Time) {
 	}
 }
 
-// checkLoggedWrites reads the change log for saves of devices by other users since the last run
-// that touched fleetd's fields, and checks each device they touched (checkOwnedFields). It
-// returns the devices it checked. It does nothing without a change log or without fleetd's NetBox
+// loggedWrites are the devices another user's saves touched the fields of since the mark's
+// last run, read from the change log, and when that read started.
+type loggedWrites struct {
+	ids   []int64
+	start time.Time
+}
+
+// readLoggedWrites reads the change log for saves of devices by other users since the last run
+// that touched fleetd's fields. It reads nothing without a change log or without fleetd's NetBox
 // user (nobody can be told from fleetd).
-func (s *Service) checkLoggedWrites(ctx context.Context) (map[int64]bool, error) {
-	checked := map[int64]bool{}
+func (s *Service) readLoggedWrites(ctx context.Context) (loggedWrites, error) {
+	w := loggedWrites{start: s.clock.Now()}
 	if s.changes == nil || s.cfg.ServiceUser == "" {
-		return checked, nil
+		return w, nil
 	}
-	start := s.clock.Now()
-	since := s.logMark.since(start, s.cfg.changeLogRetention())
-	var ids []int64
+	since := s.logMark.since(w.start, s.cfg.changeLogRetention())
+	seen := map[int64]bool{}
 	keep := func(ch DeviceChange) bool {
-		if touches(ch) && !checked[ch.DeviceID] {
-			checked[ch.DeviceID] = true
-			ids = append(ids, ch.DeviceID)
+		if touches(ch) && !seen[ch.DeviceID] {
+			seen[ch.DeviceID] = true
+			w.ids = append(w.ids, ch.DeviceID)
 		}
 		return false // only the ids are kept: the first run reads the whole retention
 	}
 	if _, err := s.changes.DeviceChanges(ctx, ChangeQuery{Since: since, ExceptUser: s.cfg.ServiceUser, Keep: keep}); err != nil {
-		return nil, fmt.Errorf("read NetBox's change log since %s: %w", since.UTC().Format(time.RFC3339), err)
+		return loggedWrites{}, fmt.Errorf("read NetBox's change log since %s: %w", since.UTC().Format(time.RFC3339), err)
 	}
+	return w, nil
+}
+
+// checkLoggedWrites checks each device w names (checkOwnedFields) and moves the mark to w's start
+// when every check succeeded. It returns the devices it checked.
+func (s *Service) checkLoggedWrites(ctx context.Context, w loggedWrites) (map[int64]bool, error) {
+	checked := map[int64]bool{}
 	var errs []error
-	for _, id := range ids {
+	for _, id := range w.ids {
+		checked[id] = true
 		out, err := s.checkOwnedFields(ctx, id)
 		s.logOutcome(out, err, "change-log")
 		if err != nil {
 			errs = append(errs, err)
 		}
 	}
-	if len(errs) == 0 {
-		s.logMark.done(start)
+	if len(errs) == 0 && !w.start.IsZero() {
+		s.logMark.done(w.start)
 	}
 	return checked, errors.Join(errs...)
 }

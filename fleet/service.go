@@ -287,15 +287,16 @@ func (s *Service) checks(d Device, action Action) []DeclarationCheck {
 }
 
 // ReconcileAll lists every device and reconciles those that need attention, so a lost webhook
-// delays a request but never loses it (docs/design.md §2). First it checks, from NetBox's change
-// log, the devices whose fields other users wrote and whose webhook was lost (changelog.go), so
-// that a written-back request is not taken again; then every listed device whose seal fails, or
+// delays a request but never loses it (docs/design.md §2). It reads NetBox's change log for the
+// devices whose fields other users wrote (their webhook may have been lost), lists the devices,
+// and checks those first (changelog.go), so that a written-back request is not taken again;
+// then every listed device whose seal fails, or
 // that is not sealed with the signing key yet, is read with its change log, repaired or sealed
 // (trust.go). It returns the listed devices for the callers that derive other state from the
 // inventory (Kea reservations, boot-check ages).
 func (s *Service) ReconcileAll(ctx context.Context) ([]Device, error) {
 	var errs []error
-	checked, err := s.checkLoggedWrites(ctx)
+	logged, err := s.readLoggedWrites(ctx)
 	if err != nil {
 		errs = append(errs, err)
 	}
@@ -307,6 +308,10 @@ func (s *Service) ReconcileAll(ctx context.Context) ([]Device, error) {
 	s.metrics.bootChecks.observe(devices)
 	s.metrics.observePending(devices, s.clock.Now())
 	s.metrics.observeSeals(devices, s.keys, s.brake.observe(devices))
+	checked, err := s.checkLoggedWrites(ctx, logged)
+	if err != nil {
+		errs = append(errs, err)
+	}
 	listed := s.listWorkflows(ctx, devices)
 	for _, d := range devices {
 		if !NeedsAttention(d) && !needsSealCheck(d, s.keys.Signing(), checked) {

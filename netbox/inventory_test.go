@@ -52,7 +52,13 @@ type env struct {
 
 func newEnv(t testing.TB, extra int) *env {
 	t.Helper()
-	emu, err := netboxemu.Start(netboxemu.Config{Rand: rand.New(rand.NewSource(1))})
+	return newEnvAt(t, extra, nil)
+}
+
+// newEnvAt is newEnv with the emulator's clock (nil: the wall clock).
+func newEnvAt(t testing.TB, extra int, clock func() time.Time) *env {
+	t.Helper()
+	emu, err := netboxemu.Start(netboxemu.Config{Rand: rand.New(rand.NewSource(1)), Clock: clock})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@
 package handlerstest
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
@@ -26,6 +27,9 @@ import (
 	"github.com/folly-infra/fleetd/render"
 	"github.com/folly-infra/fleetd/webhook"
 )
+
+// WebhookSecret is the secret the fleetd under test verifies NetBox's webhooks with.
+const WebhookSecret = "s"
 
 // Config says what the fleetd under test knows.
 type Config struct {
@@ -158,8 +162,12 @@ func New(tb testing.TB, cfg Config) *Fleetd {
 		Catalog: cfg.Catalog, Renderer: renderer, Attest: f.Attest,
 		Clock: clock, Random: rand.Reader, Logger: zerolog.Nop(), Registry: f.Registry, DeviceRegistry: f.DeviceRegistry})
 	must(err)
-	intake, err := webhook.New(webhook.Config{Secret: []byte("s")}, webhook.Deps{Reconciler: f.Service})
+	intake, err := webhook.New(webhook.Config{Secret: []byte(WebhookSecret), ServiceUser: fleettest.ServiceUser},
+		webhook.Deps{Reconciler: f.Service, Registry: f.Registry, Logger: zerolog.Nop()})
 	must(err)
+	ctx, stop := context.WithCancel(context.Background())
+	tb.Cleanup(stop)
+	go func() { _ = intake.Run(ctx) }() // the webhook workers, as fleetd serve runs them
 	h, err := handlers.New(handlers.Deps{Service: f.Service, Webhooks: intake, Gatherer: f.Registry, DeviceGatherer: f.DeviceRegistry,
 		MetricsToken: []byte("metrics"), OperatorToken: []byte("op"), Logger: zerolog.Nop(),
 		ReceiptTokens: f.Attest.Receipts, Receipts: cfg.Receipts})
