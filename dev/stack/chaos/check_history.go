@@ -58,8 +58,9 @@ func (e *evidence) history(d stack.OwnerDevice) *history {
 		return h
 	}
 	h := &history{attested: map[string]time.Time{}, issued: map[string]bool{}, renewed: map[string]bool{}}
-	standing := map[string]foreignSave{} // a field fleetd owns → another user's save that changed it last
-	var view map[string]any              // the fields fleetd owns as fleetd's own saves left them
+	standing := map[string]foreignSave{}  // a field fleetd owns → another user's save that changed it last
+	written := map[string][]foreignSave{} // every value other users wrote in each field since fleetd's last save
+	var view map[string]any               // the fields fleetd owns as fleetd's own saves left them
 	for _, ch := range e.src.NetBox.Changes("dcim.device", d.ID) {
 		preCF, _ := ch.PreChange["custom_fields"].(map[string]any)
 		postCF, _ := ch.PostChange["custom_fields"].(map[string]any)
@@ -74,7 +75,11 @@ func (e *evidence) history(d stack.OwnerDevice) *history {
 			view = owned(preCF)
 		}
 		byFleetd := ch.User == e.src.ServiceUser
-		if trackOwned(standing, byFleetd, ch.User, ch.Time, preCF, postCF) && !byFleetd {
+		if byFleetd {
+			h.vouched(d, ch.Time, preCF, postCF, view, written)
+		}
+		foreign := len(standing) > 0
+		if trackOwned(standing, written, byFleetd, ch.User, ch.Time, preCF, postCF) && !byFleetd {
 			h.foreignWrites++
 		}
 		pre, post := snapOf(ch.PreChange), snapOf(ch.PostChange)
@@ -104,7 +109,7 @@ func (e *evidence) history(d stack.OwnerDevice) *history {
 			view[k] = postCF[k]
 			effPost["custom_fields"].(map[string]any)[k] = postCF[k]
 		}
-		if restore {
+		if restore || foreign { // a save of fleetd's after another user's of its fields: a repair
 			h.restores++
 		}
 		h.fleetdSave(d, ch.Time, snapOf(effPre), snapOf(effPost))
@@ -131,23 +136,54 @@ type foreignSave struct {
 // which is the owner's and which fleetd only clears).
 var ownedByFleetd = slices.DeleteFunc(netbox.OwnedFields(), func(f string) bool { return f == netbox.CFDesiredAction })
 
-// trackOwned follows, field by field, who changed a field fleetd owns last: a save by another user
-// stands until a save by fleetd changes the field again (puts its value back, or moves on). It
-// reports whether the save changed any field fleetd owns.
-func trackOwned(standing map[string]foreignSave, byFleetd bool, user string, at time.Time, preCF, postCF map[string]any) bool {
+// trackOwned follows, field by field, who saved a field fleetd owns last: a save by another user
+// that changed it stands until fleetd saves the device again — every save of fleetd's seals every
+// field it owns (fleet_seal), so it vouches for each value it leaves, not only those it changes
+// (vouched checks that those are fleetd's). written keeps every value other users wrote since
+// fleetd's last save. It reports whether the save changed any field fleetd owns.
+func trackOwned(standing map[string]foreignSave, written map[string][]foreignSave, byFleetd bool, user string, at time.Time, preCF, postCF map[string]any) bool {
 	changed := false
 	for _, k := range ownedByFleetd {
-		if reflect.DeepEqual(preCF[k], postCF[k]) {
-			continue
-		}
-		changed = true
-		if byFleetd {
-			delete(standing, k)
-		} else {
-			standing[k] = foreignSave{user: user, at: at, value: postCF[k]}
+		if !reflect.DeepEqual(preCF[k], postCF[k]) {
+			changed = true
+			if !byFleetd {
+				standing[k] = foreignSave{user: user, at: at, value: postCF[k]}
+				written[k] = append(written[k], standing[k])
+			}
 		}
 	}
+	if byFleetd {
+		clear(standing)
+		clear(written)
+	}
 	return changed
+}
+
+// vouched checks one save of fleetd's against what other users wrote since fleetd's previous one
+// (written): fleetd never writes back a value another user wrote that fleetd had not written
+// itself (the forged editor write: the values of an older save of fleetd's written back, then the
+// current ones — fleetd put the first save's values back as its own), and never seals over one
+// it leaves standing. A value fleetd wrote last itself (view), an empty one, and the state and
+// message of a device fleetd marks untrusted are fleetd's own.
+func (h *history) vouched(d stack.OwnerDevice, at time.Time, preCF, postCF, view map[string]any, written map[string][]foreignSave) {
+	marked := postCF["fleet_state"] == "untrusted"
+	for _, k := range ownedByFleetd {
+		v := postCF[k]
+		if v == nil || v == "" || reflect.DeepEqual(v, view[k]) || marked && (k == "fleet_state" || k == "fleet_message") {
+			continue
+		}
+		for _, w := range written[k] {
+			if !reflect.DeepEqual(w.value, v) {
+				continue
+			}
+			if reflect.DeepEqual(preCF[k], v) {
+				h.bad(PartConsistent, d, at, "fleetd saved the device leaving %s = %.80v, which %s wrote, under its seal: fleetd vouches only for values it wrote (docs/design.md §9)", k, v, w.user)
+			} else {
+				h.bad(PartConsistent, d, at, "fleetd wrote %s = %.80v back, a value %s wrote and fleetd had not: fleetd restores only its own writes (docs/design.md §9)", k, v, w.user)
+			}
+			break
+		}
+	}
 }
 
 // owned is a copy of the fields fleetd owns of custom_fields.
@@ -195,6 +231,12 @@ func (h *history) bad(part string, d stack.OwnerDevice, at time.Time, format str
 func (h *history) fleetdSave(d stack.OwnerDevice, at time.Time, pre, post snap) {
 	action := requestAction(post.request)
 	switch {
+	case post.state == "untrusted" && pre.state != "untrusted":
+		if post.request != "" || post.workflow != "" || post.ldevid != "" || post.lak != "" {
+			h.bad(PartConsistent, d, at, "fleetd marked the device untrusted keeping request %q, Workflow %q, serials %q %q: the marking clears every other field", post.request, post.workflow, post.ldevid, post.lak)
+		}
+		h.checkStatus(d, at, pre, post, action) // the status is left alone
+		return
 	case post.request != pre.request:
 		h.claimed(d, at, pre, post)
 	case post.state != pre.state:

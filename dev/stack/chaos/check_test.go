@@ -80,6 +80,40 @@ func promiseRows() []plantRow {
 			f.cleanProvision(r1)
 			f.owner(`{"custom_fields": {"lak_serial": "0bad"}}`)
 		}, chaos.PartConsistent, "lak_serial keeps the value 0bad that admin wrote, not fleetd"},
+		{"refuse/after an editor's two saves fleetd writes the first one's values back (a wiped identity revived)", true, func(f *fixture) {
+			f.cleanProvision(r1)
+			f.cleanWipe(w1)
+			f.owner(f.fields("active", r1, `"0a01"`, `"0a02"`))
+			f.owner(f.fields("wiped", w1, "null", "null"))
+			f.fleetd(f.fields("active", r1, `"0a01"`, `"0a02"`))
+		}, chaos.PartConsistent, `fleetd wrote lak_serial = 0a02 back, a value admin wrote and fleetd had not`},
+		{"ok/after an editor's two saves fleetd seals its own values again", true, func(f *fixture) {
+			f.cleanProvision(r1)
+			f.cleanWipe(w1)
+			f.owner(f.fields("active", r1, `"0a01"`, `"0a02"`))
+			f.owner(f.fields("wiped", w1, "null", "null"))
+			f.fleetd(`{"custom_fields": {"fleet_seal": "fs1.stack.2.bWFj"}}`)
+		}, "", ""},
+		{"refuse/fleetd seals over a value another user wrote", true, func(f *fixture) {
+			f.cleanProvision(r1)
+			f.owner(`{"custom_fields": {"lak_serial": "0bad"}}`)
+			f.fleetd(`{"custom_fields": {"fleet_message": "Boot check passed.", "fleet_seal": "fs1.stack.2.bWFj"}}`)
+		}, chaos.PartConsistent, "fleetd saved the device leaving lak_serial = 0bad, which admin wrote, under its seal"},
+		{"ok/nothing of fleetd's to put back: marked untrusted, then provisioned again", true, func(f *fixture) {
+			f.cleanProvision(r1)
+			f.owner(`{"custom_fields": {"lak_serial": "0bad", "fleet_state": "configuring"}}`)
+			f.fleetd(`{"custom_fields": {"fleet_state": "untrusted", "fleet_message": "fleetd cannot vouch for the fields it owns", ` +
+				`"fleet_request": null, "fleet_workflow": null, "ldevid_serial": null, "lak_serial": null}}`)
+			f.remove("disk")
+			f.owner(`{"custom_fields": {"desired_action": "provision"}}`)
+			f.claim(r2, "staged")
+			f.fleetd(`{"custom_fields": {"fleet_state": "failed"}, "status": "failed"}`)
+		}, "", ""},
+		{"refuse/a device marked untrusted keeps its certificate serials", true, func(f *fixture) {
+			f.cleanProvision(r1)
+			f.owner(`{"custom_fields": {"fleet_state": "configuring"}}`)
+			f.fleetd(`{"custom_fields": {"fleet_state": "untrusted", "fleet_request": null, "fleet_workflow": null}}`)
+		}, chaos.PartConsistent, "fleetd marked the device untrusted keeping request"},
 		{"ok/a copy read before the claim saved whole, and fleetd put its fields back", true, func(f *fixture) {
 			f.cleanProvision(r1)
 			f.owner(`{"custom_fields": ` + copyBeforeClaim + `}`)

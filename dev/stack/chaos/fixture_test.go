@@ -203,6 +203,13 @@ func (f *fixture) restore(req string, clear bool) {
 		desired, req, f.wf(req)))
 }
 
+// fields is a save of the fields fleetd owns as a request req leaves them: fleet_state, the
+// request, its Workflow and the certificate serials (JSON values: "null" for none).
+func (f *fixture) fields(state, req, ldevid, lak string) string {
+	return fmt.Sprintf(`{"custom_fields": {"fleet_state": %q, "fleet_request": %q, "fleet_workflow": %q, "ldevid_serial": %s, "lak_serial": %s}}`,
+		state, req, f.wf(req), ldevid, lak)
+}
+
 // claim is fleetd taking request req (status: the status it writes, "" for none), with its
 // Workflow.
 func (f *fixture) claim(req, status string) { f.claimAs(req, status, "pending", f.wf(req)) }

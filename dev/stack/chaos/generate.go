@@ -55,6 +55,9 @@ func Generate(seed int64, cfg Config) Schedule {
 	for range 1 + g.rng.IntN(2) {
 		steps = g.insertStaleWrite(steps)
 	}
+	if g.chance(0.5) {
+		steps = g.insertForgedWrite(steps)
+	}
 	return Schedule{Seed: seed, Steps: steps}
 }
 
@@ -318,4 +321,21 @@ func insert(steps []Step, at int, s Step) []Step {
 	copy(steps[at+1:], steps[at:])
 	steps[at] = s
 	return steps
+}
+
+// insertForgedWrite puts a forged editor write of a machine's device one to three steps after one
+// of that machine's steps: the editor saves values fleetd wrote earlier in the device's life
+// (before a wipe, its identity; before a delivery, its pending state), then the current ones.
+func (g *generator) insertForgedWrite(steps []Step) []Step {
+	var at []int
+	for i, s := range steps {
+		if s.Machine != "" && s.Kind != StaleWrite && s.Kind != ForgedWrite {
+			at = append(at, i)
+		}
+	}
+	if len(at) == 0 {
+		return steps
+	}
+	j := at[g.rng.IntN(len(at))]
+	return insert(steps, min(j+1+g.rng.IntN(3), len(steps)), Step{Kind: ForgedWrite, Machine: steps[j].Machine})
 }

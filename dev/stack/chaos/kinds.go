@@ -63,6 +63,9 @@ var kinds = []kind{
 	// A stale write happened when it wrote back a value of a field fleetd owns that fleetd had
 	// changed since the copy was read; a copy that still held fleetd's values is idle.
 	{kind: StaleWrite, variants: staleChanges, play: (*Runner).staleWrite},
+	// A forged editor write happened when its first save wrote back values of fleetd's fields
+	// fleetd had changed since; a device whose every save of fleetd's holds its values now is idle.
+	{kind: ForgedWrite, variants: []string{""}, play: (*Runner).forgedWrite},
 	{kind: Netboot, variants: []string{""}, play: (*Runner).netboot},
 	{kind: Boot, variants: []string{""}, play: (*Runner).boot},
 	{kind: BootCheck, variants: []string{""}, play: (*Runner).bootCheck},

@@ -18,6 +18,10 @@ const (
 	// pynetbox's Record.save() sends it: the whole custom_fields object, every key with the value
 	// read, one key changed (Arg: desired-action, or owner-field, the owner's tpm).
 	StaleWrite Kind = "stale-write"
+	// ForgedWrite is a NetBox user who may edit devices (and holds no secret of fleetd's)
+	// saving the device twice back to back: first the values of fleetd's fields — fleet_seal
+	// with them — from one of fleetd's own earlier saves of it, then the values it holds now.
+	ForgedWrite Kind = "forged-write"
 )
 
 // The machines' steps (dev/stack) and Tinkerbell's.
