@@ -9,6 +9,7 @@ type Plan struct {
 	State        string            `json:"state"`
 	Outcome      string            `json:"outcome"`
 	Why          string            `json:"why,omitempty"`
+	Repair       string            `json:"repair,omitempty"`
 	Checks       []PlanCheck       `json:"checks,omitempty"`
 	Write        *PlanWrite        `json:"write,omitempty"`
 	Workflow     *PlanWorkflow     `json:"workflow,omitempty"`

@@ -20,6 +20,9 @@ func printPlan(w io.Writer, p api.Plan) {
 		from = "asked with --action"
 	}
 	fmt.Fprintf(w, "plan %s: %s (%s; fleet_state %s): %s\n", p.Device, what, from, p.State, p.Outcome)
+	if p.Repair != "" {
+		fmt.Fprintf(w, "  first: %s\n", p.Repair)
+	}
 	if p.Why != "" {
 		fmt.Fprintf(w, "  %s\n", p.Why)
 	}

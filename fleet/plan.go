@@ -46,7 +46,10 @@ type Plan struct {
 	State   State  // the device's fleet_state now
 	Outcome PlanOutcome
 	Why     string // one sentence: why nothing happens, why it waits, or how the action was read
-	Checks  []PlanCheck
+	// Repair is the write fleetd makes first when it does not vouch for the fields it owns
+	// (trust.go): the plan is of the device after it. "" when there is none.
+	Repair string
+	Checks []PlanCheck
 	// Write is the one conditional write the claim (or the rejection) makes, with its journal
 	// entry; nil when nothing would be written.
 	Write    *PlanWrite
@@ -135,7 +138,10 @@ func (s *Service) Plan(ctx context.Context, name string, asked Action) (Plan, er
 	if err != nil {
 		return Plan{}, fmt.Errorf("read device %q: %w: %w", name, ErrInventory, err)
 	}
-	return s.plan(ctx, d, asked), nil
+	d, repair := repaired(d)
+	p := s.plan(ctx, d, asked)
+	p.Repair = repair
+	return p, nil
 }
 
 func (s *Service) plan(ctx context.Context, d Device, asked Action) Plan {

@@ -285,3 +285,24 @@ func (b *sealBrake) holds() bool {
 	defer b.mu.Unlock()
 	return !b.known || b.on
 }
+
+// repaired is the device as a decision would find it once repair ran, and one sentence saying
+// what that write would be ("" when there is none): the plan shows it, writing nothing.
+func repaired(d Device) (Device, string) {
+	t := d.Trust
+	switch {
+	case t.Trusted():
+		return d, ""
+	case t.Verdict == VerdictUnknownKey:
+		return d, fmt.Sprintf("nothing is decided on the device until its seal's key is configured: %s", t.Reason)
+	case t.Restore != nil:
+		d.Owned = t.Restore.Owned
+		if t.StaleAction != ActionNone {
+			d.Declared.DesiredAction = ActionNone
+		}
+		return d, fmt.Sprintf("the fields fleetd owns are not fleetd's (%s): it first puts back its own write of %s", t.Reason,
+			t.Restore.At.UTC().Format(time.RFC3339))
+	}
+	d.Owned = Owned{State: StateUntrusted}
+	return d, fmt.Sprintf("the fields fleetd owns are not fleetd's (%s) and NetBox's change log holds no write of fleetd's to put back: it first marks the device untrusted", t.Reason)
+}

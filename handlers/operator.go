@@ -55,7 +55,45 @@ type deviceJSON struct {
 	} `json:"boot_check"`
 	PendingConfig bool `json:"pending_config"`
 	// QueuedAction is a request the owner made while the current one runs; it starts after it.
-	QueuedAction string `json:"queued_action,omitempty"`
+	QueuedAction string     `json:"queued_action,omitempty"`
+	Trust        *trustJSON `json:"trust,omitempty"`
+}
+
+// trustJSON is fleetd's verdict on the fields it owns (docs/design.md §9, "Sealed fields"), shown
+// when it does not vouch for them, or they carry no seal yet (before the upgrade's reconcile
+// seals them): for values it does not vouch for the view's state, request and certificates are
+// empty, and read holds the values NetBox has, which fleetd does not act on.
+type trustJSON struct {
+	Verdict    string    `json:"verdict"`
+	Reason     string    `json:"reason"`
+	Key        string    `json:"key,omitempty"` // the key id of the seal
+	WrittenBy  string    `json:"written_by,omitempty"`
+	WrittenAt  string    `json:"written_at,omitempty"`
+	RestoresTo string    `json:"restores_to,omitempty"` // the time of fleetd's own write a repair puts back
+	Read       *readJSON `json:"read,omitempty"`
+}
+
+// readJSON is what NetBox holds of the fields a verdict does not vouch for.
+type readJSON struct {
+	State        string `json:"state,omitempty"`
+	Request      string `json:"request,omitempty"`
+	LDevIDSerial string `json:"ldevid_serial,omitempty"`
+	LAKSerial    string `json:"lak_serial,omitempty"`
+}
+
+// trustOf is the view's trust section: none for values fleetd sealed and wrote last.
+func trustOf(t fleet.Trust) *trustJSON {
+	if t.Verdict == fleet.VerdictTrusted || t.Verdict == "" {
+		return nil
+	}
+	j := &trustJSON{Verdict: string(t.Verdict), Reason: t.Reason, Key: t.Seal.KeyID, WrittenBy: t.Writer, WrittenAt: timeOrEmpty(t.WrittenAt)}
+	if t.Restore != nil {
+		j.RestoresTo = timeOrEmpty(t.Restore.At)
+	}
+	if !t.Trusted() {
+		j.Read = &readJSON{State: string(t.Read.State), Request: t.Read.Request, LDevIDSerial: t.Read.LDevIDSerial, LAKSerial: t.Read.LAKSerial}
+	}
+	return j
 }
 
 type workflowJSON struct {
@@ -103,6 +141,7 @@ func toJSON(v fleet.DeviceView) deviceJSON {
 	j.BootCheck.Missing = v.BootCheckMissing
 	j.PendingConfig = v.PendingConfig
 	j.QueuedAction = string(v.Queued)
+	j.Trust = trustOf(v.Trust)
 	return j
 }
 

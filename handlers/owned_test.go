@@ -147,3 +147,58 @@ func expectRefusedOldLAK(t *testing.T, f *fleetdUnderTest, cfg agent.BootCheckCo
 		t.Errorf("after the attack: %+v, want fleetd's wipe", got.Owned)
 	}
 }
+
+// TestOperatorSeesUntrustedFields: the operator's view of a device whose fields another user
+// wrote shows none of them as the device's (state none, no request or certificates) and says why,
+// by whom, what NetBox holds and what fleetd would put back; the plan is of the device after that
+// repair and names it. Neither writes anything.
+func TestOperatorSeesUntrustedFields(t *testing.T) {
+	d := fleettest.Declared(12, "node-a")
+	d.Owned = fleet.Owned{State: fleet.StateWiped, Request: "wipe-aaaaaaaa", Workflow: "node-a-wipe-aaaaaaaa"}
+	f := handlerstest.New(t, handlerstest.Config{Devices: []fleet.Device{d}})
+	f.Inv.Set(d) // fleetd's write, in the change log
+	f.Inv.WriteAs("admin", 12, func(d *fleet.Device) {
+		d.Owned.State, d.Owned.LAKSerial, d.Declared.DesiredAction = fleet.StateActive, "0bad", fleet.ActionAttest
+	})
+	saves := len(f.Inv.Changes(12))
+	get := func(path string, out any) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodGet, f.URL+path, nil)
+		req.Header.Set("Authorization", "Bearer op")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %v %v", path, resp, err)
+		}
+		defer resp.Body.Close()
+		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var view struct {
+		State string `json:"state"`
+		Certs struct {
+			LAK string `json:"lak_serial"`
+		} `json:"certificates"`
+		Trust *struct{ Verdict, Reason string } `json:"trust"`
+	}
+	get("/v1/devices/node-a", &view)
+	if tr := view.Trust; view.State != "none" || view.Certs.LAK != "" || tr == nil || tr.Verdict != "untrusted" ||
+		!strings.Contains(tr.Reason, "written by admin") {
+		t.Errorf("view: state %q lak %q trust %+v; want none, no serial, untrusted by admin", view.State, view.Certs.LAK, view.Trust)
+	}
+	var raw map[string]any
+	get("/v1/devices/node-a", &raw)
+	tr, _ := raw["trust"].(map[string]any)
+	read, _ := tr["read"].(map[string]any)
+	if tr["written_by"] != "admin" || read["state"] != "active" || read["lak_serial"] != "0bad" || tr["restores_to"] == nil {
+		t.Errorf("trust %v: want written_by admin and what NetBox holds under read", tr)
+	}
+	var plan struct{ State, Action, Outcome, Repair string }
+	get("/v1/devices/node-a/plan", &plan)
+	if plan.State != "wiped" || plan.Action != "attest" || !strings.Contains(plan.Repair, "it first puts back its own write of") {
+		t.Errorf("plan %+v: want the attest planned on fleetd's wiped device, the restore named first", plan)
+	}
+	if len(f.Inv.Changes(12)) != saves {
+		t.Errorf("the view and the plan wrote %d saves", len(f.Inv.Changes(12))-saves)
+	}
+}

@@ -21,7 +21,7 @@ func (s *Server) planDevice(w http.ResponseWriter, r *http.Request) {
 
 func planJSON(p fleet.Plan) api.Plan {
 	j := api.Plan{Device: p.Device, Action: string(p.Action), Asked: p.Asked, State: string(p.State), Outcome: string(p.Outcome),
-		Why: p.Why, Checks: checksJSON(p.Checks), Enrollment: checksJSON(p.Enrollment)}
+		Why: p.Why, Repair: p.Repair, Checks: checksJSON(p.Checks), Enrollment: checksJSON(p.Enrollment)}
 	if j.State == "" {
 		j.State = stateNone
 	}

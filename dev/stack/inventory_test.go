@@ -112,9 +112,12 @@ func TestInventory(t *testing.T) {
 	hardware(t, func() (stack.HardwareChange, error) { return stack.SetMAC(info, "inv-mac", "") })
 	hardware(t, func() (stack.HardwareChange, error) { return stack.SetSMBIOSUUID(info, "inv-uuid", "") })
 	patch(t, "inv-ek-cert", map[string]any{"custom_fields": map[string]any{"ek_certificate": "none"}})
-	// A newer fleetd (fleetd's own NetBox user) wrote facts of a version this one does not read.
-	// Written by the owner, the same value would be put back (docs/design.md, "Attested facts").
+	// A fleetd from before the seal (fleetd's own NetBox user, no fleet_seal) wrote facts of a
+	// version this one does not read: the values fleetd wrote last, trusted unsealed until the
+	// reconcile seals them (docs/design.md §9). Written by the owner, the same value would be put
+	// back (docs/design.md, "Attested facts").
 	if _, err := serviceUser(t).Patch(tctx(t), testStack.DeviceID("inv-unreadable"), map[string]any{"custom_fields": map[string]any{
+		"fleet_seal":  nil,
 		"fleet_facts": map[string]any{"version": api.FactsVersion + 1, "proved": map[string]any{}, "claimed": map[string]any{}}}}); err != nil {
 		t.Fatal(err)
 	}
