@@ -32,8 +32,26 @@ func (s *Service) sealed(base Device, p Patch) Patch {
 	}
 	after := base.Owned
 	p.ApplyOwned(&after)
-	p.Seal = s.keys.Seal(base.ID, after, s.clock.Now())
+	p.Seal = s.keys.Seal(base.ID, after, s.sealedAt.next(s.clock.Now()))
 	return p
+}
+
+// sealTimes are the times this process seals at: the clock's, and always after the last one, so
+// that every write of fleetd's changes fleet_seal and NetBox logs it (it logs no save that
+// changed nothing) even when two writes leave the same values within one tick of the clock.
+type sealTimes struct {
+	mu   sync.Mutex
+	last time.Time
+}
+
+func (t *sealTimes) next(now time.Time) time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !now.After(t.last) {
+		now = t.last.Add(time.Nanosecond)
+	}
+	t.last = now
+	return now
 }
 
 // ApplyOwned applies the patch's fields fleetd owns to o, as NetBox merges them (a value fleetd

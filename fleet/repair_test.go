@@ -239,3 +239,33 @@ func TestKeyRotation(t *testing.T) {
 		t.Errorf("after the rotation: %s (%s), state %s, %v; want trusted", d.Trust.Verdict, d.Trust.Reason, d.Owned.State, err)
 	}
 }
+
+// TestEveryWriteChangesTheSeal: two writes of the same values within one tick of the clock (here
+// a clock that does not move) still carry two seals, so NetBox logs both (it logs no save that
+// changed nothing) and the change log's newest entry is always the device's last save of
+// fleetd's: the trust check then needs no second read of the log.
+func TestEveryWriteChangesTheSeal(t *testing.T) {
+	inv := fleettest.NewInventory(wipedNode())
+	s := newTestService(inv, fleettest.NewInstaller())
+	msg := "the same"
+	for range 2 {
+		d, err := s.ReadDevice(context.Background(), 12)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, wrote, err := s.UpdateIfMatch(context.Background(), d, func(Device) (Patch, bool, error) {
+			return Patch{Message: &msg}, true, nil
+		}); err != nil || !wrote {
+			t.Fatalf("write: %v, %v", wrote, err)
+		}
+	}
+	if h := inv.Changes(12); len(h) != 2 || h[0].After.Seal == h[1].After.Seal {
+		t.Errorf("%d saves logged, seals %q; want two, each with its own seal", len(h), func() []string {
+			var out []string
+			for _, ch := range h {
+				out = append(out, ch.After.Seal)
+			}
+			return out
+		}())
+	}
+}

@@ -88,6 +88,7 @@ type Service struct {
 	logMark  changeLogMark // where the next reconcile reads the change log from (changelog.go)
 	keys     *SealKeys
 	brake    sealBrake // whether fleetd may mark devices untrusted (repair.go)
+	sealedAt sealTimes // when the next seal is made (repair.go)
 	refusals lastRefusals
 	queued   sync.Map          // "id request action": queued requests already journaled (noteQueued)
 	boots    *attest.BootCache // the last replayed boot of each node (bootcheck.go)

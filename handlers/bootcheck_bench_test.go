@@ -350,7 +350,7 @@ func benchService(b *testing.B, f *fleetdUnderTest, inv fleet.Inventory, clock f
 func benchServiceWith(b *testing.B, f *fleetdUnderTest, inv fleet.Inventory, clock fleet.Clock, issuer *pki.Issuer) string {
 	b.Helper()
 	lakv, _ := attest.NewLAKVerifier(attest.LAKVerifierConfig{Issuer: f.cas[1].Cert, Above: f.cas[1].Above, Now: time.Now})
-	svc, err := fleet.NewService(fleet.Config{FleetdURL: "http://spore"}, fleet.Deps{Seal: fleettest.SealKeys(), Inventory: inv, Installer: fleettest.NewInstaller(),
+	svc, err := fleet.NewService(fleet.Config{FleetdURL: "http://spore", ServiceUser: fleettest.ServiceUser}, fleet.Deps{Seal: fleettest.SealKeys(), Inventory: inv, Installer: fleettest.NewInstaller(),
 		Catalog: catalog(fleet.SecureBootRequired), Attest: fleet.Attestation{LAK: lakv, BootNonces: nonces(), Issuer: issuer},
 		Clock: clock, Random: rand.Reader, Logger: zerolog.Nop()})
 	if err != nil {

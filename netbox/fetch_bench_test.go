@@ -15,7 +15,7 @@ import (
 // BenchmarkConfigFetchNetBox is one configuration fetch as fleetd serves it, through this adapter
 // against the development stack's NetBox emulator: the device found at its address (the address
 // index, filled by the one listing of the first fetch), read with its ETag (the device and its
-// interfaces with their MACs), the Talos worker configuration rendered and validated, the delivery's
+// interfaces with their MACs, and beside them its change log for the trust check), the Talos worker configuration rendered and validated, the delivery's
 // conditional write and its journal entry. netbox-requests/op is the HTTP requests one fetch
 // sends to NetBox (docs/operate.md's NetBox budget); the emulator answers on loopback without
 // latency, so a real NetBox adds its own time to each.
@@ -33,7 +33,7 @@ func BenchmarkConfigFetchNetBox(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	s, err := fleet.NewService(fleet.Config{FleetdURL: "http://spore:8080", ConfigTTL: time.Hour},
+	s, err := fleet.NewService(fleet.Config{FleetdURL: "http://spore:8080", ConfigTTL: time.Hour, ServiceUser: "fleetd"},
 		fleet.Deps{Seal: fleettest.SealKeys(), Inventory: e.client, Installer: fleettest.NewInstaller(), Catalog: fleettest.Catalog(), Renderer: r,
 			Clock: fleet.SystemClock{}, Random: rand.New(rand.NewSource(1))})
 	if err != nil {
@@ -41,10 +41,18 @@ func BenchmarkConfigFetchNetBox(b *testing.B) {
 	}
 	const uuid = "4c4c4544-0042-3510-8052-b4c04f4e3232"
 	fetch := fleet.ConfigFetch{Kind: fleet.KindTalos, ClaimedUUID: uuid, RemoteAddr: netip.MustParseAddr("10.1.0.1")}
-	attest := func() { // what the provision's attestation records
+	keys := fleettest.SealKeys()
+	attest := func() { // what the provision's attestation records, sealed as fleetd seals it
 		req, state := "provision-k3f9x2mq", fleet.StateConfiguring
 		ident := fleettest.Attested(fleet.Device{Owned: fleet.Owned{Request: req}}, uuid, time.Now(), time.Hour).Owned.Identity
-		if _, err := e.client.Update(ctx, id, fleet.Patch{Status: fleet.StatusStaged, State: &state, Request: &req, Identity: &ident}); err != nil {
+		d, err := e.client.Device(ctx, id)
+		if err != nil {
+			b.Fatal(err)
+		}
+		p := fleet.Patch{Status: fleet.StatusStaged, State: &state, Request: &req, Identity: &ident}
+		p.ApplyOwned(&d.Owned)
+		p.Seal = keys.Seal(id, d.Owned, time.Now())
+		if _, err := e.client.Update(ctx, id, p); err != nil {
 			b.Fatal(err)
 		}
 	}
