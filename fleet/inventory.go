@@ -206,7 +206,7 @@ func (s *Service) inventoryDevices(ctx context.Context, names []string) ([]Devic
 	}
 	var out []Device
 	for _, name := range names {
-		d, err := s.inv.DeviceByName(ctx, name)
+		d, err := s.inv.DeviceByNameSealed(ctx, name)
 		if errors.Is(err, ErrNotFound) {
 			return nil, Refuse(RefusedNotFound, "unknown_device", "NetBox has no device named %q", name)
 		}
