@@ -13,11 +13,13 @@ import (
 // and checks every device another user's save touched the fields of, as the webhook would have
 // (checkOwnedFields): the trust check then puts fleetd's own values back.
 
-// DeviceChange is one recorded update of a device in NetBox's change log: who saved it, when,
-// and its custom fields before and after the save (only those are read of Before and After).
+// DeviceChange is one recorded save of a device in NetBox's change log (an update, or its
+// creation: Before is then the zero Device): who saved it, when, and its custom fields and seal
+// before and after the save (only those are read of Before and After).
 //
-// Trust: the change log is NetBox's own record; like a webhook's snapshots it says what a save
-// changed, not what fleetd should do: the device is read again before anything is written.
+// Trust: the change log is NetBox's own record, the one a NetBox user who may edit devices cannot
+// write: who saved what is true there (fleetd trusts values only when its own user saved them
+// last, trust.go). The values a save of another user left are never what fleetd writes back.
 type DeviceChange struct {
 	DeviceID      int64
 	User          string
