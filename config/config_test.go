@@ -175,14 +175,14 @@ func TestParseRefusals(t *testing.T) {
 			[]string{"metrics.token_file: cannot read"}},
 		{"refuse/no service user", func(s string) string {
 			return strings.Replace(s, ", service_user: fleetd", "", 1)
-		}, []string{"netbox.service_user: is required: the NetBox user fleetd's token belongs to"}},
+		}, []string{"netbox.service_user: is required: set the NetBox user fleetd's token belongs to"}},
 		{"refuse/no seal key", func(s string) string {
 			return strings.Replace(s, ", seal_keys: [{id: k1, file: seal-k1}]", "", 1)
-		}, []string{"netbox.seal_keys: is required: at least one key"}},
+		}, []string{"netbox.seal_keys: is required: set at least one key"}},
 		{"refuse/seal keys wrong", func(s string) string {
 			return strings.Replace(s, "seal_keys: [{id: k1, file: seal-k1}]", "seal_keys: [{id: k1, file: seal-k1}, {id: k1, file: seal-k1}, {id: 'k.2', file: seal-short}, {id: k3, file: seal-gone}]", 1)
-		}, []string{`netbox.seal_keys[1].id: "k1" is listed twice`, `netbox.seal_keys[2].id: "k.2" is not 1 to 32 letters`,
-			"netbox.seal_keys[2].file: the secret in", "is 31 bytes, fewer than 32", "netbox.seal_keys[3].file: cannot read"}},
+		}, []string{`netbox.seal_keys[1]: id "k1" is listed twice`, `netbox.seal_keys[2]: id "k.2" is not 1 to 32 letters`,
+			"netbox.seal_keys[2]: the secret in", "is 31 bytes, fewer than 32", "netbox.seal_keys[3]: cannot read"}},
 		{"ok/a second key: verifies, the first seals", func(s string) string {
 			return strings.Replace(s, "seal_keys: [{id: k1, file: seal-k1}]", "seal_keys: [{id: k2, file: seal-k1}, {id: k1, file: seal-k1}]", 1)
 		}, nil},

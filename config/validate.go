@@ -113,7 +113,7 @@ func (c *Config) validateSources(p *problems) {
 	p.file("netbox.token_file", c.NetBox.TokenFile)
 	p.file("netbox.webhook_secret_file", c.NetBox.WebhookSecretFile)
 	if c.NetBox.ServiceUser == "" {
-		p.bad("netbox.service_user", "is required: the NetBox user fleetd's token belongs to; only its saves of a device vouch for the fields fleetd owns (docs/design.md §9)")
+		p.bad("netbox.service_user", "is required: set the NetBox user fleetd's token belongs to; only its saves of a device vouch for the fields fleetd owns (docs/design.md §9)")
 	}
 	c.validateSealKeys(p)
 	if c.NetBox.Retries < 0 || c.NetBox.Retries > 10 {
@@ -147,25 +147,25 @@ func (c *Config) validateNetBoxTransport(p *problems) {
 // 32 letters, digits, '-' or '_'), no id twice, and a secret file of at least MinSealSecret bytes.
 func (c *Config) validateSealKeys(p *problems) {
 	if len(c.NetBox.SealKeys) == 0 {
-		p.bad("netbox.seal_keys", "is required: at least one key ({id, file}) seals the fields fleetd owns in NetBox; "+
+		p.bad("netbox.seal_keys", "is required: set at least one key ({id, file}) to seal the fields fleetd owns in NetBox; "+
 			"make one with: head -c 48 /dev/urandom | base64 > seal-key (docs/operate.md, \"Seal keys\")")
 	}
 	seen := map[string]bool{}
 	for i, k := range c.NetBox.SealKeys {
 		key := fmt.Sprintf("netbox.seal_keys[%d]", i)
 		if !sealKeyID(k.ID) {
-			p.bad(key+".id", "%q is not 1 to 32 letters, digits, '-' or '_'", k.ID)
+			p.bad(key, "id %q is not 1 to 32 letters, digits, '-' or '_' (a seal names its key with it): give another", k.ID)
 		}
 		if seen[k.ID] {
-			p.bad(key+".id", "%q is listed twice", k.ID)
+			p.bad(key, "id %q is listed twice: give each key an id of its own", k.ID)
 		}
 		seen[k.ID] = true
-		p.file(key+".file", k.File)
+		p.file(key, k.File)
 		if k.File == "" || p.c.skipFiles {
 			continue
 		}
-		if b, err := c.ReadSecret(key+".file", k.File); err == nil && len(b) < MinSealSecret {
-			p.bad(key+".file", "the secret in %s is %d bytes, fewer than %d", c.Path(k.File), len(b), MinSealSecret)
+		if b, err := c.ReadSecret(key, k.File); err == nil && len(b) < MinSealSecret {
+			p.bad(key, "the secret in %s is %d bytes, fewer than %d: give a longer one (head -c 48 /dev/urandom | base64)", c.Path(k.File), len(b), MinSealSecret)
 		}
 	}
 }
