@@ -238,6 +238,37 @@ func TestKeyRotation(t *testing.T) {
 	if err != nil || d.Trust.Verdict != VerdictTrusted || d.Owned.State != StateWiped {
 		t.Errorf("after the rotation: %s (%s), state %s, %v; want trusted", d.Trust.Verdict, d.Trust.Reason, d.Owned.State, err)
 	}
+	// A key lost for good (docs/operate.md, "Backup and recovery"): the owner clears fleet_seal,
+	// fleetd's own sealed write in the log cannot be verified, so the device is marked untrusted,
+	// never trusted on the log alone; the owner's provision brings it back.
+	t.Run("ok/a key lost for good: the seal cleared, marked untrusted, provisioned again", func(t *testing.T) {
+		inv := fleettest.NewInventory()
+		inv.Set(wipedNode()) // fleetd's write, sealed with the key about to be lost
+		s := newRegisteredService(inv, prometheus.NewRegistry(), ring(next))
+		if _, err := s.Reconcile(ctx, 12); !isRefusal(err, "seal_key_unknown") {
+			t.Fatalf("before the seal is cleared: %v, want seal_key_unknown", err)
+		}
+		inv.WriteAs(fleettest.Owner, 12, func(d *Device) { d.Seal = "" })
+		if _, err := s.ReconcileAll(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := inv.Get(12); got.Owned.State != StateUntrusted || got.Owned.Request != "" {
+			t.Fatalf("after the seal was cleared: %+v, want untrusted with everything else cleared", got.Owned)
+		}
+		inv.WriteAs(fleettest.Owner, 12, func(d *Device) { d.Declared.DesiredAction = ActionProvision })
+		if out, err := s.Reconcile(ctx, 12); err != nil || out.Result != "accepted" {
+			t.Fatalf("the owner's provision: %+v, %v", out, err)
+		}
+		if got := inv.Get(12); got.Owned.State != StatePending || ring(next).Verify(12, got.Owned, got.Seal).Result != SealValid {
+			t.Errorf("after the owner's provision: fleet_state %s, seal %q; want pending, sealed with k2", got.Owned.State, got.Seal)
+		}
+	})
+}
+
+// isRefusal reports whether err is a refusal with code.
+func isRefusal(err error, code string) bool {
+	r, ok := AsRefusal(err)
+	return ok && r.Code == code
 }
 
 // TestEveryWriteChangesTheSeal: two writes of the same values within one tick of the clock (here
