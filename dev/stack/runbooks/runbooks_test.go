@@ -198,6 +198,24 @@ func TestFleetdCheckDoc(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The command's --templates directory: the example Templates, as an infrastructure repo keeps
+	// its own (docs/operate.md, "The wipe receipt step").
+	templates, err := filepath.Glob(filepath.Join(root, "examples", "tinkerbell", "*.yaml"))
+	if err != nil || len(templates) == 0 {
+		t.Fatalf("examples/tinkerbell holds no Template: %v", err)
+	}
+	if err := os.MkdirAll(filepath.Join(repo, "tinkerbell", "templates"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, from := range templates {
+		b, err := os.ReadFile(from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(repo, "tinkerbell", "templates", filepath.Base(from)), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	out, code := shell(t, `cd "`+repo+`" && PATH="`+filepath.Join(workDir, "bin")+`:$PATH" && `+line)
 	if code != 0 || !strings.Contains(out, "fleetd check: ok") {
 		t.Errorf("%s: exit %d:\n%s", line, code, out)
