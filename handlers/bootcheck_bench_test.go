@@ -251,6 +251,7 @@ func BenchmarkBootCheckHTTP(b *testing.B) {
 	b.Run("in-memory", func(b *testing.B) {
 		d := bb.device
 		d.Owned.LastBootCheck = frozen.Now().Add(-time.Hour)
+		d.Seal = "" // the inventory seals the edited values as fleetd would have written them
 		run(b, fleettest.NewInventory(d), nil)
 	})
 	b.Run("netbox-emulator", func(b *testing.B) {
@@ -283,6 +284,7 @@ func BenchmarkBootCheckRenewal(b *testing.B) {
 		b.Run(r.name, func(b *testing.B) {
 			d := bb.device
 			d.Owned.LastBootCheck = frozen.Now().Add(-time.Hour)
+			d.Seal = "" // sealed again by the inventory, as fleetd would have written these values
 			iss, err := pki.NewIssuer(pki.IssuerConfig{LDevID: bb.f.cas[0], LAK: bb.f.cas[1], LDevIDLifetime: time.Hour, LAKLifetime: time.Hour,
 				Rand: rand.Reader, Now: r.now})
 			if err != nil {
