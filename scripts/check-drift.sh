@@ -1,6 +1,6 @@
 #!/bin/sh
-# Fails when gofmt or `go mod tidy` (in the main module and in interop/spire and interop/tinkerbell) would change a
-# file (`go mod tidy -diff` writes nothing).
+# Fails when gofmt or `go mod tidy` (in the main module and in each interop module: spire,
+# tinkerbell, tink, quamina) would change a file (`go mod tidy -diff` writes nothing).
 set -eu
 GO=${GO:-go}
 cd "$(dirname "$0")/.."
@@ -9,7 +9,7 @@ if [ -n "$out" ]; then
 	echo "gofmt would change:"; echo "$out"; exit 1
 fi
 fail=0
-for dir in . interop/spire interop/tinkerbell; do
+for dir in . interop/spire interop/tinkerbell interop/tink interop/quamina; do
 	if ! (cd "$dir" && $GO mod tidy -diff); then
 		echo "go mod tidy would change $dir/go.mod or go.sum (the diff is above): run it there and commit"
 		fail=1

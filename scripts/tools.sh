@@ -25,6 +25,8 @@ versions() {
 	cat <<-EOF
 	tofu v1.12.6
 	terraform-provider-restapi v1.20.0
+	tinkerbell v0.25.0
+	tink-agent v0.25.0
 	tink-controller v0.12.2
 	tink-server v0.12.2
 	tink-worker v0.12.2
@@ -63,11 +65,28 @@ build_one() {
 		(cd "$work" && CGO_ENABLED=0 "$GO" build -trimpath -buildvcs=false -ldflags "-s -w" \
 			-o "$3/terraform-provider-restapi" .)
 		;;
-	tink-controller | tink-server | tink-worker)
-		# Tinkerbell's own components, built from interop/tinkerbell: that module's go.mod and
-		# go.sum pin tink and every dependency (its version must be the one above). The three
-		# share one compile in the build cache, so the second and third cost little more than a link.
+	tinkerbell | tink-agent)
+		# The current Tinkerbell's own programs, built from interop/tinkerbell: that module's
+		# go.mod and go.sum pin tinkerbell/tinkerbell and every dependency (its version must be
+		# the one above). No build tags: `tinkerbell` is built without its embedded etcd,
+		# kube-apiserver and controller-manager, which the development stack does not run.
+		# Kubernetes' own programs (k8s.io/kubernetes, which this module requires at v1.36.3)
+		# build the same way: a line in versions() and a package path below.
 		mod="$root/interop/tinkerbell"
+		case "$1" in
+		tinkerbell) pkg=github.com/tinkerbell/tinkerbell/cmd/tinkerbell ;;
+		tink-agent) pkg=github.com/tinkerbell/tinkerbell/cmd/agent ;;
+		esac
+		grep -Eq "^[[:space:]]*(require[[:space:]]+)?github.com/tinkerbell/tinkerbell $2([[:space:]]|\$)" "$mod/go.mod" ||
+			{ echo "tools.sh: $mod/go.mod does not require github.com/tinkerbell/tinkerbell $2: change both together" >&2; exit 1; }
+		(cd "$mod" && CGO_ENABLED=0 "$GO" build -trimpath -buildvcs=false -ldflags "-s -w" -o "$3/$1" "$pkg")
+		;;
+	tink-controller | tink-server | tink-worker)
+		# Tinkerbell v0.12.2's components, built from interop/tink: that
+		# module's go.mod and go.sum pin tink and every dependency (its version must be the one
+		# above). The three share one compile in the build cache, so the second and third cost
+		# little more than a link.
+		mod="$root/interop/tink"
 		grep -Eq "^[[:space:]]*(require[[:space:]]+)?github.com/tinkerbell/tink $2([[:space:]]|\$)" "$mod/go.mod" ||
 			{ echo "tools.sh: $mod/go.mod does not require github.com/tinkerbell/tink $2: change both together" >&2; exit 1; }
 		(cd "$mod" && CGO_ENABLED=0 "$GO" build -trimpath -buildvcs=false -ldflags "-s -w" \

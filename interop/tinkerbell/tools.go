@@ -1,15 +1,16 @@
 //go:build tools
 
-// Package tinkerbell pins Tinkerbell's own components, which the development stack runs for real
-// (docs/design.md, "Development stack"): scripts/tools.sh builds tink-controller, tink-server,
-// tink-worker and virtual-worker from this module, so its go.mod and go.sum choose their version
-// and every dependency's. Nothing here is fleetd code; the module only exists so that the tink
-// module's dependencies stay out of fleetd's own go.mod.
+// Package tinkerbell pins the current Tinkerbell, which the development stack runs for real
+// (docs/design.md, "Development stack"): scripts/tools.sh builds `tinkerbell` (controller and
+// server; no build tags, so without its embedded etcd, kube-apiserver and controller-manager)
+// and `tink-agent` from this module, so its go.mod and go.sum choose their version and every
+// dependency's. Tinkerbell v0.25.0 requires k8s.io/kubernetes v1.36.3 exactly, so Kubernetes'
+// own programs of that version build from this module too: one line here and one in
+// scripts/tools.sh each. Nothing here is fleetd code; the module exists so that Tinkerbell's
+// dependencies stay out of fleetd's own go.mod.
 package tinkerbell
 
 import (
-	_ "github.com/tinkerbell/tink/cmd/tink-controller"
-	_ "github.com/tinkerbell/tink/cmd/tink-server"
-	_ "github.com/tinkerbell/tink/cmd/tink-worker"
-	_ "github.com/tinkerbell/tink/cmd/virtual-worker"
+	_ "github.com/tinkerbell/tinkerbell/cmd/agent"
+	_ "github.com/tinkerbell/tinkerbell/cmd/tinkerbell"
 )

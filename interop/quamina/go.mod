@@ -1,0 +1,3 @@
+module quamina.net/go/quamina
+
+go 1.26.0
