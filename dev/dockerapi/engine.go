@@ -1,8 +1,9 @@
 // Package dockerapi is a small Docker Engine API of the project's own, on a unix socket, for
-// Tinkerbell's real tink-worker (DOCKER_HOST=unix://...): it answers the calls the worker makes
-// (ping, image pull and inspect, container create, start, inspect, wait, logs and remove) and
-// runs each started container through a Runner, which the development stack implements (the
-// enrollment action as the real `fleetd enroll`, the others simulated).
+// Tinkerbell's real tink-worker v0.12.2 (DOCKER_HOST=unix://...) and tink-agent v0.25.0 with its
+// docker runtime (--docker-socket): it answers the calls they make (ping, image pull and
+// inspect, container create, start, inspect, wait, attach, logs, stop and remove) and runs each
+// started container through a Runner, which the development stack implements (the enrollment
+// action as the real `fleetd enroll`, the others simulated).
 //
 // It is for tests and the development stack only. Trust assumptions: the socket is a file of
 // mode 0600 in a directory the caller owns; nothing is pulled and no container is isolated.
@@ -11,6 +12,7 @@ package dockerapi
 import (
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -18,8 +20,10 @@ import (
 	"net/http"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/rs/zerolog"
 )
@@ -67,9 +71,14 @@ type container struct {
 	Container
 	started bool
 	cancel  context.CancelFunc
-	done    chan struct{} // closed when the runner returned
+	exited  chan struct{} // closed when the runner returned: output and exit are set
+	done    chan struct{} // closed once the output reached the attached streams: the container has ended
 	output  string
 	exit    int
+
+	attached int           // attach streams taken (under Engine.mu)
+	streamed chan struct{} // closed when an attach stream has carried the output
+	once     sync.Once
 }
 
 // Start serves the API on a unix socket at socket (an old socket file is replaced).
@@ -158,11 +167,11 @@ func (e *Engine) serve(w http.ResponseWriter, r *http.Request) {
 	case op == "/json" && r.Method == http.MethodGet:
 		writeJSON(w, http.StatusOK, e.inspect(c))
 	case op == "/wait" && r.Method == http.MethodPost:
-		select {
-		case <-c.done:
-			writeJSON(w, http.StatusOK, map[string]any{"StatusCode": c.exit})
-		case <-r.Context().Done():
-		}
+		e.wait(w, r, c)
+	case op == "/attach" && r.Method == http.MethodPost:
+		e.attach(w, c, log)
+	case op == "/stop" && r.Method == http.MethodPost:
+		e.stop(w, r, c, log)
 	case op == "/logs" && r.Method == http.MethodGet:
 		<-c.done
 		w.Header().Set("Content-Type", "application/vnd.docker.raw-stream")
@@ -197,11 +206,16 @@ func (e *Engine) create(w http.ResponseWriter, r *http.Request, log zerolog.Logg
 		writeError(w, http.StatusBadRequest, "config.Image is empty")
 		return
 	}
+	if err := distinctMounts(b.HostConfig.Binds); err != nil {
+		log.Warn().Strs("binds", b.HostConfig.Binds).Str("decision", "refused").Msg(err.Error())
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
 	raw := make([]byte, 32)
 	_, _ = rand.Read(raw)
 	c := &container{Container: Container{ID: hex.EncodeToString(raw), Name: r.URL.Query().Get("name"), Image: b.Image,
 		Cmd: b.Cmd, Env: b.Env, Binds: b.HostConfig.Binds, Privileged: b.HostConfig.Privileged, PidMode: b.HostConfig.PidMode},
-		done: make(chan struct{})}
+		exited: make(chan struct{}), done: make(chan struct{}), streamed: make(chan struct{})}
 	e.mu.Lock()
 	for _, o := range e.containers {
 		if c.Name != "" && o.Name == c.Name {
@@ -214,6 +228,111 @@ func (e *Engine) create(w http.ResponseWriter, r *http.Request, log zerolog.Logg
 	e.mu.Unlock()
 	log.Info().Str("container", c.Name).Str("image", c.Image).Str("decision", "created").Msg("container created")
 	writeJSON(w, http.StatusCreated, map[string]any{"Id": c.ID, "Warnings": []string{}})
+}
+
+// distinctMounts refuses two binds onto one container path, as Docker does ("Duplicate mount
+// point"): tink-worker v0.12.2 binds its own /workflow, so a Template that declares a volume at
+// /workflow cannot run there.
+func distinctMounts(binds []string) error {
+	seen := map[string]bool{}
+	for _, b := range binds {
+		parts := strings.Split(b, ":")
+		if len(parts) < 2 {
+			continue
+		}
+		dest := parts[1]
+		if seen[dest] {
+			return fmt.Errorf("Duplicate mount point: %s", dest)
+		}
+		seen[dest] = true
+	}
+	return nil
+}
+
+// BindTarget is the container path of a bind ("src:dest[:options]"), or "" when it has none.
+func BindTarget(bind string) string {
+	parts := strings.Split(bind, ":")
+	if len(parts) < 2 {
+		return ""
+	}
+	return parts[1]
+}
+
+// wait answers POST /containers/{id}/wait: its headers at once, as Docker sends them (tink-agent
+// v0.25 asks with condition next-exit before it starts the container, and its client returns
+// only once the headers arrived), then the exit code when the container ends.
+func (e *Engine) wait(w http.ResponseWriter, r *http.Request, c *container) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	if f, ok := w.(http.Flusher); ok {
+		f.Flush()
+	}
+	select {
+	case <-c.done:
+		_ = json.NewEncoder(w).Encode(map[string]any{"StatusCode": c.exit})
+	case <-r.Context().Done():
+	}
+}
+
+// attach answers POST /containers/{id}/attach as Docker does for a container without a TTY: the
+// connection is taken over (101 UPGRADED) and carries the container's output in Docker's
+// multiplexed stream (one stdout frame), sent when the runner returns and before the container's
+// wait answers, then closes.
+func (e *Engine) attach(w http.ResponseWriter, c *container, log zerolog.Logger) {
+	hj, ok := w.(http.Hijacker)
+	if !ok {
+		writeError(w, http.StatusInternalServerError, "attach: the connection cannot be taken over")
+		return
+	}
+	conn, buf, err := hj.Hijack()
+	if err != nil {
+		log.Warn().Err(err).Msg("attach: take over the connection")
+		return
+	}
+	defer conn.Close()
+	e.mu.Lock()
+	c.attached++
+	e.mu.Unlock()
+	defer c.once.Do(func() { close(c.streamed) })
+	_, _ = buf.WriteString("HTTP/1.1 101 UPGRADED\r\nContent-Type: application/vnd.docker.multiplexed-stream\r\nConnection: Upgrade\r\nUpgrade: tcp\r\n\r\n")
+	if buf.Flush() != nil {
+		return
+	}
+	<-c.exited
+	frame := make([]byte, 8, 8+len(c.output))
+	frame[0] = 1 // stdout
+	binary.BigEndian.PutUint32(frame[4:], uint32(len(c.output)))
+	_, _ = conn.Write(append(frame, c.output...))
+}
+
+// stop answers POST /containers/{id}/stop: the runner's context ends, and the answer waits for
+// the container to exit, up to the request's t seconds (10 by default); 304 when it was not
+// running.
+func (e *Engine) stop(w http.ResponseWriter, r *http.Request, c *container, log zerolog.Logger) {
+	e.mu.Lock()
+	cancel := c.cancel
+	e.mu.Unlock()
+	select {
+	case <-c.done:
+		w.WriteHeader(http.StatusNotModified)
+		return
+	default:
+	}
+	if cancel == nil {
+		w.WriteHeader(http.StatusNotModified)
+		return
+	}
+	grace := 10 * time.Second
+	if t, err := strconv.Atoi(r.URL.Query().Get("t")); err == nil && t >= 0 {
+		grace = time.Duration(t) * time.Second
+	}
+	cancel()
+	select {
+	case <-c.done:
+	case <-time.After(grace):
+	}
+	log.Info().Str("container", c.Name).Str("decision", "stopped").Msg("container stopped")
+	w.WriteHeader(http.StatusNoContent)
 }
 
 func (e *Engine) find(id string) *container {
@@ -244,9 +363,25 @@ func (e *Engine) start(c *container, log zerolog.Logger) {
 	go func() {
 		out, code := e.run(ctx, c.Container)
 		c.output, c.exit = out, code
+		close(c.exited)
+		// As a Docker daemon streams a container's output while it runs, the output reaches an
+		// attached client before the container's wait answers: tink-agent v0.25 closes its
+		// attach stream as soon as the wait answers.
+		e.mu.Lock()
+		attached := c.attached > 0
+		e.mu.Unlock()
+		if attached {
+			select {
+			case <-c.streamed:
+				// The client reads the stream on a goroutine of its own: give it the moment a
+				// daemon's exit handling takes before the wait answers.
+				time.Sleep(streamGrace)
+			case <-time.After(2 * time.Second):
+			}
+		}
 		close(c.done)
-		// The output is logged as a Docker daemon keeps a container's log: tink-worker v0.12.2
-		// reports no action output to tink-server, and fetches it only sometimes itself.
+		// The output is logged as a Docker daemon keeps a container's log: neither tink-worker
+		// v0.12.2 nor tink-agent v0.25 reports an action's output to the server.
 		e.log.Info().Str("container", c.Name).Int("exit_code", code).Str("output", capped(out)).Str("decision", "exited").Msg("container exited")
 	}()
 }
@@ -276,6 +411,10 @@ func (e *Engine) remove(c *container, log zerolog.Logger) {
 	}
 	log.Info().Str("container", c.Name).Str("decision", "removed").Msg("container removed")
 }
+
+// streamGrace is how long after an attach stream carried the output the container's wait
+// answers.
+const streamGrace = 100 * time.Millisecond
 
 // maxLoggedOutput caps a container's output in the engine's log.
 const maxLoggedOutput = 4 << 10
