@@ -61,7 +61,7 @@ func TestFollowWorkflow(t *testing.T) {
 		{name: "refuse/failed action without a message says where its output is", state: StateInstalling, request: "provision-aaaaaaaa",
 			ws:        &WorkflowStatus{Phase: WorkflowFailed, FailedAction: "write-image"},
 			wantState: StateFailed, wantStatus: StatusFailed, wantCerts: true,
-			wantMessage: "failed at action write-image (Tinkerbell keeps no action output: it is in the machine's tink-worker log).", wantJournal: "danger:"},
+			wantMessage: "failed at action write-image (Tinkerbell keeps no action output: it is in the log of the machine's worker, tink-agent or tink-worker).", wantJournal: "danger:"},
 		{name: "refuse/timed out", state: StateWiping, request: "wipe-aaaaaaaa",
 			ws:        &WorkflowStatus{Phase: WorkflowTimedOut, FailedAction: "wipe-disk"},
 			wantState: StateFailed, wantStatus: StatusFailed, wantCerts: true, wantMessage: "timed-out at action wipe-disk", wantJournal: "danger:"},
@@ -72,7 +72,11 @@ func TestFollowWorkflow(t *testing.T) {
 			ws:        &WorkflowStatus{Phase: WorkflowFailed, FailedAction: "fleetd-enroll", Message: "refused: unknown EK"},
 			wantState: StateFailed, wantStatus: StatusFailed, wantCerts: true, wantMessage: "fleetd-enroll: refused: unknown EK", wantJournal: "danger:"},
 		{name: "refuse/Workflow deleted under a running request", state: StateInstalling, request: "provision-aaaaaaaa",
+			wantState: StateFailed, wantStatus: StatusFailed, wantCerts: true, wantMessage: "no longer exists in Kubernetes, and it had not ended", wantJournal: "danger:"},
+		{name: "refuse/Workflow deleted under a running wipe", state: StateWiping, request: "wipe-aaaaaaaa",
 			wantState: StateFailed, wantStatus: StatusFailed, wantCerts: true, wantMessage: "no longer exists in Kubernetes", wantJournal: "danger:"},
+		{name: "ok/configuring: its Workflow pruned after it succeeded is no event", state: StateConfiguring, request: "provision-aaaaaaaa",
+			wantState: StateConfiguring, wantStatus: StatusStaged, wantCerts: true, attested: true},
 		{name: "ok/pending request whose Workflow was never created gets it", state: StatePending, request: "provision-aaaaaaaa",
 			wantState: StatePending, wantStatus: StatusStaged, wantCerts: true},
 		{name: "refuse/a request id fleetd did not make", state: StateInstalling, request: "by-hand",
@@ -114,6 +118,41 @@ func TestFollowWorkflow(t *testing.T) {
 			}
 			if r.ws == nil && r.state == StatePending && inst.Creates() != 1 {
 				t.Errorf("%d Workflows created for the pending request, want 1", inst.Creates())
+			}
+		})
+	}
+}
+
+// TestMissingWorkflowBehind: an instance running behind the device reads it installing while
+// another instance recorded the NoCloud delivery (active) and the ended Workflow was pruned since:
+// its missing Workflow, judged again on the device as NetBox has it when the write meets the
+// conflict, fails nothing. A Workflow's failure still does (the install did not finish).
+func TestMissingWorkflowBehind(t *testing.T) {
+	for _, r := range []struct {
+		name      string
+		ws        *WorkflowStatus // nil: missing
+		wantState State
+	}{
+		{name: "ok/missing after the delivery: the active device stays active", wantState: StateActive},
+		{name: "refuse/failed after the delivery: the install did not finish", ws: &WorkflowStatus{Phase: WorkflowFailed, FailedAction: "reboot"},
+			wantState: StateFailed},
+	} {
+		t.Run(r.name, func(t *testing.T) {
+			d := attested(fleettest.Declared(12, "node-a"))
+			d.Status = StatusStaged
+			d.Owned = Owned{State: StateInstalling, Request: "provision-aaaaaaaa", Workflow: WorkflowName("node-a", "provision-aaaaaaaa"),
+				LDevIDSerial: "0a1b", LAKSerial: "0c2d"}
+			inv, inst := fleettest.NewInventory(d), fleettest.NewInstaller()
+			if r.ws != nil {
+				inst.Set(d.Owned.Workflow, *r.ws)
+			}
+			inv.ConflictOnce[12] = func(d *Device) { d.Owned.State, d.Status = StateActive, StatusActive }
+			s := newTestService(inv, inst)
+			if _, err := s.Reconcile(context.Background(), 12); err != nil {
+				t.Fatal(err)
+			}
+			if got := inv.Get(12); got.Owned.State != r.wantState {
+				t.Errorf("state %q (message %q), want %q", got.Owned.State, got.Owned.Message, r.wantState)
 			}
 		})
 	}

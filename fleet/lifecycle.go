@@ -53,6 +53,12 @@ const (
 	EventWorkflowFailed    Event = "workflow-failed"    // the Workflow failed or timed out
 	EventDelivered         Event = "delivered"          // the node fetched its configuration
 	EventConfigLost        Event = "config-lost"        // the pending configuration was lost or expired
+	// EventWorkflowMissing is the request's Workflow no longer in Kubernetes. Before its end is
+	// recorded (pending, installing, wiping) it fails the request; after (configuring, active and
+	// every terminal state) it is no event: fleetd prunes an ended Workflow an hour after it ended
+	// (docs/operate.md, "Tinkerbell"), and an instance running behind that reads it missing must
+	// not fail a device whose request already moved on.
+	EventWorkflowMissing Event = "workflow-missing"
 )
 
 // JournalKind is the kind of a NetBox journal entry.
@@ -106,7 +112,7 @@ func Next(from State, action Action, ev Event) (t Transition, ok bool) {
 			case ActionWipe, ActionRetire:
 				return Transition{To: StateWiping, Journal: JournalSuccess}, true
 			}
-		case EventRefused, EventWorkflowFailed:
+		case EventRefused, EventWorkflowFailed, EventWorkflowMissing:
 			return failed(action), true
 		case EventWorkflowSucceeded:
 			// A Workflow that ends without the agent's attestation never ran the agent: the
@@ -119,7 +125,7 @@ func Next(from State, action Action, ev Event) (t Transition, ok bool) {
 			return Transition{To: StateConfiguring, Journal: JournalInfo}, true
 		case EventDelivered: // cloud-init-nocloud: delivered by the install Workflow itself
 			return Transition{To: StateActive, Status: StatusActive, Journal: JournalSuccess}, true
-		case EventWorkflowFailed, EventConfigLost:
+		case EventWorkflowFailed, EventConfigLost, EventWorkflowMissing:
 			return failed(action), true
 		}
 	case StateConfiguring:
@@ -136,12 +142,13 @@ func Next(from State, action Action, ev Event) (t Transition, ok bool) {
 				return Transition{To: StateRetired, Journal: JournalSuccess, ClearCerts: true}, true
 			}
 			return Transition{To: StateWiped, Status: StatusOffline, Journal: JournalSuccess, ClearCerts: true}, true
-		case EventWorkflowFailed:
+		case EventWorkflowFailed, EventWorkflowMissing:
 			return failed(action), true
 		}
 	case StateActive:
 		// A provision whose configuration was delivered during the Workflow (NoCloud) can still
-		// see its Workflow fail in a later action: the install did not finish.
+		// see its Workflow fail in a later action: the install did not finish. Its Workflow
+		// missing is no failure (EventWorkflowMissing).
 		if ev == EventWorkflowFailed && action == ActionProvision {
 			return failed(action), true
 		}

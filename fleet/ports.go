@@ -115,6 +115,17 @@ type WorkflowLister interface {
 	Workflows(ctx context.Context) (map[string]WorkflowStatus, error) // by Workflow name
 }
 
+// WorkflowPruner is an Installer that deletes ended Workflows (docs/operate.md, "Tinkerbell"). The
+// periodic reconcile calls it after each pass with the Workflows whose end fleetd has not
+// recorded yet (keep: the running requests' that wait for their Workflow, in pending, installing
+// or wiping), which it must keep whatever their age; it deletes the others only well after they
+// ended. A Workflow missing after its end was recorded is no event (EventWorkflowMissing).
+//
+// Errors: anything means some ended Workflows were not deleted; the next pass tries again.
+type WorkflowPruner interface {
+	PruneWorkflows(ctx context.Context, keep map[string]bool) error
+}
+
 // WorkflowSpec is everything the installer needs to create the Workflow of one request.
 type WorkflowSpec struct {
 	Name      string // deterministic, from the request id (WorkflowName)

@@ -142,8 +142,11 @@ func (s *Service) follow(ctx context.Context, d Device, listed workflowListing) 
 		}
 		return s.install(ctx, d, action, class, nil)
 	case errors.Is(err, ErrNotFound):
-		msg := fmt.Sprintf("%s request %s failed: its Workflow %s no longer exists in Kubernetes.", action, d.Owned.Request, d.Owned.Workflow)
-		return s.apply(ctx, d, action, EventWorkflowFailed, msg)
+		// Missing once its end is recorded (configuring), or read so by an instance running
+		// behind the device's state, it is no event: the transition is judged on the device as
+		// NetBox has it when fleetd writes.
+		msg := fmt.Sprintf("%s request %s failed: its Workflow %s no longer exists in Kubernetes, and it had not ended.", action, d.Owned.Request, d.Owned.Workflow)
+		return s.apply(ctx, d, action, EventWorkflowMissing, msg)
 	case err != nil:
 		out.Result = "workflow-unreadable"
 		return out, fmt.Errorf("read Workflow %s of %s: %w", d.Owned.Workflow, d.Name, err)
@@ -197,9 +200,9 @@ func (s *Service) workflowEnded(ctx context.Context, d Device, action Action, ws
 	case ws.Message != "":
 		msg += ": " + ws.Message
 	case ws.FailedAction != "":
-		// tink-worker v0.12.2 reports a failed action without its output, and tink-server keeps
-		// no action message (docs/design.md §8).
-		msg += " (Tinkerbell keeps no action output: it is in the machine's tink-worker log)"
+		// Tinkerbell keeps no action's output: tink-worker v0.12.2 reports a failed action
+		// without it, tink-agent v0.25 with "action completed" (docs/design.md §8).
+		msg += " (Tinkerbell keeps no action output: it is in the log of the machine's worker, tink-agent or tink-worker)"
 	}
 	msg += "."
 	if d.Owned.State == StatePending { // why the agent failed, as fleetd refused it: the last refusal this fleetd saw, or the one NetBox holds

@@ -329,6 +329,7 @@ func (s *Service) ReconcileAll(ctx context.Context) ([]Device, error) {
 		result = "error"
 	}
 	s.metrics.reconcileRuns.WithLabelValues(result).Inc()
+	s.pruneWorkflows(ctx, devices)
 	return devices, errors.Join(errs...)
 }
 
