@@ -33,6 +33,8 @@ var notInProduction = []struct{ path, why string }{
 	{"github.com/spiffe/spire-plugin-sdk", "SPIRE's plugin SDK"},
 	{"sigs.k8s.io/controller-runtime/pkg/client", "controller-runtime's client, which registers every built-in Kubernetes API group at start (workflows/kube.go; docs/operate.md#memory)"},
 	{"k8s.io/client-go/kubernetes/scheme", "client-go's scheme of every built-in Kubernetes API group (workflows/kube.go)"},
+	{"quamina.net/go/quamina", "the quamina replacement (interop/quamina), which only interop/tinkerbell's build of Tinkerbell may link"},
+	{"github.com/tinkerbell/tinkerbell", "Tinkerbell v0.25's module, whose API types would move fleetd's k8s.io/* modules to v0.36 and etcd to 3.6 (fleetd reads both Tinkerbell versions as JSON: workflows/status.go)"},
 }
 
 // forbiddenIn returns one line per package of pkgs that notInProduction names.
@@ -48,10 +50,16 @@ func forbiddenIn(pkgs []string) []string {
 	return bad
 }
 
-// goListDeps lists the packages pkg links when built as a release binary for linux/arch.
+// goListDeps lists the packages pkg links when built as a release binary for linux/arch; a pkg
+// "DIR:PATH" lists package PATH as the module in directory DIR has it.
 func goListDeps(t *testing.T, pkg, arch string) []string {
 	t.Helper()
-	cmd := exec.Command("go", "list", "-e", "-deps", "-f", "{{.ImportPath}}", pkg)
+	dir, path, inModule := strings.Cut(pkg, ":")
+	if !inModule {
+		dir, path = ".", pkg
+	}
+	cmd := exec.Command("go", "list", "-e", "-deps", "-f", "{{.ImportPath}}", path)
+	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch, "GOFLAGS=-mod=readonly")
 	out, err := cmd.Output()
 	if err != nil {
@@ -99,6 +107,9 @@ func TestForbiddenInCatchesTheDevelopmentStack(t *testing.T) {
 		{name: "refuse/every Kubernetes API group", pkgs: []string{"sigs.k8s.io/controller-runtime/pkg/client/apiutil", "k8s.io/client-go/kubernetes/scheme"}, want: []string{"controller-runtime", "client-go's scheme"}},
 		{name: "ok/controller-runtime's scheme builder (tink's API types use it)", pkgs: []string{"sigs.k8s.io/controller-runtime/pkg/scheme", "k8s.io/client-go/dynamic"}},
 		{name: "refuse/spire", pkgs: []string{"github.com/spiffe/spire/pkg/agent", "github.com/spiffe/spire-api-sdk/proto/spire/api/types"}, want: []string{"spire/pkg/agent", "spire-api-sdk"}},
+		{name: "refuse/quamina and Tinkerbell v0.25's types", pkgs: []string{"quamina.net/go/quamina", "github.com/tinkerbell/tinkerbell/api/v1alpha1/tinkerbell"},
+			want: []string{"quamina replacement", "tinkerbell/tinkerbell/api"}},
+		{name: "ok/tink v0.12.2's API types", pkgs: []string{"github.com/tinkerbell/tink/api/v1alpha1"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := forbiddenIn(tc.pkgs)
@@ -117,6 +128,32 @@ func TestForbiddenInCatchesTheDevelopmentStack(t *testing.T) {
 	for _, w := range []string{"go.etcd.io/etcd/server/v3", "k8s.io/apiextensions-apiserver/", "k8s.io/apiserver/", "fleetd/dev/stack"} {
 		if !strings.Contains(got, w) {
 			t.Errorf("forbiddenIn(go list -deps ./dev/fleetsim) does not name %s; it found:\n%s", w, got)
+		}
+	}
+	// Another real one: Tinkerbell v0.25 as interop/tinkerbell builds it links the replacement.
+	got = strings.Join(forbiddenIn(goListDeps(t, "./interop/tinkerbell:github.com/tinkerbell/tinkerbell/cmd/tinkerbell", "amd64")), "\n")
+	for _, w := range []string{"quamina.net/go/quamina", "github.com/tinkerbell/tinkerbell/tink/controller"} {
+		if !strings.Contains(got, w) {
+			t.Errorf("forbiddenIn(go list -deps of interop/tinkerbell's tinkerbell) does not name %s; it found:\n%s", w, got)
+		}
+	}
+}
+
+// TestFleetdModuleLeavesOutQuamina: the quamina replacement is required only by interop/tinkerbell,
+// and Tinkerbell v0.25's module not at all: fleetd's own module graph names neither (README, "The
+// development stack").
+func TestFleetdModuleLeavesOutQuamina(t *testing.T) {
+	out, err := exec.Command("go", "list", "-m", "all").Output()
+	if err != nil {
+		t.Fatalf("go list -m all: %v\n%s", err, stderrOf(err))
+	}
+	mods := strings.Fields(string(out))
+	if len(mods) < 100 {
+		t.Fatalf("go list -m all listed %d fields: not fleetd's module graph", len(mods))
+	}
+	for _, m := range mods {
+		if m == "quamina.net/go/quamina" || strings.HasPrefix(m, "github.com/tinkerbell/tinkerbell") {
+			t.Errorf("fleetd's module graph requires %s: only interop/tinkerbell may", m)
 		}
 	}
 }

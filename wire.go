@@ -80,7 +80,8 @@ func wire(ctx context.Context, cfg *config.Config, log zerolog.Logger) (*app, er
 		return nil, fmt.Errorf("kubernetes.kubeconfig: %w", err)
 	}
 	rc.QPS, rc.Burst = float32(cfg.Kubernetes.QPS), cfg.Kubernetes.Burst // client-side rate limit (config defaults)
-	a.install, err = workflows.New(workflows.Config{RESTConfig: rc, Namespace: cfg.Kubernetes.Namespace, Logger: log, Registry: reg})
+	a.install, err = workflows.New(workflows.Config{RESTConfig: rc, Namespace: cfg.Kubernetes.Namespace,
+		Version: workflows.Version(cfg.Kubernetes.TinkerbellVersion), Logger: log, Registry: reg})
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes: %w", err)
 	}

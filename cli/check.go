@@ -12,6 +12,7 @@ import (
 	"github.com/folly-infra/fleetd/fleet"
 	"github.com/folly-infra/fleetd/handlers"
 	"github.com/folly-infra/fleetd/netbox"
+	"github.com/folly-infra/fleetd/workflows"
 )
 
 const checkUsage = `usage: fleetd check [--config FILE] [--classes FILE] [--webhooks FILE] [--boot-policy FILE] [--templates DIR] [--skip-files]
@@ -57,7 +58,18 @@ func Check(args []string, stdout, stderr io.Writer) int {
 		if cfg != nil && cfg.PublicURL != "" {
 			fleetdURL = cfg.PublicURL
 		}
-		found, err := checkTemplates(files.templates, *catalog, fleetdURL)
+		// The Templates are checked for the Tinkerbell the config names (config.Load has
+		// validated it), or for the default one when the config did not load.
+		version := workflows.DefaultVersion
+		if cfg != nil {
+			v, err := workflows.ParseVersion(cfg.Kubernetes.TinkerbellVersion)
+			if err != nil {
+				p.add(*cfgPath, err)
+			} else {
+				version = v
+			}
+		}
+		found, err := checkTemplates(version, files.templates, *catalog, fleetdURL)
 		if err != nil {
 			p.add(files.templates, err)
 		}

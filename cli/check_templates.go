@@ -25,8 +25,11 @@ import (
 // for a request as fleetd renders it, and pass fleetd's Template checks for that action and class
 // kind (workflows.CheckTemplate and CheckFetchSecret, which refuse a request, and
 // CheckWipeReceipt, whose absence leaves every wipe of the class unconfirmed; docs/operate.md,
-// "The wipe receipt step"). It returns one line per problem, naming the classes it is found for.
-func checkTemplates(dir string, cat fleet.Catalog, fleetdURL string) ([]string, error) {
+// "The wipe receipt step"), all as for the Tinkerbell version v the site runs
+// (kubernetes.tinkerbell_version: its controller's template functions and data, and the shared
+// directory its worker needs declared). It returns one line per problem, naming the classes it is
+// found for.
+func checkTemplates(v workflows.Version, dir string, cat fleet.Catalog, fleetdURL string) ([]string, error) {
 	tpls, err := loadTemplateDir(dir)
 	if err != nil {
 		return nil, err
@@ -54,7 +57,7 @@ func checkTemplates(dir string, cat fleet.Catalog, fleetdURL string) ([]string, 
 				add(name, fmt.Sprintf("its %s Template %s is not in %s", action, tname, dir))
 				continue
 			}
-			if err := checkTemplateFor(tpl, class, action, fleetdURL); err != nil {
+			if err := checkTemplateFor(v, tpl, class, action, fleetdURL); err != nil {
 				add(name, fmt.Sprintf("%s: %v", action, err))
 			}
 		}
@@ -67,18 +70,19 @@ func checkTemplates(dir string, cat fleet.Catalog, fleetdURL string) ([]string, 
 }
 
 // checkTemplateFor renders a Template for a request of class and action on a stand-in device
-// (the hardwareMap fleetd gives a Workflow, workflows.HardwareMap) and applies the checks.
-func checkTemplateFor(tpl *tinkv1.Template, class fleet.Class, action fleet.Action, fleetdURL string) error {
+// (the hardwareMap fleetd gives a Workflow, workflows.HardwareMap) as Tinkerbell version v's
+// controller renders it, and applies the checks.
+func checkTemplateFor(v workflows.Version, tpl *tinkv1.Template, class fleet.Class, action fleet.Action, fleetdURL string) error {
 	d := fleet.Device{ID: 1, Name: "fleetd-check", MACs: []fleet.MAC{"02:00:00:00:00:01"},
 		Address: netip.MustParsePrefix("192.0.2.10/24"), Declared: fleet.Declaration{Class: class.Name, DiskSerial: "FLEETD-CHECK-DISK"}}
 	request := string(action) + "-fleetdck"
 	hm := workflows.HardwareMap(fleet.WorkflowSpec{Name: fleet.WorkflowName(d.Name, request), Template: tpl.Name, Device: d, Class: class,
 		Action: action, Request: request, FleetdURL: fleetdURL})
-	r, err := workflows.RenderTemplate(*tpl.Spec.Data, hm, nil)
+	r, err := workflows.RenderTemplate(v, *tpl.Spec.Data, hm, nil)
 	if err != nil {
-		return fmt.Errorf("Template %s does not render as Tinkerbell would render it: %w", tpl.Name, err)
+		return fmt.Errorf("Template %s does not render as Tinkerbell %s would render it: %w", tpl.Name, v, err)
 	}
-	return errors.Join(workflows.CheckTemplate(tpl.Name, r, hm), workflows.CheckFetchSecret(tpl.Name, r, action, class.Kind),
+	return errors.Join(workflows.CheckTemplate(v, tpl.Name, r, hm), workflows.CheckFetchSecret(tpl.Name, r, action, class.Kind),
 		workflows.CheckWipeReceipt(tpl.Name, r, action))
 }
 

@@ -117,6 +117,10 @@ type Kubernetes struct {
 	Namespace  string  `yaml:"namespace"`
 	QPS        float64 `yaml:"qps"`   // the client's sustained requests per second to the API server; 0 means 500
 	Burst      int     `yaml:"burst"` // requests above QPS allowed at once; 0 means 2 × qps
+	// TinkerbellVersion is the Tinkerbell the site runs: "v0.25" (the default) or "v0.12"
+	// (workflows.Versions). fleetd renders and checks Templates as that version's controller
+	// does (docs/operate.md, "Tinkerbell").
+	TinkerbellVersion string `yaml:"tinkerbell_version"`
 }
 
 // Attestation is the fleet's enrollment policy (docs/design.md §4).

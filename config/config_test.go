@@ -131,6 +131,12 @@ func TestParseRefusals(t *testing.T) {
 		{"refuse/relative Kea paths", func(s string) string {
 			return strings.Replace(s, "kea: {subnet: 10.0.0.0/24}", "kea: {subnet: 10.0.0.0/24, reservations_file: fleet.json, control_socket: kea.sock}", 1)
 		}, []string{`kea.reservations_file: "fleet.json" is not an absolute path`, `kea.control_socket: "kea.sock" is not an absolute path`}},
+		{"refuse/an unknown Tinkerbell version", func(s string) string {
+			return strings.Replace(s, "kubernetes: {kubeconfig: kubeconfig}", "kubernetes: {kubeconfig: kubeconfig, tinkerbell_version: v0.18}", 1)
+		}, []string{`kubernetes.tinkerbell_version: "v0.18" is not a Tinkerbell version fleetd supports: give v0.25`}},
+		{"ok/Tinkerbell v0.12", func(s string) string {
+			return strings.Replace(s, "kubernetes: {kubeconfig: kubeconfig}", "kubernetes: {kubeconfig: kubeconfig, tinkerbell_version: v0.12}", 1)
+		}, nil},
 		{"refuse/negative webhook workers", func(s string) string {
 			return strings.Replace(s, "netbox: {", "netbox: {webhook_workers: -1, ", 1)
 		}, []string{"netbox.webhook_workers: -1 is negative"}},

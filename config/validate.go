@@ -124,6 +124,11 @@ func (c *Config) validateSources(p *problems) {
 	if c.Kubernetes.Kubeconfig != "" {
 		p.file("kubernetes.kubeconfig", c.Kubernetes.Kubeconfig)
 	}
+	switch c.Kubernetes.TinkerbellVersion {
+	case "", "v0.25", "v0.12": // workflows.Versions
+	default:
+		p.bad("kubernetes.tinkerbell_version", "%q is not a Tinkerbell version fleetd supports: give v0.25 (tinkerbell/tinkerbell v0.25, the default) or v0.12 (tink v0.12)", c.Kubernetes.TinkerbellVersion)
+	}
 	p.file("classes_file", c.ClassesFile)
 	if c.Webhooks != "" {
 		p.file("webhooks_file", c.Webhooks)

@@ -130,8 +130,8 @@ var snippetHardwareMap = map[string]string{
 	workflows.MapImageURL: "https://images.lan/talos.raw.zst", workflows.MapGlobalTimeout: "1800",
 }
 
-// checkAgentActions renders a Template as tink-controller would, applies fleetd's own Template
-// check, and checks that each agent action (FLEETD_ACTION=enroll) runs `fleetd enroll` with flags
+// checkAgentActions renders a Template as each Tinkerbell version's controller would, applies
+// fleetd's own Template check for it, and checks that each agent action (FLEETD_ACTION=enroll) runs `fleetd enroll` with flags
 // only: the image's entrypoint already names the subcommand.
 func checkAgentActions(manifest []byte) error {
 	var tpl tinkv1.Template
@@ -141,12 +141,15 @@ func checkAgentActions(manifest []byte) error {
 	if tpl.Spec.Data == nil {
 		return fmt.Errorf("Template %s has no spec.data", tpl.Name)
 	}
-	r, err := workflows.RenderTemplate(*tpl.Spec.Data, snippetHardwareMap, nil)
-	if err != nil {
-		return fmt.Errorf("render Template %s: %w", tpl.Name, err)
-	}
-	if err := workflows.CheckTemplate(tpl.Name, r, snippetHardwareMap); err != nil {
-		return err
+	var r workflows.Rendered
+	for _, v := range workflows.Versions {
+		var err error
+		if r, err = workflows.RenderTemplate(v, *tpl.Spec.Data, snippetHardwareMap, nil); err != nil {
+			return fmt.Errorf("render Template %s for Tinkerbell %s: %w", tpl.Name, v, err)
+		}
+		if err := workflows.CheckTemplate(v, tpl.Name, r, snippetHardwareMap); err != nil {
+			return fmt.Errorf("Tinkerbell %s: %w", v, err)
+		}
 	}
 	for _, task := range r.Tasks {
 		for _, a := range task.Actions {

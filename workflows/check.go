@@ -2,6 +2,11 @@ package workflows
 
 import (
 	"fmt"
+	"path"
+	"slices"
+	"strings"
+
+	tinkv1 "github.com/tinkerbell/tink/api/v1alpha1"
 
 	"github.com/folly-infra/fleetd/api"
 	"github.com/folly-infra/fleetd/fleet"
@@ -46,18 +51,19 @@ const (
 	AgentRequestEnv  = "FLEETD_REQUEST"
 )
 
-// CheckTemplate applies fleetd's own requirements to a rendered Template, beyond what
-// Tinkerbell checks (tink v0.12.2's processRunningWorkflow; one task, as tink#479 and the newer
-// tinkerbell/tinkerbell's tink/controller/internal/workflow/convert.go require):
-//   - global_timeout and every action's timeout are set and positive (0 makes tink-controller
+// CheckTemplate applies fleetd's own requirements to a Template rendered for Tinkerbell version
+// v, beyond what Tinkerbell checks (tink v0.12.2's processRunningWorkflow; one task, as tink#479
+// and the newer tinkerbell/tinkerbell's tink/controller/internal/workflow/convert.go require):
+//   - global_timeout and every action's timeout are set and positive (0 makes the controller
 //     time the Workflow out on its first RUNNING reconcile);
 //   - exactly one task, whose worker is the device's MAC (hardwareMap device_1), or no worker
 //     would ever be served the Workflow;
 //   - the first action is the fleetd agent (AgentActionEnv) talking to this fleetd about this
-//     device and this request.
+//     device and this request;
+//   - every action sees the agent's files in the request's shared directory (CheckSharedDir).
 //
 // The error is a *RefusedError naming the first problem.
-func CheckTemplate(name string, r Rendered, hardwareMap map[string]string) error {
+func CheckTemplate(v Version, name string, r Rendered, hardwareMap map[string]string) error {
 	if r.GlobalTimeout <= 0 {
 		return refuse(name, "global_timeout is %d: Tinkerbell would time the Workflow out at once; set it to the Workflow's limit in seconds", r.GlobalTimeout)
 	}
@@ -90,12 +96,110 @@ func CheckTemplate(name string, r Rendered, hardwareMap map[string]string) error
 		return refuse(name, "first action %s has %s=%q, want %q: write %s: \"{{.%s}}\" so that the agent enrolls for this Workflow's request only",
 			first.Name, AgentRequestEnv, env[AgentRequestEnv], hardwareMap[MapRequest], AgentRequestEnv, MapRequest)
 	}
+	return CheckSharedDir(v, name, r, hardwareMap[MapRequest])
+}
+
+// The request's shared directory: the agent writes the disk it authorized, its certificates and
+// the fetch secret into its FLEETD_WORKFLOW_DIR (WorkflowDirEnv; /workflow when unset), and the
+// later actions read them there (the wipe reads the authorization; later, the wipe receipt passes
+// between actions there). Templates declare it once, on the task, as a volume named after the
+// request (docs/operate.md, "Tinkerbell"):
+//
+//	environment:
+//	  FLEETD_WORKFLOW_DIR: /fleetd
+//	volumes:
+//	  - /var/lib/fleetd/{{.request}}:/fleetd
+const (
+	WorkflowDirEnv     = "FLEETD_WORKFLOW_DIR"
+	DefaultWorkflowDir = "/workflow"
+	// SharedDir is the directory the Templates share in every action, SharedVolume its volume.
+	SharedDir    = "/fleetd"
+	SharedVolume = "/var/lib/fleetd/{{.request}}:" + SharedDir
+)
+
+// CheckSharedDir refuses a rendered Template whose actions would not share the agent's files:
+//   - Tinkerbell v0.25's agent binds into an action's container only the volumes the Template
+//     declares (tink/agent/internal/runtime/docker), so the agent's FLEETD_WORKFLOW_DIR must be a
+//     declared volume, and every action must have that same volume at that same path (a volume
+//     declared on the task is every action's);
+//   - tink v0.12.2's worker binds a /workflow of its own into every action, so the default needs
+//     nothing there; but a volume declared at /workflow as well is refused by Docker ("Duplicate
+//     mount point"), and another directory must be declared as on v0.25.
+//
+// The volume's host directory must name the request (a path element is request, as {{.request}}
+// renders), so that no action reads a file an earlier request's actions left on the machine.
+func CheckSharedDir(v Version, name string, r Rendered, request string) error {
+	if len(r.Tasks) != 1 || len(r.Tasks[0].Actions) == 0 {
+		return nil // CheckTemplate refused it already
+	}
+	task := r.Tasks[0]
+	agent := task.Actions[0]
+	dir := workflowDir(task, agent)
+	if v == TinkerbellV012 {
+		for _, a := range task.Actions {
+			if src := volumeAt(task, a, DefaultWorkflowDir); src != "" {
+				return refuse(name, "action %s declares a volume at %s (%s:%s), where tink-worker v0.12 mounts its own: Docker refuses the container (Duplicate mount point); share %s instead, as %s",
+					a.Name, DefaultWorkflowDir, src, DefaultWorkflowDir, SharedDir, sharedHint())
+			}
+		}
+		if dir == DefaultWorkflowDir {
+			return nil
+		}
+	}
+	src := volumeAt(task, agent, dir)
+	if src == "" {
+		return refuse(name, "the agent (action %s) writes its files to %s, which no volume of it mounts: Tinkerbell %s's worker shares nothing between actions but the volumes a Template declares; declare the request's shared volume on the task: %s",
+			agent.Name, dir, v, sharedHint())
+	}
+	if !namesRequest(src, request) {
+		return refuse(name, "the shared volume %s:%s of action %s does not name the request %s in its host directory: an action could read what an earlier request's actions left there; declare %s",
+			src, dir, agent.Name, request, sharedHint())
+	}
+	for _, a := range task.Actions[1:] {
+		if got := workflowDir(task, a); got != dir {
+			return refuse(name, "action %s reads its files from %s=%s, but the agent writes them to %s: set %s once, on the task", a.Name, WorkflowDirEnv, got, dir, WorkflowDirEnv)
+		}
+		if got := volumeAt(task, a, dir); got != src {
+			return refuse(name, "action %s does not mount the shared volume %s:%s the agent writes its files to (it has %q there): declare the volume on the task, so that every action has it",
+				a.Name, src, dir, got)
+		}
+	}
 	return nil
+}
+
+// sharedHint is how a Template declares the shared directory.
+func sharedHint() string {
+	return fmt.Sprintf("environment %s: %s and volume %s", WorkflowDirEnv, SharedDir, SharedVolume)
+}
+
+// workflowDir is an action's FLEETD_WORKFLOW_DIR, in its container.
+func workflowDir(task tinkv1.Task, a tinkv1.Action) string {
+	if d := MergedEnv(task, a)[WorkflowDirEnv]; d != "" {
+		return path.Clean(d)
+	}
+	return DefaultWorkflowDir
+}
+
+// volumeAt is the host directory of the action's volume at dir (the task's volumes, then the
+// action's, as the worker passes them), or "".
+func volumeAt(task tinkv1.Task, a tinkv1.Action, dir string) string {
+	for _, vol := range append(append([]string(nil), task.Volumes...), a.Volumes...) {
+		parts := strings.Split(vol, ":")
+		if len(parts) >= 2 && path.Clean(parts[1]) == dir {
+			return parts[0]
+		}
+	}
+	return ""
+}
+
+// namesRequest says whether a path element of dir is the request id.
+func namesRequest(dir, request string) bool {
+	return request != "" && slices.Contains(strings.Split(path.Clean(dir), "/"), request)
 }
 
 // FetchSecretEnv marks the action that carries the fetch secret from the agent to the
 // configuration fetch (docs/security.md, "The configuration fetch"): a provision's attestation
-// hands the agent a one-time secret, which it writes into the Workflow's shared directory as
+// hands the agent a one-time secret, which it writes into the request's shared directory as
 // FetchSecretFile (agent.FileFetchSecret), for a class kind whose install can carry it
 // (fleet.Kind.CarriesFetchSecret). The action that fetches the NoCloud seed, or that writes the
 // secret into a seed image, names the file in its environment; without one the node could never

@@ -3,6 +3,7 @@ package workflows_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -16,9 +17,10 @@ import (
 )
 
 // TestExampleTemplates installs every example Template, has fleetd install a Workflow from it
-// (so it passes the Template check), has tink-controller render and prepare it, and runs it
-// through tink-server and a real tink-worker whose containers all succeed: the worker runs every
-// action in order, and the controller's post step ends it SUCCESS with allowPXE off again.
+// (so it passes the Template check), has Tinkerbell's controller render and prepare it, and runs
+// it through Tinkerbell's server and real worker, whose containers all succeed: the worker runs
+// every action in order, each with the request's shared volume, and the controller's post step
+// ends it SUCCESS with allowPXE off again.
 func TestExampleTemplates(t *testing.T) {
 	tests := []struct {
 		template string
@@ -36,7 +38,6 @@ func TestExampleTemplates(t *testing.T) {
 	}
 	ctx := context.Background()
 	e := newControlledEnv(t)
-	withServer(t, e)
 	if err := tinkerbell.InstallTemplates(ctx, e.c, e.ns, exampletemplates.FS); err != nil {
 		t.Fatal(err)
 	}
@@ -52,12 +53,12 @@ func TestExampleTemplates(t *testing.T) {
 			if err := e.in.Install(ctx, s); err != nil {
 				t.Fatalf("Install with Template %s: %v", tc.template, err)
 			}
-			wf := &tinkv1.Workflow{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: s.Name}}
+			wf := &tinkerbell.Workflow{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: s.Name}}
 			if err := tinkerbell.WaitPrepared(ctx, e.c, wf); err != nil {
 				t.Fatalf("WaitPrepared: %v", err)
 			}
 			if pxe := allowPXE(t, e, d.Name); !pxe {
-				t.Error("allowPXE false once tink-controller prepared the Workflow, want true while it runs (toggleAllowNetboot)")
+				t.Error("allowPXE false once the controller prepared the Workflow, want true while it runs (toggleAllowNetboot)")
 			}
 			var names []string
 			for _, a := range tinkerbell.Actions(wf) {
@@ -73,12 +74,16 @@ func TestExampleTemplates(t *testing.T) {
 				t.Errorf("globalTimeout %d, want 3600 (the class's default workflow_timeout)", wf.Status.GlobalTimeout)
 			}
 			var ran []string
+			shared := "/var/lib/fleetd/" + s.Request + ":/fleetd"
 			for _, c := range runWorkflow(t, e, wf) {
 				ran = append(ran, c.Name)
+				if !slices.Contains(c.Binds, shared) {
+					t.Errorf("container %s has binds %v, want the request's shared volume %s", c.Name, c.Binds, shared)
+				}
 			}
 			var containers []string
-			for _, a := range tc.actions {
-				containers = append(containers, tinkerbell.ContainerName(a))
+			for _, a := range tinkerbell.Actions(wf) {
+				containers = append(containers, version.Container(a))
 			}
 			if strings.Join(ran, ",") != strings.Join(containers, ",") {
 				t.Errorf("the worker ran containers %v, want %v", ran, containers)

@@ -80,10 +80,11 @@ func (in *Installer) PreviewInstall(ctx context.Context, w fleet.WorkflowSpec) e
 
 // prepared is what Install writes, built and checked.
 type prepared struct {
-	existing, hw *tinkv1.Hardware
-	boot         tinkv1.BootOptions
-	note         string
-	hm           map[string]string
+	existing *hardware // nil: none yet
+	hw       hardwareChange
+	boot     tinkv1.BootOptions
+	note     string
+	hm       map[string]string
 }
 
 // prepare builds the Hardware and the hardwareMap of the request's Workflow and checks them and
@@ -114,9 +115,9 @@ func (in *Installer) prepare(ctx context.Context, w fleet.WorkflowSpec) (prepare
 	if tplErr != nil {
 		return p, tplErr
 	}
-	p.hw = desiredHardware(p.existing, w, in.ns, p.boot)
+	p.hw = desiredHardware(p.existing, w, p.boot)
 	p.hm = HardwareMap(w)
-	return p, checkTemplate(tpl, w, p.hm, p.hw)
+	return p, checkTemplate(in.version, tpl, w, p.hm, p.hw.applied(p.existing, in.ns).Object)
 }
 
 // HardwareMap is the hardwareMap of the request's Workflow: every Map* key, always present (a
@@ -174,18 +175,18 @@ func (in *Installer) readTemplate(ctx context.Context, name string) (*tinkv1.Tem
 	return tpl, nil
 }
 
-// checkTemplate renders the Template exactly as tink-controller will, then applies fleetd's
-// requirements.
-func checkTemplate(tpl *tinkv1.Template, w fleet.WorkflowSpec, hm map[string]string, hw *tinkv1.Hardware) error {
+// checkTemplate renders the Template exactly as the controller of Tinkerbell version v will
+// (with the Hardware hw as fleetd is about to write it), then applies fleetd's requirements.
+func checkTemplate(v Version, tpl *tinkv1.Template, w fleet.WorkflowSpec, hm map[string]string, hw map[string]any) error {
 	name := w.Template
 	if tpl.Spec.Data == nil || *tpl.Spec.Data == "" {
 		return refuse(name, "spec.data is empty")
 	}
-	r, err := RenderTemplate(*tpl.Spec.Data, hm, hw)
+	r, err := RenderTemplate(v, *tpl.Spec.Data, hm, hw)
 	if err != nil {
-		return refuse(name, "it does not render as Tinkerbell would render it: %v", err)
+		return refuse(name, "it does not render as Tinkerbell %s would render it: %v", v, err)
 	}
-	if err := CheckTemplate(name, r, hm); err != nil {
+	if err := CheckTemplate(v, name, r, hm); err != nil {
 		return err
 	}
 	return CheckFetchSecret(name, r, w.Action, w.Class.Kind)
@@ -196,9 +197,9 @@ func checkTemplate(tpl *tinkv1.Template, w fleet.WorkflowSpec, hm map[string]str
 // falls back to toggleAllowNetboot (tink-controller would otherwise fail NetbootJobSetup and leave
 // the Workflow in PREPARING for ever); the machine must then be PXE-booted by hand or by its own
 // boot order. bootMode iso has no such fallback and is refused without a BMC.
-func bootOptions(w fleet.WorkflowSpec, existing *tinkv1.Hardware) (tinkv1.BootOptions, string, error) {
+func bootOptions(w fleet.WorkflowSpec, existing *hardware) (tinkv1.BootOptions, string, error) {
 	nb := w.Class.Netboot
-	hasBMC := existing != nil && existing.Spec.BMCRef != nil
+	hasBMC := existing != nil && existing.Typed.Spec.BMCRef != nil
 	switch nb.BootMode {
 	case "":
 		return tinkv1.BootOptions{ToggleAllowNetboot: nb.ToggleAllowNetboot}, "", nil

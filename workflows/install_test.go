@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/folly-infra/fleetd/dev/tinkerbell"
 	"github.com/folly-infra/fleetd/fleet"
 	"github.com/folly-infra/fleetd/workflows"
 )
@@ -34,7 +35,7 @@ func TestInstallCreatesHardwareAndWorkflow(t *testing.T) {
 	if err := e.c.List(ctx, &hws, client.InNamespace(e.ns)); err != nil || len(hws.Items) != 0 {
 		t.Fatalf("PreviewInstall wrote %d Hardware (%v)", len(hws.Items), err)
 	}
-	if err := e.c.Get(ctx, client.ObjectKey{Namespace: e.ns, Name: s.Name}, &tinkv1.Workflow{}); err == nil {
+	if err := e.c.Get(ctx, client.ObjectKey{Namespace: e.ns, Name: s.Name}, &tinkerbell.Workflow{}); err == nil {
 		t.Fatal("PreviewInstall created the Workflow")
 	}
 	if err := e.in.Install(ctx, s); err != nil {
@@ -58,7 +59,7 @@ func TestInstallCreatesHardwareAndWorkflow(t *testing.T) {
 		t.Errorf("Hardware labels %v, want %s=42", hw.Labels, workflows.LabelDeviceID)
 	}
 
-	wf := &tinkv1.Workflow{}
+	wf := &tinkerbell.Workflow{}
 	if err := e.c.Get(ctx, client.ObjectKey{Namespace: e.ns, Name: "node-a-provision-k3f9x2mq"}, wf); err != nil {
 		t.Fatalf("get Workflow: %v", err)
 	}
@@ -129,7 +130,7 @@ func TestInstallUpdatesHardware(t *testing.T) {
 	if hw.Labels["owner"] != "ops" || hw.Labels[workflows.LabelDeviceID] != "7" {
 		t.Errorf("Hardware labels %v, want owner=ops kept and device id 7 added", hw.Labels)
 	}
-	wf := &tinkv1.Workflow{}
+	wf := &tinkerbell.Workflow{}
 	if err := e.c.Get(ctx, client.ObjectKey{Namespace: e.ns, Name: s.Name}, wf); err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +148,7 @@ func TestInstallNetbootWithoutBMCToggles(t *testing.T) {
 	if err := e.in.Install(ctx, s); err != nil {
 		t.Fatalf("Install: %v", err)
 	}
-	wf := &tinkv1.Workflow{}
+	wf := &tinkerbell.Workflow{}
 	if err := e.c.Get(ctx, client.ObjectKey{Namespace: e.ns, Name: s.Name}, wf); err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +176,7 @@ func TestInstallConcurrentCreatesOneWorkflow(t *testing.T) {
 			t.Errorf("Install #%d: %v", i, err)
 		}
 	}
-	list := &tinkv1.WorkflowList{}
+	list := &tinkerbell.WorkflowList{}
 	if err := e.c.List(ctx, list, client.InNamespace(e.ns)); err != nil {
 		t.Fatal(err)
 	}

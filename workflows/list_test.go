@@ -9,6 +9,7 @@ import (
 	tinkv1 "github.com/tinkerbell/tink/api/v1alpha1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/folly-infra/fleetd/dev/tinkerbell"
 	"github.com/folly-infra/fleetd/fleet"
 	"github.com/folly-infra/fleetd/workflows"
 )
@@ -24,13 +25,13 @@ func TestWorkflowsListing(t *testing.T) {
 	const n = 523 // more than one page of 500
 	for i := 0; i < n; i++ {
 		name := fmt.Sprintf("node-%03d-provision-aaaaaaaa", i)
-		wf := &tinkv1.Workflow{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns,
+		wf := &tinkerbell.Workflow{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns,
 			Labels: map[string]string{workflows.LabelDeviceID: fmt.Sprint(i + 1)}}, Spec: tinkv1.WorkflowSpec{TemplateRef: "x"}}
 		if err := e.c.Create(ctx, wf); err != nil {
 			t.Fatal(err)
 		}
 		if st := states[i%len(states)]; st != "" {
-			wf.Status = tinkv1.WorkflowStatus{State: st}
+			wf.Status = tinkerbell.WorkflowStatus{State: st}
 			if err := e.c.Status().Update(ctx, wf); err != nil {
 				t.Fatal(err)
 			}
@@ -41,7 +42,7 @@ func TestWorkflowsListing(t *testing.T) {
 		}
 		want[name] = one
 	}
-	stray := &tinkv1.Workflow{ObjectMeta: metav1.ObjectMeta{Name: "someone-elses", Namespace: e.ns}, Spec: tinkv1.WorkflowSpec{TemplateRef: "x"}}
+	stray := &tinkerbell.Workflow{ObjectMeta: metav1.ObjectMeta{Name: "someone-elses", Namespace: e.ns}, Spec: tinkv1.WorkflowSpec{TemplateRef: "x"}}
 	if err := e.c.Create(ctx, stray); err != nil {
 		t.Fatal(err)
 	}

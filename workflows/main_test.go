@@ -25,19 +25,15 @@ import (
 )
 
 // One API server for the package (each package linking the harness pays its link and CRD
-// settle time); every test uses its own namespace.
+// settle time); every test uses its own namespace. It serves the CRDs of the Tinkerbell version
+// FLEETD_TINKERBELL selects (v0.25 unless make test-compat runs the package against v0.12.2).
 var server *kubeharness.Server
 
-// ctrlBin is Tinkerbell's own tink-controller (scripts/tools.sh builds it; a missing one fails
-// the package). Tests whose Workflows it must render and move start one for their namespace
-// (withController): one controller for the whole package would be slowed to a crawl by the
-// Workflows other tests create with missing Templates or hand-written states, which it retries
-// under one shared rate limit.
-var ctrlBin string
-
-// serverBin and workerBin are tink-server and tink-worker, for the tests that run a Workflow
-// through Tinkerbell's own worker (withServer, runWorkflow).
-var serverBin, workerBin string
+// version is that Tinkerbell; crds its CRD directories.
+var (
+	version tinkerbell.Version
+	crds    []string
+)
 
 func TestMain(m *testing.M) {
 	os.Exit(runMain(m))
@@ -47,21 +43,22 @@ func runMain(m *testing.M) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var err error
-	for _, b := range []struct {
-		bin  *string
-		name string
-	}{{&ctrlBin, "tink-controller"}, {&serverBin, "tink-server"}, {&workerBin, "tink-worker"}} {
-		if *b.bin, err = tinkerbell.Tool("..", b.name); err != nil {
+	if version, err = tinkerbell.VersionFromEnv(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	// A program of the version that is not built fails the package at once.
+	for _, n := range version.Tools() {
+		if _, err := tinkerbell.Tool("..", n); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
 	}
-	rufio, err := tinkerbell.RufioCRDs(ctx, "..")
-	if err != nil {
+	if crds, err = version.CRDDirs(ctx, ".."); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	s, err := kubeharness.Start(ctx, kubeharness.Options{MoreCRDDirs: []string{rufio}})
+	s, err := kubeharness.Start(ctx, kubeharness.Options{CRDDir: crds[0], MoreCRDDirs: crds[1:]})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "start API server:", err)
 		return 1
@@ -71,35 +68,63 @@ func runMain(m *testing.M) int {
 	return m.Run()
 }
 
-// withController runs tink-controller against srv for the env's namespace until the test ends;
-// a failed test shows its log.
-func withController(t *testing.T, srv *kubeharness.Server, e *env) {
+// startServer starts an API server of the test's own with the version's CRDs (dir: its data
+// directory, "" for a temporary one; port 0 for a free one), stopped when the test ends.
+func startServer(t *testing.T, dir string, port int) *kubeharness.Server {
+	t.Helper()
+	return startServerCRDs(t, crds, dir, port)
+}
+
+// startServerCRDs is startServer with the CRDs of the directories dirs.
+func startServerCRDs(t *testing.T, dirs []string, dir string, port int) *kubeharness.Server {
+	t.Helper()
+	s, err := kubeharness.Start(context.Background(), kubeharness.Options{Dir: dir, Port: port, CRDDir: dirs[0], MoreCRDDirs: dirs[1:]})
+	if err != nil {
+		t.Fatalf("start API server: %v", err)
+	}
+	t.Cleanup(func() { s.Stop() })
+	return s
+}
+
+// withTinkerbell runs the version's Tinkerbell (its controller and server) against srv for the
+// env's namespace until the test ends; a failed test shows its logs.
+func withTinkerbell(t *testing.T, srv *kubeharness.Server, e *env) {
 	t.Helper()
 	dir := t.TempDir()
 	kubeconfig := filepath.Join(dir, "kubeconfig")
 	if err := srv.WriteKubeconfig(kubeconfig); err != nil {
 		t.Fatal(err)
 	}
-	ctrl, err := tinkerbell.StartController(context.Background(), tinkerbell.ControllerOptions{Binary: ctrlBin,
-		Kubeconfig: kubeconfig, Namespace: e.ns, Log: filepath.Join(dir, "tink-controller.log")})
+	tb, err := tinkerbell.Start(context.Background(), tinkerbell.Options{Version: version, Root: "..", Kubeconfig: kubeconfig,
+		Namespace: e.ns, Dir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.ctrlLog = ctrl.Log()
+	e.ctrlLog, e.tinkServer, e.worker = tb.ControllerLog, tb.Addr, tb.Worker
 	t.Cleanup(func() {
-		ctrl.Stop()
+		tb.Stop()
 		if t.Failed() {
-			b, _ := os.ReadFile(ctrl.Log())
-			t.Logf("tink-controller's log:\n%s", b)
+			for _, l := range []string{tb.ControllerLog, tb.ServerLog} {
+				b, _ := os.ReadFile(l)
+				t.Logf("%s:\n%s", filepath.Base(l), b)
+				if tb.ServerLog == tb.ControllerLog {
+					break
+				}
+			}
 		}
 	})
 }
 
-// newControlledEnv is newEnv with tink-controller for its namespace.
+// newControlledEnv is newEnv on an API server of the test's own, with the version's Tinkerbell:
+// v0.25's controller watches every namespace, so one per test needs a server per test; a
+// controller shared by the package would also be slowed to a crawl by the Workflows other tests
+// create with missing Templates or hand-written states, which it retries under one shared rate
+// limit.
 func newControlledEnv(t *testing.T) *env {
 	t.Helper()
-	e := newEnv(t)
-	withController(t, server, e)
+	srv := startServer(t, "", 0)
+	e := newEnvOn(t, srv.RESTConfig())
+	withTinkerbell(t, srv, e)
 	return e
 }
 
@@ -111,9 +136,9 @@ type env struct {
 	in  *workflows.Installer
 	c   client.WithWatch
 	reg *prometheus.Registry
-	// ctrlLog is tink-controller's log (withController), tinkServer tink-server's gRPC address
-	// (withServer).
-	ctrlLog, tinkServer string
+	// ctrlLog is the controller's log, tinkServer the server's gRPC address and worker the
+	// worker binary (withTinkerbell).
+	ctrlLog, tinkServer, worker string
 }
 
 func newEnv(t *testing.T) *env {
@@ -123,18 +148,24 @@ func newEnv(t *testing.T) *env {
 
 func newEnvOn(t *testing.T, cfg *rest.Config) *env {
 	t.Helper()
+	return newEnvClock(t, cfg, nil)
+}
+
+// newEnvClock is newEnvOn whose Installer reads clock (nil: the wall clock).
+func newEnvClock(t *testing.T, cfg *rest.Config, clock fleet.Clock) *env {
+	t.Helper()
 	ns := fmt.Sprintf("t%d-%s", nsCounter.Add(1), strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")))
 	if len(ns) > 60 {
 		ns = ns[:60]
 	}
 	ns = strings.TrimRight(strings.ReplaceAll(ns, "_", "-"), "-")
 	reg := prometheus.NewRegistry()
-	in, err := workflows.New(workflows.Config{RESTConfig: cfg, Namespace: ns,
-		Logger: zerolog.New(zerolog.NewTestWriter(t)), Registry: reg})
+	in, err := workflows.New(workflows.Config{RESTConfig: cfg, Namespace: ns, Version: fleetdVersion(),
+		Logger: zerolog.New(zerolog.NewTestWriter(t)), Registry: reg, Clock: clock})
 	if err != nil {
 		t.Fatalf("new installer: %v", err)
 	}
-	s, err := workflows.Scheme()
+	s, err := tinkerbell.Scheme()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,12 +176,15 @@ func newEnvOn(t *testing.T, cfg *rest.Config) *env {
 	return &env{ns: ns, in: in, c: c, reg: reg}
 }
 
+// fleetdVersion is fleetd's kubernetes.tinkerbell_version for the version the tests run.
+func fleetdVersion() workflows.Version { return workflows.Version(version.FleetdSetting()) }
+
 // wroteNothing fails the test when the env's namespace holds a Workflow or a Hardware: what
 // (an Install that was refused or failed) must have written neither.
 func (e *env) wroteNothing(t *testing.T, what string) {
 	t.Helper()
 	ctx := context.Background()
-	var wfs tinkv1.WorkflowList
+	var wfs tinkerbell.WorkflowList
 	var hws tinkv1.HardwareList
 	if err := e.c.List(ctx, &wfs, client.InNamespace(e.ns)); err != nil {
 		t.Fatal(err)
@@ -163,15 +197,17 @@ func (e *env) wroteNothing(t *testing.T, what string) {
 	}
 }
 
-// agentTemplate is a minimal valid Template: the agent, then one more action.
+// agentTemplate is a minimal valid Template: the agent, then one more action, sharing the
+// request's directory.
 const agentTemplate = `version: "0.1"
 name: {{.action}}
 global_timeout: 1800
 tasks:
   - name: {{.action}}
     worker: "{{.device_1}}"
-    volumes: ["/dev:/dev"]
+    volumes: ["/dev:/dev", "/var/lib/fleetd/{{.request}}:/fleetd"]
     environment:
+      FLEETD_WORKFLOW_DIR: /fleetd
       FLEETD_URL: "{{.fleetd_url}}"
       FLEETD_DEVICE: "{{.device_name}}"
       FLEETD_REQUEST: "{{.request}}"

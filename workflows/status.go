@@ -124,7 +124,7 @@ func (st observedStatus) blocked() (string, bool) {
 		for _, c := range st.Conditions {
 			if c.Type == string(tinkv1.TemplateRenderedSuccess) && c.Message != "" {
 				if retried(c.Message) {
-					return "tink-controller retries: " + c.Message, false
+					return "Tinkerbell's controller retries: " + c.Message, false
 				}
 				return c.Message, true
 			}
@@ -143,9 +143,10 @@ func (st observedStatus) blocked() (string, bool) {
 	return "", false
 }
 
-// retriedLookups begin the messages tink-controller v0.12.2 writes when it could not read a
-// Workflow's Template or Hardware (internal/deprecated/workflow/reconciler.go); it retries those
-// with backoff, and renders the Workflow once it reads both.
+// retriedLookups begin the messages the controller writes when it could not read a Workflow's
+// Template or Hardware (tink v0.12.2's internal/deprecated/workflow/reconciler.go, v0.25's
+// tink/controller/internal/workflow/reconciler.go write the same); it retries those with
+// backoff, and renders the Workflow once it reads both.
 var retriedLookups = []string{"template not found", "hardware not found", "error getting hardware"}
 
 func retried(msg string) bool {
@@ -156,6 +157,10 @@ func retried(msg string) bool {
 	}
 	return false
 }
+
+// agentMessages are the messages tink-agent v0.25 reports for every action, whatever it printed
+// (tink/agent/agent.go): they say nothing of why an action failed, so they are no message.
+var agentMessages = map[string]bool{"action completed": true, "running action": true}
 
 // failedAction fills the first action whose state is FAILED or TIMEOUT; a global timeout marks
 // no action, and then the current action is named.
@@ -169,12 +174,25 @@ func (st observedStatus) failedAction(ws *fleet.WorkflowStatus) {
 			s = strings.TrimPrefix(s, "STATE_")
 			if s == "FAILED" || s == "TIMEOUT" {
 				ws.FailedAction, ws.Message = a.Name, a.Message
+				if agentMessages[a.Message] {
+					ws.Message = ""
+				}
 				return
 			}
 		}
 	}
 	ws.FailedAction = ws.CurrentAction
-	if ws.Message == "" && ws.Phase == fleet.WorkflowTimedOut {
+	switch {
+	case ws.Message != "":
+	case ws.Phase == fleet.WorkflowTimedOut:
 		ws.Message = "the Workflow's global_timeout passed"
+	case ws.FailedAction == "":
+		// v0.25's controller fails a Workflow whose boot it cannot prepare (a boot job for a
+		// Hardware without a BMC, allowPXE that cannot be set) without a condition that says why.
+		ws.Message = failedUnprepared
 	}
 }
+
+// failedUnprepared is the message of a Workflow that failed before any action ran, for no reason
+// its status gives.
+const failedUnprepared = "it failed before any action ran: Tinkerbell's controller could not prepare its boot (its log says why)"

@@ -27,9 +27,9 @@ func TestStatusOfNewerTinkerbell(t *testing.T) {
 		// tink-controller v0.12.2 retries a Workflow whose Hardware or Template it could not read
 		// (its cache can lag behind fleetd's writes): fleetd waits, saying why.
 		{name: "ok/hardware-not-yet-read", status: `{"templateRendering":"failed","conditions":[{"type":"TemplateRenderedSuccess","status":"False","message":"hardware not found: Hardware.tinkerbell.org \"n\" not found"}]}`,
-			want: fleet.WorkflowStatus{Phase: fleet.WorkflowWaiting, Message: `tink-controller retries: hardware not found: Hardware.tinkerbell.org "n" not found`}},
+			want: fleet.WorkflowStatus{Phase: fleet.WorkflowWaiting, Message: `Tinkerbell's controller retries: hardware not found: Hardware.tinkerbell.org "n" not found`}},
 		{name: "ok/template-not-yet-read", status: `{"templateRendering":"failed","conditions":[{"type":"TemplateRenderedSuccess","status":"False","message":"template not found"}]}`,
-			want: fleet.WorkflowStatus{Phase: fleet.WorkflowWaiting, Message: "tink-controller retries: template not found"}},
+			want: fleet.WorkflowStatus{Phase: fleet.WorkflowWaiting, Message: "Tinkerbell's controller retries: template not found"}},
 		{name: "ok/boot-job-failed", status: `{"state":"PREPARING","conditions":[{"type":"BootJobFailed","status":"True","message":"power on failed"}]}`,
 			want: fleet.WorkflowStatus{Phase: fleet.WorkflowFailed, Message: "BootJobFailed: power on failed"}},
 		{name: "ok/boot-job-running", status: `{"state":"PREPARING","conditions":[{"type":"BootJobRunning","status":"True"}]}`,

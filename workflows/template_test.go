@@ -31,7 +31,7 @@ tasks:
 // texts than are kept.
 func TestRenderTemplateParsedOnce(t *testing.T) {
 	render := func(text, mac string) (workflows.Rendered, error) {
-		return workflows.RenderTemplate(text, map[string]string{"device_1": mac}, nil)
+		return workflows.RenderTemplate(workflows.DefaultVersion, text, map[string]string{"device_1": mac}, nil)
 	}
 	v1 := templateText("v1")
 	var wg sync.WaitGroup

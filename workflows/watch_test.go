@@ -8,9 +8,6 @@ import (
 	"testing"
 	"time"
 
-	tinkv1 "github.com/tinkerbell/tink/api/v1alpha1"
-
-	"github.com/folly-infra/fleetd/dev/kubeharness"
 	"github.com/folly-infra/fleetd/fleet"
 )
 
@@ -83,10 +80,10 @@ func startWatch(t *testing.T, e *env) (*recorder, func()) {
 	}
 }
 
-// TestWatchReportsStatusChanges: Watch reports each change of a Workflow's status once, as
-// tink-server records a worker's reports (written directly, setStatus, once in the newer
-// Tinkerbell's spelling) and tink-controller moves it on (the current action while it runs, the
-// post step to success).
+// TestWatchReportsStatusChanges: Watch reports each change of a Workflow's status once, as the
+// server records a worker's reports (written directly, setStatus, once in the other version's
+// spelling) and the controller moves it on (v0.12.2's names the running action, v0.25's server
+// records it; the post step to success).
 func TestWatchReportsStatusChanges(t *testing.T) {
 	e := newControlledEnv(t)
 	rec, stop := startWatch(t, e)
@@ -94,16 +91,16 @@ func TestWatchReportsStatusChanges(t *testing.T) {
 	wf, s := installed(t, e, "watched")
 	name := s.Name
 	rec.waitFor(t, "5 "+name+" waiting ")
-	setStatus(t, e, wf, "RUNNING", map[string]tinkv1.WorkflowState{"fleetd-enroll": "RUNNING"}, "")
-	rec.waitFor(t, "5 "+name+" running ") // tink-controller v0.12.2 reads only its own spelling
+	setStatus(t, e, wf, "RUNNING", map[string]string{"fleetd-enroll": "RUNNING"}, "", true)
+	rec.waitFor(t, "5 "+name+" running ") // each controller reads only its own spelling, and each CRD drops the other's fields
 	for _, step := range []struct {
-		actions map[string]tinkv1.WorkflowState
-		state   tinkv1.WorkflowState
+		actions map[string]string
+		state   string
 		want    string
 	}{
-		{map[string]tinkv1.WorkflowState{"fleetd-enroll": tinkv1.WorkflowStateRunning}, tinkv1.WorkflowStateRunning, "running fleetd-enroll"},
-		{map[string]tinkv1.WorkflowState{"fleetd-enroll": tinkv1.WorkflowStateSuccess, "wipe": tinkv1.WorkflowStateRunning}, tinkv1.WorkflowStateRunning, "running wipe"},
-		{map[string]tinkv1.WorkflowState{"wipe": tinkv1.WorkflowStateSuccess}, tinkv1.WorkflowStatePost, "succeeded wipe"},
+		{map[string]string{"fleetd-enroll": "RUNNING"}, "RUNNING", "running fleetd-enroll"},
+		{map[string]string{"fleetd-enroll": "SUCCESS", "wipe": "RUNNING"}, "RUNNING", "running wipe"},
+		{map[string]string{"wipe": "SUCCESS"}, "POST", "succeeded wipe"},
 	} {
 		setStatus(t, e, wf, step.state, step.actions, "")
 		rec.waitFor(t, "5 "+name+" "+step.want)
@@ -117,18 +114,15 @@ func TestWatchReportsStatusChanges(t *testing.T) {
 func TestWatchSurvivesAPIServerRestart(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	s1, err := kubeharness.Start(ctx, kubeharness.Options{Dir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s1 := startServer(t, dir, 0)
 	e := newEnvOn(t, s1.RESTConfig())
-	withController(t, s1, e)
+	withTinkerbell(t, s1, e)
 	rec, stop := startWatch(t, e)
 	defer stop()
 	wf, s := installed(t, e, "restarted")
 	rec.waitFor(t, "5 "+s.Name+" waiting ")
-	setStatus(t, e, wf, tinkv1.WorkflowStateRunning, map[string]tinkv1.WorkflowState{"fleetd-enroll": tinkv1.WorkflowStateRunning}, "")
-	rec.waitFor(t, "5 "+s.Name+" running fleetd-enroll") // tink-controller names the running action
+	setStatus(t, e, wf, "RUNNING", map[string]string{"fleetd-enroll": "RUNNING"}, "")
+	rec.waitFor(t, "5 "+s.Name+" running fleetd-enroll") // the controller (v0.12.2) or the server (v0.25) names the running action
 
 	if err := s1.Stop(); err != nil {
 		t.Fatal(err)
@@ -136,12 +130,8 @@ func TestWatchSurvivesAPIServerRestart(t *testing.T) {
 	if err := e.in.Ping(ctx); err == nil {
 		t.Error("Ping succeeded while the API server was stopped")
 	}
-	s2, err := kubeharness.Start(ctx, kubeharness.Options{Dir: dir, Port: portOf(t, s1.URL())})
-	if err != nil {
-		t.Fatalf("restart API server: %v", err)
-	}
-	defer s2.Stop()
-	setStatus(t, e, wf, tinkv1.WorkflowStateFailed, map[string]tinkv1.WorkflowState{"fleetd-enroll": tinkv1.WorkflowStateFailed}, "")
+	startServer(t, dir, portOf(t, s1.URL()))
+	setStatus(t, e, wf, "FAILED", map[string]string{"fleetd-enroll": "FAILED"}, "")
 	rec.waitFor(t, "5 "+s.Name+" failed fleetd-enroll")
 	rec.noRepeats(t)
 	if err := e.in.Ping(ctx); err != nil {

@@ -51,9 +51,12 @@ const (
 type Config struct {
 	RESTConfig *rest.Config // the API server and credentials (kubernetes.*); QPS 0 means 500 with burst 1,000
 	Namespace  string       // where Hardware, Templates and Workflows live (Tinkerbell's namespace)
-	Logger     zerolog.Logger
-	Registry   prometheus.Registerer // metrics are registered here; nil means none are exported
-	Clock      fleet.Clock           // nil means the wall clock
+	// Version is the Tinkerbell the site runs (kubernetes.tinkerbell_version); "" means
+	// DefaultVersion. It decides how Templates are rendered and checked.
+	Version  Version
+	Logger   zerolog.Logger
+	Registry prometheus.Registerer // metrics are registered here; nil means none are exported
+	Clock    fleet.Clock           // nil means the wall clock
 }
 
 // Installer implements fleet.Installer on Tinkerbell's Kubernetes API. It is safe for
@@ -61,6 +64,7 @@ type Config struct {
 type Installer struct {
 	k       kube
 	ns      string
+	version Version
 	log     zerolog.Logger
 	clock   fleet.Clock
 	metrics metrics
@@ -97,11 +101,15 @@ func New(cfg Config) (*Installer, error) {
 	if clock == nil {
 		clock = fleet.SystemClock{}
 	}
+	version, err := ParseVersion(string(cfg.Version))
+	if err != nil {
+		return nil, fmt.Errorf("workflows: %w", err)
+	}
 	m, err := newMetrics(cfg.Registry)
 	if err != nil {
 		return nil, err
 	}
-	return &Installer{k: kube{dyn: dyn, ns: cfg.Namespace}, ns: cfg.Namespace, log: cfg.Logger, clock: clock, metrics: m}, nil
+	return &Installer{k: kube{dyn: dyn, ns: cfg.Namespace}, ns: cfg.Namespace, version: version, log: cfg.Logger, clock: clock, metrics: m}, nil
 }
 
 // Ping checks that the API server answers and serves Workflows (readiness, docs/design.md §6): a List of
@@ -117,6 +125,7 @@ func (in *Installer) Ping(ctx context.Context) error {
 type metrics struct {
 	requests *prometheus.CounterVec
 	created  prometheus.Counter
+	pruned   prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (metrics, error) {
@@ -129,9 +138,13 @@ func newMetrics(reg prometheus.Registerer) (metrics, error) {
 			Name: "fleetd_workflows_created_total",
 			Help: "Tinkerbell Workflows fleetd created.",
 		}),
+		pruned: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fleetd_workflows_pruned_total",
+			Help: "Ended Tinkerbell Workflows fleetd deleted an hour after they last changed.",
+		}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.requests, m.created} {
+		for _, c := range []prometheus.Collector{m.requests, m.created, m.pruned} {
 			if err := reg.Register(c); err != nil {
 				return metrics{}, fmt.Errorf("workflows: register metrics: %w", err)
 			}

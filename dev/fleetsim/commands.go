@@ -61,8 +61,9 @@ func restart(ctx context.Context, dir string, args []string, stdout, stderr io.W
 	return 0
 }
 
-// workflow runs device NAME's current Workflow through the stack's tink-server and a real
-// tink-worker whose containers succeed or fail as asked (stack.DriveWorkflow).
+// workflow runs device NAME's current Workflow through the stack's Tinkerbell server and a real
+// worker (tink-agent, or tink-worker) whose containers succeed or fail as asked
+// (stack.DriveWorkflow).
 func workflow(ctx context.Context, dir string, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("workflow", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -71,7 +72,7 @@ func workflow(ctx context.Context, dir string, args []string, stdout, stderr io.
 		fs.PrintDefaults()
 	}
 	action := fs.String("action", "", "fail: the action that fails (default: the first unfinished); succeed: the last action to succeed (default: all)")
-	message := fs.String("message", "", "fail: the failing action's output (its container's, in the machine's tink-worker.log)")
+	message := fs.String("message", "", "fail: the failing action's output (its container's, in the machine's worker.log)")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return 2

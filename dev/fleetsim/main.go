@@ -36,10 +36,10 @@ func main() {
 const usage = `usage: fleetsim <command> [flags]
 
 commands:
-  up [--extra-devices N] [--fleetd-instances N]
+  up [--extra-devices N] [--fleetd-instances N] [--tinkerbell v0.25.0|v0.12.2]
                                           start the development stack in the foreground
   restart fleetd [--instance K]           restart fleetd (every instance, or the K-th) the way a reboot of spore would
-  workflow NAME succeed|fail [flags]      run device NAME's Workflow without its machine: tink-server, a real tink-worker, scripted containers
+  workflow NAME succeed|fail [flags]      run device NAME's Workflow without its machine: Tinkerbell's server, a real worker, scripted containers
   machine NAME netboot|boot|boot-check    drive the simulated machine of device NAME
   machine NAME swap-disk|add-disk|set-mac|set-uuid|replace-tpm
                                           change its hardware (a disk, its MAC, its mainboard, its TPM); NetBox keeps its declaration

@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/folly-infra/fleetd/dev/stack"
+	"github.com/folly-infra/fleetd/dev/tinkerbell"
 )
 
 // up starts the stack, prints where everything listens, and runs until SIGINT or SIGTERM.
@@ -59,7 +60,13 @@ func startStack(ctx context.Context, cmd, dir string, args []string, stdout, std
 	latency := fs.Duration("netbox-latency", 0, "added to every NetBox emulator answer, e.g. 25ms (a real NetBox's pace)")
 	instances := fs.Int("fleetd-instances", 1, "run N fleetd processes behind a round-robin TCP front on fleetd's URLs (it keeps each client's source address)")
 	lifetime := fs.Duration("cert-lifetime", 2160*time.Hour, "the LDevID and LAK lifetime (boot checks renew from half of it), e.g. 4m for renewal tests; at least 1m")
+	tink := fs.String("tinkerbell", os.Getenv(tinkerbell.VersionEnv), "the Tinkerbell the stack runs: v0.25.0 (the default) or v0.12.2 (build its programs first: scripts/tools.sh build tink-controller ...); default $"+tinkerbell.VersionEnv)
 	if err := fs.Parse(args); err != nil {
+		return nil, 2
+	}
+	version, err := tinkerbell.ParseVersion(*tink)
+	if err != nil {
+		fmt.Fprintf(stderr, "fleetsim %s: --tinkerbell: %v\n", cmd, err)
 		return nil, 2
 	}
 	if fs.NArg() > 0 || *extra < 0 || *latency < 0 || *lifetime < time.Minute || *instances < 1 {
@@ -77,9 +84,9 @@ func startStack(ctx context.Context, cmd, dir string, args []string, stdout, std
 	klog.SetOutput(&lazyFile{path: filepath.Join(dir, "kube.log")})
 	log := zerolog.New(zerolog.ConsoleWriter{Out: stderr, TimeFormat: time.TimeOnly}).Level(zerolog.InfoLevel).
 		With().Timestamp().Str("component", "fleetsim").Logger()
-	fmt.Fprintf(stdout, "fleetsim: starting the stack in %s (NetBox emulator, Kubernetes API, %d machines' TPMs, fleetd)...\n",
-		dir, len(stack.Inventory(*extra)))
-	s, err := stack.Start(ctx, stack.Options{Dir: dir, Root: *root, FleetdBinary: bin, ExtraDevices: *extra,
+	fmt.Fprintf(stdout, "fleetsim: starting the stack in %s (NetBox emulator, Kubernetes API, Tinkerbell %s, %d machines' TPMs, fleetd)...\n",
+		dir, version, len(stack.Inventory(*extra)))
+	s, err := stack.Start(ctx, stack.Options{Dir: dir, Root: *root, FleetdBinary: bin, ExtraDevices: *extra, Tinkerbell: version,
 		ReconcileInterval: *interval, LogLevel: *level, NetBoxLatency: *latency, CertLifetime: *lifetime, FleetdInstances: *instances, Logger: log})
 	if err != nil {
 		fmt.Fprintf(stderr, "fleetsim %s: %v\n", cmd, err)
@@ -89,7 +96,7 @@ func startStack(ctx context.Context, cmd, dir string, args []string, stdout, std
 }
 
 func stopStack(s *stack.Stack, cmd string, stdout, stderr io.Writer) int {
-	fmt.Fprintln(stdout, "fleetsim: stopping fleetd, the Kubernetes API and the NetBox emulator...")
+	fmt.Fprintln(stdout, "fleetsim: stopping fleetd, Tinkerbell, the Kubernetes API and the NetBox emulator...")
 	if err := s.Close(); err != nil {
 		fmt.Fprintf(stderr, "fleetsim %s: %v\n", cmd, err)
 		return 1

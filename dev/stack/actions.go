@@ -11,9 +11,8 @@ import (
 	"strconv"
 	"strings"
 
-	tinkv1 "github.com/tinkerbell/tink/api/v1alpha1"
-
 	"github.com/folly-infra/fleetd/api"
+	"github.com/folly-infra/fleetd/dev/dockerapi"
 	"github.com/folly-infra/fleetd/dev/swtpm"
 	"github.com/folly-infra/fleetd/dev/tinkerbell"
 )
@@ -25,7 +24,7 @@ import (
 //   - the wipe-disk shell action: the Template's own script with DRY_RUN=1 against the
 //     machine's sysfs and devfs, so the disk is resolved by serial exactly as on hardware and
 //     zero or two matches fail; then the disk's simulated content and partitions are erased,
-//     and the erase reported in /workflow/wipe-result as the script reports a real one;
+//     and the erase reported in the shared directory's wipe-result as the script reports a real one;
 //   - the fleetd agent with FLEETD_ACTION=wipe-receipt: the real `fleetd enroll` entrypoint,
 //     which hands the step to `fleetd wipe-receipt`, against the same swtpm: the TPM's receipt
 //     of the erase (docs/http.md, "Wipe receipts");
@@ -37,7 +36,7 @@ import (
 //   - waitdaemon (reboot, power-off): records it.
 //
 // Anything else fails, naming the action: pretending it succeeded would hide a Template change.
-func (mc *machine) runAction(ctx context.Context, wf *tinkv1.Workflow, a tinkerbell.Action, tpm *swtpm.Instance, eventLog string) (string, error) {
+func (mc *machine) runAction(ctx context.Context, wf *tinkerbell.Workflow, a tinkerbell.Action, tpm *swtpm.Instance, eventLog string) (string, error) {
 	switch {
 	case strings.Contains(a.Image, "fleetd-agent") && a.Env[api.AgentActionEnv] == api.AgentActionWipeReceipt:
 		return mc.wipeReceipt(ctx, wf, a, tpm)
@@ -63,7 +62,8 @@ func isShell(a tinkerbell.Action) bool {
 	return len(a.Command) == 3 && a.Command[0] == "/bin/sh" && a.Command[1] == "-c"
 }
 
-// machineEnv is the environment that points a HookOS process at the machine's files.
+// machineEnv is the environment that points a HookOS process at the machine's files. The
+// action's FLEETD_WORKFLOW_DIR is already the machine's directory for it (workflowDir).
 func (mc *machine) machineEnv(a tinkerbell.Action) map[string]string {
 	vars := map[string]string{}
 	for k, v := range a.Env {
@@ -72,15 +72,41 @@ func (mc *machine) machineEnv(a tinkerbell.Action) map[string]string {
 	vars["FLEETD_CA_FILE"] = mc.info.CA.Fleetd // baked into the HookOS image with fleetd's CA
 	vars["FLEETD_SYSFS"] = mc.path(MachineSysDir)
 	vars["FLEETD_DEVFS"] = mc.path(MachineDevDir)
-	vars["FLEETD_WORKFLOW_DIR"] = mc.path(MachineWorkflowDir)
 	return vars
+}
+
+// workflowDir is where an action's FLEETD_WORKFLOW_DIR (default /workflow: the directory the
+// fleetd agent writes the disk it authorized, its certificates and the fetch secret into, and
+// that the later actions read) is on the simulated machine: the machine's workflow directory
+// when the container has a bind onto that path (tink-worker v0.12.2 binds its own /workflow;
+// the Templates declare the request's shared volume for tink-agent v0.25, which binds nothing
+// else), otherwise a directory of the container's own, emptied with it (done removes it), as a
+// container's own file system is. An action of a Template that declares no shared volume thus
+// finds nothing the agent wrote, as on hardware.
+func (mc *machine) workflowDir(c dockerapi.Container, inContainer string) (dir string, done func(), err error) {
+	if inContainer == "" {
+		inContainer = "/workflow"
+	}
+	for _, b := range c.Binds {
+		if dockerapi.BindTarget(b) == inContainer {
+			return mc.path(MachineWorkflowDir), func() {}, nil
+		}
+	}
+	if err := os.MkdirAll(mc.path(MachineContainersDir), 0o700); err != nil {
+		return "", nil, err
+	}
+	dir, err = os.MkdirTemp(mc.path(MachineContainersDir), c.Name+"-")
+	if err != nil {
+		return "", nil, err
+	}
+	return dir, func() { os.RemoveAll(dir) }, nil
 }
 
 // enroll runs the real agent, `fleetd enroll` (its flags from the environment, as the Template
 // passes them), against the machine's swtpm, reaching fleetd through the machine's relay (its
 // own address). Its output goes to the machine's log; its success is recorded (records.go) with
 // the disk it authorized and the certificates it wrote.
-func (mc *machine) enroll(ctx context.Context, wf *tinkv1.Workflow, a tinkerbell.Action, tpm *swtpm.Instance, eventLog string) (string, error) {
+func (mc *machine) enroll(ctx context.Context, wf *tinkerbell.Workflow, a tinkerbell.Action, tpm *swtpm.Instance, eventLog string) (string, error) {
 	vars := mc.machineEnv(a)
 	vars["FLEETD_TPM"] = tpm.Spec()
 	vars["FLEETD_EVENT_LOG"] = eventLog
@@ -94,15 +120,15 @@ func (mc *machine) enroll(ctx context.Context, wf *tinkv1.Workflow, a tinkerbell
 	if err != nil {
 		return "", fmt.Errorf("fleetd enroll: %w: %s", err, lastLine(out))
 	}
-	disk := mc.workflowDisk()
-	mc.record(RecordEnrolled, wf, a, "disk", disk, "ldevid_serial", mc.certSerial("ldevid.pem"), "lak_serial", mc.certSerial("lak.pem"))
+	disk := mc.workflowDisk(a)
+	mc.record(RecordEnrolled, wf, a, "disk", disk, "ldevid_serial", mc.certSerial(a, "ldevid.pem"), "lak_serial", mc.certSerial(a, "lak.pem"))
 	return "enrolled; disk authorized: " + disk, nil
 }
 
 // wipeDisk runs the Template's wipe-disk script in dry-run mode on the machine's files, then
 // erases what the simulation keeps of the disk it selected: its content and its partitions. The
 // erasure is recorded with the authorization it acted on (/workflow/disk).
-func (mc *machine) wipeDisk(ctx context.Context, wf *tinkv1.Workflow, a tinkerbell.Action) (string, error) {
+func (mc *machine) wipeDisk(ctx context.Context, wf *tinkerbell.Workflow, a tinkerbell.Action) (string, error) {
 	vars := mc.machineEnv(a)
 	vars["DRY_RUN"] = "1"
 	out, err := mc.run(ctx, exec.Command("/bin/sh", "-c", a.Command[2]), vars)
@@ -114,14 +140,14 @@ func (mc *machine) wipeDisk(ctx context.Context, wf *tinkv1.Workflow, a tinkerbe
 		return "", fmt.Errorf("wipe-disk succeeded but linked no /dev/fleetd-disk: %w", err)
 	}
 	dev := filepath.Base(target)
-	mc.record(RecordWipe, wf, a, "disk", mc.workflowDisk(), "target", "/dev/"+dev, "serial", mc.blockSerial(dev))
+	mc.record(RecordWipe, wf, a, "disk", mc.workflowDisk(a), "target", "/dev/"+dev, "serial", mc.blockSerial(dev))
 	if err := mc.erase(dev); err != nil {
 		return "", err
 	}
 	// The script reports a real erase in wipe-result; a dry run reports nothing, so the
 	// simulation reports its own erase, by its own method.
 	report := fmt.Sprintf("serial=%s\nmethod=simulated\nresult=erased\nbytes=0\n", mc.blockSerial(dev))
-	if err := os.WriteFile(mc.path(MachineWorkflowDir, api.WipeResultFile), []byte(report), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(a.Env["FLEETD_WORKFLOW_DIR"], api.WipeResultFile), []byte(report), 0o644); err != nil {
 		return "", fmt.Errorf("report the erase: %w", err)
 	}
 	return strings.Replace(lastLine(out), "would erase", "erased (simulated)", 1), nil
@@ -131,7 +157,7 @@ func (mc *machine) wipeDisk(ctx context.Context, wf *tinkv1.Workflow, a tinkerbe
 // entrypoint with the action's environment (FLEETD_ACTION=wipe-receipt), against the machine's
 // swtpm, from the machine's address. Its result is recorded (records.go) with the report it
 // quoted and fleetd's answer.
-func (mc *machine) wipeReceipt(ctx context.Context, wf *tinkv1.Workflow, a tinkerbell.Action, tpm *swtpm.Instance) (string, error) {
+func (mc *machine) wipeReceipt(ctx context.Context, wf *tinkerbell.Workflow, a tinkerbell.Action, tpm *swtpm.Instance) (string, error) {
 	vars := mc.machineEnv(a)
 	vars["FLEETD_TPM"] = tpm.Spec()
 	relayURL, stop, err := mc.relay()
@@ -175,14 +201,14 @@ const imagePartitions = 3
 // writeImage records what image2disk would write, to the disk wipe-disk selected, and makes the
 // image's partitions appear in sysfs and devfs as the kernel would after re-reading the disk. The
 // write is recorded with the authorization in /workflow/disk.
-func (mc *machine) writeImage(wf *tinkv1.Workflow, a tinkerbell.Action) (string, error) {
+func (mc *machine) writeImage(wf *tinkerbell.Workflow, a tinkerbell.Action) (string, error) {
 	dest := a.Env["DEST_DISK"]
 	target, err := filepath.EvalSymlinks(mc.devPath(dest))
 	if err != nil {
 		return "", fmt.Errorf("DEST_DISK %s: %w (wipe-disk selected no disk)", dest, err)
 	}
 	dev := filepath.Base(target)
-	mc.record(RecordImage, wf, a, "disk", mc.workflowDisk(), "target", "/dev/"+dev, "serial", mc.blockSerial(dev))
+	mc.record(RecordImage, wf, a, "disk", mc.workflowDisk(a), "target", "/dev/"+dev, "serial", mc.blockSerial(dev))
 	for n := 1; n <= imagePartitions; n++ {
 		part := fmt.Sprintf("%s%d", dev, n)
 		if err := os.MkdirAll(mc.path(MachineSysDir, "block", dev, part), 0o700); err != nil {

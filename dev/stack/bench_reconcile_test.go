@@ -19,6 +19,7 @@ import (
 
 	"github.com/folly-infra/fleetd/dev/netboxemu"
 	"github.com/folly-infra/fleetd/dev/stack"
+	"github.com/folly-infra/fleetd/dev/tinkerbell"
 	"github.com/folly-infra/fleetd/fleet"
 	"github.com/folly-infra/fleetd/fleet/fleettest"
 	"github.com/folly-infra/fleetd/netbox"
@@ -57,7 +58,7 @@ func reconcileService(b *testing.B, s *stack.Stack, f benchFleet) (*fleet.Servic
 	if err != nil {
 		b.Fatal(err)
 	}
-	var wfs []*tinkv1.Workflow
+	var wfs []*tinkerbell.Workflow
 	var ids []int64
 	const req = "provision-bench"
 	fields := func(name string) map[string]any {
@@ -109,8 +110,8 @@ func reconcileService(b *testing.B, s *stack.Stack, f benchFleet) (*fleet.Servic
 	return svc, ids
 }
 
-func benchWorkflow(ns, name, device string, id int64, req string) *tinkv1.Workflow {
-	return &tinkv1.Workflow{
+func benchWorkflow(ns, name, device string, id int64, req string) *tinkerbell.Workflow {
+	return &tinkerbell.Workflow{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{
 			workflows.LabelDeviceID: strconv.FormatInt(id, 10), workflows.LabelRequest: req, workflows.LabelAction: "provision"}},
 		Spec: tinkv1.WorkflowSpec{TemplateRef: "talos-provision", HardwareRef: device,
@@ -119,7 +120,7 @@ func benchWorkflow(ns, name, device string, id int64, req string) *tinkv1.Workfl
 }
 
 // createAll creates the Workflows, a few at a time.
-func createAll(b *testing.B, s *stack.Stack, wfs []*tinkv1.Workflow) {
+func createAll(b *testing.B, s *stack.Stack, wfs []*tinkerbell.Workflow) {
 	g, ctx := errgroup.WithContext(context.Background())
 	g.SetLimit(8)
 	for _, wf := range wfs {

@@ -13,12 +13,12 @@ import (
 	"testing"
 	"time"
 
-	tinkv1 "github.com/tinkerbell/tink/api/v1alpha1"
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/folly-infra/fleetd/dev/netboxemu"
 	"github.com/folly-infra/fleetd/dev/stack"
+	"github.com/folly-infra/fleetd/dev/tinkerbell"
 	"github.com/folly-infra/fleetd/workflows"
 )
 
@@ -78,7 +78,7 @@ func BenchmarkWebhookToWorkflow(b *testing.B) {
 
 // watchWorkflowCreations reports the device id and arrival time of every Workflow fleetd creates.
 func watchWorkflowCreations(b *testing.B, s *stack.Stack) <-chan created {
-	w, err := s.Kube().Watch(tctx(b), &tinkv1.WorkflowList{}, client.InNamespace(s.Info().Namespace),
+	w, err := s.Kube().Watch(tctx(b), &tinkerbell.WorkflowList{}, client.InNamespace(s.Info().Namespace),
 		client.HasLabels{workflows.LabelDeviceID})
 	if err != nil {
 		b.Fatal(err)
@@ -87,7 +87,7 @@ func watchWorkflowCreations(b *testing.B, s *stack.Stack) <-chan created {
 	out := make(chan created, 1024)
 	go func() {
 		for ev := range w.ResultChan() {
-			if wf, ok := ev.Object.(*tinkv1.Workflow); ok && ev.Type == watch.Added {
+			if wf, ok := ev.Object.(*tinkerbell.Workflow); ok && ev.Type == watch.Added {
 				id, _ := strconv.ParseInt(wf.Labels[workflows.LabelDeviceID], 10, 64)
 				out <- created{id: id, at: time.Now()}
 			}

@@ -32,13 +32,13 @@ type script struct {
 	beyond  bool              // the worker started an action past the target
 }
 
-func newScript(ctx context.Context, kc client.Client, wf *tinkv1.Workflow, target string, d Drive) *script {
+func newScript(ctx context.Context, kc client.Client, v tinkerbell.Version, wf *tinkerbell.Workflow, target string, d Drive) *script {
 	sc := &script{ctx: ctx, kc: kc, key: client.ObjectKeyFromObject(wf),
 		action: map[string]string{}, after: map[string]bool{}, target: target, d: d,
 		seen: map[string]int{}, outputs: map[string]string{}}
 	past := false
 	for _, a := range tinkerbell.Actions(wf) {
-		sc.action[tinkerbell.ContainerName(a.Name)] = a.Name
+		sc.action[v.Container(a)] = a.Name
 		sc.after[a.Name] = past && !d.Fail
 		past = past || a.Name == target
 		sc.seen[a.Name] = stateRank(a.State)
@@ -54,7 +54,7 @@ func (sc *script) run(ctx context.Context, c dockerapi.Container) (string, int) 
 	if !ok {
 		return fmt.Sprintf("fleetsim workflow: container %s is no action of Workflow %s\n", c.Name, sc.key.Name), 1
 	}
-	wf := &tinkv1.Workflow{}
+	wf := &tinkerbell.Workflow{}
 	if err := sc.kc.Get(sc.ctx, sc.key, wf); err == nil {
 		sc.observe(wf) // the action is RUNNING: the worker reported it before it made the container
 	}
@@ -76,7 +76,7 @@ func (sc *script) run(ctx context.Context, c dockerapi.Container) (string, int) 
 
 // stop tells RunWorker to stop the worker: a drive that ends at its target saw the target
 // succeed and the worker move on to the next action.
-func (sc *script) stop(wf *tinkv1.Workflow) bool {
+func (sc *script) stop(wf *tinkerbell.Workflow) bool {
 	sc.observe(wf)
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
@@ -85,7 +85,7 @@ func (sc *script) stop(wf *tinkv1.Workflow) bool {
 
 // observe reports every action whose state moved on since it was last reported, in the
 // Workflow's order; a state older than one reported already is not reported again.
-func (sc *script) observe(wf *tinkv1.Workflow) {
+func (sc *script) observe(wf *tinkerbell.Workflow) {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
 	for _, a := range tinkerbell.Actions(wf) {
@@ -101,7 +101,7 @@ func (sc *script) observe(wf *tinkv1.Workflow) {
 }
 
 // result checks that the worker left the Workflow as driven.
-func (sc *script) result(wf *tinkv1.Workflow) error {
+func (sc *script) result(wf *tinkerbell.Workflow) error {
 	states := map[string]string{}
 	var all []string
 	for _, a := range tinkerbell.Actions(wf) {

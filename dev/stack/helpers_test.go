@@ -15,9 +15,8 @@ import (
 	"testing"
 	"time"
 
-	tinkv1 "github.com/tinkerbell/tink/api/v1alpha1"
-
 	"github.com/folly-infra/fleetd/dev/stack"
+	"github.com/folly-infra/fleetd/dev/tinkerbell"
 )
 
 // deadline is how long a test waits for something fleetd does in the background. It is
@@ -92,7 +91,7 @@ func waitJournal(t testing.TB, name string, n int) []stack.JournalEntry {
 	return j
 }
 
-func deviceWorkflows(t testing.TB, name string) []tinkv1.Workflow {
+func deviceWorkflows(t testing.TB, name string) []tinkerbell.Workflow {
 	t.Helper()
 	wfs, err := stack.DeviceWorkflows(tctx(t), testStack.Kube(), testStack.Info().Namespace, testStack.DeviceID(name))
 	if err != nil {

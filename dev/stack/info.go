@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/folly-infra/fleetd/dev/tinkerbell"
 )
 
 // InfoFile is the name of the stack description in the state directory (docs/design.md §8).
@@ -33,14 +35,26 @@ type Info struct {
 	Devices       []DeviceInfo       `json:"devices"`
 }
 
-// TinkerbellInfo is the stack's Tinkerbell v0.12.2: tink-controller and tink-server run with
-// the stack; a machine's tink-worker (Worker, the binary) runs only while it netboots, against
-// Server (tink-server's plain gRPC address on loopback).
+// TinkerbellInfo is the stack's Tinkerbell (Version: v0.25.0 by default, v0.12.2 in make
+// test-compat): its controller and server run with the stack (one `tinkerbell` process with
+// v0.25, whose log is both ControllerLog and ServerLog; tink-controller and tink-server with
+// v0.12.2); a machine's worker (Worker, the binary: tink-agent, or tink-worker) runs only while
+// it netboots, against Server (the server's plain gRPC address on loopback).
 type TinkerbellInfo struct {
+	Version       string `json:"version"`
 	Server        string `json:"server"`
 	ServerLog     string `json:"server_log"`
 	ControllerLog string `json:"controller_log"`
 	Worker        string `json:"worker"`
+}
+
+// version is the Tinkerbell version the stack runs (stack.json of an older fleetsim names none:
+// v0.12.2).
+func (t TinkerbellInfo) version() tinkerbell.Version {
+	if t.Version == "" {
+		return tinkerbell.V012
+	}
+	return tinkerbell.Version(t.Version)
 }
 
 // NetBoxInfo is the NetBox emulator. Token is the owner's (user admin), so whoever reads it acts

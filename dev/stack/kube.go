@@ -1,12 +1,9 @@
 package stack
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net/url"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 
 	"k8s.io/client-go/tools/clientcmd"
@@ -15,21 +12,16 @@ import (
 	"github.com/folly-infra/fleetd/dev/kubeharness"
 	"github.com/folly-infra/fleetd/dev/tinkerbell"
 	exampletemplates "github.com/folly-infra/fleetd/examples/tinkerbell"
-	"github.com/folly-infra/fleetd/workflows"
 )
 
 // startKube starts the API server on port (0: a free one, remembered for restarts) with its
 // data under the state directory, writes the kubeconfig, and builds the stack's client once.
 func (s *Stack) startKube(ctx context.Context, port int) error {
-	crds, err := crdDir(ctx, s.opts.Root)
+	crds, err := s.opts.Tinkerbell.CRDDirs(ctx, s.opts.Root)
 	if err != nil {
 		return err
 	}
-	rufio, err := tinkerbell.RufioCRDs(ctx, s.opts.Root)
-	if err != nil {
-		return err
-	}
-	srv, err := kubeharness.Start(ctx, kubeharness.Options{Dir: s.paths.kube, Port: port, CRDDir: crds, MoreCRDDirs: []string{rufio}})
+	srv, err := kubeharness.Start(ctx, kubeharness.Options{Dir: s.paths.kube, Port: port, CRDDir: crds[0], MoreCRDDirs: crds[1:]})
 	if err != nil {
 		return fmt.Errorf("start the Kubernetes API server: %w", err)
 	}
@@ -57,45 +49,20 @@ func (s *Stack) startKube(ctx context.Context, port int) error {
 	return nil
 }
 
-// crdDir is tink's config/crd/bases as the checkout's module graph has it (kubeharness looks it
-// up the same way, but from the working directory, which need not be the checkout).
-func crdDir(ctx context.Context, root string) (string, error) {
-	cmd := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Dir}}", "github.com/tinkerbell/tink")
-	cmd.Dir = root
-	out, err := cmd.Output()
-	if err != nil || len(bytes.TrimSpace(out)) == 0 {
-		return "", fmt.Errorf("locate the Tinkerbell CRDs with `go list -m github.com/tinkerbell/tink` in %s: %w (the go command and the module cache are needed)", root, err)
-	}
-	return filepath.Join(string(bytes.TrimSpace(out)), "config", "crd", "bases"), nil
-}
-
-// startController starts Tinkerbell's own tink-controller and tink-server (scripts/tools.sh
-// builds them) against the stack's API server, for the stack's namespace: the controller renders
-// and moves every Workflow, the server is the API a machine's tink-worker asks for work while
-// the machine netboots (Netboot). Their logs are tink-controller.log and tink-server.log in the
-// state directory.
+// startController starts the stack's Tinkerbell (Options.Tinkerbell; scripts/tools.sh builds its
+// programs) against the stack's API server, for the stack's namespace: the controller renders
+// and moves every Workflow, the server is the API a machine's worker asks for work while the
+// machine netboots (Netboot). Their logs are in the state directory: tinkerbell.log (v0.25), or
+// tink-controller.log and tink-server.log (v0.12.2).
 func (s *Stack) startController(ctx context.Context) error {
-	bins := map[string]string{}
-	for _, n := range []string{"tink-controller", "tink-server", "tink-worker"} {
-		bin, err := tinkerbell.Tool(s.opts.Root, n)
-		if err != nil {
-			return fmt.Errorf("start Tinkerbell: %w", err)
-		}
-		bins[n] = bin
-	}
-	var err error
-	s.ctrl, err = tinkerbell.StartController(ctx, tinkerbell.ControllerOptions{Binary: bins["tink-controller"], Kubeconfig: s.paths.kubeconfig,
-		Namespace: s.opts.Namespace, Log: s.paths.tinkController})
+	tb, err := tinkerbell.Start(ctx, tinkerbell.Options{Version: s.opts.Tinkerbell, Root: s.opts.Root,
+		Kubeconfig: s.paths.kubeconfig, Namespace: s.opts.Namespace, Dir: s.paths.dir})
 	if err != nil {
-		return err
+		return fmt.Errorf("start Tinkerbell: %w", err)
 	}
-	s.tsrv, err = tinkerbell.StartServer(ctx, tinkerbell.ServerOptions{Binary: bins["tink-server"], Kubeconfig: s.paths.kubeconfig,
-		Namespace: s.opts.Namespace, Log: s.paths.tinkServer})
-	if err != nil {
-		return err
-	}
-	s.tink = TinkerbellInfo{Server: s.tsrv.Addr, ServerLog: s.paths.tinkServer, ControllerLog: s.paths.tinkController,
-		Worker: bins["tink-worker"]}
+	s.tb = tb
+	s.tink = TinkerbellInfo{Version: string(tb.Version), Server: tb.Addr, ServerLog: tb.ServerLog,
+		ControllerLog: tb.ControllerLog, Worker: tb.Worker}
 	return nil
 }
 
@@ -141,7 +108,8 @@ func (s *Stack) kubeURL() string {
 	return s.kube.URL()
 }
 
-// KubeClient builds a Kubernetes client with the tink types from a kubeconfig (stack.json's).
+// KubeClient builds a Kubernetes client with the stack's Tinkerbell types (tinkerbell.Scheme:
+// Workflows of either version) from a kubeconfig (stack.json's).
 // Its rate limit (100 requests/s, bursts of 200) is above client-go's default of 5/s, which
 // would make a test that creates hundreds of objects wait on the client.
 func KubeClient(kubeconfig string) (client.WithWatch, error) {
@@ -150,7 +118,7 @@ func KubeClient(kubeconfig string) (client.WithWatch, error) {
 		return nil, fmt.Errorf("load kubeconfig %s: %w", kubeconfig, err)
 	}
 	rc.QPS, rc.Burst = 100, 200
-	scheme, err := workflows.Scheme()
+	scheme, err := tinkerbell.Scheme()
 	if err != nil {
 		return nil, err
 	}

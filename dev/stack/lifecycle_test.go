@@ -10,11 +10,11 @@ import (
 	"strings"
 	"testing"
 
-	tinkv1 "github.com/tinkerbell/tink/api/v1alpha1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/folly-infra/fleetd/attest/eventlogs"
 	"github.com/folly-infra/fleetd/dev/stack"
+	"github.com/folly-infra/fleetd/dev/tinkerbell"
 )
 
 // lifecycleDevices are the test stack's own devices for the machine steps (Options.MoreDevices):
@@ -385,12 +385,12 @@ func TestMachineRefusedAtEnrollment(t *testing.T) {
 			if recs, err := stack.ReadRecords(dir); err != nil || len(recs) != 0 {
 				t.Errorf("a refused machine's log has records %+v (%v), want none: nothing authorized, nothing written", recs, err)
 			}
-			wf := &tinkv1.Workflow{}
+			wf := &tinkerbell.Workflow{}
 			if err := testStack.Kube().Get(tctx(t), client.ObjectKey{Namespace: testStack.Info().Namespace, Name: d.Field("fleet_workflow")}, wf); err != nil {
 				t.Fatal(err)
 			}
-			if !strings.HasSuffix(string(wf.Status.State), "FAILED") || wf.Status.CurrentAction != "fleetd-enroll" {
-				t.Errorf("Workflow %s is %s at %s, want FAILED at fleetd-enroll", wf.Name, wf.Status.State, wf.Status.CurrentAction)
+			if !strings.HasSuffix(string(wf.Status.State), "FAILED") || wf.CurrentAction() != "fleetd-enroll" {
+				t.Errorf("Workflow %s is %s at %s, want FAILED at fleetd-enroll", wf.Name, wf.Status.State, wf.CurrentAction())
 			}
 		})
 	}

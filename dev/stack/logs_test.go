@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/folly-infra/fleetd/dev/stack"
+	"github.com/folly-infra/fleetd/dev/tinkerbell"
 )
 
 // TestServerErrorsAreJSON: what net/http answers by itself (a client that speaks plain HTTP to
@@ -65,6 +66,23 @@ func checkWholeLog(info stack.Info) error {
 	}
 	if n == 0 {
 		return fmt.Errorf("the run's logs have no line at all (%s)", info.Fleetd.Log)
+	}
+	return nil
+}
+
+// checkQuamina fails when a flow of the run reached interop/quamina, the replacement of the
+// module the proxy does not serve, which Tinkerbell v0.25's controller and server import for
+// rules fleetd never uses (reference rules, auto-enrollment): it writes a line into their log on
+// every call (tinkerbell.QuaminaCalls; dev/tinkerbell's TestRealWorkerRunsWorkflow shows a
+// Hardware with references reaching it, so this check can fail).
+func checkQuamina(info stack.Info) error {
+	n, err := tinkerbell.QuaminaCalls(info.Tinkerbell.ControllerLog, info.Tinkerbell.ServerLog)
+	if err != nil {
+		return err
+	}
+	if n > 0 {
+		return fmt.Errorf("the run's flows reached the quamina replacement %d times (lines with %q in %s): a flow of fleetd's depends on pattern matching this Tinkerbell build does not have",
+			n, tinkerbell.QuaminaReached, info.Tinkerbell.ControllerLog)
 	}
 	return nil
 }

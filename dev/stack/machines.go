@@ -19,11 +19,18 @@ import (
 
 // Files of a simulated machine's directory (docs/design.md §8).
 const (
-	MachineTPMDir      = "tpm"             // the swtpm state, with its EK certificate
-	MachineWorkflowDir = "workflow"        // what the agent wrote for later actions
-	MachineLog         = "log"             // what the simulated actions did
-	MachineAgentLog    = "agent.log"       // what `fleetd enroll` and `fleetd boot-check` wrote, as they wrote it
-	MachineWorkerLog   = "tink-worker.log" // the machine's tink-worker and its Docker API, while it netboots
+	MachineTPMDir = "tpm" // the swtpm state, with its EK certificate
+	// MachineWorkflowDir is the shared directory of the Workflow the machine runs: what the agent
+	// wrote for the later actions (the Template's shared volume, or v0.12.2's /workflow).
+	MachineWorkflowDir = "workflow"
+	// MachineContainersDir holds the own directory of an action whose container has no bind onto
+	// its FLEETD_WORKFLOW_DIR, while it runs.
+	MachineContainersDir = "containers"
+	MachineLog           = "log"       // what the simulated actions did
+	MachineAgentLog      = "agent.log" // what `fleetd enroll` and `fleetd boot-check` wrote, as they wrote it
+	// MachineWorkerLog is the log of the machine's worker (tink-agent, or tink-worker v0.12.2)
+	// and its Docker API, while it netboots.
+	MachineWorkerLog = "worker.log"
 )
 
 // machineTPM is the EK of one device: a manufactured swtpm, or for a declared TPM 1.2 (which

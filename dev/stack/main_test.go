@@ -71,6 +71,10 @@ func runWithStack(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "stack tests: the run's log:", err)
 		code = 1
 	}
+	if err := checkQuamina(testStack.Info()); err != nil {
+		fmt.Fprintln(os.Stderr, "stack tests:", err)
+		code = 1
+	}
 	if code != 0 {
 		fmt.Fprintf(os.Stderr, "stack tests failed; fleetd's log (last lines of %s):\n%s\n",
 			testStack.Info().Fleetd.Log, tail(testStack.Info().Fleetd.Log, 40))

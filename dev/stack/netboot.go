@@ -10,7 +10,6 @@ import (
 	"strings"
 	"sync"
 
-	tinkv1 "github.com/tinkerbell/tink/api/v1alpha1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/folly-infra/fleetd/dev/dockerapi"
@@ -19,15 +18,17 @@ import (
 )
 
 // Netboot is `fleetsim machine NAME netboot` (docs/design.md §8): the machine boots HookOS and
-// Tinkerbell's own tink-worker (its id the machine's MAC) runs, only while the machine netboots,
-// the Workflow tink-server serves it, once tink-controller has rendered and prepared it: the
-// worker reports each action to tink-server and runs its container through the machine's Docker
-// API (dev/dockerapi), whose containers are the machine's actions. The first action is the real
-// `fleetd enroll` against the machine's swtpm; the others are simulated by image, each writing
-// what it did into the machine's log. It returns nil when the Workflow succeeded, and the failing
-// action's error otherwise (an *ActionError: the Workflow is then failed, as Tinkerbell has it).
+// Tinkerbell's own worker (tink-agent v0.25, or tink-worker v0.12.2; its id the machine's MAC)
+// runs, only while the machine netboots, the Workflow Tinkerbell's server serves it, once the
+// controller has rendered and prepared it: the worker reports each action to the server and
+// runs its container through the machine's Docker API (dev/dockerapi), whose containers are the
+// machine's actions. The first action is the real `fleetd enroll` against the machine's swtpm;
+// the others are simulated by image, each writing what it did into the machine's log. An action
+// sees the files earlier actions left only through a bind of its container (workflowDir), as on
+// hardware. It returns nil when the Workflow succeeded, and the failing action's error otherwise
+// (an *ActionError: the Workflow is then failed, as Tinkerbell has it).
 //
-// The machine answers for one Workflow, while tink-server serves its worker every open one of its
+// The machine answers for one Workflow, while the server serves its worker every open one of its
 // MAC: a netboot that finds another open beside it is refused before the machine powers on,
 // naming both (onlyOpenWorkflow), and a container of a Workflow it did not find (one of another
 // device's or none, or opened during the netboot) is not run as the machine's action
@@ -73,9 +74,10 @@ func Netboot(ctx context.Context, info Info, name string, o StepOptions) error {
 	// The actions run on the engine's goroutines while runWorker reads the Workflow into wf:
 	// they get the Workflow as the worker was started on it, a copy of their own.
 	rendered := wf.DeepCopy()
+	version := info.Tinkerbell.version()
 	actions := map[string]tinkerbell.Action{}
 	for _, a := range tinkerbell.Actions(rendered) {
-		actions[tinkerbell.ContainerName(a.Name)] = a
+		actions[version.Container(a)] = a
 	}
 	var mu sync.Mutex
 	var failed *ActionError
@@ -85,6 +87,12 @@ func Netboot(ctx context.Context, info Info, name string, o StepOptions) error {
 			return fmt.Sprintf("fleetsim: container %s is no action of Workflow %s\n", c.Name, rendered.Name), 1
 		}
 		a.Env = c.EnvMap() // what the worker passed, the task's and the action's environment merged
+		dir, done, err := mc.workflowDir(c, a.Env["FLEETD_WORKFLOW_DIR"])
+		if err != nil {
+			return fmt.Sprintf("fleetsim: the workflow directory of container %s: %v\n", c.Name, err), 1
+		}
+		defer done()
+		a.Env["FLEETD_WORKFLOW_DIR"] = dir
 		mc.say("action %s (%s) RUNNING", a.Name, a.Image)
 		actx := cctx
 		if a.Timeout > 0 {
@@ -115,7 +123,7 @@ func Netboot(ctx context.Context, info Info, name string, o StepOptions) error {
 	defer mu.Unlock()
 	if s := tinkerbell.BareState(wf.Status.State); s != "SUCCESS" {
 		if failed == nil {
-			failed = &ActionError{Action: wf.Status.CurrentAction, State: s, Message: "see the worker's log " + mc.path(MachineWorkerLog)}
+			failed = &ActionError{Action: wf.CurrentAction(), State: s, Message: "see the worker's log " + mc.path(MachineWorkerLog)}
 		}
 		return fmt.Errorf("netboot %s: %w", mc.name, failed)
 	}
@@ -123,13 +131,13 @@ func Netboot(ctx context.Context, info Info, name string, o StepOptions) error {
 	return nil
 }
 
-// runWorker runs the machine's HookOS for wf (tinkerbell.RunWorker) with the stack's tink-server
-// and tink-worker binary; o names the rest.
-func runWorker(ctx context.Context, info Info, kc client.Client, wf *tinkv1.Workflow, o tinkerbell.RunOptions) error {
+// runWorker runs the machine's HookOS for wf (tinkerbell.RunWorker) with the stack's Tinkerbell
+// server and worker binary; o names the rest.
+func runWorker(ctx context.Context, info Info, kc client.Client, wf *tinkerbell.Workflow, o tinkerbell.RunOptions) error {
 	if info.Tinkerbell.Server == "" || info.Tinkerbell.Worker == "" {
 		return errors.New("stack.json has no tinkerbell server or worker: the stack was started by an older fleetsim; stop it and start it again")
 	}
-	o.Worker, o.Server, o.ControllerLog = info.Tinkerbell.Worker, info.Tinkerbell.Server, info.Tinkerbell.ControllerLog
+	o.Version, o.Worker, o.Server, o.ControllerLog = info.Tinkerbell.version(), info.Tinkerbell.Worker, info.Tinkerbell.Server, info.Tinkerbell.ControllerLog
 	return tinkerbell.RunWorker(ctx, kc, wf, o)
 }
 
@@ -145,7 +153,7 @@ func (e *ActionError) Error() string {
 
 // MachineWorkflow finds the Workflow a worker with this MAC is served first: the oldest one whose
 // hardwareMap device_1 is the MAC and that has not ended (machineWorkflows).
-func MachineWorkflow(ctx context.Context, c client.Client, namespace string, m Machine) (*tinkv1.Workflow, error) {
+func MachineWorkflow(ctx context.Context, c client.Client, namespace string, m Machine) (*tinkerbell.Workflow, error) {
 	open, err := machineWorkflows(ctx, c, namespace, m)
 	if err != nil {
 		return nil, err
@@ -161,7 +169,7 @@ func MachineWorkflow(ctx context.Context, c client.Client, namespace string, m M
 // Workflow for the MAC that carries another device's id or none is therefore not found beside an
 // open one of the device: tinkerbell.RunWorker stops the worker if it starts one of its
 // containers first.
-func machineWorkflows(ctx context.Context, c client.Client, namespace string, m Machine) ([]tinkv1.Workflow, error) {
+func machineWorkflows(ctx context.Context, c client.Client, namespace string, m Machine) ([]tinkerbell.Workflow, error) {
 	if m.MAC == "" {
 		return nil, errors.New("the machine has no MAC in NetBox, so no worker id: Tinkerbell serves it nothing")
 	}
@@ -169,7 +177,7 @@ func machineWorkflows(ctx context.Context, c client.Client, namespace string, m 
 		{client.InNamespace(namespace), client.MatchingLabels{workflows.LabelDeviceID: strconv.FormatInt(m.DeviceID, 10)}},
 		{client.InNamespace(namespace)},
 	} {
-		var list tinkv1.WorkflowList
+		var list tinkerbell.WorkflowList
 		if err := c.List(ctx, &list, opts...); err != nil {
 			return nil, fmt.Errorf("list Workflows: %w", err)
 		}
@@ -181,8 +189,8 @@ func machineWorkflows(ctx context.Context, c client.Client, namespace string, m 
 }
 
 // openFor is the Workflows for a worker's MAC that have not ended, oldest first.
-func openFor(wfs []tinkv1.Workflow, mac string) []tinkv1.Workflow {
-	var open []tinkv1.Workflow
+func openFor(wfs []tinkerbell.Workflow, mac string) []tinkerbell.Workflow {
+	var open []tinkerbell.Workflow
 	for _, wf := range wfs {
 		s := tinkerbell.BareState(wf.Status.State)
 		if wf.Spec.HardwareMap[workflows.MapMAC] == mac && (s == "" || s == "PREPARING" || s == "PENDING" || s == "RUNNING") {
@@ -196,9 +204,10 @@ func openFor(wfs []tinkv1.Workflow, mac string) []tinkv1.Workflow {
 // workflowMarker, in a machine's workflow directory, names the Workflow the directory belongs to.
 const workflowMarker = ".workflow"
 
-// useWorkflowDir gives a Workflow its own shared directory, as tink-worker mounts a directory of
-// its own at /workflow for each Workflow: the directory of another Workflow is emptied first, and
-// a resumed Workflow keeps what its earlier actions wrote.
+// useWorkflowDir gives a Workflow its own shared directory, as tink-worker v0.12.2 mounts a
+// directory of its own at /workflow for each Workflow and the Templates' shared volume is one of
+// the request's own: the directory of another Workflow is emptied first, and a resumed Workflow
+// keeps what its earlier actions wrote.
 func (mc *machine) useWorkflowDir(name string) error {
 	dir := mc.path(MachineWorkflowDir)
 	if b, err := os.ReadFile(filepath.Join(dir, workflowMarker)); err == nil && strings.TrimSpace(string(b)) == name {

@@ -13,8 +13,6 @@ import (
 	"path/filepath"
 	"strings"
 
-	tinkv1 "github.com/tinkerbell/tink/api/v1alpha1"
-
 	"github.com/folly-infra/fleetd/api"
 	"github.com/folly-infra/fleetd/dev/tinkerbell"
 )
@@ -28,7 +26,7 @@ const nocloudDir = "var/lib/cloud/seed/nocloud"
 // reports it), fetches the NoCloud tar once from fleetd from the machine's own address with the
 // agent's fetch secret (then removed), checks its members, and extracts it into
 // /var/lib/cloud/seed/nocloud.
-func (mc *machine) writeNoCloudSeed(ctx context.Context, wf *tinkv1.Workflow, a tinkerbell.Action) (string, error) {
+func (mc *machine) writeNoCloudSeed(ctx context.Context, wf *tinkerbell.Workflow, a tinkerbell.Action) (string, error) {
 	disk, err := filepath.EvalSymlinks(mc.devPath("/dev/fleetd-disk"))
 	if err != nil {
 		return "", errors.New("/dev/fleetd-disk is missing: wipe-disk did not select the disk")
@@ -43,10 +41,10 @@ func (mc *machine) writeNoCloudSeed(ctx context.Context, wf *tinkv1.Workflow, a 
 		return "", errors.New("/sys/class/dmi/id/product_uuid is unreadable: the SMBIOS UUID fleetd attested cannot be read")
 	}
 	uuid := strings.ToLower(strings.TrimSpace(string(b)))
-	secretFile := mc.path(MachineWorkflowDir, a.Env["FLEETD_FETCH_SECRET_FILE"])
+	secretFile := filepath.Join(a.Env["FLEETD_WORKFLOW_DIR"], a.Env["FLEETD_FETCH_SECRET_FILE"])
 	secret, err := readSecret(secretFile)
 	if err != nil || a.Env["FLEETD_FETCH_SECRET_FILE"] == "" {
-		return "", fmt.Errorf("/workflow/%s is missing: the fleetd agent handed over no fetch secret, and fleetd serves the seed only with it", a.Env["FLEETD_FETCH_SECRET_FILE"])
+		return "", fmt.Errorf("%s is missing from the action's workflow directory: the fleetd agent handed over no fetch secret (does the Template give every action the request's shared volume?), and fleetd serves the seed only with it", a.Env["FLEETD_FETCH_SECRET_FILE"])
 	}
 	u := a.Env["FLEETD_URL"] + "/v1/config/nocloud.tar?uuid=" + url.QueryEscape(uuid)
 	body, err := mc.fetch(ctx, u, secret)
@@ -57,7 +55,7 @@ func (mc *machine) writeNoCloudSeed(ctx context.Context, wf *tinkv1.Workflow, a 
 		return "", err
 	}
 	dir := mc.path(MachineDiskDir, nocloudDir)
-	mc.record(RecordNoCloud, wf, a, "disk", mc.workflowDisk(), "target", "/dev/"+dev, "partition", part, "serial", mc.blockSerial(dev))
+	mc.record(RecordNoCloud, wf, a, "disk", mc.workflowDisk(a), "target", "/dev/"+dev, "partition", part, "serial", mc.blockSerial(dev))
 	names, err := extractSeed(body, dir)
 	if err != nil {
 		return "", fmt.Errorf("the seed tar from %s: %w", u, err)
@@ -73,10 +71,10 @@ func (mc *machine) writeFetchSecret(a tinkerbell.Action) (string, error) {
 	if _, err := filepath.EvalSymlinks(mc.devPath("/dev/fleetd-disk")); err != nil {
 		return "", errors.New("/dev/fleetd-disk is missing: wipe-disk did not select the disk")
 	}
-	src := mc.path(MachineWorkflowDir, a.Env["FLEETD_FETCH_SECRET_FILE"])
+	src := filepath.Join(a.Env["FLEETD_WORKFLOW_DIR"], a.Env["FLEETD_FETCH_SECRET_FILE"])
 	secret, err := readSecret(src)
 	if err != nil || a.Env["FLEETD_FETCH_SECRET_FILE"] == "" {
-		return "", fmt.Errorf("/workflow/%s is missing: the fleetd agent handed over no fetch secret, and fleetd serves the seed only with it", a.Env["FLEETD_FETCH_SECRET_FILE"])
+		return "", fmt.Errorf("%s is missing from the action's workflow directory: the fleetd agent handed over no fetch secret (does the Template give every action the request's shared volume?), and fleetd serves the seed only with it", a.Env["FLEETD_FETCH_SECRET_FILE"])
 	}
 	dst := mc.path(MachineDiskDir, imageFetchSecret)
 	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {

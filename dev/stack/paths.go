@@ -33,7 +33,7 @@ type paths struct {
 
 	fleetdConfig, classes, webhooks, fleetdPID, fleetdLog, keaReservations string
 
-	kube, kubeconfig, machines, tinkController, tinkServer string
+	kube, kubeconfig, machines string
 }
 
 func newPaths(dir string) paths {
@@ -47,8 +47,7 @@ func newPaths(dir string) paths {
 		fleetdCA: j("ca", "fleetd.pem"), fleetdTLSCert: j("secrets", "fleetd-tls.pem"), fleetdTLSKey: j("secrets", "fleetd-tls.key"),
 		fleetdConfig: j("fleetd.yaml"), classes: j("classes.json"), webhooks: j("netbox-webhooks.yaml"),
 		fleetdPID: j("fleetd.pid"), fleetdLog: j("fleetd.log"), keaReservations: j("kea", "reservations.json"),
-		kube: j("kube"), kubeconfig: j("kubeconfig"), machines: j("machines"), tinkController: j("tink-controller.log"),
-		tinkServer: j("tink-server.log"),
+		kube: j("kube"), kubeconfig: j("kubeconfig"), machines: j("machines"),
 	}
 }
 

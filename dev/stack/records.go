@@ -13,8 +13,6 @@ import (
 	"strings"
 	"time"
 
-	tinkv1 "github.com/tinkerbell/tink/api/v1alpha1"
-
 	"github.com/folly-infra/fleetd/dev/tinkerbell"
 	"github.com/folly-infra/fleetd/fleet"
 	"github.com/folly-infra/fleetd/workflows"
@@ -62,7 +60,7 @@ func (r Record) Field(k string) string {
 }
 
 // record writes one record line for action a of Workflow wf, with the given key/value pairs.
-func (mc *machine) record(kind string, wf *tinkv1.Workflow, a tinkerbell.Action, kv ...string) {
+func (mc *machine) record(kind string, wf *tinkerbell.Workflow, a tinkerbell.Action, kv ...string) {
 	fields := map[string]string{"workflow": wf.Name, "request": wf.Spec.HardwareMap[workflows.MapRequest], "action": a.Name}
 	for i := 0; i+1 < len(kv); i += 2 {
 		fields[kv[i]] = kv[i+1]
@@ -104,9 +102,10 @@ func (mc *machine) writeRecord(kind string, fields map[string]string) {
 	fmt.Fprintf(mc.log, "%s %s: record %s%s\n", time.Now().UTC().Format(time.RFC3339Nano), mc.step, kind, b.String())
 }
 
-// workflowDisk is /workflow/disk as an action reads it now ("" when absent).
-func (mc *machine) workflowDisk() string {
-	b, _ := os.ReadFile(mc.path(MachineWorkflowDir, "disk"))
+// workflowDisk is the disk file of the action's workflow directory (the agent's authorization,
+// /workflow/disk in a v0.12.2 container) as the action reads it now ("" when absent).
+func (mc *machine) workflowDisk(a tinkerbell.Action) string {
+	b, _ := os.ReadFile(filepath.Join(a.Env["FLEETD_WORKFLOW_DIR"], "disk"))
 	return strings.TrimSpace(string(b))
 }
 
@@ -116,10 +115,10 @@ func (mc *machine) blockSerial(dev string) string {
 	return strings.TrimSpace(string(b))
 }
 
-// certSerial is the hex serial of the first certificate of a PEM file in the workflow
+// certSerial is the hex serial of the first certificate of a PEM file in the action's workflow
 // directory, as fleetd writes ldevid_serial and lak_serial ("" when absent).
-func (mc *machine) certSerial(name string) string {
-	b, err := os.ReadFile(mc.path(MachineWorkflowDir, name))
+func (mc *machine) certSerial(a tinkerbell.Action, name string) string {
+	b, err := os.ReadFile(filepath.Join(a.Env["FLEETD_WORKFLOW_DIR"], name))
 	if err != nil {
 		return ""
 	}

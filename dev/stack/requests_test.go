@@ -7,6 +7,7 @@ import (
 	tinkv1 "github.com/tinkerbell/tink/api/v1alpha1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/folly-infra/fleetd/dev/tinkerbell"
 	"github.com/folly-infra/fleetd/workflows"
 )
 
@@ -73,9 +74,9 @@ func desired(action string) map[string]any {
 }
 
 // waitWorkflow waits until the named Workflow exists in the Kubernetes API.
-func waitWorkflow(t testing.TB, device, name string) *tinkv1.Workflow {
+func waitWorkflow(t testing.TB, device, name string) *tinkerbell.Workflow {
 	t.Helper()
-	wf := &tinkv1.Workflow{}
+	wf := &tinkerbell.Workflow{}
 	eventually(t, "Workflow "+name, func() (bool, string) {
 		err := testStack.Kube().Get(tctx(t), client.ObjectKey{Namespace: testStack.Info().Namespace, Name: name}, wf)
 		if err != nil {
@@ -88,7 +89,7 @@ func waitWorkflow(t testing.TB, device, name string) *tinkv1.Workflow {
 
 // checkWorkflow checks the Workflow against the device's declaration: the class's Template, the
 // Hardware with the device's MAC and address, and hardwareMap (docs/design.md §3).
-func checkWorkflow(t testing.TB, device string, wf *tinkv1.Workflow, template, action string) {
+func checkWorkflow(t testing.TB, device string, wf *tinkerbell.Workflow, template, action string) {
 	t.Helper()
 	m := testStack.Info().Machines[device]
 	if wf.Spec.TemplateRef != template || wf.Spec.HardwareRef != device {

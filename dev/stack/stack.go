@@ -49,6 +49,9 @@ type Options struct {
 	MoreDevices []SeedDevice
 	// Namespace is Tinkerbell's namespace; default tink-system.
 	Namespace string
+	// Tinkerbell is the Tinkerbell the stack runs (its own programs, scripts/tools.sh builds
+	// them); default the one FLEETD_TINKERBELL names, or v0.25.0 (tinkerbell.VersionFromEnv).
+	Tinkerbell tinkerbell.Version
 	// ReconcileInterval is fleetd's reconcile.interval; default 30 s (fleetd's minimum is 5 s).
 	ReconcileInterval time.Duration
 	// DeliveryTimeout bounds one webhook delivery of the emulator; default 2 s.
@@ -110,6 +113,14 @@ func (o *Options) defaults() error {
 	if o.Namespace == "" {
 		o.Namespace = "tink-system"
 	}
+	if o.Tinkerbell == "" {
+		if o.Tinkerbell, err = tinkerbell.VersionFromEnv(); err != nil {
+			return fmt.Errorf("start stack: %w", err)
+		}
+	}
+	if _, err := tinkerbell.ParseVersion(string(o.Tinkerbell)); err != nil {
+		return fmt.Errorf("start stack: Options.Tinkerbell: %w", err)
+	}
 	if o.CertLifetime == 0 {
 		o.CertLifetime = 2160 * time.Hour
 	}
@@ -155,8 +166,7 @@ type Stack struct {
 	supMu  sync.Mutex             // guards sups' entries (StopFleetdInstance, StartFleetdInstance)
 	sups   []*supervisor          // one per fleetd instance, in order
 	front  []*front               // the https and plain fronts with several instances, else none
-	ctrl   *tinkerbell.Controller // tink-controller
-	tsrv   *tinkerbell.Server     // tink-server, the workers' API
+	tb     *tinkerbell.Tinkerbell // its controller and server, the workers' API
 	tink   TinkerbellInfo
 
 	lock *os.File // the state directory's marker, locked while the stack runs
@@ -320,7 +330,7 @@ func (s *Stack) DeviceID(name string) int64 {
 // FleetdPID is the pid of the running fleetd (the first instance), 0 while it is restarting.
 func (s *Stack) FleetdPID() int { return s.FleetdInstancePID(1) }
 
-// Close stops the front, fleetd, tink-controller, the API server and the emulator, in that order. The state directory stays
+// Close stops the front, fleetd, Tinkerbell, the API server and the emulator, in that order. The state directory stays
 // for inspection.
 func (s *Stack) Close() error {
 	var errs []error
@@ -335,11 +345,8 @@ func (s *Stack) Close() error {
 			errs = append(errs, sup.stop())
 		}
 	}
-	if s.tsrv != nil {
-		errs = append(errs, s.tsrv.Stop())
-	}
-	if s.ctrl != nil {
-		errs = append(errs, s.ctrl.Stop())
+	if s.tb != nil {
+		errs = append(errs, s.tb.Stop())
 	}
 	errs = append(errs, s.StopKube())
 	if s.emu != nil {

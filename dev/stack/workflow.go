@@ -21,9 +21,9 @@ var ErrNoWorkflow = errors.New("no Workflow")
 
 // CurrentWorkflow finds the device's current Workflow: the one NetBox's fleet_workflow names,
 // or else the newest Workflow labelled with the device's id.
-func CurrentWorkflow(ctx context.Context, c client.Client, namespace string, d OwnerDevice) (*tinkv1.Workflow, error) {
+func CurrentWorkflow(ctx context.Context, c client.Client, namespace string, d OwnerDevice) (*tinkerbell.Workflow, error) {
 	if name := d.Field("fleet_workflow"); name != "" {
-		wf := &tinkv1.Workflow{}
+		wf := &tinkerbell.Workflow{}
 		err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, wf)
 		if err == nil {
 			return wf, nil
@@ -45,8 +45,8 @@ func CurrentWorkflow(ctx context.Context, c client.Client, namespace string, d O
 
 // DeviceWorkflows lists the Workflows fleetd created for a device (label device-id), oldest
 // first.
-func DeviceWorkflows(ctx context.Context, c client.Client, namespace string, deviceID int64) ([]tinkv1.Workflow, error) {
-	var list tinkv1.WorkflowList
+func DeviceWorkflows(ctx context.Context, c client.Client, namespace string, deviceID int64) ([]tinkerbell.Workflow, error) {
+	var list tinkerbell.WorkflowList
 	err := c.List(ctx, &list, client.InNamespace(namespace),
 		client.MatchingLabels{workflows.LabelDeviceID: strconv.FormatInt(deviceID, 10)})
 	if err != nil {
@@ -57,7 +57,7 @@ func DeviceWorkflows(ctx context.Context, c client.Client, namespace string, dev
 }
 
 // sortByCreation orders Workflows oldest first (by name within one second).
-func sortByCreation(wfs []tinkv1.Workflow) {
+func sortByCreation(wfs []tinkerbell.Workflow) {
 	sort.Slice(wfs, func(i, j int) bool {
 		a, b := wfs[i].CreationTimestamp, wfs[j].CreationTimestamp
 		if a.Equal(&b) {
@@ -93,7 +93,7 @@ type Drive struct {
 // PENDING or RUNNING, an action that has succeeded already or does not exist, and a worker id
 // that has another open Workflow (tink-server would serve the worker that one too). The
 // machine's tink-worker.log holds the worker's and the containers' log.
-func DriveWorkflow(ctx context.Context, info Info, kc client.Client, wf *tinkv1.Workflow, d Drive) error {
+func DriveWorkflow(ctx context.Context, info Info, kc client.Client, wf *tinkerbell.Workflow, d Drive) error {
 	mc, err := openMachine(info, wf.Spec.HardwareMap[workflows.MapDeviceName], "workflow", nil)
 	if err != nil {
 		return fmt.Errorf("drive Workflow %s: %w", wf.Name, err)
@@ -115,7 +115,7 @@ func DriveWorkflow(ctx context.Context, info Info, kc client.Client, wf *tinkv1.
 		return fmt.Errorf("drive Workflow %s: %w", wf.Name, err)
 	}
 	mc.say("worker %s runs Workflow %s with scripted containers, no machine (%s)", mac, wf.Name, d)
-	sc := newScript(ctx, kc, wf, target, d)
+	sc := newScript(ctx, kc, info.Tinkerbell.version(), wf, target, d)
 	err = runWorker(ctx, info, kc, wf, tinkerbell.RunOptions{ID: mac, Log: mc.path(MachineWorkerLog), Run: sc.run, Stop: sc.stop})
 	if err != nil {
 		return fmt.Errorf("drive Workflow %s: %w", wf.Name, err)
@@ -141,8 +141,8 @@ func (d Drive) String() string {
 
 // workerWorkflows lists the namespace's open Workflows for a worker id (openFor), for a drive,
 // which refuses to run with another one open (onlyOpenWorkflow).
-func workerWorkflows(ctx context.Context, kc client.Client, namespace, mac string) ([]tinkv1.Workflow, error) {
-	var list tinkv1.WorkflowList
+func workerWorkflows(ctx context.Context, kc client.Client, namespace, mac string) ([]tinkerbell.Workflow, error) {
+	var list tinkerbell.WorkflowList
 	if err := kc.List(ctx, &list, client.InNamespace(namespace)); err != nil {
 		return nil, fmt.Errorf("list Workflows: %w", err)
 	}
@@ -155,7 +155,7 @@ func workerWorkflows(ctx context.Context, kc client.Client, namespace, mac strin
 // stack's machine and a drive's script answer for wf alone (tinkerbell.RunWorker leaves another
 // Workflow's containers where the worker put them), so the other Workflow would be left RUNNING.
 // Nothing has run when it refuses.
-func onlyOpenWorkflow(wf *tinkv1.Workflow, open []tinkv1.Workflow) error {
+func onlyOpenWorkflow(wf *tinkerbell.Workflow, open []tinkerbell.Workflow) error {
 	var others []string
 	for _, o := range open {
 		if o.Name != wf.Name {

@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -18,16 +19,16 @@ import (
 	"github.com/folly-infra/fleetd/dev/tinkerbell"
 )
 
-// TestWorkflowOutcomes: a Workflow run by the stack's tink-server and a real tink-worker whose
+// TestWorkflowOutcomes: a Workflow run by the stack's Tinkerbell server and a real worker whose
 // containers are scripted (stack.DriveWorkflow) ends the device's request in NetBox
-// (docs/design.md §1 step 5, §2, §3): a failed action fails the request naming the action (tink
-// v0.12.2 keeps no action output, so fleetd says where it is, and the machine's tink-worker.log
+// (docs/design.md §1 step 5, §2, §3): a failed action fails the request naming the action
+// (Tinkerbell keeps no action output, so fleetd says where it is, and the machine's worker.log
 // holds it); a retirement that fails keeps the owner's decommissioning status; an install
 // Workflow that succeeds while the request is still pending (the agent never attested) fails it,
 // because nothing was authorized.
 func TestWorkflowOutcomes(t *testing.T) {
 	needStack(t)
-	const noOutput = "(Tinkerbell keeps no action output: it is in the machine's tink-worker log)"
+	const noOutput = "(Tinkerbell keeps no action output: it is in the log of the machine's worker, tink-agent or tink-worker)"
 	tests := []struct {
 		name        string
 		device      string
@@ -57,11 +58,11 @@ func TestWorkflowOutcomes(t *testing.T) {
 			if err := stack.DriveWorkflow(tctx(t), testStack.Info(), testStack.Kube(), wf, tc.drive); err != nil {
 				t.Fatalf("drive Workflow %s: %v", wf.Name, err)
 			}
-			want := tinkv1.WorkflowStateSuccess
+			want := "SUCCESS"
 			if tc.drive.Fail {
-				want = tinkv1.WorkflowStateFailed
+				want = "FAILED"
 			}
-			if wf.Status.State != want {
+			if tinkerbell.BareState(wf.Status.State) != want {
 				t.Fatalf("Workflow %s is %s, want %s", wf.Name, wf.Status.State, want)
 			}
 			d = waitState(t, tc.device, "failed")
@@ -90,11 +91,11 @@ func TestWorkflowOutcomes(t *testing.T) {
 }
 
 // failedAction is the one action of wf that failed.
-func failedAction(t *testing.T, wf *tinkv1.Workflow) string {
+func failedAction(t *testing.T, wf *tinkerbell.Workflow) string {
 	t.Helper()
 	var failed []string
 	for _, a := range tinkerbell.Actions(wf) {
-		if a.State == tinkv1.WorkflowStateFailed {
+		if tinkerbell.BareState(a.State) == "FAILED" {
 			failed = append(failed, a.Name)
 		}
 	}
@@ -104,8 +105,9 @@ func failedAction(t *testing.T, wf *tinkv1.Workflow) string {
 	return failed[0]
 }
 
-// wantOutputLogged fails unless the machine's tink-worker.log holds the output of the action's
-// container, where fleetd's message sends the operator.
+// wantOutputLogged fails unless the machine's worker.log holds the output of the action's
+// container (tink-worker's action_NAME, or tink-agent's tinkerbell_NAME_ID), where fleetd's
+// message sends the operator.
 func wantOutputLogged(t *testing.T, device, action, output string) {
 	t.Helper()
 	path := filepath.Join(testStack.Info().Machines[device].Dir, stack.MachineWorkerLog)
@@ -113,13 +115,14 @@ func wantOutputLogged(t *testing.T, device, action, output string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	container := regexp.MustCompile(`"container":"(` + regexp.QuoteMeta(tinkerbell.ContainerName(action)) +
+		`|` + regexp.QuoteMeta(tinkerbell.AgentContainerName(action, "")) + `[0-9A-Z]+)"`)
 	for _, line := range strings.Split(string(b), "\n") {
-		if strings.Contains(line, `"container":"`+tinkerbell.ContainerName(action)+`"`) && strings.Contains(line, `"decision":"exited"`) &&
-			strings.Contains(line, output) {
+		if container.MatchString(line) && strings.Contains(line, `"decision":"exited"`) && strings.Contains(line, output) {
 			return
 		}
 	}
-	t.Errorf("%s has no line saying container %s exited with output %q", path, tinkerbell.ContainerName(action), output)
+	t.Errorf("%s has no line saying container %s exited with output %q", path, container, output)
 }
 
 // failWorkflow fails the named Workflow of a device at action.
@@ -165,7 +168,7 @@ func TestDriveWorkflowRefusals(t *testing.T) {
 		// tink-server would serve the worker both, and its machine answers for one. Without the
 		// refusal the netboot ran the older one's containers (and, served first, the newer
 		// one's) as the older one's actions.
-		other := &tinkv1.Workflow{ObjectMeta: metav1.ObjectMeta{Namespace: wf.Namespace, Name: name + "-other", Labels: wf.Labels},
+		other := &tinkerbell.Workflow{ObjectMeta: metav1.ObjectMeta{Namespace: wf.Namespace, Name: name + "-other", Labels: wf.Labels},
 			Spec: tinkv1.WorkflowSpec{TemplateRef: wf.Spec.TemplateRef, HardwareRef: wf.Spec.HardwareRef, HardwareMap: wf.Spec.HardwareMap}}
 		if err := kc.Create(tctx(t), other); err != nil {
 			t.Fatal(err)
@@ -184,8 +187,8 @@ func TestDriveWorkflowRefusals(t *testing.T) {
 		}
 		// The worker starts the next action as soon as one succeeds: a drive that ends at an
 		// action leaves the next one RUNNING, as a machine switched off there would.
-		wantActions(t, wf, "STATE_RUNNING", "fleetd-enroll=STATE_SUCCESS wipe-disk=STATE_RUNNING wipe-receipt=STATE_PENDING")
-		wantReports(t, reports, "fleetd-enroll STATE_RUNNING", "fleetd-enroll STATE_SUCCESS", "wipe-disk STATE_RUNNING")
+		wantActions(t, wf, "RUNNING", "fleetd-enroll=SUCCESS wipe-disk=RUNNING wipe-receipt=PENDING")
+		wantReports(t, reports, "fleetd-enroll RUNNING", "fleetd-enroll SUCCESS", "wipe-disk RUNNING")
 	})
 	t.Run("refuse/fail-finished-action", func(t *testing.T) {
 		refused(t, stack.Drive{Fail: true, Action: "fleetd-enroll"}, "succeeded already")
@@ -197,11 +200,11 @@ func TestDriveWorkflowRefusals(t *testing.T) {
 		if err := stack.DriveWorkflow(tctx(t), info, kc, wf, stack.Drive{Fail: true, Message: "boom", Report: reported(&reports)}); err != nil {
 			t.Fatal(err)
 		}
-		wantActions(t, wf, "STATE_FAILED", "fleetd-enroll=STATE_SUCCESS wipe-disk=STATE_FAILED wipe-receipt=STATE_PENDING")
-		wantReports(t, reports, "wipe-disk STATE_FAILED: boom")
+		wantActions(t, wf, "FAILED", "fleetd-enroll=SUCCESS wipe-disk=FAILED wipe-receipt=PENDING")
+		wantReports(t, reports, "wipe-disk FAILED: boom")
 	})
 	t.Run("refuse/terminal-workflow", func(t *testing.T) {
-		refused(t, stack.Drive{}, "is STATE_FAILED once tink-controller prepared it")
+		refused(t, stack.Drive{}, "is FAILED once the controller prepared it")
 	})
 	d = waitState(t, dev, "failed")
 	if msg := d.Field("fleet_message"); !strings.Contains(msg, "at action wipe-disk (Tinkerbell keeps no action output") {
@@ -223,7 +226,7 @@ func reported(reports *[]string) func(string, tinkv1.WorkflowState, string) {
 	return func(action string, state tinkv1.WorkflowState, output string) {
 		mu.Lock()
 		defer mu.Unlock()
-		line := action + " " + string(state)
+		line := action + " " + tinkerbell.BareState(state)
 		if output != "" {
 			line += ": " + output
 		}
@@ -238,18 +241,19 @@ func wantReports(t *testing.T, got []string, want ...string) {
 	}
 }
 
-// wantActions fails unless wf, read again, is in state with its actions' states as want says.
-func wantActions(t *testing.T, wf *tinkv1.Workflow, state tinkv1.WorkflowState, want string) {
+// wantActions fails unless wf, read again, is in state with its actions' states as want says
+// (states without v0.12.2's STATE_ prefix).
+func wantActions(t *testing.T, wf *tinkerbell.Workflow, state, want string) {
 	t.Helper()
-	got := &tinkv1.Workflow{}
+	got := &tinkerbell.Workflow{}
 	if err := testStack.Kube().Get(tctx(t), client.ObjectKeyFromObject(wf), got); err != nil {
 		t.Fatal(err)
 	}
 	var states []string
 	for _, a := range tinkerbell.Actions(got) {
-		states = append(states, a.Name+"="+string(a.State))
+		states = append(states, a.Name+"="+tinkerbell.BareState(a.State))
 	}
-	if got.Status.State != state || strings.Join(states, " ") != want {
+	if tinkerbell.BareState(got.Status.State) != state || strings.Join(states, " ") != want {
 		t.Errorf("Workflow %s is %s with %s, want %s with %s", wf.Name, got.Status.State, strings.Join(states, " "), state, want)
 	}
 }

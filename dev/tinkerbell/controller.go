@@ -31,21 +31,6 @@ func Tool(root, name string) (string, error) {
 	return strings.TrimSpace(string(out)), nil
 }
 
-// RufioCRDs is the directory of Rufio's CRDs (bmc.tinkerbell.org Jobs, Machines, Tasks) in the
-// version interop/tinkerbell's tink-controller is built with. The controller deletes and
-// creates Rufio Jobs for a Workflow with bootOptions.bootMode, so the API server it runs against
-// must serve them.
-func RufioCRDs(ctx context.Context, root string) (string, error) {
-	cmd := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Dir}}", "github.com/tinkerbell/rufio")
-	cmd.Dir = filepath.Join(root, "interop", "tinkerbell")
-	out, err := cmd.Output()
-	dir := strings.TrimSpace(string(out))
-	if err != nil || dir == "" {
-		return "", fmt.Errorf("locate Rufio's CRDs with `go list -m github.com/tinkerbell/rufio` in %s: %v (run `go mod download` there)", cmd.Dir, err)
-	}
-	return filepath.Join(dir, "config", "crd", "bases"), nil
-}
-
 // ControllerOptions configure StartController.
 type ControllerOptions struct {
 	// Binary is tink-controller (Tool(root, "tink-controller")).
@@ -62,7 +47,8 @@ type ControllerOptions struct {
 // Controller is a running tink-controller process.
 type Controller = Process
 
-// Process is a running Tinkerbell program (tink-controller, tink-server or tink-worker).
+// Process is a running Tinkerbell program (tinkerbell, tink-agent; tink-controller, tink-server
+// or tink-worker).
 type Process struct {
 	name string
 	cmd  *exec.Cmd
@@ -70,7 +56,8 @@ type Process struct {
 	done chan struct{}
 	err  error // the process's exit, set before done is closed
 	once sync.Once
-	// ready is the log text that said the process was ready (tink-server's has its address).
+	// ready is the log line that said the process was ready (tink-server's has its address): the
+	// line of the first of the ready texts.
 	ready string
 }
 
@@ -98,8 +85,8 @@ func StartController(ctx context.Context, o ControllerOptions) (*Controller, err
 // startProcess starts a Tinkerbell program with only PATH, HOME and env in its environment (they
 // read their flags from environment variables of the same name too), in the log's directory
 // (where they find no config file), its output appended to log, and returns once the log shows
-// ready, within 60 s.
-func startProcess(ctx context.Context, name, bin string, args, env []string, log, ready string) (*Process, error) {
+// every one of ready, within 60 s.
+func startProcess(ctx context.Context, name, bin string, args, env []string, log string, ready ...string) (*Process, error) {
 	logf, err := os.OpenFile(log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("start %s: open its log: %w", name, err)
@@ -122,12 +109,8 @@ func startProcess(ctx context.Context, name, bin string, args, env []string, log
 	defer tick.Stop()
 	for {
 		if b, err := os.ReadFile(log); err == nil && int64(len(b)) > start {
-			if i := bytes.Index(b[start:], []byte(ready)); i >= 0 {
-				line := b[start+int64(i):]
-				if j := bytes.IndexByte(line, '\n'); j >= 0 {
-					line = line[:j]
-				}
-				p.ready = string(line)
+			if line, ok := allLogged(b[start:], ready); ok {
+				p.ready = line
 				return p, nil
 			}
 		}
@@ -143,6 +126,25 @@ func startProcess(ctx context.Context, name, bin string, args, env []string, log
 		case <-tick.C:
 		}
 	}
+}
+
+// allLogged says whether out holds every one of texts, and returns the line of the first.
+func allLogged(out []byte, texts []string) (string, bool) {
+	first := ""
+	for n, text := range texts {
+		i := bytes.Index(out, []byte(text))
+		if i < 0 {
+			return "", false
+		}
+		if n == 0 {
+			line := out[i:]
+			if j := bytes.IndexByte(line, '\n'); j >= 0 {
+				line = line[:j]
+			}
+			first = string(line)
+		}
+	}
+	return first, true
 }
 
 // Log is the process's log file.
@@ -171,15 +173,15 @@ func logTail(path string) string {
 	return strings.Join(lines, "\n")
 }
 
-// prepareTimeout bounds how long WaitPrepared waits for tink-controller. Two minutes, not less: on
+// prepareTimeout bounds how long WaitPrepared waits for the controller. Two minutes, not less: on
 // the busy 2-core machine make test runs on, the controller once left a new Workflow unreconciled
 // (state "") for 30 s while the stack ran dozens of others (TestRestartBetweenNetbootAndBoot); a
 // controller that is not running is still reported, later.
 const prepareTimeout = 2 * time.Minute
 
 // prepareSettle is how long a prepared Workflow must stay unchanged before WaitPrepared returns.
-// tink-controller v0.12.2 reconciles from its cache and writes status with a merge patch, which
-// carries no resourceVersion: a reconcile that still saw the Workflow unprepared (its own write
+// The controller (tink v0.12.2's and v0.25's alike) reconciles from its cache and writes status
+// with a merge patch, which carries no resourceVersion: a reconcile that still saw the Workflow unprepared (its own write
 // not yet in its cache, or a retry after "hardware not found") prepares it again and puts the
 // Workflow back to PENDING over whatever a worker reported in between. The workflows tests
 // found exactly that (a Workflow whose every action had succeeded read PENDING again).
@@ -196,14 +198,15 @@ const prepareSettle = 750 * time.Millisecond
 // already a stall.
 const renderNudgeAfter = 2 * time.Second
 
-// WaitPrepared waits until tink-controller has rendered the Workflow and prepared its boot
-// (tink v0.12.2's internal/deprecated/workflow reconciler): the state has left "" and
-// PREPARING, or the preparation failed (a boot-job or allowPXE condition failed). wf is
+// WaitPrepared waits until the controller has rendered the Workflow and prepared its boot (tink
+// v0.12.2's internal/deprecated/workflow reconciler, v0.25's tink/controller/internal/workflow):
+// the state has left "" and PREPARING, or the preparation failed (a boot-job or allowPXE
+// condition failed). wf is
 // refreshed. A Template that does not render is an error saying why, as the controller's
 // condition has it; a Workflow the controller leaves waiting is returned as it is, with no error,
 // for the caller to judge. A Workflow left unrendered for renderNudgeAfter is nudged
 // (nudgeWorkflow), and again after each renderNudgeAfter.
-func WaitPrepared(ctx context.Context, c client.Client, wf *tinkv1.Workflow) error {
+func WaitPrepared(ctx context.Context, c client.Client, wf *Workflow) error {
 	ctx, cancel := context.WithTimeout(ctx, prepareTimeout)
 	defer cancel()
 	var settledAt string // the resourceVersion the prepared Workflow has held since settledSince
@@ -212,18 +215,18 @@ func WaitPrepared(ctx context.Context, c client.Client, wf *tinkv1.Workflow) err
 	for {
 		if err := c.Get(ctx, client.ObjectKeyFromObject(wf), wf); err != nil {
 			if ctx.Err() != nil {
-				return fmt.Errorf("wait for tink-controller to prepare Workflow %s: %w (is tink-controller running? see its log)", wf.Name, ctx.Err())
+				return fmt.Errorf("wait for Tinkerbell's controller to prepare Workflow %s: %w (is it running? see its log)", wf.Name, ctx.Err())
 			}
 			return fmt.Errorf("read Workflow %s: %w", wf.Name, err)
 		}
 		// A Template that does not render stays so; a Template or Hardware the controller could
 		// not read yet is retried (its cache can lag behind the writes), so that is waited out.
 		msg := conditionMessage(wf, tinkv1.TemplateRenderedSuccess)
-		if wf.Status.TemplateRendering == tinkv1.TemplateRenderingFailed && strings.HasPrefix(msg, "error rendering template") {
-			return fmt.Errorf("tink-controller could not render Workflow %s: %s", wf.Name, msg)
+		if wf.Rendering() == tinkv1.TemplateRenderingFailed && strings.HasPrefix(msg, "error rendering template") {
+			return fmt.Errorf("Tinkerbell's controller could not render Workflow %s: %s", wf.Name, msg)
 		}
-		prepared := wf.Status.State != "" && wf.Status.State != tinkv1.WorkflowStatePreparing ||
-			wf.Status.State == tinkv1.WorkflowStatePreparing && preparationFailed(wf)
+		state := BareState(wf.Status.State)
+		prepared := state != "" && state != "PREPARING" || state == "PREPARING" && preparationFailed(wf)
 		// A failed nudge is not an error here: the next read says whether the Workflow is gone,
 		// and the next nudge tries again.
 		if wf.Status.State == "" && time.Since(nudged) >= renderNudgeAfter {
@@ -240,19 +243,22 @@ func WaitPrepared(ctx context.Context, c client.Client, wf *tinkv1.Workflow) err
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("tink-controller did not prepare Workflow %s within %s (state %q, templateRendering %q: %s): is tink-controller running? see its log",
-				wf.Name, prepareTimeout, wf.Status.State, wf.Status.TemplateRendering, msg)
+			return fmt.Errorf("Tinkerbell's controller did not prepare Workflow %s within %s (state %q, templateRendering %q: %s): is it running? see its log",
+				wf.Name, prepareTimeout, wf.Status.State, wf.Rendering(), msg)
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
 }
 
-// preparationFailed says whether a PREPARING Workflow carries a failed preparation step.
-func preparationFailed(wf *tinkv1.Workflow) bool {
+// preparationFailed says whether a PREPARING Workflow carries a failed preparation step
+// (v0.12.2 names its boot job conditions NetbootJob*, v0.25 BootJob*).
+func preparationFailed(wf *Workflow) bool {
 	for _, cd := range wf.Status.Conditions {
 		switch {
 		case cd.Type == tinkv1.NetbootJobSetupFailed && cd.Status == metav1.ConditionTrue,
 			cd.Type == tinkv1.NetbootJobFailed && cd.Status == metav1.ConditionTrue,
+			cd.Type == "BootJobSetupFailed" && cd.Status == metav1.ConditionTrue,
+			cd.Type == "BootJobFailed" && cd.Status == metav1.ConditionTrue,
 			cd.Type == tinkv1.ToggleAllowNetbootTrue && cd.Status == metav1.ConditionFalse:
 			return true
 		}
@@ -260,7 +266,7 @@ func preparationFailed(wf *tinkv1.Workflow) bool {
 	return false
 }
 
-func conditionMessage(wf *tinkv1.Workflow, t tinkv1.WorkflowConditionType) string {
+func conditionMessage(wf *Workflow, t tinkv1.WorkflowConditionType) string {
 	for _, cd := range wf.Status.Conditions {
 		if cd.Type == t {
 			return cd.Message

@@ -9,12 +9,11 @@ import (
 	"os"
 	"strconv"
 	"time"
-
-	tinkv1 "github.com/tinkerbell/tink/api/v1alpha1"
 )
 
-// Why a worker must wait for tink-controller's cache (tink v0.12.2,
-// internal/deprecated/workflow/reconciler.go): the controller reads each Workflow from its
+// Why a worker must wait for the controller's cache (tink v0.12.2,
+// internal/deprecated/workflow/reconciler.go; v0.25's tink/controller/internal/workflow/
+// reconciler.go does the same, mergePatchStatus): the controller reads each Workflow from its
 // informer cache and writes status with a JSON merge patch computed against that cached copy,
 // with no resourceVersion. A reconcile that still reads the Workflow with state "" (its own
 // first patch not yet in its cache: the key was queued again while it rendered) renders it
@@ -22,7 +21,8 @@ import (
 // recorded in between. tink-server then takes the first PENDING action for the current one
 // (Workflow.GetCurrentAction) and refuses the worker's report of its next action ("reported
 // action name does not match the current action details"); tink-worker v0.12.2 retries that
-// report forever, so the Workflow's later actions never run. That is read from tink's code and
+// report forever, so the Workflow's later actions never run (v0.25 renders each action a new id,
+// so its server no longer finds the action the agent reports). That is read from tink's code and
 // fits what the dev stack once saw (a life-talos Workflow left with records [enrolled wipe]);
 // the stack's tink-controller log shows reconciles of stale cached copies (a Workflow read
 // PREPARING twice), and the workers' logs the reports tink-server refused while its own cache
@@ -31,7 +31,8 @@ import (
 // The controller's cache only moves forward, so once one of its reconciles has read the
 // Workflow prepared (PENDING or later), no later reconcile renders it again. The controller
 // says so in its debug log, which StartController turns on: each reconcile ends with a
-// "Reconcile code flow journal" whose entries name the branch the cached state took.
+// "Reconcile code flow journal" whose entries name the branch the cached state took (the same
+// entries in both versions).
 
 // preparedBranches are the journal entries of a reconcile that read a Workflow prepared.
 var preparedBranches = map[string]bool{
@@ -53,7 +54,7 @@ type reconcileJournal struct {
 }
 
 // readPrepared says whether one log line is a reconcile of wf that read it prepared.
-func readPrepared(line []byte, wf *tinkv1.Workflow) bool {
+func readPrepared(line []byte, wf *Workflow) bool {
 	if !bytes.Contains(line, []byte(`"Reconcile code flow journal"`)) || !bytes.Contains(line, []byte(strconv.Quote(wf.Name))) {
 		return false
 	}
@@ -69,8 +70,18 @@ func readPrepared(line []byte, wf *tinkv1.Workflow) bool {
 	return false
 }
 
-// lineTime is a zap JSON line's "ts" (seconds since the epoch), or false.
+// lineTime is a log line's time: v0.25's slog JSON "time" (RFC 3339, the line's first key) or
+// v0.12.2's zap JSON "ts" (seconds since the epoch), or false. (The journal's own entries carry
+// a "time" too, so only the first key is v0.25's.)
 func lineTime(line []byte) (time.Time, bool) {
+	if rest, ok := bytes.CutPrefix(line, []byte(`{"time":"`)); ok {
+		end := bytes.IndexByte(rest, '"')
+		if end < 0 {
+			return time.Time{}, false
+		}
+		t, err := time.Parse(time.RFC3339Nano, string(rest[:end]))
+		return t, err == nil
+	}
 	i := bytes.Index(line, []byte(`"ts":`))
 	if i < 0 {
 		return time.Time{}, false
@@ -92,8 +103,8 @@ func lineTime(line []byte) (time.Time, bool) {
 // brings takes the controller milliseconds.
 const nudgeAfter = 500 * time.Millisecond
 
-// WaitReconciled waits until tink-controller's log (controllerLog, the file StartController
-// appends to) shows a reconcile that read wf prepared, and so until no reconcile can render wf
+// WaitReconciled waits until the controller's log (controllerLog, the file it appends to) shows
+// a reconcile that read wf prepared, and so until no reconcile can render wf
 // again over a worker's reports (see above). Call it once WaitPrepared has returned. The log is
 // read backwards from its end down to wf's creation, then forwards as it grows, so a large
 // fleet's log is not read whole for every machine.
@@ -103,12 +114,12 @@ const nudgeAfter = 500 * time.Millisecond
 // their machines' netboots waited for a line that never came. So when none has come for
 // nudgeAfter, nudge (when set) changes the Workflow so that the controller reconciles it again
 // (nudgeWorkflow: an annotation), and again after each nudgeAfter.
-func WaitReconciled(ctx context.Context, controllerLog string, wf *tinkv1.Workflow, nudge func(context.Context) error) error {
+func WaitReconciled(ctx context.Context, controllerLog string, wf *Workflow, nudge func(context.Context) error) error {
 	ctx, cancel := context.WithTimeout(ctx, prepareTimeout)
 	defer cancel()
 	f, err := os.Open(controllerLog)
 	if err != nil {
-		return fmt.Errorf("read tink-controller's log: %w", err)
+		return fmt.Errorf("read the controller's log: %w", err)
 	}
 	defer f.Close()
 	// The creation time has whole seconds; a line of that second counts.
@@ -118,20 +129,20 @@ func WaitReconciled(ctx context.Context, controllerLog string, wf *tinkv1.Workfl
 	for err == nil && !found {
 		if nudge != nil && time.Since(nudged) >= nudgeAfter {
 			if err := nudge(ctx); err != nil && ctx.Err() == nil {
-				return fmt.Errorf("nudge tink-controller to reconcile Workflow %s: %w", wf.Name, err)
+				return fmt.Errorf("nudge the controller to reconcile Workflow %s: %w", wf.Name, err)
 			}
 			nudged = time.Now()
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("tink-controller logged no reconcile that read Workflow %s prepared within %s (state %s): its cache may still hold it unprepared; see %s",
+			return fmt.Errorf("the controller logged no reconcile that read Workflow %s prepared within %s (state %s): its cache may still hold it unprepared; see %s",
 				wf.Name, prepareTimeout, wf.Status.State, controllerLog)
 		case <-time.After(20 * time.Millisecond):
 		}
 		found, end, err = scanForward(f, end, wf)
 	}
 	if err != nil {
-		return fmt.Errorf("read tink-controller's log %s: %w", controllerLog, err)
+		return fmt.Errorf("read the controller's log %s: %w", controllerLog, err)
 	}
 	return nil
 }
@@ -139,7 +150,7 @@ func WaitReconciled(ctx context.Context, controllerLog string, wf *tinkv1.Workfl
 // scanBack reads f's complete lines from its end back to the first line older than since,
 // and returns whether one is a prepared reconcile of wf, and the offset just past the last
 // complete line.
-func scanBack(f *os.File, since time.Time, wf *tinkv1.Workflow) (bool, int64, error) {
+func scanBack(f *os.File, since time.Time, wf *Workflow) (bool, int64, error) {
 	size, err := f.Seek(0, io.SeekEnd)
 	if err != nil {
 		return false, 0, err
@@ -186,7 +197,7 @@ func scanBack(f *os.File, since time.Time, wf *tinkv1.Workflow) (bool, int64, er
 }
 
 // scanForward reads f's complete lines from offset from on, as scanBack does.
-func scanForward(f *os.File, from int64, wf *tinkv1.Workflow) (bool, int64, error) {
+func scanForward(f *os.File, from int64, wf *Workflow) (bool, int64, error) {
 	size, err := f.Seek(0, io.SeekEnd)
 	if err != nil || size <= from {
 		return false, from, err

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	tinkv1 "github.com/tinkerbell/tink/api/v1alpha1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/folly-infra/fleetd/dev/tinkerbell"
@@ -27,6 +26,17 @@ func journalLine(at time.Time, ns, name string, branch ...string) string {
 		float64(at.UnixNano())/1e9, name, ns, ns, name, strings.Join(entries, ","))
 }
 
+// slogJournalLine is the same line as Tinkerbell v0.25's `tinkerbell` logs it (logr over slog's
+// JSON handler: "time" first, in RFC 3339).
+func slogJournalLine(at time.Time, ns, name string, branch ...string) string {
+	entries := []string{`{"msg":"starting reconcile","source":{"function":"Reconcile()","file":"reconciler.go","line":121},"time":"2026-12-05T17:00:00Z"}`}
+	for _, b := range branch {
+		entries = append(entries, fmt.Sprintf(`{"msg":%q,"source":{"function":"Reconcile()","file":"reconciler.go","line":136},"time":"2026-12-05T17:00:00Z"}`, b))
+	}
+	return fmt.Sprintf(`{"time":%q,"level":"-1","caller":"tink/controller/internal/workflow/reconciler.go:118","msg":"Reconcile code flow journal","logger":"tink-controller","controller":"workflow","controllerGroup":"tinkerbell.org","controllerKind":"Workflow","Workflow":{"name":%q,"namespace":%q},"namespace":%q,"name":%q,"reconcileID":"r","journal":[%s]}`,
+		at.UTC().Format(time.RFC3339Nano), name, ns, ns, name, strings.Join(entries, ","))
+}
+
 func reconcileLine(at time.Time, name string) string {
 	return fmt.Sprintf(`{"level":"info","ts":%.9f,"logger":"github.com/tinkerbell/tink","msg":"Reconcile","Workflow":{"name":%q,"namespace":"ns"}}`, float64(at.UnixNano())/1e9, name)
 }
@@ -36,7 +46,7 @@ func reconcileLine(at time.Time, name string) string {
 // the same name is not that.
 func TestWaitReconciled(t *testing.T) {
 	created := time.Date(2026, 12, 2, 17, 0, 0, 0, time.UTC)
-	wf := &tinkv1.Workflow{ObjectMeta: metav1.ObjectMeta{Name: "wipe-1", Namespace: "ns", CreationTimestamp: metav1.NewTime(created)}}
+	wf := &tinkerbell.Workflow{ObjectMeta: metav1.ObjectMeta{Name: "wipe-1", Namespace: "ns", CreationTimestamp: metav1.NewTime(created)}}
 	at := func(d time.Duration) time.Time { return created.Add(d) }
 	// filler is other Workflows' reconciles, more than one read-back chunk of them.
 	var filler []string
@@ -62,6 +72,12 @@ func TestWaitReconciled(t *testing.T) {
 		{name: "ok/logged while it waits", wantOK: true,
 			lines: []string{journalLine(at(0), "ns", "wipe-1", "new workflow", "patching status")},
 			later: journalLine(at(time.Second), "ns", "wipe-1", "controller will not trigger another reconcile")},
+		{name: "ok/v0.25's log: pending read after the render", wantOK: true, lines: []string{
+			slogJournalLine(at(0), "ns", "wipe-1", "new workflow", "patching status"),
+			slogJournalLine(at(time.Second), "ns", "wipe-1", "controller will not trigger another reconcile")}},
+		{name: "refuse/v0.25's log: an older Workflow of the same name", lines: append([]string{
+			slogJournalLine(at(-time.Hour), "ns", "wipe-1", "controller will not trigger another reconcile"),
+			slogJournalLine(at(0), "ns", "wipe-1", "new workflow", "patching status")}, filler...)},
 		{name: "refuse/only renders", lines: []string{
 			journalLine(at(0), "ns", "wipe-1", "new workflow", "patching status"),
 			journalLine(at(time.Second), "ns", "wipe-1", "new workflow", "patching status")}},

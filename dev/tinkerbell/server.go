@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"regexp"
 	"time"
-
-	tinkv1 "github.com/tinkerbell/tink/api/v1alpha1"
 )
 
 // ServerOptions configure StartServer.
@@ -92,6 +90,6 @@ func ContainerName(action string) string {
 // WorkflowBind is the bind tink-worker v0.12.2 gives every action's container of a Workflow, its
 // shared directory (cmd/tink-worker/worker CreateContainer: /worker/<namespace>/<name> at
 // /workflow): it says which Workflow a container belongs to.
-func WorkflowBind(wf *tinkv1.Workflow) string {
+func WorkflowBind(wf *Workflow) string {
 	return "/worker/" + wf.Namespace + "/" + wf.Name + ":/workflow"
 }

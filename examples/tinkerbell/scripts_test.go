@@ -39,12 +39,15 @@ func scripts(t *testing.T) []script {
 	hm := exampleHardwareMap()
 	var out []script
 	for _, tpl := range tpls {
-		r, err := workflows.RenderTemplate(*tpl.Spec.Data, hm, nil)
-		if err != nil {
-			t.Fatalf("render %s: %v", tpl.Name, err)
-		}
-		if err := workflows.CheckTemplate(tpl.Name, r, hm); err != nil {
-			t.Fatalf("check %s: %v", tpl.Name, err)
+		var r workflows.Rendered
+		for _, v := range workflows.Versions { // the example Templates serve either Tinkerbell
+			var err error
+			if r, err = workflows.RenderTemplate(v, *tpl.Spec.Data, hm, nil); err != nil {
+				t.Fatalf("render %s for Tinkerbell %s: %v", tpl.Name, v, err)
+			}
+			if err := workflows.CheckTemplate(v, tpl.Name, r, hm); err != nil {
+				t.Fatalf("check %s for Tinkerbell %s: %v", tpl.Name, v, err)
+			}
 		}
 		for action, tplName := range map[fleet.Action]string{fleet.ActionWipe: "wipe", fleet.ActionRetire: "retire"} {
 			if tplName == tpl.Name {
@@ -146,16 +149,23 @@ func (m machine) disk(t *testing.T, name, serial, byID, serialFile string) {
 	write(t, filepath.Join(m.sys, "block", name, serialFile), serial+"      \n")
 }
 
+// run runs the script with the Template's environment, the machine's roots in place of /dev, /sys
+// and the request's shared directory (the Template's FLEETD_WORKFLOW_DIR, a path in the
+// container), and env on top.
 func (m machine) run(s script, env map[string]string) (string, error) {
 	cmd := exec.Command("/bin/sh", "-c", s.body)
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "DRY_RUN=1", "FLEETD_DEVFS=" + m.dev,
-		"FLEETD_SYSFS=" + m.sys, "FLEETD_WORKFLOW_DIR=" + m.wf}
+	all := map[string]string{}
 	for k, v := range s.env {
-		if _, ok := env[k]; !ok {
-			cmd.Env = append(cmd.Env, k+"="+v)
-		}
+		all[k] = v
+	}
+	for k, v := range map[string]string{"PATH": os.Getenv("PATH"), "DRY_RUN": "1", "FLEETD_DEVFS": m.dev,
+		"FLEETD_SYSFS": m.sys, "FLEETD_WORKFLOW_DIR": m.wf} {
+		all[k] = v
 	}
 	for k, v := range env {
+		all[k] = v
+	}
+	for k, v := range all {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
 	out, err := cmd.CombinedOutput()
@@ -175,7 +185,7 @@ func TestFetchSecretCarried(t *testing.T) {
 		if tpl.Name != "talos-provision" {
 			continue
 		}
-		r, err := workflows.RenderTemplate(*tpl.Spec.Data, hm, nil)
+		r, err := workflows.RenderTemplate(workflows.DefaultVersion, *tpl.Spec.Data, hm, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -210,7 +220,7 @@ func BenchmarkRenderTemplate(b *testing.B) {
 	hm := exampleHardwareMap()
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := workflows.RenderTemplate(data, hm, nil); err != nil {
+		if _, err := workflows.RenderTemplate(workflows.DefaultVersion, data, hm, nil); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -16,7 +16,8 @@ import (
 )
 
 // TestWipeDiskSelectsBySerial runs the wipe-disk action (DRY_RUN) against fake machines: it
-// must find exactly one disk with the declared serial, agree with the agent's /workflow/disk,
+// must find exactly one disk with the declared serial, agree with the agent's disk file in the
+// request's shared directory,
 // and fail loudly, erasing nothing, otherwise (docs/design.md §1 limits, §3).
 func TestWipeDiskSelectsBySerial(t *testing.T) {
 	wipe := find(t, scripts(t), "wipe", "wipe-disk")
@@ -252,7 +253,7 @@ func TestWipeReceiptStep(t *testing.T) {
 	}
 	rendered := map[string]workflows.Rendered{}
 	for _, tpl := range tpls {
-		if rendered[tpl.Name], err = workflows.RenderTemplate(*tpl.Spec.Data, exampleHardwareMap(), nil); err != nil {
+		if rendered[tpl.Name], err = workflows.RenderTemplate(workflows.DefaultVersion, *tpl.Spec.Data, exampleHardwareMap(), nil); err != nil {
 			t.Fatal(err)
 		}
 	}

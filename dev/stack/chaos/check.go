@@ -9,12 +9,12 @@ import (
 	"strings"
 	"time"
 
-	tinkv1 "github.com/tinkerbell/tink/api/v1alpha1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/folly-infra/fleetd/dev/netboxemu"
 	"github.com/folly-infra/fleetd/dev/stack"
 	"github.com/folly-infra/fleetd/dev/swtpm"
+	"github.com/folly-infra/fleetd/dev/tinkerbell"
 	"github.com/folly-infra/fleetd/workflows"
 )
 
@@ -104,7 +104,7 @@ func CheckReport(ctx context.Context, src Sources) (Report, error) {
 type evidence struct {
 	src       Sources
 	devices   []stack.OwnerDevice
-	workflows map[string][]tinkv1.Workflow // by request label
+	workflows map[string][]tinkerbell.Workflow // by request label
 	histories map[int64]*history
 }
 
@@ -113,11 +113,11 @@ func gather(ctx context.Context, src Sources) (*evidence, error) {
 	if err != nil {
 		return nil, fmt.Errorf("check: read NetBox's devices: %w", err)
 	}
-	var list tinkv1.WorkflowList
+	var list tinkerbell.WorkflowList
 	if err := src.Kube.List(ctx, &list, client.InNamespace(src.Namespace), client.HasLabels{workflows.LabelDeviceID}); err != nil {
 		return nil, fmt.Errorf("check: list fleetd's Workflows: %w", err)
 	}
-	e := &evidence{src: src, devices: devices, workflows: map[string][]tinkv1.Workflow{}, histories: map[int64]*history{}}
+	e := &evidence{src: src, devices: devices, workflows: map[string][]tinkerbell.Workflow{}, histories: map[int64]*history{}}
 	for _, wf := range list.Items {
 		e.workflows[wf.Labels[workflows.LabelRequest]] = append(e.workflows[wf.Labels[workflows.LabelRequest]], wf)
 	}
@@ -187,7 +187,7 @@ func (e *evidence) checkOrphans() []Violation {
 	return out
 }
 
-func names(wfs []tinkv1.Workflow) []string {
+func names(wfs []tinkerbell.Workflow) []string {
 	out := make([]string, len(wfs))
 	for i, wf := range wfs {
 		out[i] = wf.Name

@@ -27,6 +27,7 @@ import (
 	"github.com/folly-infra/fleetd/dev/stack"
 	"github.com/folly-infra/fleetd/dev/stack/chaos"
 	"github.com/folly-infra/fleetd/dev/swtpm"
+	"github.com/folly-infra/fleetd/dev/tinkerbell"
 	"github.com/folly-infra/fleetd/fleet"
 	"github.com/folly-infra/fleetd/workflows"
 )
@@ -229,7 +230,7 @@ func (f *fixture) wf(req string) string { return f.name + "-" + req }
 
 func (f *fixture) workflow(name, req string) {
 	f.t.Helper()
-	wf := &tinkv1.Workflow{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.ns, Labels: map[string]string{
+	wf := &tinkerbell.Workflow{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.ns, Labels: map[string]string{
 		workflows.LabelDeviceID: fmt.Sprint(f.id), workflows.LabelRequest: req}},
 		Spec: tinkv1.WorkflowSpec{TemplateRef: "talos-provision", HardwareRef: f.name}}
 	if err := f.kc.Create(context.Background(), wf); err != nil {

@@ -9,9 +9,8 @@ import (
 	"strings"
 	"time"
 
-	tinkv1 "github.com/tinkerbell/tink/api/v1alpha1"
-
 	"github.com/folly-infra/fleetd/dev/stack"
+	"github.com/folly-infra/fleetd/dev/tinkerbell"
 )
 
 // world is what surrounds fleetd in a schedule: the machines and Tinkerbell, reading the
@@ -65,7 +64,7 @@ func (d devState) quiet() bool {
 
 // openWorkflow is the Workflow the machine's worker runs next (stack.MachineWorkflow); an error
 // wrapping stack.ErrNoWorkflow when none waits.
-func (w *world) openWorkflow(ctx context.Context, name string) (*tinkv1.Workflow, error) {
+func (w *world) openWorkflow(ctx context.Context, name string) (*tinkerbell.Workflow, error) {
 	return stack.MachineWorkflow(ctx, w.s.Kube(), w.s.Info().Namespace, w.s.Info().Machines[name])
 }
 

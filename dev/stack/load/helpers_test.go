@@ -12,12 +12,12 @@ import (
 	"testing"
 	"time"
 
-	tinkv1 "github.com/tinkerbell/tink/api/v1alpha1"
 	"golang.org/x/sync/errgroup"
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/folly-infra/fleetd/dev/stack"
+	"github.com/folly-infra/fleetd/dev/tinkerbell"
 	"github.com/folly-infra/fleetd/workflows"
 )
 
@@ -71,7 +71,7 @@ type creations struct {
 // watchCreations watches the Workflows with fleetd's device label from now on.
 func watchCreations(t *testing.T, s *stack.Stack) *creations {
 	t.Helper()
-	w, err := s.Kube().Watch(context.Background(), &tinkv1.WorkflowList{}, client.InNamespace(s.Info().Namespace),
+	w, err := s.Kube().Watch(context.Background(), &tinkerbell.WorkflowList{}, client.InNamespace(s.Info().Namespace),
 		client.HasLabels{workflows.LabelDeviceID})
 	if err != nil {
 		t.Fatal(err)
@@ -80,7 +80,7 @@ func watchCreations(t *testing.T, s *stack.Stack) *creations {
 	c := &creations{seen: map[int64]time.Time{}, n: map[int64]int{}}
 	go func() {
 		for ev := range w.ResultChan() {
-			wf, ok := ev.Object.(*tinkv1.Workflow)
+			wf, ok := ev.Object.(*tinkerbell.Workflow)
 			if !ok || ev.Type != watch.Added {
 				continue
 			}

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	tinkv1 "github.com/tinkerbell/tink/api/v1alpha1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/folly-infra/fleetd/dev/netboxemu"
@@ -244,7 +243,7 @@ func waitPrepared(t *testing.T, ctx context.Context, s *stack.Stack, want int) [
 	start := time.Now()
 	var pending int
 	for deadline := start.Add(30 * time.Minute); ; time.Sleep(2 * time.Second) {
-		var list tinkv1.WorkflowList
+		var list tinkerbell.WorkflowList
 		if err := s.Kube().List(ctx, &list, client.InNamespace(s.Info().Namespace), client.HasLabels{workflows.LabelDeviceID}); err != nil {
 			t.Fatal(err)
 		}
