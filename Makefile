@@ -20,10 +20,11 @@ help: ## list the targets
 deps: ## install the Debian packages the tests and the dev stack need (only those missing)
 	@./scripts/install-deps.sh
 
-# golangci-lint is built by `make lint`, not here, until `make test` runs it.
+# The opt-in tools (scripts/tools.sh list) are built by the targets that run them: make
+# test-compat, make lint (golangci-lint, until make test runs it).
 .PHONY: tools
 tools: ## build the third-party tools the tests run (scripts/tools.sh list) once per machine, into a cache outside the checkout
-	@for t in $$(./scripts/tools.sh list | cut -d' ' -f1 | grep -vx golangci-lint); do ./scripts/tools.sh build $$t >/dev/null || exit 1; done
+	@for t in $$(./scripts/tools.sh list | awk '$$3 != "opt-in" {print $$1}'); do ./scripts/tools.sh build $$t >/dev/null || exit 1; done
 
 .PHONY: build
 build: ## build bin/fleetd (production, static) and bin/fleetsim (development stack)
@@ -60,6 +61,17 @@ test: deps tools ## the whole test suite (what CI runs): the concurrent packages
 	$(GO) test $(TEST_FLAGS) $(TEST_BENCH) -race $(addprefix ./,$(RACE_PKGS))
 	cd interop/spire && $(GO) test $(TEST_FLAGS) $(TEST_BENCH) ./...
 	@$(MAKE) --no-print-directory chaos CHAOS_SEED=$(CHAOS_TEST_SEED) CHAOS_COVERING=1
+
+# The Tinkerbell lifecycle tests against tink v0.12.2 (docs/operate.md, "Tinkerbell"): make test
+# runs them against v0.25.0, the Tinkerbell new installs get; this runs the packages that start
+# Tinkerbell's own programs again with v0.12.2's (FLEETD_TINKERBELL), building them first (opt-in
+# tools: about 8 minutes once per machine). Outside make test's time budget.
+COMPAT_PKGS := ./dev/tinkerbell ./workflows ./dev/stack
+
+.PHONY: test-compat
+test-compat: deps tools ## the Tinkerbell lifecycle tests against tink v0.12.2 (builds its programs first; opt-in, not in make test)
+	@for t in tink-controller tink-server tink-worker; do ./scripts/tools.sh build $$t >/dev/null || exit 1; done
+	FLEETD_TINKERBELL=v0.12.2 $(GO) test $(TEST_FLAGS) $(COMPAT_PKGS)
 
 # The randomized fault schedules of dev/stack/chaos (issue 7): each run prints
 # "schedules=N violations=M not-played=P foreign-writes=W restores=R", the coverage table (each step, fault and kill point:
@@ -119,9 +131,10 @@ load: deps tools ## the load test: LOAD_DEVICES (default 1,000) machines, 500-re
 	FLEETD_LOAD=1 LOAD_DEVICES=$(LOAD_DEVICES) LOAD_NETBOX_LATENCY=$(LOAD_NETBOX_LATENCY) LOAD_PHASES=$(LOAD_PHASES) $(GO) test -count=1 -timeout 0 -v -run '^TestLoad$$' ./dev/stack/load
 
 .PHONY: vet
-vet: deps ## go vet (both modules)
+vet: deps ## go vet (the main module and the interop modules with code)
 	$(GO) vet ./...
 	cd interop/spire && $(GO) vet ./...
+	cd interop/quamina && $(GO) vet ./...
 
 # golangci-lint's analysis cache: a stable place outside the checkout, shared by every clone.
 LINT_CACHE   ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/golangci-lint
@@ -133,7 +146,7 @@ lint: ## golangci-lint v2 with .golangci.yml (built once into the tools cache), 
 		GOLANGCI_LINT_CACHE='$(LINT_CACHE)' nice "$$lint" run --timeout '$(LINT_TIMEOUT)' ./...
 
 .PHONY: check-drift
-check-drift: ## fail when gofmt or go mod tidy (main module, interop/spire and interop/tinkerbell) would change something
+check-drift: ## fail when gofmt or go mod tidy (the main module and each interop module) would change something
 	GO='$(GO)' ./scripts/check-drift.sh
 
 .PHONY: ci

@@ -4,7 +4,8 @@
 #
 #   scripts/tools.sh build NAME   build NAME unless its version is cached; print the binary's path
 #   scripts/tools.sh path NAME    print the cached binary's path; fail (exit 1) if it is not built
-#   scripts/tools.sh list         print every NAME with its version
+#   scripts/tools.sh list         print every NAME with its version (and "opt-in" after the tools
+#                                 only an opt-in make target runs, which make tools leaves unbuilt)
 #
 # The cache is ${FLEETD_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/fleetd-tools}/NAME-VERSION/.
 # A fresh clone on the same machine (CI) reuses it; a new version is a new directory, so changing
@@ -20,17 +21,19 @@ cache="${FLEETD_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/fleetd-tools}"
 GO="${GO:-go}"
 root=$(cd "$(dirname "$0")/.." && pwd)
 
-# NAME VERSION, one a line.
+# NAME VERSION [opt-in], one a line. An opt-in tool is built the first time its make target runs
+# (Tinkerbell v0.12.2's: make test-compat; golangci-lint: make lint, until make test runs it), not
+# by make tools, so make test never waits for it.
 versions() {
 	cat <<-EOF
 	tofu v1.12.6
 	terraform-provider-restapi v1.20.0
 	tinkerbell v0.25.0
 	tink-agent v0.25.0
-	tink-controller v0.12.2
-	tink-server v0.12.2
-	tink-worker v0.12.2
-	golangci-lint v2.15.0
+	tink-controller v0.12.2 opt-in
+	tink-server v0.12.2 opt-in
+	tink-worker v0.12.2 opt-in
+	golangci-lint v2.15.0 opt-in
 	EOF
 }
 
@@ -82,7 +85,7 @@ build_one() {
 		(cd "$mod" && CGO_ENABLED=0 "$GO" build -trimpath -buildvcs=false -ldflags "-s -w" -o "$3/$1" "$pkg")
 		;;
 	tink-controller | tink-server | tink-worker)
-		# Tinkerbell v0.12.2's components, built from interop/tink: that
+		# Tinkerbell v0.12.2's components (make test-compat), built from interop/tink: that
 		# module's go.mod and go.sum pin tink and every dependency (its version must be the one
 		# above). The three share one compile in the build cache, so the second and third cost
 		# little more than a link.
