@@ -154,7 +154,7 @@ func (e *enrollment) answer(tpm *TPM, ak *attest.AK, ch api.ChallengeResponse) (
 		return nil, nil, &TPMError{Op: "create LDevID", Err: err}
 	}
 	// The AK's blob goes to fleetd too: a provision delivers it to the installed node in its
-	// configuration, with the LAK certificate (HookOS's /workflow does not survive the reboot).
+	// configuration, with the LAK certificate (HookOS's shared directory does not survive the reboot).
 	blob, err := ak.Marshal()
 	if err != nil {
 		return nil, nil, &TPMError{Op: "marshal AK", Err: err}

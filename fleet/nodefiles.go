@@ -10,7 +10,8 @@ import (
 // the LAK certificate and the AK blob that `fleetd boot-check` reads (docs/design.md §5), and the
 // LDevID certificate and key blobs that SPIRE's tpm_devid agent reads (devid_cert_path,
 // devid_pub_path, devid_priv_path; docs/enrollment.md). The enrollment agent writes them into
-// HookOS's /workflow, which lives in RAM and is gone after the reboot, and Talos has no writable
+// HookOS's shared directory (the Template's FLEETD_WORKFLOW_DIR), which lives in RAM and is gone
+// after the reboot, and Talos has no writable
 // root file system that an action in HookOS could copy them into (its STATE and EPHEMERAL
 // partitions are created at its first boot). So every class kind carries them in its
 // configuration, and the node's OS writes them into NodeDir on its first boot: nixos-image and
@@ -52,7 +53,7 @@ type NodeFile = api.NodeFile
 // LAKFiles are the files a node's boot checks need: lak.pem, the LAK leaf then its chain
 // (public, 0644), and lak.blob, the AK as the agent's TPM wrapped it (0600: useless outside that
 // TPM, but nothing else on the node needs to read it). They are the bytes the agent wrote into
-// /workflow under the same names.
+// the shared directory under the same names.
 func LAKFiles(lak *pki.Certificate, blob []byte) []NodeFile {
 	return []NodeFile{
 		{Name: NodeFileLAKCert, Mode: 0o644, Data: lak.PEM()},
@@ -64,7 +65,7 @@ func LAKFiles(lak *pki.Certificate, blob []byte) []NodeFile {
 // LDevID leaf then its chain (public, 0644), and the key's blobs ldevid.pub (TPMT_PUBLIC) and
 // ldevid.priv (TPM2B_PRIVATE contents), both without size prefix and 0600 (wrapped by the TPM's
 // storage key; nothing but root's SPIRE agent needs them). They are the bytes the enrollment agent
-// wrote into /workflow under the same names.
+// wrote into the shared directory under the same names.
 func LDevIDFiles(chainPEM, public, private []byte) []NodeFile {
 	return []NodeFile{
 		{Name: NodeFileLDevIDCert, Mode: 0o644, Data: chainPEM},
