@@ -15,7 +15,7 @@ import (
 
 // script is DriveWorkflow's container runtime and its watch on the Workflow: it answers for the
 // machine (run), says when the worker is to stop (stop), and reports each action's state as
-// tink-server recorded it, once and in order (observe).
+// the server recorded it, once and in order (observe).
 type script struct {
 	ctx    context.Context
 	kc     client.Client

@@ -75,24 +75,25 @@ type Drive struct {
 	Fail    bool
 	Action  string
 	Message string
-	// Report, when set, hears each action's state as tink-server recorded it, in order: the
+	// Report, when set, hears each action's state as the server recorded it, in order: the
 	// action's name, its state and, for a failed action, its container's output.
 	Report func(action string, state tinkv1.WorkflowState, output string)
 }
 
 // DriveWorkflow runs a Workflow as its machine's netboot would, without the machine: once
-// tink-controller has prepared it (tinkerbell.WaitServable), Tinkerbell's own tink-worker, its id
-// the Workflow's hardwareMap MAC, asks the stack's tink-server for work and reports each action,
-// and a scripted container runtime (dev/dockerapi) answers for the machine: every action up to
+// the controller has prepared it (tinkerbell.WaitServable), Tinkerbell's own worker (tink-agent,
+// or tink-worker v0.12.2), its id the Workflow's hardwareMap MAC, asks the stack's server for work
+// and reports each action, and a scripted container runtime (dev/dockerapi) answers for the
+// machine: every action up to
 // the target exits 0; with Fail the target exits 1 with Message as its output. A drive that ends
 // at an action stops the worker once that action has succeeded, as a machine switched off: the
 // worker has by then reported the next action RUNNING (it starts it at once), and whoever runs
-// the Workflow next (a drive or a netboot) runs that action again, as tink-server serves it.
+// the Workflow next (a drive or a netboot) runs that action again, as the server serves it.
 //
-// What tink-server would never serve is refused before a worker starts: a Workflow that is not
+// What the server would never serve is refused before a worker starts: a Workflow that is not
 // PENDING or RUNNING, an action that has succeeded already or does not exist, and a worker id
-// that has another open Workflow (tink-server would serve the worker that one too). The
-// machine's tink-worker.log holds the worker's and the containers' log.
+// that has another open Workflow (the server would serve the worker that one too). The
+// machine's worker.log holds the worker's and the containers' log.
 func DriveWorkflow(ctx context.Context, info Info, kc client.Client, wf *tinkerbell.Workflow, d Drive) error {
 	mc, err := openMachine(info, wf.Spec.HardwareMap[workflows.MapDeviceName], "workflow", nil)
 	if err != nil {
@@ -150,8 +151,8 @@ func workerWorkflows(ctx context.Context, kc client.Client, namespace, mac strin
 }
 
 // onlyOpenWorkflow refuses to run wf when open, the open Workflows of its worker id, holds
-// another: tink-server serves a worker every PENDING or RUNNING Workflow of its id and
-// tink-worker runs them one after another (tink v0.12.2 ProcessWorkflowActions), while the
+// another: the server serves a worker every PENDING or RUNNING Workflow of its id and the worker
+// runs them one after another (tink v0.12.2 ProcessWorkflowActions, v0.25's GetAction), while the
 // stack's machine and a drive's script answer for wf alone (tinkerbell.RunWorker leaves another
 // Workflow's containers where the worker put them), so the other Workflow would be left RUNNING.
 // Nothing has run when it refuses.
@@ -165,7 +166,7 @@ func onlyOpenWorkflow(wf *tinkerbell.Workflow, open []tinkerbell.Workflow) error
 	if len(others) == 0 {
 		return nil
 	}
-	return fmt.Errorf("worker %s has Workflow %s open and also %s, and tink-server would serve the worker each of them: let the stale one end, or delete it (kubectl -n %s delete workflow NAME)",
+	return fmt.Errorf("worker %s has Workflow %s open and also %s, and Tinkerbell's server would serve the worker each of them: let the stale one end, or delete it (kubectl -n %s delete workflow NAME)",
 		wf.Spec.HardwareMap[workflows.MapMAC], wf.Name, strings.Join(others, ", "), wf.Namespace)
 }
 

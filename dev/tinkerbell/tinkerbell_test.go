@@ -355,7 +355,8 @@ func TestRealWorkerRunsWorkflow(t *testing.T) {
 			"apiVersion": "tinkerbell.org/v1alpha1", "kind": "Hardware",
 			"metadata": map[string]any{"name": "node-r", "namespace": ns},
 			"spec": map[string]any{
-				"interfaces": []any{map[string]any{"dhcp": map[string]any{"mac": "3c:ec:ef:4c:4f:58"}}},
+				"interfaces": []any{map[string]any{"dhcp": map[string]any{"mac": "3c:ec:ef:4c:4f:58"},
+					"netboot": map[string]any{"allowPXE": false, "allowWorkflow": false}}},
 				"references": map[string]any{"bmc": map[string]any{"namespace": ns, "name": "node-r-bmc",
 					"group": "bmc.tinkerbell.org", "version": "v1alpha1", "resource": "machines"}},
 			}}}

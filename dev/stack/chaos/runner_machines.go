@@ -72,7 +72,7 @@ func bootCheckEvent(err error) Event {
 }
 
 // workflow ends the machine's Workflow as Tinkerbell would, without the machine: the stack's
-// tink-server and a real tink-worker run it with scripted containers (stack.DriveWorkflow). It
+// Tinkerbell's server and a real worker run it with scripted containers (stack.DriveWorkflow). It
 // fails (an action's container exits 1), or, when no action ran yet, may succeed (a Template
 // without the agent). A Workflow whose actions started is only ever failed: the scripted
 // containers would otherwise succeed actions no machine ran. Its event is what was done
