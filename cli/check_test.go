@@ -107,7 +107,10 @@ func TestCheckWithoutCloudInit(t *testing.T) {
 // TestCheckTemplates: with --templates, fleetd check renders every Template a class names as
 // fleetd renders it for a request and applies the Template checks; a wipe or retirement Template
 // without the receipt step is named with what to add, so that an upgrade does not leave every
-// wipe unconfirmed (docs/operate.md, "The wipe receipt step").
+// wipe unconfirmed (docs/operate.md, "The wipe receipt step"). It renders them as the Tinkerbell
+// the config names does (kubernetes.tinkerbell_version): a function v0.25's controller lacks is
+// refused with that controller's reason, and passes for a site on v0.12 (docs/operate.md,
+// "Tinkerbell").
 func TestCheckTemplates(t *testing.T) {
 	site := func(t *testing.T, change func(dir string)) string {
 		t.Helper()
@@ -152,29 +155,54 @@ func TestCheckTemplates(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The example config, on tink v0.12.
+	v012 := func() string {
+		b, err := os.ReadFile("../examples/fleetd.yaml")
+		old := []byte("tinkerbell_version: v0.25 ")
+		if err != nil || !bytes.Contains(b, old) {
+			t.Fatalf("examples/fleetd.yaml names no %q (%v)", old, err)
+		}
+		p := filepath.Join(t.TempDir(), "fleetd.yaml")
+		if err := os.WriteFile(p, bytes.Replace(b, old, []byte("tinkerbell_version: v0.12 "), 1), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}()
+	// env is in sprig's whole set (v0.12) but not in its hermetic one (v0.25); an unset
+	// variable renders nothing, so the Template is otherwise the example's.
+	withEnv := site(t, edit("attest.yaml", `FLEETD_DEVICE: "{{.device_name}}"`, `FLEETD_DEVICE: "{{.device_name}}{{ env "FLEETD_CHECK_UNSET" }}"`))
 	noReceipt := "no action after the agent has FLEETD_ACTION=wipe-receipt: fleetd cannot confirm this %s's erase and records it unconfirmed; " +
 		"add right after the erase, which must report to wipe-result in the shared directory, the action {name: wipe-receipt, image: ghcr.io/folly-infra/fleetd-agent:v0.1.0, timeout: 120, environment: {FLEETD_ACTION: wipe-receipt}}"
 	rows := []struct {
 		name     string
+		config   string // "" is the example config (v0.25)
 		dir      string
 		wantCode int
 		want     []string
 	}{
-		{"ok/the example Templates", "../examples/tinkerbell", 0, []string{"fleetd check: ok"}},
-		{"refuse/a wipe Template without the receipt step", site(t, dropReceipt),
+		{"ok/the example Templates", "", "../examples/tinkerbell", 0, []string{"fleetd check: ok"}},
+		{"refuse/a wipe Template without the receipt step", "", site(t, dropReceipt),
 			1, []string{`class "alpine-edge", "nixos-builder", "talos-cp", "talos-worker", "ubuntu-lab": wipe: Template wipe: ` + strings.ReplaceAll(noReceipt, "%s", "wipe")}},
-		{"refuse/a retirement Template whose receipt step is misspelt", site(t, edit("retire.yaml", "FLEETD_ACTION: wipe-receipt", "FLEETD_ACTION: wipe_receipt")),
+		{"refuse/a retirement Template whose receipt step is misspelt", "", site(t, edit("retire.yaml", "FLEETD_ACTION: wipe-receipt", "FLEETD_ACTION: wipe_receipt")),
 			1, []string{`"talos-worker", "ubuntu-lab": retire: Template retire: ` + strings.ReplaceAll(noReceipt, "%s", "retire")}},
-		{"refuse/a Template a class names is not there", site(t, func(dir string) { _ = os.Remove(filepath.Join(dir, "attest.yaml")) }),
+		{"refuse/a Template a class names is not there", "", site(t, func(dir string) { _ = os.Remove(filepath.Join(dir, "attest.yaml")) }),
 			1, []string{`"talos-cp", "talos-worker", "ubuntu-lab": its attest Template attest is not in`}},
-		{"refuse/a Template fleetd would refuse for a request", site(t, edit("attest.yaml", `FLEETD_REQUEST: "{{.request}}"`, `FLEETD_REQUEST: "attest-old"`)),
+		{"refuse/a Template fleetd would refuse for a request", "", site(t, edit("attest.yaml", `FLEETD_REQUEST: "{{.request}}"`, `FLEETD_REQUEST: "attest-old"`)),
 			1, []string{`"nixos-builder", "talos-cp", "talos-worker", "ubuntu-lab": attest: Template attest: first action fleetd-enroll has FLEETD_REQUEST="attest-old"`}},
-		{"refuse/no Template at all", t.TempDir(), 1, []string{"no Template manifest (kind: Template) in"}},
+		{"refuse/no Template at all", "", t.TempDir(), 1, []string{"no Template manifest (kind: Template) in"}},
+		{"refuse/v0.25: a function its controller lacks", "", withEnv,
+			1, []string{`"nixos-builder", "talos-cp", "talos-worker", "ubuntu-lab": attest: Template attest does not render as Tinkerbell v0.25 would render it: `, `function "env" not defined`}},
+		{"ok/v0.12: the same Template, as its controller renders it", v012, withEnv, 0, []string{"fleetd check: ok"}},
+		{"ok/v0.12: the example Templates", v012, "../examples/tinkerbell", 0, []string{"fleetd check: ok"}},
 	}
 	for _, r := range rows {
 		t.Run(r.name, func(t *testing.T) {
 			var out, errOut bytes.Buffer
-			code := Check([]string{"--skip-files", "--config", "../examples/fleetd.yaml", "--classes", "../examples/classes.json",
+			config := r.config
+			if config == "" {
+				config = "../examples/fleetd.yaml"
+			}
+			code := Check([]string{"--skip-files", "--config", config, "--classes", "../examples/classes.json",
 				"--webhooks", "../netbox-webhooks.yaml", "--templates", r.dir}, &out, &errOut)
 			all := out.String() + errOut.String()
 			if code != r.wantCode {
