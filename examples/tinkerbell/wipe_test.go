@@ -307,3 +307,52 @@ func TestWipeReceiptStep(t *testing.T) {
 		})
 	}
 }
+
+// TestWipeReceiptSharedDir: the receipt step reads the grant the agent kept and the erase's
+// wipe-result from the request's shared directory (FLEETD_WORKFLOW_DIR), so fleetd's Template
+// check, for either Tinkerbell version, passes the example wipe and retirement Templates, whose
+// task declares it for every action, and refuses one whose receipt step reads another directory
+// (docs/operate.md, "Tinkerbell").
+func TestWipeReceiptSharedDir(t *testing.T) {
+	tpls, err := tinkerbell.LoadTemplates(exampletemplates.FS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hm := exampleHardwareMap()
+	for _, v := range workflows.Versions {
+		for _, tpl := range tpls {
+			if tpl.Name != "wipe" && tpl.Name != "retire" {
+				continue
+			}
+			r, err := workflows.RenderTemplate(v, *tpl.Spec.Data, hm, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Run("ok/"+string(v)+"/"+tpl.Name, func(t *testing.T) {
+				if err := workflows.CheckTemplate(v, tpl.Name, r, hm); err != nil {
+					t.Errorf("refused: %v", err)
+				}
+			})
+			t.Run("refuse/"+string(v)+"/"+tpl.Name+" receipt elsewhere", func(t *testing.T) {
+				task := r.Tasks[0]
+				task.Actions = append([]tinkv1.Action(nil), task.Actions...)
+				found := false
+				for i, a := range task.Actions {
+					if a.Name == "wipe-receipt" {
+						a.Environment = map[string]string{"FLEETD_ACTION": "wipe-receipt", "FLEETD_WORKFLOW_DIR": "/tmp/receipt"}
+						task.Actions[i], found = a, true
+					}
+				}
+				if !found {
+					t.Fatalf("Template %s has no wipe-receipt action", tpl.Name)
+				}
+				moved := r
+				moved.Tasks = []tinkv1.Task{task}
+				err := workflows.CheckTemplate(v, tpl.Name, moved, hm)
+				if want := "action wipe-receipt reads its files from FLEETD_WORKFLOW_DIR=/tmp/receipt, but the agent writes them to /fleetd"; err == nil || !strings.Contains(err.Error(), want) {
+					t.Errorf("got %v, want a refusal saying %q", err, want)
+				}
+			})
+		}
+	}
+}
