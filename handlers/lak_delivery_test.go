@@ -117,7 +117,7 @@ func fetchConfig(t *testing.T, base string, kind fleet.Kind, secretFile string) 
 // the configuration carries exactly the LAK files the agent wrote in HookOS, with the modes the
 // agent gives them, and they are what the boot check needs (docs/design.md §1 step 6, §5). It also
 // carries the LDevID files, which every kind ends with in the node directory byte for byte as the
-// agent wrote them in /workflow (Talos once the boot check installed them from their text form):
+// agent wrote them in the shared directory (Talos once the boot check installed them from their text form):
 // what SPIRE's tpm_devid agent reads (docs/enrollment.md).
 func TestDeliveredLAKFilesPassTheBootCheck(t *testing.T) {
 	if fleet.NodeDir != agent.DefaultNodeDir || fleet.NodeFileLAKCert != agent.FileLAKCert || fleet.NodeFileLAKBlob != agent.FileLAKBlob {
@@ -146,7 +146,7 @@ func TestDeliveredLAKFilesPassTheBootCheck(t *testing.T) {
 					t.Fatalf("the configuration did not deliver %s: %v", name, err)
 				}
 				if want, _ := os.ReadFile(filepath.Join(p.workflow, name)); !bytes.Equal(got, want) {
-					t.Errorf("delivered %s differs from the one the agent wrote in /workflow", name)
+					t.Errorf("delivered %s differs from the one the agent wrote in the shared directory", name)
 				}
 				if st, _ := os.Stat(filepath.Join(p.nodeDir, name)); st.Mode().Perm() != mode {
 					t.Errorf("delivered %s has mode %v, want %v", name, st.Mode().Perm(), mode)
@@ -168,7 +168,7 @@ func TestDeliveredLAKFilesPassTheBootCheck(t *testing.T) {
 					t.Fatalf("the node has no %s after its first boot check: %v", name, err)
 				}
 				if want, _ := os.ReadFile(filepath.Join(p.workflow, name)); !bytes.Equal(got, want) {
-					t.Errorf("the node's %s differs from the one the agent wrote in /workflow", name)
+					t.Errorf("the node's %s differs from the one the agent wrote in the shared directory", name)
 				}
 				if st, _ := os.Stat(filepath.Join(p.nodeDir, name)); st.Mode().Perm() != mode {
 					t.Errorf("the node's %s has mode %v, want %v", name, st.Mode().Perm(), mode)

@@ -101,8 +101,8 @@ func CheckTemplate(v Version, name string, r Rendered, hardwareMap map[string]st
 
 // The request's shared directory: the agent writes the disk it authorized, its certificates and
 // the fetch secret into its FLEETD_WORKFLOW_DIR (WorkflowDirEnv; /workflow when unset), and the
-// later actions read them there (the wipe reads the authorization; later, the wipe receipt passes
-// between actions there). Templates declare it once, on the task, as a volume named after the
+// later actions read them there (the wipe reads the authorization; a wipe's receipt step reads
+// the grant the agent kept and the erase's report, wipe-result). Templates declare it once, on the task, as a volume named after the
 // request (docs/operate.md, "Tinkerbell"):
 //
 //	environment:

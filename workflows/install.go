@@ -194,9 +194,9 @@ func checkTemplate(v Version, tpl *tinkv1.Template, w fleet.WorkflowSpec, hm map
 
 // bootOptions derives the Workflow's bootOptions from the class (docs/design.md §3: netboot via BMC where
 // the Hardware has one). A class asking for bootMode netboot on Hardware without spec.bmcRef
-// falls back to toggleAllowNetboot (tink-controller would otherwise fail NetbootJobSetup and leave
-// the Workflow in PREPARING for ever); the machine must then be PXE-booted by hand or by its own
-// boot order. bootMode iso has no such fallback and is refused without a BMC.
+// falls back to toggleAllowNetboot (Tinkerbell's controller would otherwise fail NetbootJobSetup
+// and leave the Workflow in PREPARING for ever); the machine must then be PXE-booted by hand or
+// by its own boot order. bootMode iso has no such fallback and is refused without a BMC.
 func bootOptions(w fleet.WorkflowSpec, existing *hardware) (tinkv1.BootOptions, string, error) {
 	nb := w.Class.Netboot
 	hasBMC := existing != nil && existing.Typed.Spec.BMCRef != nil

@@ -69,7 +69,7 @@ func statusOf(u *unstructured.Unstructured) (fleet.WorkflowStatus, error) {
 	return st.workflowStatus(u.GetName()), nil
 }
 
-// blockingConditions are conditions after which tink-controller leaves a Workflow where it is
+// blockingConditions are conditions after which Tinkerbell's controller leaves a Workflow where it is
 // for ever (PREPARING, or no state at all); fleetd reports them as a failure so that the request
 // ends instead of waiting.
 var blockingConditions = map[string]bool{
@@ -115,7 +115,7 @@ func (st observedStatus) workflowStatus(name string) fleet.WorkflowStatus {
 }
 
 // blocked reports a Workflow that will never run: its Template failed to render, or its boot
-// job could not be set up or failed. A render that failed only because tink-controller could not
+// job could not be set up or failed. A render that failed only because the controller could not
 // read the Template or the Hardware is not blocked: the controller retries it (its cache may
 // lag behind fleetd's own writes of the Hardware and the Workflow), and the message says why it
 // waits.

@@ -168,7 +168,7 @@ func TestFailedWorkflows(t *testing.T) {
 	}
 }
 
-// TestControllerBlocks: what tink-controller does with a Workflow it cannot render or prepare,
+// TestControllerBlocks: what Tinkerbell's controller does with a Workflow it cannot render or prepare,
 // as fleetd reads it.
 func TestControllerBlocks(t *testing.T) {
 	ctx := context.Background()

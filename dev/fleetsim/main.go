@@ -1,8 +1,9 @@
 // Command fleetsim runs fleetd's development stack (docs/design.md §8) and drives it:
 //
 //	fleetsim up [--extra-devices N] [--fleetd-instances N]  the stack, in the foreground
+//	           [--tinkerbell v0.25.0|v0.12.2]               (Tinkerbell v0.25.0's programs by default)
 //	fleetsim restart fleetd [--instance K]                  restart fleetd as a reboot of spore would
-//	fleetsim workflow NAME succeed|fail [--action A] ...    run a device's Workflow: tink-worker, scripted containers
+//	fleetsim workflow NAME succeed|fail [--action A] ...    run a device's Workflow: a real worker, scripted containers
 //	fleetsim machine NAME netboot|boot|boot-check           drive a simulated machine
 //	fleetsim machine NAME swap-disk|add-disk|set-mac|set-uuid|replace-tpm
 //	                                                        change its hardware (NetBox keeps its declaration)

@@ -7,7 +7,7 @@
 // authorizes every request, authenticated or anonymous (there is no RBAC). It serves
 // CustomResourceDefinitions and custom resources but no core API (no Namespaces, Secrets,
 // Events or Leases) and runs no controllers: nothing moves a Workflow's status unless a test or
-// dev/tinkerbell (Tinkerbell's own tink-controller) does.
+// dev/tinkerbell (Tinkerbell's own controller) does.
 package kubeharness
 
 import (
@@ -39,7 +39,7 @@ type Options struct {
 	// needs the go command and the fleetd module at run time).
 	CRDDir string
 	// MoreCRDDirs are further directories of CRD manifests installed with those (Rufio's, whose
-	// Jobs tink-controller manages for Workflows with a bootMode).
+	// Jobs Tinkerbell's controller manages for Workflows with a bootMode).
 	MoreCRDDirs []string
 }
 

@@ -127,7 +127,7 @@ func (mc *machine) enroll(ctx context.Context, wf *tinkerbell.Workflow, a tinker
 
 // wipeDisk runs the Template's wipe-disk script in dry-run mode on the machine's files, then
 // erases what the simulation keeps of the disk it selected: its content and its partitions. The
-// erasure is recorded with the authorization it acted on (/workflow/disk).
+// erasure is recorded with the authorization it acted on (disk in the shared directory).
 func (mc *machine) wipeDisk(ctx context.Context, wf *tinkerbell.Workflow, a tinkerbell.Action) (string, error) {
 	vars := mc.machineEnv(a)
 	vars["DRY_RUN"] = "1"
@@ -200,7 +200,7 @@ const imagePartitions = 3
 
 // writeImage records what image2disk would write, to the disk wipe-disk selected, and makes the
 // image's partitions appear in sysfs and devfs as the kernel would after re-reading the disk. The
-// write is recorded with the authorization in /workflow/disk.
+// write is recorded with the authorization in the shared directory's disk.
 func (mc *machine) writeImage(wf *tinkerbell.Workflow, a tinkerbell.Action) (string, error) {
 	dest := a.Env["DEST_DISK"]
 	target, err := filepath.EvalSymlinks(mc.devPath(dest))

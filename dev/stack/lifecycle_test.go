@@ -169,7 +169,7 @@ func TestMachineLifecycle(t *testing.T) {
 
 // checkLDevIDOnNode: after its first boot the installed node holds the LDevID files SPIRE's
 // tpm_devid agent reads in /var/lib/fleetd-node, byte for byte what the enrollment agent wrote
-// into /workflow, the blobs 0600 (docs/enrollment.md).
+// into the request's shared directory, the blobs 0600 (docs/enrollment.md).
 func checkLDevIDOnNode(t *testing.T, name string) {
 	t.Helper()
 	dir := testStack.Info().Machines[name].Dir
@@ -184,7 +184,7 @@ func checkLDevIDOnNode(t *testing.T, name string) {
 			continue
 		}
 		if want := readFile(t, filepath.Join(dir, "workflow", f)); string(got) != want {
-			t.Errorf("the node's %s (%d bytes) differs from the one the agent wrote into /workflow (%d bytes)", f, len(got), len(want))
+			t.Errorf("the node's %s (%d bytes) differs from the one the agent wrote into the shared directory (%d bytes)", f, len(got), len(want))
 		}
 		if st, err := os.Stat(filepath.Join(dir, "disk/var/lib/fleetd-node", f)); err != nil {
 			t.Error(err)

@@ -66,7 +66,7 @@ func (mc *machine) writeNoCloudSeed(ctx context.Context, wf *tinkerbell.Workflow
 // writeFetchSecret does what the seed images' write-fetch-secret action does, with the machine's
 // disk/ directory standing for the mounted root partition: it copies the agent's fetch secret
 // into the image as /var/lib/fleetd-node/fetch-secret, for the first boot's seed fetch, and
-// removes it from /workflow.
+// removes it from the shared directory.
 func (mc *machine) writeFetchSecret(a tinkerbell.Action) (string, error) {
 	if _, err := filepath.EvalSymlinks(mc.devPath("/dev/fleetd-disk")); err != nil {
 		return "", errors.New("/dev/fleetd-disk is missing: wipe-disk did not select the disk")

@@ -25,11 +25,11 @@ import (
 //
 //	<RFC 3339 time> netboot: record <kind> key=value key=value …
 //
-// Kinds (Record*): enrolled (the agent exited 0; disk is what it wrote to /workflow/disk, and the
-// serials of the certificates it wrote), and wipe, image and nocloud-seed (a simulated action
-// wrote to a disk: disk is /workflow/disk as the action read it, target the block device it
-// acted on (nocloud-seed: the disk of the partition it wrote, also named), serial that device's
-// serial in sysfs), and delivered (the installed OS's configuration fetch was answered with a
+// Kinds (Record*): enrolled (the agent exited 0; disk is what it wrote to disk in its
+// FLEETD_WORKFLOW_DIR, and the serials of the certificates it wrote), and wipe, image and
+// nocloud-seed (a simulated action wrote to a disk: disk is that file as the action read it,
+// target the block device it acted on (nocloud-seed: the disk of the partition it wrote, also
+// named), serial that device's serial in sysfs), and delivered (the installed OS's configuration fetch was answered with a
 // configuration: the class kind and the SHA-256 of what it got; a NoCloud seed is read from the
 // disk, so it has none), and receipt (the receipt step's agent exited 0: the serial, method and
 // bytes of the report it quoted, and fleetd's answer as outcome). Every record names the Workflow and the request (from its

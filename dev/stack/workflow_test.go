@@ -134,8 +134,8 @@ func failWorkflow(t testing.TB, device, name, action, message string) {
 	}
 }
 
-// TestDriveWorkflowRefusals: a drive refuses, before any worker starts, what tink-server would
-// not serve, and a drive resumes a Workflow where the real worker left it. A drive and the
+// TestDriveWorkflowRefusals: a drive refuses, before any worker starts, what Tinkerbell's
+// server would not serve, and a drive resumes a Workflow where the real worker left it. A drive and the
 // machine's netboot refuse alike a worker id with two open Workflows.
 func TestDriveWorkflowRefusals(t *testing.T) {
 	needStack(t)
@@ -165,7 +165,7 @@ func TestDriveWorkflowRefusals(t *testing.T) {
 	})
 	t.Run("refuse/another-open-workflow", func(t *testing.T) {
 		// A newer Workflow of the device for its MAC, as fleetd's for a later request would be:
-		// tink-server would serve the worker both, and its machine answers for one. Without the
+		// the server would serve the worker both, and its machine answers for one. Without the
 		// refusal the netboot ran the older one's containers (and, served first, the newer
 		// one's) as the older one's actions.
 		other := &tinkerbell.Workflow{ObjectMeta: metav1.ObjectMeta{Namespace: wf.Namespace, Name: name + "-other", Labels: wf.Labels},
@@ -194,7 +194,7 @@ func TestDriveWorkflowRefusals(t *testing.T) {
 		refused(t, stack.Drive{Fail: true, Action: "fleetd-enroll"}, "succeeded already")
 	})
 	t.Run("ok/fail-the-running-action", func(t *testing.T) {
-		// tink-server serves the RUNNING action again, and the worker runs it without
+		// the server serves the RUNNING action again, and the worker runs it without
 		// reporting it RUNNING a second time.
 		var reports []string
 		if err := stack.DriveWorkflow(tctx(t), info, kc, wf, stack.Drive{Fail: true, Message: "boom", Report: reported(&reports)}); err != nil {

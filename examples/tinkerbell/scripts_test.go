@@ -15,7 +15,7 @@ import (
 
 const serial = "S6B0NL0W123456"
 
-// script is one shell action of a rendered Template, with the environment tink-worker gives it.
+// script is one shell action of a rendered Template, with the environment Tinkerbell's worker gives it.
 type script struct {
 	template, action, body string
 	env                    map[string]string
@@ -110,7 +110,7 @@ func TestScriptsParseAndAgree(t *testing.T) {
 	}
 }
 
-// machine is a fake /dev, /sys and /workflow for the scripts' FLEETD_* roots.
+// machine is a fake /dev, /sys and shared directory for the scripts' FLEETD_* roots.
 type machine struct{ dev, sys, wf string }
 
 func newMachine(t *testing.T) machine {

@@ -76,7 +76,7 @@ func (e *evidence) unauthorized(d stack.OwnerDevice, m stack.Machine, h *history
 	case enr.Kind == "" || enr.Field("request") != req || enr.Time.After(r.Time):
 		return "no successful enrollment for this request preceded it in the same Workflow"
 	case disk == "" || disk != enr.Field("disk"):
-		return fmt.Sprintf("it acted on /workflow/disk %q, not the disk %q the enrollment authorized", disk, enr.Field("disk"))
+		return fmt.Sprintf("it acted on the shared directory's disk %q, not the disk %q the enrollment authorized", disk, enr.Field("disk"))
 	case declared == "" || r.Field("serial") != declared:
 		return fmt.Sprintf("the disk's serial is not the declared disk_serial %q", declared)
 	case resolve(m, disk) != strings.TrimPrefix(r.Field("target"), "/dev/"):
@@ -128,7 +128,7 @@ func (e *evidence) checkUnapproved(d stack.OwnerDevice, m stack.Machine, h *hist
 	}
 	for _, f := range []string{"ldevid.pem", "ldevid.pub", "ldevid.priv", "lak.pem", "lak.blob", "disk"} {
 		if _, err := os.Stat(filepath.Join(m.Dir, stack.MachineWorkflowDir, f)); err == nil {
-			bad("the machine's /workflow holds %s", f)
+			bad("the machine's shared directory holds %s", f)
 		}
 	}
 	if entries, err := os.ReadDir(filepath.Join(m.Dir, stack.MachineDiskDir, fleet.NodeDir)); err == nil && len(entries) > 0 {

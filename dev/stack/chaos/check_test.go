@@ -345,7 +345,7 @@ func machineRows() []plantRow {
 		{"refuse/an unapproved machine holding a certificate file", false, func(f *fixture) {
 			f.refusedRequest(r1)
 			f.file(stack.MachineWorkflowDir, "ldevid.pem")
-		}, chaos.PartCerts, "unapproved EK: the machine's /workflow holds ldevid.pem"},
+		}, chaos.PartCerts, "unapproved EK: the machine's shared directory holds ldevid.pem"},
 		{"refuse/an unapproved machine holding node files", false, func(f *fixture) {
 			f.refusedRequest(r1)
 			f.file(filepath.Join(stack.MachineDiskDir, fleet.NodeDir), fleet.NodeFileLAKCert)

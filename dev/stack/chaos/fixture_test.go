@@ -315,7 +315,7 @@ func (f *fixture) patch(token, body string) {
 	}
 }
 
-// byID is the machine's by-id path of a disk, as the agent writes it into /workflow/disk.
+// byID is the machine's by-id path of a disk, as the agent writes it into the shared directory's disk file.
 func (f *fixture) byID(dev string) string {
 	m, _ := filepath.Glob(filepath.Join(f.m.Dir, "dev", "disk", "by-id", "*_"+dev+"_*"))
 	return m[0]

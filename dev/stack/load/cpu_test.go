@@ -20,10 +20,10 @@ const userHZ = 100
 
 // cpuUse is the CPU time (user and system) each process of the stack has spent so far, by name:
 // "load test" is this process, which runs the NetBox emulator, the Kubernetes API server and etcd;
-// the others are its running children by their command name (fleetd, tink-controller,
-// tink-server, swtpm, tink-worker), those of one name summed, and endedChildren the children
-// that ended and were waited for (the kernel adds their time to this process's cutime and
-// cstime): most swtpm, tink-worker and `fleetd boot-check` processes live inside one phase, and
+// the others are its running children by their command name (fleetd, tinkerbell, swtpm,
+// tink-agent; with v0.12.2 tink-controller, tink-server and tink-worker), those of one name
+// summed, and endedChildren the children that ended and were waited for (the kernel adds their
+// time to this process's cutime and cstime): most swtpm, worker and `fleetd boot-check` processes live inside one phase, and
 // without them a phase's total would leave out much of what the machine did.
 type cpuUse map[string]time.Duration
 

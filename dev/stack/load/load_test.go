@@ -235,10 +235,10 @@ func postAll(held map[int64]netboxemu.Delivery) (latencies, map[int64]time.Time,
 	return lat, start, codes
 }
 
-// waitPrepared waits until tink-controller has prepared every Workflow of the storms (state
-// PENDING): tink-controller v0.12.2 works through them at the pace its built-in client rate
-// allows (20 requests/s, about three Workflows a second here), so an install started before
-// would measure that queue, not the install.
+// waitPrepared waits until Tinkerbell's controller has prepared every Workflow of the storms
+// (state PENDING): it works through them at the pace its client rate allows (tink-controller
+// v0.12.2: 20 requests/s built in, about three Workflows a second here; v0.25's not measured here
+// yet), so an install started before would measure that queue, not the install.
 func waitPrepared(t *testing.T, ctx context.Context, s *stack.Stack, want int) []string {
 	start := time.Now()
 	var pending int
@@ -257,10 +257,10 @@ func waitPrepared(t *testing.T, ctx context.Context, s *stack.Stack, want int) [
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("tink-controller prepared %d of %d Workflows in 30 minutes", pending, want)
+			t.Fatalf("the controller prepared %d of %d Workflows in 30 minutes", pending, want)
 		}
 	}
-	return []string{fmt.Sprintf("tink-controller prepared the storms' %d Workflows %s after the second storm (%.1f a second from then)",
+	return []string{fmt.Sprintf("the controller prepared the storms' %d Workflows %s after the second storm (%.1f a second from then)",
 		pending, time.Since(start).Round(time.Second), float64(pending)/time.Since(start).Seconds())}
 }
 
