@@ -286,11 +286,14 @@ func TestCoalesce(t *testing.T) {
 
 // TestQueueFull: when the queue is full, a signed webhook is answered 503 queue_full with
 // Retry-After (NetBox retries when RQ_RETRY_MAX is set; the periodic reconcile re-reads every
-// device in any case), and the queued events are still done.
+// device in any case), and the queued events are still done. A refused event leaves no mark: the
+// device's next event is queued and decided, not coalesced into the one that was refused; and an
+// event carrying another user's write, refused on a full queue, leaves the mark of the device's
+// event that waits, so the device's next plain event is coalesced into that one.
 func TestQueueFull(t *testing.T) {
 	rec := &recorder{}
 	reg := prometheus.NewRegistry()
-	in, err := New(Config{Secret: []byte(secret), Queue: 1}, Deps{Reconciler: rec, Logger: zerolog.Nop(), Registry: reg})
+	in, err := New(Config{Secret: []byte(secret), Queue: 1, ServiceUser: "fleetd"}, Deps{Reconciler: rec, Logger: zerolog.Nop(), Registry: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -321,24 +324,44 @@ func TestQueueFull(t *testing.T) {
 	if bad.Code != http.StatusUnauthorized {
 		t.Errorf("bad signature on a full queue = %d, want 401", bad.Code)
 	}
+	// Another user's write of node-a's fields, refused on the full queue, leaves the mark of
+	// node-a's waiting event: node-a's next plain event is coalesced into that one.
+	foreign := strings.Replace(echo, `"user": "fleetd"`, `"user": "admin"`, 1)
+	if w := post(t, in.Handler("inventory"), foreign); w.Code != http.StatusServiceUnavailable {
+		t.Fatalf("another user's write on a full queue = %d %s, want 503", w.Code, w.Body)
+	}
+	if w := post(t, in.Handler("inventory"), body43); w.Code != http.StatusAccepted || !strings.Contains(w.Body.String(), `"coalesced"`) {
+		t.Errorf("node-a's next event after a refused foreign write = %d %s, want 202 coalesced into its waiting event", w.Code, w.Body)
+	}
 	// The queued event is done once a worker runs.
 	ctx, cancel := context.WithCancel(context.Background())
 	ran := make(chan error, 1)
 	go func() { ran <- in.Run(ctx) }()
+	defer func() {
+		cancel()
+		<-ran
+	}()
+	waitReconciled(t, rec, "[12]")
+	// node-b's event was refused, not queued: its next one is queued and decided.
+	if w := post(t, in.Handler("provision"), strings.Replace(body43, `"id": 12`, `"id": 13`, 1)); w.Code != http.StatusAccepted ||
+		!strings.Contains(w.Body.String(), `"accepted"`) {
+		t.Fatalf("node-b's event after its refused one = %d %s, want 202 accepted (queued)", w.Code, w.Body)
+	}
+	waitReconciled(t, rec, "[12 13]")
+}
+
+// waitReconciled waits until the recorder has reconciled exactly the devices want lists.
+func waitReconciled(t *testing.T, rec *recorder, want string) {
+	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
 		rec.mu.Lock()
-		n := len(rec.ids)
+		got := fmt.Sprint(rec.ids)
 		rec.mu.Unlock()
-		if n == 1 {
-			break
+		if got == want {
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("the queued event was never reconciled")
+			t.Fatalf("reconciled %s, want %s", got, want)
 		}
-	}
-	cancel()
-	<-ran
-	if fmt.Sprint(rec.ids) != "[12]" {
-		t.Errorf("reconciled %v, want [12]", rec.ids)
 	}
 }
