@@ -30,7 +30,7 @@ func TestFetchConfig(t *testing.T) {
 		state      State
 		attested   bool // fleet_identity holds the request's identity material
 		mod        func(*Device)
-		expire     bool // the clock passes the configuration's TTL before the fetch
+		advance    time.Duration // the clock's move before the fetch (the configuration's TTL is an hour)
 		fetch      ConfigFetch
 		wantCode   string // "" = delivered
 		wantState  State
@@ -59,9 +59,14 @@ func TestFetchConfig(t *testing.T) {
 			fetch:    talos(attestedUUID),
 			wantCode: "config_lost", wantState: StateFailed, wantStatus: StatusFailed,
 			wantJourn: "danger: provision request provision-aaaaaaaa failed: its configuration was rendered by an older fleetd"},
-		{name: "refuse/expired before the fetch: 410, request failed", state: StateConfiguring, attested: true, expire: true,
+		{name: "refuse/expired before the fetch: 410, request failed", state: StateConfiguring, attested: true, advance: 2 * time.Hour,
 			fetch:    talos(attestedUUID),
 			wantCode: "config_expired", wantState: StateFailed, wantStatus: StatusFailed, wantJourn: "danger: provision request provision-aaaaaaaa failed: the node did not fetch"},
+		{name: "refuse/fetched at the very instant it expires: expired", state: StateConfiguring, attested: true, advance: time.Hour,
+			fetch:    talos(attestedUUID),
+			wantCode: "config_expired", wantState: StateFailed, wantStatus: StatusFailed, wantJourn: "danger: provision request provision-aaaaaaaa failed: the node did not fetch"},
+		{name: "ok/fetched a nanosecond before it expires: delivered", state: StateConfiguring, attested: true, advance: time.Hour - time.Nanosecond,
+			fetch: talos(attestedUUID), wantState: StateActive, wantStatus: StatusActive, wantJourn: "success: Delivered Talos worker config for node-a"},
 		{name: "refuse/an active device asks again", state: StateActive, attested: true,
 			fetch: talos(attestedUUID), wantCode: "config_delivered", wantState: StateActive, wantStatus: StatusStaged},
 		{name: "refuse/fleet_state written back to configuring after the delivery: the status says delivered, not served twice",
@@ -103,9 +108,7 @@ func TestFetchConfig(t *testing.T) {
 			}
 			inv, inst := fleettest.NewInventory(d), fleettest.NewInstaller()
 			s := newTestService(inv, inst)
-			if r.expire {
-				s.clock.Advance(2 * time.Hour)
-			}
+			s.clock.Advance(r.advance)
 			cfg, _, err := s.FetchConfig(context.Background(), r.fetch)
 			if r.wantCode == "" {
 				if err != nil || !strings.Contains(string(cfg.Body), "machine:") {
