@@ -45,7 +45,7 @@ func enrollActiveOn(t testing.TB, hc handlerstest.Config, ekSHA256 string, cfg a
 	d.Owned = fleet.Owned{State: fleet.StatePending, Request: "provision-k3f9x2mq", Workflow: "node-a-provision-k3f9x2mq"}
 	hc.Devices = []fleet.Device{d}
 	h := handlerstest.New(t, hc)
-	f := &fleetdUnderTest{inv: h.Inv, cas: [2]*pki.CA{h.LDevIDCA, h.LAKCA}, url: h.URL, reg: h.Registry, devReg: h.DeviceRegistry, svc: h.Service}
+	f := &fleetdUnderTest{inv: h.Inv, cas: [2]*pki.CA{h.LDevIDCA, h.LAKCA}, url: h.URL, reg: h.Registry, devReg: h.DeviceRegistry, svc: h.Service, talosSecrets: h.TalosSecrets}
 	disk := fakehw.Disk{Dev: "nvme0n1", Serial: "S4EWNX0R123456", Model: "Samsung_SSD_980_1TB", Bus: "nvme"}
 	sysRoot, devRoot, err := fakehw.Write(t.TempDir(), fakehw.Machine{UUID: machineUUID, Serial: "SN-1", TPMMajor: "2", Disks: []fakehw.Disk{disk}})
 	if err != nil {

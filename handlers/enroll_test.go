@@ -47,6 +47,9 @@ type fleetdUnderTest struct {
 	// devReg holds the service's per-device series (served behind the metrics token).
 	devReg *prometheus.Registry
 	svc    *fleet.Service
+	// talosSecrets is the bundle its renderer signs with: a test that starts several fleetds
+	// passes the first one's to the others (handlerstest.Config.TalosSecrets).
+	talosSecrets []byte
 }
 
 func newFleetd(t testing.TB, cat fleet.Catalog, d fleet.Device) *fleetdUnderTest {

@@ -22,7 +22,7 @@ import (
 func TestRenewalHandoverCloses(t *testing.T) {
 	sim, ch := simulatorBoot(t)
 	defer sim.Close()
-	n := newRenewalNode(t, ch)
+	n := newRenewalNode(t, ch, nil)
 	if err := n.check(nil); err != nil {
 		t.Fatalf("first check: exit %d: %v", agent.ExitCode(err), err)
 	}
