@@ -1,12 +1,14 @@
 package handlers_test
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,6 +20,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/folly-infra/fleetd/agent"
+	"github.com/folly-infra/fleetd/api"
 	"github.com/folly-infra/fleetd/attest/eventlogs"
 	"github.com/folly-infra/fleetd/dev/fakehw"
 	"github.com/folly-infra/fleetd/dev/swtpm"
@@ -54,8 +57,30 @@ type fleetdUnderTest struct {
 
 func newFleetd(t testing.TB, cat fleet.Catalog, d fleet.Device) *fleetdUnderTest {
 	t.Helper()
-	f := handlerstest.New(t, handlerstest.Config{Catalog: cat, Devices: []fleet.Device{d}})
+	return newFleetdWrapped(t, cat, d, nil)
+}
+
+// newFleetdWrapped is newFleetd whose handler is wrapped (handlerstest.Config.Wrap; nil: not).
+func newFleetdWrapped(t testing.TB, cat fleet.Catalog, d fleet.Device, wrap func(http.Handler) http.Handler) *fleetdUnderTest {
+	t.Helper()
+	f := handlerstest.New(t, handlerstest.Config{Catalog: cat, Devices: []fleet.Device{d}, Wrap: wrap})
 	return &fleetdUnderTest{inv: f.Inv, cas: [2]*pki.CA{f.LDevIDCA, f.LAKCA}, url: f.URL, reg: f.Registry, devReg: f.DeviceRegistry}
+}
+
+// beforeEvidence wraps a fleetd's handler so that, when the evidence arrives, change is made to
+// device 12 in NetBox first (*inv, set once the fleetd exists): the owner acting between the
+// agent's two round trips.
+func beforeEvidence(inv **fleettest.Inventory, change func(*fleet.Device)) func(http.Handler) http.Handler {
+	return func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == api.PathAttestEvidence {
+				d := (*inv).Get(12)
+				change(&d)
+				(*inv).Set(d)
+			}
+			h.ServeHTTP(w, r)
+		})
+	}
 }
 
 func catalog(secureBoot fleet.SecureBoot, patches ...string) fleet.Catalog {
@@ -75,21 +100,25 @@ func TestEnrollment(t *testing.T) {
 	other := fakehw.Disk{Dev: "sda", Serial: "WD-WCC4N1234", Model: "WDC_WD40EFRX", Bus: "ata"}
 	twin := fakehw.Disk{Dev: "sdb", Serial: "S4EWNX0R123456", Model: "Samsung_SSD_870", Bus: "ata"}
 	type row struct {
-		name       string
-		action     fleet.Action
-		state      fleet.State
-		log        []byte
-		cat        fleet.Catalog
-		tpmMajor   string
-		disks      []fakehw.Disk
-		ekHash     string // "" = the simulator's EK
-		request    string // the agent's FLEETD_REQUEST; "" = the device's current request
-		wantExit   int
-		wantState  fleet.State
-		wantJourn  string // substring of the one journal entry
-		wantCerts  bool
-		wantConfig bool
-		other      func(*fleet.Device) // another fleetd instance's write that lands just before the attestation's
+		name      string
+		action    fleet.Action
+		state     fleet.State
+		log       []byte
+		cat       fleet.Catalog
+		tpmMajor  string
+		disks     []fakehw.Disk
+		ekHash    string // "" = the simulator's EK
+		request   string // the agent's FLEETD_REQUEST; "" = the device's current request
+		wantExit  int
+		wantState fleet.State
+		// wantRequest is the device's request after the enrollment; "" = the one it started with.
+		wantRequest string
+		wantJourn   string // substring of the one journal entry
+		wantCerts   bool
+		wantConfig  bool
+		other       func(*fleet.Device) // another fleetd instance's write that lands just before the attestation's
+		// between is the owner's change to the device between the challenge and the evidence.
+		between func(*fleet.Device)
 	}
 	sb := eventlogs.RHEL8SecureBoot
 	rows := []row{
@@ -116,6 +145,10 @@ func TestEnrollment(t *testing.T) {
 			wantExit: agent.ExitRefused, wantState: fleet.StatePending}, // before activation: nothing written
 		{name: "refuse/a stale Workflow of another request enrolls for none (nothing recorded)", action: fleet.ActionAttest, log: sb,
 			cat: catalog(fleet.SecureBootAny), request: "wipe-00000000", wantExit: agent.ExitRefused, wantState: fleet.StatePending},
+		{name: "refuse/the owner's request moved on after the challenge: the token is of the old request, nothing recorded or issued",
+			action: fleet.ActionProvision, log: sb, cat: catalog(fleet.SecureBootAny), between: func(d *fleet.Device) {
+				d.Owned.Request, d.Owned.Workflow = "provision-zzzzzzzz", "node-a-provision-zzzzzzzz"
+			}, wantExit: agent.ExitRefused, wantState: fleet.StatePending, wantRequest: "provision-zzzzzzzz"}, // before activation: nothing written
 		{name: "refuse/another instance recorded the attestation first: nothing issued here is handed out", action: fleet.ActionProvision,
 			log: sb, cat: catalog(fleet.SecureBootAny), other: func(d *fleet.Device) { d.Owned.State = fleet.StateInstalling },
 			wantExit: agent.ExitRefused, wantState: fleet.StateInstalling},
@@ -155,7 +188,13 @@ func TestEnrollment(t *testing.T) {
 			if r.state != "" {
 				d.Owned.State = r.state
 			}
-			f := newFleetd(t, r.cat, d)
+			var wrap func(http.Handler) http.Handler
+			var inv *fleettest.Inventory
+			if r.between != nil {
+				wrap = beforeEvidence(&inv, r.between)
+			}
+			f := newFleetdWrapped(t, r.cat, d, wrap)
+			inv = f.inv
 			if r.other != nil {
 				f.inv.ConflictOnce[12] = r.other
 			}
@@ -189,6 +228,9 @@ func TestEnrollment(t *testing.T) {
 			got := f.inv.Get(12)
 			if got.Owned.State != r.wantState {
 				t.Errorf("fleet_state %q, want %q (message %q)", got.Owned.State, r.wantState, got.Owned.Message)
+			}
+			if want := cmp.Or(r.wantRequest, d.Owned.Request); got.Owned.Request != want {
+				t.Errorf("fleet_request %q, want %q", got.Owned.Request, want)
 			}
 			j := f.inv.JournalOf(12)
 			if r.wantJourn == "" && len(j) != 0 || r.wantJourn != "" && (len(j) != 1 || !strings.Contains(j[0], r.wantJourn)) {
