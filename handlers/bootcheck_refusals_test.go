@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
+	"fmt"
 	"net/netip"
 	"path/filepath"
 	"strings"
@@ -196,9 +197,32 @@ func testBootCheckRefusals(t *testing.T, f *fleetdUnderTest, n node) {
 }
 
 // testBootCheckConflicts changes the device in NetBox between fleetd's read and its conditional
-// write (412): the check is decided again on the device as it is now.
+// write (412): the check is decided again on the device as it is now, at most six times (as
+// every conditional write: fleet.UpdateIfMatch).
 func testBootCheckConflicts(t *testing.T, f *fleetdUnderTest, n node) {
 	base := f.inv.Get(12)
+	t.Run("refuse/another writer before every write: decided six times, then a 5xx the node retries, nothing recorded", func(t *testing.T) {
+		f.inv.Set(base)
+		req := n.request(t)
+		writes := 0
+		var other func(d *fleet.Device)
+		other = func(d *fleet.Device) { // runs under the inventory's lock, before each conditional write
+			writes++
+			d.Serial = fmt.Sprintf("SN-%d", writes)
+			f.inv.ConflictOnce[12] = other
+		}
+		f.inv.ConflictOnce[12] = other
+		var e api.Error
+		status := postJSON(t, n.url+api.PathBootCheck, req, &e)
+		f.inv.Set(f.inv.Get(12)) // takes the inventory's lock: the last write is over
+		delete(f.inv.ConflictOnce, 12)
+		if status < 500 || writes != 6 {
+			t.Fatalf("answer %d %v after %d writes, want a 5xx after 6", status, e, writes)
+		}
+		if d := f.inv.Get(12); !d.Owned.LastBootCheck.Equal(base.Owned.LastBootCheck) {
+			t.Errorf("last_boot_check %v, want %v kept: nothing of the check recorded", d.Owned.LastBootCheck, base.Owned.LastBootCheck)
+		}
+	})
 	t.Run("refuse/the owner decommissions the device during the check", func(t *testing.T) {
 		f.inv.Set(base)
 		req := n.request(t)
@@ -211,13 +235,23 @@ func testBootCheckConflicts(t *testing.T, f *fleetdUnderTest, n node) {
 			t.Errorf("status %q, last_boot_check %v (want the owner's change only)", d.Status, d.Owned.LastBootCheck)
 		}
 	})
-	t.Run("ok/an unrelated change during the check is retried", func(t *testing.T) {
+	t.Run("ok/an unrelated change during the check is retried: one more read and one more write", func(t *testing.T) {
+		f.inv.Set(base)
+		var res api.BootCheckResponse
+		calls := f.inv.Calls.Load()
+		if status := postJSON(t, n.url+api.PathBootCheck, n.request(t), &res); status != 200 || res.Outcome != "ok" {
+			t.Fatalf("a check without a conflict: %d %+v, want 200 ok", status, res)
+		}
+		plain := f.inv.Calls.Load() - calls
 		f.inv.Set(base)
 		req := n.request(t)
 		f.inv.ConflictOnce[12] = func(d *fleet.Device) { d.Serial = "SN-2" }
-		var res api.BootCheckResponse
+		calls = f.inv.Calls.Load()
 		if status := postJSON(t, n.url+api.PathBootCheck, req, &res); status != 200 || res.Outcome != "ok" {
 			t.Fatalf("answer %d %+v, want 200 ok", status, res)
+		}
+		if got := f.inv.Calls.Load() - calls; got != plain+2 {
+			t.Errorf("the retried check made %d NetBox requests, want %d: the check without a conflict's %d, and a read and a write more", got, plain+2, plain)
 		}
 		if d := f.inv.Get(12); d.Serial != "SN-2" || !d.Owned.LastBootCheck.Equal(res.CheckedAt) {
 			t.Errorf("serial %q, last_boot_check %v (want both the owner's change and the check, %v)", d.Serial, d.Owned.LastBootCheck, res.CheckedAt)
