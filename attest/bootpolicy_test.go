@@ -2,6 +2,7 @@ package attest_test
 
 import (
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -35,10 +36,21 @@ func policyOf(t testing.TB, f attest.BootPolicyFile) *attest.BootPolicy {
 	return p
 }
 
+// rewritten is a recorded log with the digests of the named events changed in every bank.
+func rewritten(t *testing.T, log []byte, events ...eventlogs.Event) []byte {
+	t.Helper()
+	b, err := eventlogs.ReplaceDigests(log, events...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 // TestBootPolicyCheck: a policy learned from a boot allows that boot, for the fleet and for a
-// class with its own list; another kernel (the same log with the kernel's digests changed), a
-// boot the class's own list lacks, and a boot with one EFI application more are refused as
-// boot_policy, naming the component that differs.
+// class with its own list; another kernel (the same log with the kernel's digests changed),
+// another initrd (PCR 9 alone changed), a boot the class's own list lacks, and a boot with one
+// EFI application more are refused as boot_policy, naming the component that differs. What the
+// policy leaves out may change: grub's command line (PCR 8) and the firmware (PCR 0).
 func TestBootPolicyCheck(t *testing.T) {
 	rhel, err := attest.LearnBoot(eventlogs.RHEL8SecureBoot)
 	if err != nil {
@@ -67,6 +79,10 @@ func TestBootPolicyCheck(t *testing.T) {
 		{"ok/the learned boot, fleet list", bootOf(t, eventlogs.RHEL8SecureBoot), "talos-worker", ""},
 		{"ok/the class's own list", bootOf(t, eventlogs.COS85SecureBoot), "cos-only", ""},
 		{"refuse/another kernel", bootOf(t, eventlogs.RHEL8OtherKernel()), "talos-worker", "PCR 4 EFI application 3 has SHA-256"},
+		{"refuse/another initrd (PCR 9 alone)", bootOf(t, rewritten(t, eventlogs.RHEL8SecureBoot, eventlogs.Event{PCR: 9, N: 1})), "talos-worker",
+			"PCR 9 measurement 2 has SHA-256"},
+		{"ok/another kernel command line (grub's, PCR 8)", bootOf(t, rewritten(t, eventlogs.RHEL8SecureBoot, eventlogs.Event{PCR: 8, N: 30})), "talos-worker", ""},
+		{"ok/other firmware (PCR 0)", bootOf(t, rewritten(t, eventlogs.RHEL8SecureBoot, eventlogs.Event{PCR: 0, N: 0})), "talos-worker", ""},
 		{"refuse/the class's own list replaces the fleet's", bootOf(t, eventlogs.RHEL8SecureBoot), "cos-only", "class cos-only"},
 		{"refuse/a boot the fleet never learned", bootOf(t, eventlogs.COS85SecureBoot), "talos-worker", "the fleet's boot policy"},
 		{"refuse/one EFI application more", &attest.VerifiedBoot{Events: withApplication(bootOf(t, eventlogs.RHEL8SecureBoot).Events)}, "talos-worker", "PCR 4 EFI application 4"},
@@ -108,6 +124,7 @@ func TestBootComponentsLeaveOutTheCommandLine(t *testing.T) {
 		tagged(0x8F3B22EC, 0x02),                                   // Linux initrd
 		tagged(0x8F3B22ED, 0x03),                                   // LOADED_IMAGE::LoadOptions
 		{Index: 8, Type: ga.EventType(0x0d), Digest: []byte{0x04}}, // grub's command line
+		{Index: 9, Type: ga.EventType(6), Data: binary.LittleEndian.AppendUint32(nil, 0x8F3B22ED), Digest: []byte{0x05}}, // the tag alone, no data
 	})
 	if strings.Join(c.EFIApplications, ",") != "01" || strings.Join(c.LoadedFiles, ",") != "02" {
 		t.Errorf("components %+v, want the application 01 and the initrd 02 only", c)
@@ -135,4 +152,54 @@ func TestParseBootPolicy(t *testing.T) {
 			t.Errorf("%s: %v, want %q", r.name, err, r.want)
 		}
 	}
+}
+
+// TestBootPolicyNearest: a refused boot's message names the allowed boot that shares the most
+// components with it in place (PCR 4 and PCR 9 together; the first of equals), and what differs
+// from it first.
+func TestBootPolicyNearest(t *testing.T) {
+	h := func(c string) string { return strings.Repeat(c, 64) }
+	boot := func(apps, files []string) *attest.VerifiedBoot {
+		var ev []ga.Event
+		for _, a := range apps {
+			ev = append(ev, ga.Event{Index: 4, Type: ga.EventType(0x80000003), Digest: hexBytes(t, a)})
+		}
+		for _, f := range files {
+			ev = append(ev, ga.Event{Index: 9, Type: ga.EventType(0x0d), Digest: hexBytes(t, f)})
+		}
+		return &attest.VerifiedBoot{Events: ev}
+	}
+	var f attest.BootPolicyFile
+	f.Learn("", "one", attest.BootComponents{EFIApplications: []string{h("a"), h("b"), h("c")}, LoadedFiles: []string{h("1")}})
+	f.Learn("", "two", attest.BootComponents{EFIApplications: []string{h("a"), h("b"), h("d")}, LoadedFiles: []string{h("2"), h("3")}})
+	f.Learn("", "three", attest.BootComponents{EFIApplications: []string{h("f"), h("d")}, LoadedFiles: []string{}})
+	p := policyOf(t, f)
+	for _, r := range []struct {
+		name string
+		boot *attest.VerifiedBoot
+		want string
+	}{
+		{"refuse/nearest by PCR 4 and PCR 9 together", boot([]string{h("a"), h("b"), h("e")}, []string{h("2"), h("3")}),
+			`PCR 4 EFI application 3 has SHA-256 eeeeeeeeeeeeeeee…, the allowed boot dddddddddddddddd… (nearest allowed boot "two")`},
+		{"refuse/nearest sharing one component, not the first listed", boot([]string{h("e"), h("d")}, nil),
+			`PCR 4 EFI application 1 has SHA-256 eeeeeeeeeeeeeeee…, the allowed boot ffffffffffffffff… (nearest allowed boot "three")`},
+		{"refuse/equals: the first listed", boot([]string{h("a"), h("b")}, nil),
+			`PCR 4 EFI application 3 (cccccccccccccccc…) is missing (nearest allowed boot "one")`},
+		{"refuse/PCR 4 the same, PCR 9 one more", boot([]string{h("a"), h("b"), h("c")}, []string{h("1"), h("4")}),
+			`PCR 9 measurement 2 (4444444444444444…) is one more than allowed (nearest allowed boot "one")`},
+	} {
+		ref, ok := attest.AsRefusal(p.Check(r.boot, "any"))
+		if !ok || ref.Check != attest.CheckBootPolicy || !strings.HasSuffix(ref.Msg, r.want) {
+			t.Errorf("%s: %v, want a boot_policy refusal ending %q", r.name, ref, r.want)
+		}
+	}
+}
+
+func hexBytes(t *testing.T, s string) []byte {
+	t.Helper()
+	b, err := hex.DecodeString(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
