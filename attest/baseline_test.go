@@ -80,6 +80,12 @@ func TestDiffBaseline(t *testing.T) {
 			[]string{"PCR 4: EV_EFI_BOOT_SERVICES_APPLICATION removed: grubx64.efi"}},
 		{"drift/new-pcr", []attest.BaselinePCR{{Index: 4, Events: base.PCRs[0].Events}, {Index: 9, Events: []attest.BaselineEvent{kernel}}},
 			[]string{"PCR 9: EV_EFI_BOOT_SERVICES_APPLICATION added: vmlinuz"}},
+		{"drift/an image added before the others: it alone", []attest.BaselinePCR{{Index: 4, Events: []attest.BaselineEvent{kernel, sep, shim, grub}}},
+			[]string{"PCR 4: EV_EFI_BOOT_SERVICES_APPLICATION added: vmlinuz"}},
+		{"drift/the first event removed: it alone", []attest.BaselinePCR{{Index: 4, Events: []attest.BaselineEvent{shim, grub}}},
+			[]string{"PCR 4: EV_SEPARATOR removed"}},
+		{"drift/an image added between the first two: it alone", []attest.BaselinePCR{{Index: 4, Events: []attest.BaselineEvent{sep, kernel, shim, grub}}},
+			[]string{"PCR 4: EV_EFI_BOOT_SERVICES_APPLICATION added: vmlinuz"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -108,18 +114,50 @@ func TestDiffRecordedBoots(t *testing.T) {
 	}
 }
 
-// TestParseBaselineRefusals checks that a damaged boot_baseline is refused, not misread.
+// TestParseBaselineRefusals checks that a damaged boot_baseline is refused, not misread, naming
+// the line (the header is line 1).
 func TestParseBaselineRefusals(t *testing.T) {
-	for name, text := range map[string]string{
-		"refuse/no-header":     "4 EV_SEPARATOR aa",
-		"refuse/short-line":    "fleetd-baseline/1\n4 EV_SEPARATOR",
-		"refuse/pcr-out-range": "fleetd-baseline/1\n24 EV_SEPARATOR aa",
-		"refuse/pcr-order":     "fleetd-baseline/1\n7 EV_SEPARATOR aa\n4 EV_SEPARATOR bb",
+	for _, r := range []struct{ name, text, want string }{
+		{"refuse/no-header", "4 EV_SEPARATOR aa", "does not start with fleetd-baseline/1"},
+		{"refuse/short-line", "fleetd-baseline/1\n4 EV_SEPARATOR", "line 2 has 2 fields, want at least 3"},
+		{"refuse/pcr-out-range", "fleetd-baseline/1\n0 EV_SEPARATOR aa\n24 EV_SEPARATOR aa", `line 3: PCR "24" is not 0-23`},
+		{"refuse/negative-pcr", "fleetd-baseline/1\n-1 EV_SEPARATOR aa", `line 2: PCR "-1" is not 0-23`},
+		{"refuse/pcr-order", "fleetd-baseline/1\n7 EV_SEPARATOR aa\n4 EV_SEPARATOR bb", "line 3: PCR 4 after PCR 7"},
 	} {
-		t.Run(name, func(t *testing.T) {
-			if _, err := attest.ParseBaseline(text); err == nil {
-				t.Errorf("ParseBaseline(%q) succeeded", text)
+		t.Run(r.name, func(t *testing.T) {
+			if _, err := attest.ParseBaseline(r.text); err == nil || !strings.Contains(err.Error(), r.want) {
+				t.Errorf("ParseBaseline(%q): %v, want an error with %q", r.text, err, r.want)
 			}
 		})
+	}
+	// The first and last PCRs, and PCR 0 after itself, are read.
+	b, err := attest.ParseBaseline("fleetd-baseline/1\n0 EV_SEPARATOR aa\n0 EV_SEPARATOR bb first\n23 EV_SEPARATOR cc")
+	if err != nil || len(b.PCRs) != 2 || len(b.PCRs[0].Events) != 2 || b.PCRs[0].Events[1].Desc != "first" || b.PCRs[1].Index != 23 {
+		t.Errorf("ParseBaseline of PCRs 0, 0 and 23: %+v, %v", b, err)
+	}
+}
+
+// TestBaselineDigests: a baseline keeps the first 16 bytes of each event's digest (enough to tell
+// boots apart, short enough for NetBox), whatever the bank's size, and a shorter digest whole.
+func TestBaselineDigests(t *testing.T) {
+	digest := func(n int) []byte {
+		d := make([]byte, n)
+		for i := range d {
+			d[i] = byte(i)
+		}
+		return d
+	}
+	b := attest.NewBaseline([]ga.Event{
+		{Index: 4, Type: 0x80000003, Digest: digest(32)},
+		{Index: 4, Type: 0x80000003, Digest: digest(48)},
+		{Index: 7, Type: 0x80000001, Digest: digest(16)},
+		{Index: 0, Type: 0x04, Digest: digest(8)},
+	})
+	want := "fleetd-baseline/1\n0 EV_SEPARATOR 0001020304050607" +
+		"\n4 EV_EFI_BOOT_SERVICES_APPLICATION 000102030405060708090a0b0c0d0e0f" +
+		"\n4 EV_EFI_BOOT_SERVICES_APPLICATION 000102030405060708090a0b0c0d0e0f" +
+		"\n7 EV_EFI_VARIABLE_DRIVER_CONFIG 000102030405060708090a0b0c0d0e0f"
+	if got := b.String(); got != want {
+		t.Errorf("baseline:\n%s\nwant:\n%s", got, want)
 	}
 }
