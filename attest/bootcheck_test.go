@@ -8,6 +8,7 @@ import (
 	"crypto/rsa"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/base64"
 	"encoding/hex"
 	"math/big"
 	"strings"
@@ -40,19 +41,29 @@ func TestBootNonce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	version := mustB64(t, issued.Token)[0]
+	// short is a token of the right version whose rest is n zero bytes: 12 are the AES-GCM
+	// nonce and 16 its tag, the least a sealed token has.
+	short := func(n int) string {
+		return base64.RawURLEncoding.EncodeToString(append([]byte{version}, make([]byte, n)...))
+	}
 	tests := []struct {
 		name   string
 		token  string
 		now    time.Time
 		sealer *attest.BootNonceSealer
 		want   attest.Check
+		msg    string // a part of the refusal's message
 	}{
 		{name: "ok/within-lifetime", now: testTime.Add(5*time.Minute - time.Nanosecond)},
 		{name: "refuse/expired", now: testTime.Add(5 * time.Minute), want: attest.CheckNonceExpired},
 		{name: "refuse/other-key", sealer: newNonces(2), want: attest.CheckNonceInvalid},
 		{name: "refuse/an-enrollment-token-sealed-with-the-same-key", token: enrollment, want: attest.CheckNonceInvalid},
 		{name: "refuse/altered", token: withByte(t, issued.Token, 20, 0xff), want: attest.CheckNonceInvalid},
-		{name: "refuse/not-base64", token: "%%%", want: attest.CheckNonceInvalid},
+		{name: "refuse/not-base64", token: "%%%", want: attest.CheckNonceInvalid, msg: "is not a fleetd boot-check nonce token"},
+		{name: "refuse/the-version-and-5-bytes", token: short(5), want: attest.CheckNonceInvalid, msg: "is not a fleetd boot-check nonce token"},
+		{name: "refuse/a-byte-shorter-than-a-nonce-and-a-tag", token: short(27), want: attest.CheckNonceInvalid, msg: "is not a fleetd boot-check nonce token"},
+		{name: "refuse/as-long-as-a-nonce-and-a-tag-but-not-sealed", token: short(28), want: attest.CheckNonceInvalid, msg: "was not issued by this fleetd or was altered"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -74,8 +85,8 @@ func TestBootNonce(t *testing.T) {
 				}
 				return
 			}
-			if r, ok := attest.AsRefusal(err); !ok || r.Check != tc.want {
-				t.Fatalf("Open: %v, want refusal %s", err, tc.want)
+			if r, ok := attest.AsRefusal(err); !ok || r.Check != tc.want || !strings.Contains(r.Msg, tc.msg) {
+				t.Fatalf("Open: %v, want refusal %s saying %q", err, tc.want, tc.msg)
 			}
 		})
 	}
@@ -86,6 +97,32 @@ func TestBootNonce(t *testing.T) {
 			t.Fatalf("the enrollment sealer opened a boot-check token: %v", err)
 		}
 	})
+}
+
+// TestBootNonceConfig: a nonce sealer needs the token key's size, a positive lifetime, its
+// randomness and its clock.
+func TestBootNonceConfig(t *testing.T) {
+	ok := attest.BootNonceConfig{TokenKey: make([]byte, attest.TokenKeySize), Lifetime: time.Nanosecond, Rand: seeded(1), Now: time.Now}
+	if _, err := attest.NewBootNonceSealer(ok); err != nil {
+		t.Errorf("ok/the shortest lifetime: %v", err)
+	}
+	for _, r := range []struct {
+		name string
+		edit func(*attest.BootNonceConfig)
+		want string
+	}{
+		{"refuse/a key of 31 bytes", func(c *attest.BootNonceConfig) { c.TokenKey = c.TokenKey[:31] }, "the token key is 31 bytes, want 32"},
+		{"refuse/no lifetime", func(c *attest.BootNonceConfig) { c.Lifetime = 0 }, "a positive Lifetime"},
+		{"refuse/a negative lifetime", func(c *attest.BootNonceConfig) { c.Lifetime = -time.Second }, "a positive Lifetime"},
+		{"refuse/no randomness", func(c *attest.BootNonceConfig) { c.Rand = nil }, "Rand and Now"},
+		{"refuse/no clock", func(c *attest.BootNonceConfig) { c.Now = nil }, "Rand and Now"},
+	} {
+		cfg := ok
+		r.edit(&cfg)
+		if _, err := attest.NewBootNonceSealer(cfg); err == nil || !strings.Contains(err.Error(), r.want) {
+			t.Errorf("%s: %v, want %q", r.name, err, r.want)
+		}
+	}
 }
 
 // TestLAKVerifier checks which certificates identify a device for a boot check: only a LAK

@@ -29,6 +29,11 @@ func TestEKVerify(t *testing.T) {
 	bundle := pki.EncodeCertificatesPEM(vendor.Cert) // the issuing CA alone, as SPIRE needs it
 	hash := sha256Hex(spki)
 	wantHW := fmt.Sprintf("49465800:%x:04d5", cert.AuthorityKeyId)
+	// A certificate without an authorityKeyIdentifier (its issuer carried no subjectKeyIdentifier)
+	// gives no hwSerialNum of the manufacturer's: the EK's hash stands in, as without a certificate.
+	noSKI, issuer := *vendor, *vendor.Cert
+	issuer.SubjectKeyId, noSKI.Cert = nil, &issuer
+	noAKID := ekCertFrom(t, &noSKI, spki)
 
 	tests := []struct {
 		name     string
@@ -54,6 +59,8 @@ func TestEKVerify(t *testing.T) {
 		{name: "refuse/hash+cert-declared-none-untrusted-certificate-sent", policy: attest.EKPolicyHashCert, bundle: bundle, cert: untrustedEKCert(t, spki), approved: []string{hash}, noCert: true, want: attest.CheckEKCertChain},
 		{name: "ok/hash-uppercase-approval", policy: attest.EKPolicyHash, cert: certDER, approved: []string{strings.ToUpper(hash)}, wantHW: wantHW},
 		{name: "ok/hash-ignores-issuer", policy: attest.EKPolicyHash, cert: untrustedEKCert(t, spki), approved: []string{hash}},
+		{name: "ok/hash-certificate-without-authority-key-id", policy: attest.EKPolicyHash, cert: noAKID, approved: []string{hash},
+			wantHW: string(sha256Of(spki))},
 		{name: "refuse/not-approved", policy: attest.EKPolicyHash, cert: certDER, approved: []string{sha256Hex(nil)}, want: attest.CheckEKApproved},
 		{name: "refuse/no-approvals", policy: attest.EKPolicyHash, approved: nil, want: attest.CheckEKApproved},
 		{name: "refuse/untrusted-issuer", policy: attest.EKPolicyHashCert, bundle: bundle, cert: untrustedEKCert(t, spki), approved: []string{hash}, want: attest.CheckEKCertChain},
@@ -105,6 +112,15 @@ func TestEKVerify(t *testing.T) {
 // TestEKVerifierConfig checks the configuration refusals.
 func TestEKVerifierConfig(t *testing.T) {
 	now := func() time.Time { return testTime }
+	vendor, _, err := pki.NewCA(pki.NewCAConfig{Name: "TPM Vendor", Rand: seeded(41), Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	damaged := append(pki.EncodeCertificatesPEM(vendor.Cert), []byte("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n")...)
+	if _, err := attest.NewEKVerifier(attest.EKVerifierConfig{Policy: attest.EKPolicyHashCert, BundlePEM: damaged, Now: now}); err == nil ||
+		!strings.Contains(err.Error(), "certificate 2:") {
+		t.Errorf("refuse/a bundle whose second certificate is damaged: %v, want an error naming certificate 2", err)
+	}
 	for name, cfg := range map[string]attest.EKVerifierConfig{
 		"refuse/unknown-policy":      {Policy: "cert", Now: now},
 		"refuse/hash+cert-no-bundle": {Policy: attest.EKPolicyHashCert, Now: now},

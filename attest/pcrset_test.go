@@ -31,6 +31,11 @@ func TestCheckPCRSet(t *testing.T) {
 		{"refuse/index-24", append(bank(crypto.SHA256), attest.PCR{Index: 24, DigestAlg: crypto.SHA256}), "PCR 24 (SHA-256) is not one of a TPM's 24 PCRs"},
 		{"refuse/negative-index", []attest.PCR{{Index: -1, DigestAlg: crypto.SHA256}}, "PCR -1 (SHA-256) is not one of"},
 		{"refuse/unknown-hash", []attest.PCR{{Index: 0, DigestAlg: crypto.Hash(200)}}, "PCR 0 (unknown hash value 200) is not one of"},
+		{"refuse/the-hash-after-the-last-Go-knows", []attest.PCR{{Index: 0, DigestAlg: crypto.BLAKE2b_512 + 1}}, "PCR 0 (unknown hash value 20) is not one of"},
+		// A bank of a hash Go knows passes here, whether or not a TPM has it: the quotes must
+		// then cover it (AKPublic.VerifyAll refuses a PCR no quote covers).
+		{"ok/the-last-hash-Go-knows", bank(crypto.BLAKE2b_512), ""},
+		{"ok/index-0-and-23", []attest.PCR{{Index: 0, DigestAlg: crypto.SHA256}, {Index: 23, DigestAlg: crypto.SHA256}}, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -103,8 +103,8 @@ func TestTokenConfig(t *testing.T) {
 	if k, err := attest.ParseTokenKey(bytes.Repeat([]byte{1}, 32)); err != nil || len(k) != 32 {
 		t.Errorf("ParseTokenKey(raw) = %x, %v", k, err)
 	}
-	if _, err := attest.ParseTokenKey([]byte("short")); err == nil {
-		t.Error("ParseTokenKey accepted a 5-byte key")
+	if _, err := attest.ParseTokenKey([]byte("short")); err == nil || !strings.Contains(err.Error(), "want 64 hex digits or 32 raw bytes, got 5 bytes") {
+		t.Errorf("ParseTokenKey of a 5-byte key: %v, want an error naming both forms", err)
 	}
 	now := func() time.Time { return testTime }
 	for name, cfg := range map[string]attest.TokenConfig{
