@@ -21,7 +21,8 @@ deps: ## install the Debian packages the tests and the dev stack need (only thos
 	@./scripts/install-deps.sh
 
 # The opt-in tools (scripts/tools.sh list) are built by the targets that run them: make
-# test-compat, make lint (golangci-lint, until make test runs it).
+# test-compat (Tinkerbell v0.12.2), make mutants (gremlins), make lint (golangci-lint, until make
+# test runs it).
 .PHONY: tools
 tools: ## build the third-party tools the tests run (scripts/tools.sh list) once per machine, into a cache outside the checkout
 	@for t in $$(./scripts/tools.sh list | awk '$$3 != "opt-in" {print $$1}'); do ./scripts/tools.sh build $$t >/dev/null || exit 1; done
@@ -119,6 +120,20 @@ fuzz: deps ## run every fuzz target for FUZZTIME each (default 30s); failures la
 	@for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; \
 	  echo "== $$fn ($$pkg, $(FUZZTIME))"; \
 	  $(GO) test $$pkg -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) || exit 1; done
+
+# Mutation testing (docs/testing.md): gremlins mutates each package's operators one at a time and
+# runs the package's own tests against each mutant. Opt-in: a package takes minutes (pki) to an
+# hour or two (handlers, fleet) on two cores. PKG=attest measures one package.
+MUTANTS_PKGS    ?= attest pki webhook handlers fleet
+MUTANTS_TARGETS ?= attest=90 pki=90 fleet=80 webhook=80 handlers=80
+MUTANTS_WORKERS ?= 2
+MUTANTS_OUT     ?= $(or $(TMPDIR),/tmp)/fleetd-mutants
+PKG ?=
+
+.PHONY: mutants
+mutants: deps ## mutation testing with gremlins (PKG=attest for one package): figures into docs/testing.md, fails below a package's efficacy target
+	GO='$(GO)' MUTANTS_WORKERS='$(MUTANTS_WORKERS)' MUTANTS_TARGETS='$(MUTANTS_TARGETS)' \
+	  ./scripts/mutants.sh $(MUTANTS_OUT) $(or $(PKG),$(MUTANTS_PKGS))
 
 LOAD_DEVICES ?= 1000
 # The NetBox emulator's added latency per request in the load test, e.g. 25ms (a real NetBox's pace).

@@ -22,8 +22,8 @@ GO="${GO:-go}"
 root=$(cd "$(dirname "$0")/.." && pwd)
 
 # NAME VERSION [opt-in], one a line. An opt-in tool is built the first time its make target runs
-# (Tinkerbell v0.12.2's: make test-compat; golangci-lint: make lint, until make test runs it), not
-# by make tools, so make test never waits for it.
+# (Tinkerbell v0.12.2's: make test-compat; gremlins: make mutants; golangci-lint: make lint, until
+# make test runs it), not by make tools, so make test never waits for it.
 versions() {
 	cat <<-EOF
 	tofu v1.12.6
@@ -34,6 +34,7 @@ versions() {
 	tink-server v0.12.2 opt-in
 	tink-worker v0.12.2 opt-in
 	golangci-lint v2.15.0 opt-in
+	gremlins v0.6.0 opt-in
 	EOF
 }
 
@@ -101,6 +102,13 @@ build_one() {
 		modcopy github.com/golangci/golangci-lint/v2 "$2" "$work"
 		(cd "$work" && CGO_ENABLED=0 "$GO" build -trimpath -buildvcs=false \
 			-ldflags "-s -w -X main.version=${2#v} -X main.date=unknown" -o "$3/golangci-lint" ./cmd/golangci-lint)
+		;;
+	gremlins)
+		# The mutation tester behind make mutants (docs/testing.md). Its releases (goreleaser's
+		# default flags) set main.version to the version without its v; so does this.
+		modcopy github.com/go-gremlins/gremlins "$2" "$work"
+		(cd "$work" && CGO_ENABLED=0 "$GO" build -trimpath -buildvcs=false \
+			-ldflags "-s -w -X main.version=${2#v}" -o "$3/gremlins" ./cmd/gremlins)
 		;;
 	*) echo "tools.sh: no build recipe for '$1'" >&2; exit 2 ;;
 	esac
