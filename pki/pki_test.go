@@ -191,6 +191,117 @@ func TestIssueRefusals(t *testing.T) {
 	}
 }
 
+// TestCertifiedKeys: the keys a TPM can hold for an LDevID or an AK are certified (ECDSA P-256
+// and P-384, RSA from 2048 bits), and no other.
+func TestCertifiedKeys(t *testing.T) {
+	iss, _, _ := newIssuer(t)
+	ecdsaKey := func(c elliptic.Curve) crypto.PublicKey {
+		k, err := ecdsa.GenerateKey(c, rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k.Public()
+	}
+	rsaKey := func(bits int) crypto.PublicKey {
+		k, err := rsa.GenerateKey(rand.Reader, bits)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k.Public()
+	}
+	for _, r := range []struct {
+		name string
+		pub  crypto.PublicKey
+		want string // "" certified
+	}{
+		{"ok/ECDSA P-256", ecdsaKey(elliptic.P256()), ""},
+		{"ok/ECDSA P-384", ecdsaKey(elliptic.P384()), ""},
+		{"ok/RSA 2048", rsaKey(2048), ""},
+		{"refuse/ECDSA P-521", ecdsaKey(elliptic.P521()), "curve P-521: P-256 or P-384 expected"},
+		{"refuse/ECDSA P-224", ecdsaKey(elliptic.P224()), "curve P-224: P-256 or P-384 expected"},
+		{"refuse/RSA 2047", rsaKey(2047), "RSA key of 2047 bits"},
+	} {
+		for _, issue := range []func(pki.Identity, crypto.PublicKey) (*pki.Certificate, error){iss.IssueLDevID, iss.IssueLAK} {
+			c, err := issue(id, r.pub)
+			switch {
+			case r.want == "" && err != nil:
+				t.Errorf("%s: %v", r.name, err)
+			case r.want == "" && !c.Leaf.PublicKey.(interface{ Equal(crypto.PublicKey) bool }).Equal(r.pub):
+				t.Errorf("%s: the certificate is not for the key", r.name)
+			case r.want != "" && (err == nil || !strings.Contains(err.Error(), r.want)):
+				t.Errorf("%s: %v, want %q", r.name, err, r.want)
+			}
+		}
+	}
+}
+
+// TestRootsAndFiles: a verifier's root pool and the root file hold the CA's root (the last
+// certificate above the issuing CA), or the issuing CA itself when nothing is above it; the dev
+// CAs are a root that may sign one CA and an issuing CA that may sign none.
+func TestRootsAndFiles(t *testing.T) {
+	twoLevel := newCA(t, "fleetd DevID")
+	root := twoLevel.Above[0]
+	if root.MaxPathLen != 1 || root.MaxPathLenZero || twoLevel.Cert.MaxPathLen != 0 || !twoLevel.Cert.MaxPathLenZero {
+		t.Errorf("path lengths: root %d (zero %v), issuing CA %d (zero %v); want 1, and 0 stated",
+			root.MaxPathLen, root.MaxPathLenZero, twoLevel.Cert.MaxPathLen, twoLevel.Cert.MaxPathLenZero)
+	}
+	under, rootKey, err := pki.NewCA(pki.NewCAConfig{Name: "alone", Rand: seeded(5), Now: func() time.Time { return t0 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	alone := &pki.CA{Cert: under.Above[0], Signer: rootKey} // a root that issues itself
+	dir := t.TempDir()
+	for _, r := range []struct {
+		name string
+		ca   *pki.CA
+		root *x509.Certificate
+	}{
+		{"ok/issuing CA under a root: the root", twoLevel, root},
+		{"ok/a root alone: itself", alone, alone.Cert},
+	} {
+		want := x509.NewCertPool()
+		want.AddCert(r.root)
+		if !r.ca.Roots().Equal(want) {
+			t.Errorf("%s: Roots() is not the pool of %s", r.name, r.root.Subject)
+		}
+		files, err := r.ca.WriteFiles(dir, strings.ReplaceAll(r.name, "/", "-"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := os.ReadFile(files.Root)
+		if got, err := pki.ParseCertificatesPEM(b); err != nil || len(got) != 1 || !got[0].Equal(r.root) {
+			t.Errorf("%s: the root file holds %d certificates (%v), want %s alone", r.name, len(got), err, r.root.Subject)
+		}
+		leaf, err := mustIssuer(t, r.ca).IssueLDevID(id, p256(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := leaf.Leaf.Verify(x509.VerifyOptions{Roots: r.ca.Roots(), CurrentTime: t0, Intermediates: pool(leaf.Chain),
+			KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
+			t.Errorf("%s: a certificate it issued does not verify under its roots: %v", r.name, err)
+		}
+	}
+}
+
+// pool is a pool of the certificates.
+func pool(certs []*x509.Certificate) *x509.CertPool {
+	p := x509.NewCertPool()
+	for _, c := range certs {
+		p.AddCert(c)
+	}
+	return p
+}
+
+// TestParseCertificatesPEMNamesTheBadOne: a block that is not a certificate is named by its
+// place in the file.
+func TestParseCertificatesPEMNamesTheBadOne(t *testing.T) {
+	ca := newCA(t, "fleetd DevID")
+	b := append(pki.EncodeCertificatesPEM(ca.Cert), []byte("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n")...)
+	if _, err := pki.ParseCertificatesPEM(b); err == nil || !strings.Contains(err.Error(), "parse certificate 2:") {
+		t.Errorf("a file whose second block is not a certificate: %v, want an error naming certificate 2", err)
+	}
+}
+
 // TestLifetimeCappedByCA checks that a certificate never outlives its issuing CA.
 func TestLifetimeCappedByCA(t *testing.T) {
 	ca, _, err := pki.NewCA(pki.NewCAConfig{Name: "short", Lifetime: 24 * time.Hour, Rand: seeded(3),

@@ -44,6 +44,12 @@ func TestRenewalDue(t *testing.T) {
 		{"due/a year's certificate under a week's lifetime", 365 * 24 * time.Hour, week, 0, week / 2, true},
 		{"not-due/a year's certificate, young", 365 * 24 * time.Hour, week, 0, 3 * 24 * time.Hour, false},
 		{"due/a week's certificate under a year's lifetime, near its end", week, 365 * 24 * time.Hour, 0, 6 * 24 * time.Hour, true},
+		// Issued under 4 days, checked under a week (renewal point 3.5 days): young by its age,
+		// due by what is left of it (3.5 days) from the moment that is the profile's remainder.
+		{"due/a 4 days' certificate under a week's lifetime, exactly what the profile leaves", 4 * 24 * time.Hour, week, 0, 12 * time.Hour, true},
+		{"not-due/the same, a second before", 4 * 24 * time.Hour, week, 0, 12*time.Hour - time.Second, false},
+		// Issued under a year, checked under a week: due by its age alone.
+		{"not-due/a year's certificate, a second before half the week", 365 * 24 * time.Hour, week, 0, week/2 - time.Second, false},
 	}
 	for _, r := range rows {
 		t.Run(r.name, func(t *testing.T) {
@@ -120,12 +126,78 @@ func TestRenewKeepsKeyAndIdentity(t *testing.T) {
 	}
 }
 
-// TestRenewAfterRefused: a renewal point outside the lifetime is a wiring error.
-func TestRenewAfterRefused(t *testing.T) {
+// TestNewIssuer: an issuer needs both CAs, positive lifetimes, its randomness and clock, and
+// renewal points within the lifetimes (zero: half the lifetime); anything else is a wiring error
+// named here.
+func TestNewIssuer(t *testing.T) {
 	ca := newCA(t, "fleetd CA")
-	_, err := pki.NewIssuer(pki.IssuerConfig{LDevID: ca, LAK: ca, LDevIDLifetime: time.Hour, LAKLifetime: time.Hour,
-		LDevIDRenewAfter: time.Hour, Rand: seeded(3), Now: time.Now})
-	if err == nil || !strings.Contains(err.Error(), "renewal point") {
-		t.Errorf("NewIssuer with renew_after = lifetime: %v, want a renewal point error", err)
+	ok := func() pki.IssuerConfig {
+		return pki.IssuerConfig{LDevID: ca, LAK: ca, LDevIDLifetime: time.Hour, LAKLifetime: 2 * time.Hour, Rand: seeded(3), Now: func() time.Time { return t0 }}
+	}
+	rows := []struct {
+		name string
+		edit func(c *pki.IssuerConfig)
+		want string // "" accepted
+	}{
+		{"ok/renewal points left to their default", func(c *pki.IssuerConfig) {}, ""},
+		{"ok/renewal points just within the lifetimes", func(c *pki.IssuerConfig) {
+			c.LDevIDRenewAfter, c.LAKRenewAfter = time.Hour-time.Nanosecond, 2*time.Hour-time.Nanosecond
+		}, ""},
+		{"ok/the shortest lifetime: its default renewal point is 0, renewed at every check", func(c *pki.IssuerConfig) {
+			c.LDevIDLifetime, c.LAKLifetime = time.Nanosecond, time.Nanosecond
+		}, ""},
+		{"refuse/no LDevID CA", func(c *pki.IssuerConfig) { c.LDevID = nil }, "both the LDevID CA and the LAK CA"},
+		{"refuse/no LAK CA", func(c *pki.IssuerConfig) { c.LAK = nil }, "both the LDevID CA and the LAK CA"},
+		{"refuse/an LDevID lifetime of zero", func(c *pki.IssuerConfig) { c.LDevIDLifetime = 0 }, "lifetimes must be positive"},
+		{"refuse/a negative LAK lifetime", func(c *pki.IssuerConfig) { c.LAKLifetime = -time.Hour }, "lifetimes must be positive"},
+		{"refuse/no randomness", func(c *pki.IssuerConfig) { c.Rand = nil }, "Rand and Now"},
+		{"refuse/no clock", func(c *pki.IssuerConfig) { c.Now = nil }, "Rand and Now"},
+		{"refuse/LDevID renew_after = its lifetime", func(c *pki.IssuerConfig) { c.LDevIDRenewAfter = time.Hour }, "LDevID 1h0m0s of 1h0m0s"},
+		{"refuse/LAK renew_after = its lifetime", func(c *pki.IssuerConfig) { c.LAKRenewAfter = 2 * time.Hour }, "LAK 2h0m0s of 2h0m0s"},
+		{"refuse/a negative LDevID renew_after", func(c *pki.IssuerConfig) { c.LDevIDRenewAfter = -time.Second }, "LDevID -1s of 1h0m0s"},
+		{"refuse/a negative LAK renew_after", func(c *pki.IssuerConfig) { c.LAKRenewAfter = -time.Second }, "LAK -1s of 2h0m0s"},
+	}
+	for _, r := range rows {
+		cfg := ok()
+		r.edit(&cfg)
+		_, err := pki.NewIssuer(cfg)
+		if r.want == "" && err != nil || r.want != "" && (err == nil || !strings.Contains(err.Error(), r.want)) {
+			t.Errorf("%s: %v, want %q", r.name, err, r.want)
+		}
+	}
+}
+
+// TestRenewalPointsPerProfile: each profile renews at its own renewal point, half its own
+// lifetime by default, or its renew_after.
+func TestRenewalPointsPerProfile(t *testing.T) {
+	ca := newCA(t, "fleetd CA")
+	for _, r := range []struct {
+		name                        string
+		ldevidAfter, lakAfter       time.Duration
+		wantLDevID, wantLAK         time.Duration // each certificate's renewal point after its issue
+		ldevidLifetime, lakLifetime time.Duration
+	}{
+		{"ok/defaults: half of each lifetime", 0, 0, 45 * time.Hour, 12 * time.Hour, 90 * time.Hour, 24 * time.Hour},
+		{"ok/renew_after of each profile", 80 * time.Hour, 20 * time.Hour, 80 * time.Hour, 20 * time.Hour, 90 * time.Hour, 24 * time.Hour},
+	} {
+		iss, err := pki.NewIssuer(pki.IssuerConfig{LDevID: ca, LAK: ca, LDevIDLifetime: r.ldevidLifetime, LAKLifetime: r.lakLifetime,
+			LDevIDRenewAfter: r.ldevidAfter, LAKRenewAfter: r.lakAfter, Rand: seeded(3), Now: func() time.Time { return t0 }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ld, err := iss.IssueLDevID(id, p256(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lak, err := iss.IssueLAK(id, p256(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := iss.RenewalPoint(pki.ProfileLDevID, ld.Leaf).Sub(t0); got != r.wantLDevID {
+			t.Errorf("%s: the LDevID renews %s after its issue, want %s", r.name, got, r.wantLDevID)
+		}
+		if got := iss.RenewalPoint(pki.ProfileLAK, lak.Leaf).Sub(t0); got != r.wantLAK {
+			t.Errorf("%s: the LAK renews %s after its issue, want %s", r.name, got, r.wantLAK)
+		}
 	}
 }
