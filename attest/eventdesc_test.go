@@ -89,6 +89,7 @@ func TestDescribeEvent(t *testing.T) {
 		{"ok/image: an odd-length file path node: its last byte is not a character", app,
 			imageLoad(0, node(0x04, 0x04, append(utf16le("a.efi", false), 'x')), end), "a.efi"},
 		{"ok/image: nothing after the end node is read", app, imageLoad(0, end, shim), ""},
+		{"ok/image: a last file path node of no name, at the path's very end: no name", app, imageLoad(0, shim, node(0x04, 0x04, nil)), ""},
 		{"refuse/image: a device path longer than the event by one byte", app, imageLoad(1, shim, end), ""},
 		{"refuse/image: a node longer than what is left of the path", app, imageLoad(0, node(0x04, 0x04, utf16le("a.efi", true))[:10]), ""},
 		{"refuse/image: a node of length 0 (it would never end)", app, imageLoad(0, []byte{0x04, 0x04, 0x00, 0x00, 'a', 0}), ""},
