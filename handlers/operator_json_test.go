@@ -1,11 +1,16 @@
 package handlers_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
+	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/folly-infra/fleetd/api"
 	"github.com/folly-infra/fleetd/fleet"
@@ -112,21 +117,22 @@ func TestPlanRouteCarriesThePlan(t *testing.T) {
 
 // TestDeviceRouteJSON: a device's view says "none" for a device that never carried a request, a
 // TPM left empty in NetBox as 2.0 and a declared 1.2 as it is, and the last accepted boot check
-// only when there was one.
+// and whether a baseline is held only when there are.
 func TestDeviceRouteJSON(t *testing.T) {
 	fresh := fleettest.Declared(12, "node-a")
 	old := fleettest.Declared(13, "node-b")
 	old.Declared.TPM = fleet.TPM12
 	checked := fleettest.Declared(14, "node-c")
-	checked.Status, checked.Owned = fleet.StatusActive, fleet.Owned{State: fleet.StateActive,
+	checked.Status, checked.Owned = fleet.StatusActive, fleet.Owned{State: fleet.StateActive, BootBaseline: "fleetd-baseline/1",
 		LastBootCheck: time.Date(2026, 11, 30, 10, 0, 0, 0, time.FixedZone("CET", 3600))}
 	f := handlerstest.New(t, handlerstest.Config{Devices: []fleet.Device{fresh, old, checked}})
 	for _, r := range []struct {
 		name, device, state, tpm, last string
+		baseline                       bool
 	}{
-		{"ok/never a request: none, TPM 2.0, no check", "node-a", "none", "2.0", ""},
-		{"ok/a declared TPM 1.2 stays 1.2", "node-b", "none", "1.2", ""},
-		{"ok/an active node: its state and its last check, in UTC", "node-c", "active", "2.0", "2026-11-30T09:00:00Z"},
+		{"ok/never a request: none, TPM 2.0, no check", "node-a", "none", "2.0", "", false},
+		{"ok/a declared TPM 1.2 stays 1.2", "node-b", "none", "1.2", "", false},
+		{"ok/an active node: its state, its last check in UTC, its baseline", "node-c", "active", "2.0", "2026-11-30T09:00:00Z", true},
 	} {
 		var got struct {
 			State    string `json:"state"`
@@ -134,7 +140,8 @@ func TestDeviceRouteJSON(t *testing.T) {
 				TPM string `json:"tpm"`
 			} `json:"declared"`
 			BootCheck struct {
-				Last *string `json:"last"`
+				Last        *string `json:"last"`
+				HasBaseline bool    `json:"has_baseline"`
 			} `json:"boot_check"`
 		}
 		if status := getJSON(t, f.URL+"/v1/devices/"+r.device, &got); status != http.StatusOK {
@@ -144,8 +151,66 @@ func TestDeviceRouteJSON(t *testing.T) {
 		if got.BootCheck.Last != nil {
 			last = *got.BootCheck.Last
 		}
-		if got.State != r.state || got.Declared.TPM != r.tpm || last != r.last || (r.last == "") != (got.BootCheck.Last == nil) {
-			t.Errorf("%s: state %q tpm %q last %v, want %q %q %q", r.name, got.State, got.Declared.TPM, got.BootCheck.Last, r.state, r.tpm, r.last)
+		if got.State != r.state || got.Declared.TPM != r.tpm || last != r.last || (r.last == "") != (got.BootCheck.Last == nil) || got.BootCheck.HasBaseline != r.baseline {
+			t.Errorf("%s: %+v, want state %q tpm %q last %q baseline %v", r.name, got, r.state, r.tpm, r.last, r.baseline)
 		}
 	}
+}
+
+// TestReconcileRouteDecisionLine: an operator's reconcile writes one decision line with trigger
+// operator: at info when it decided, at warn with the error when it was refused.
+func TestReconcileRouteDecisionLine(t *testing.T) {
+	var logs syncBuffer
+	f := handlerstest.New(t, handlerstest.Config{Devices: []fleet.Device{fleettest.Declared(12, "node-a")}, HandlerLog: zerolog.New(&logs)})
+	for _, r := range []struct {
+		name, device, level string
+		status              int
+	}{
+		{"ok/a device reconciled: info", "node-a", "info", http.StatusOK},
+		{"refuse/an unknown device: warn, with the refusal", "nope", "warn", http.StatusNotFound},
+	} {
+		logs.Reset()
+		req, _ := http.NewRequest("POST", f.URL+"/v1/devices/"+r.device+"/reconcile", nil)
+		req.Header.Set("Authorization", "Bearer op")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		var line map[string]any
+		for _, l := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+			var m map[string]any
+			if json.Unmarshal([]byte(l), &m) == nil && m["message"] == "decision" {
+				line = m
+			}
+		}
+		if resp.StatusCode != r.status || line["message"] != "decision" || line["trigger"] != "operator" || line["level"] != r.level ||
+			(r.level == "warn") != (line["error"] != nil) {
+			t.Errorf("%s: %d, decision line %v; want %d at %s", r.name, resp.StatusCode, line, r.status, r.level)
+		}
+	}
+}
+
+// syncBuffer is a bytes.Buffer the server's goroutines write and the test reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func (s *syncBuffer) Reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.b.Reset()
 }

@@ -64,6 +64,8 @@ type Config struct {
 	// nil: the route answers 503 not_configured. The receipt tokens are sealed under TokenKey,
 	// with TokenLifetime as their margin.
 	Receipts handlers.WipeReceipts
+	// HandlerLog receives the handlers' log lines (their decision lines); default none.
+	HandlerLog zerolog.Logger
 }
 
 type clockFunc func() time.Time
@@ -169,7 +171,7 @@ func New(tb testing.TB, cfg Config) *Fleetd {
 	tb.Cleanup(stop)
 	go func() { _ = intake.Run(ctx) }() // the webhook workers, as fleetd serve runs them
 	h, err := handlers.New(handlers.Deps{Service: f.Service, Webhooks: intake, Gatherer: f.Registry, DeviceGatherer: f.DeviceRegistry,
-		MetricsToken: []byte("metrics"), OperatorToken: []byte("op"), Logger: zerolog.Nop(),
+		MetricsToken: []byte("metrics"), OperatorToken: []byte("op"), Logger: cfg.HandlerLog,
 		ReceiptTokens: f.Attest.Receipts, Receipts: cfg.Receipts})
 	must(err)
 	f.Handler = h
