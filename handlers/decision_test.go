@@ -103,9 +103,10 @@ func TestRetryAfter(t *testing.T) {
 }
 
 // TestLimiterEdges: a limit without a burst takes one request at once; a source is exhausted
-// with less than one token, not with one, and is told how long until it has one; full buckets
-// are swept a minute after the last sweep, not at the minute; and with the table full a sweep
-// runs from a second after the last one, so that a source whose bucket refilled gives way.
+// with less than one token, not with one, and is told how long until it has one at its rate;
+// full buckets are swept a minute after the last sweep, not at the minute; and with the table
+// full a sweep runs from a second after the last one, so that a source whose bucket refilled
+// gives way.
 func TestLimiterEdges(t *testing.T) {
 	t0 := time.Unix(1_700_000_000, 0)
 	a, b := netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2")
@@ -119,6 +120,14 @@ func TestLimiterEdges(t *testing.T) {
 	}
 	if out, _ := l.exhausted(a, t0.Add(time.Second)); out {
 		t.Error("with exactly one token again the source is exhausted")
+	}
+	// The wait is what is missing of a token over the rate: at a token every 10 s, a quarter of
+	// one in leaves 7.5 s (at a token a second the wait equals what is missing, whatever the
+	// division does).
+	l = newAddrLimiter(Limits{PerMinute: 6})
+	l.allow(a, t0)
+	if out, wait := l.exhausted(a, t0.Add(2500*time.Millisecond)); !out || wait != 7500*time.Millisecond {
+		t.Errorf("a token every 10 s, a quarter in: exhausted %v, wait %v; want true, 7.5s", out, wait)
 	}
 
 	// The sweep of full buckets: not at the minute, after it.
