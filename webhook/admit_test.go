@@ -3,6 +3,7 @@ package webhook
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -317,4 +318,68 @@ func TestSignedFloodIsBounded(t *testing.T) {
 		t.Errorf("%d log lines for the refusals of two floods, want a few sampled lines", n)
 	}
 	log.parseable(t)
+}
+
+// TestRefusalLogMakesRoom: a full table drops the entries whose last line is an interval old and
+// that have nothing left to report, from the interval's very end, to make room for a new source;
+// an entry with refusals not yet logged is kept, and its next line counts them. While no entry
+// can go, a new source shares the line of the sources beyond the table's room.
+func TestRefusalLogMakesRoom(t *testing.T) {
+	t0 := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	src := func(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)}) }
+	newcomer := netip.MustParseAddr("10.9.9.9")
+	// full is a table of maxRefusalSources sources each logged at t0, the first with one refusal
+	// since its line.
+	full := func() (*refusalLog, *lineCounter, *time.Time) {
+		log := &lineCounter{}
+		now := t0
+		l := &refusalLog{log: zerolog.New(log), now: func() time.Time { return now }, every: time.Minute, seen: map[refusalKey]*refusalCount{}}
+		ev := zerolog.New(log)
+		for i := range maxRefusalSources {
+			l.refused(&ev, src(i), "busy", "x")
+		}
+		l.refused(&ev, src(0), "busy", "x")
+		if n := log.count(); n != maxRefusalSources || len(l.seen) != maxRefusalSources {
+			t.Fatalf("%d lines and %d entries for %d sources, want one each", n, len(l.seen), maxRefusalSources)
+		}
+		return l, log, &now
+	}
+	last := func(log *lineCounter) (source string, refusals int) {
+		var line struct {
+			Source   string `json:"source"`
+			Refusals int    `json:"refusals"`
+		}
+		log.mu.Lock()
+		defer log.mu.Unlock()
+		if err := json.Unmarshal([]byte(log.lines[len(log.lines)-1]), &line); err != nil {
+			t.Fatal(err)
+		}
+		return line.Source, line.Refusals
+	}
+
+	t.Run("refuse/no room within the interval: the newcomer shares the line of those beyond it", func(t *testing.T) {
+		l, log, now := full()
+		*now = t0.Add(time.Minute - time.Nanosecond)
+		ev := zerolog.New(log)
+		l.refused(&ev, newcomer, "busy", "x")
+		if source, _ := last(log); source != "other" || len(l.seen) != maxRefusalSources+1 {
+			t.Errorf("the newcomer's line names %q with %d entries; want \"other\", the table and the shared entry (%d)", source, len(l.seen), maxRefusalSources+1)
+		}
+	})
+	t.Run("ok/at the interval's end the table makes room, and keeps what it has not logged", func(t *testing.T) {
+		l, log, now := full()
+		*now = t0.Add(time.Minute)
+		ev := zerolog.New(log)
+		l.refused(&ev, newcomer, "busy", "x")
+		if source, _ := last(log); source != "10.9.9.9" {
+			t.Errorf("the newcomer's line names %q, want its own source 10.9.9.9", source)
+		}
+		if len(l.seen) != 2 {
+			t.Errorf("%d entries after the sweep, want 2 (the source with a refusal to report, and the newcomer)", len(l.seen))
+		}
+		l.refused(&ev, src(0), "busy", "x")
+		if source, n := last(log); source != "10.1.0.0" || n != 2 {
+			t.Errorf("the kept source's next line: %q with %d refusals, want 10.1.0.0 with 2 (the one not logged at t0, and this one)", source, n)
+		}
+	})
 }

@@ -60,7 +60,7 @@ func (l *refusalLog) sampled(e *zerolog.Event, countKey string, peer netip.Addr,
 	key := refusalKey{source: sourceOf(peer), reason: reason}
 	now := l.now()
 	l.mu.Lock()
-	c := l.entry(key, now)
+	c, key := l.entry(key, now)
 	c.count++
 	if !c.logged.IsZero() && now.Sub(c.logged) < l.every {
 		l.mu.Unlock()
@@ -74,10 +74,12 @@ func (l *refusalLog) sampled(e *zerolog.Event, countKey string, peer netip.Addr,
 		Int(countKey, n).Str("detail", detail).Msg("decision")
 }
 
-// entry is key's count, made when missing. The caller holds mu.
-func (l *refusalLog) entry(key refusalKey, now time.Time) *refusalCount {
+// entry is key's count, made when missing, and the key it is kept under: key itself, or, beyond
+// the table's room, the shared key of key's reason, whose zero source a line names "other". The
+// caller holds mu.
+func (l *refusalLog) entry(key refusalKey, now time.Time) (*refusalCount, refusalKey) {
 	if c := l.seen[key]; c != nil {
-		return c
+		return c, key
 	}
 	if len(l.seen) >= maxRefusalSources {
 		for k, c := range l.seen {
@@ -89,12 +91,12 @@ func (l *refusalLog) entry(key refusalKey, now time.Time) *refusalCount {
 	if len(l.seen) >= maxRefusalSources {
 		key.source = netip.Prefix{}
 		if c := l.seen[key]; c != nil {
-			return c
+			return c, key
 		}
 	}
 	c := &refusalCount{}
 	l.seen[key] = c
-	return c
+	return c, key
 }
 
 // sourceOf is the unit refusals are logged by: an IPv4 address, or the /64 of an IPv6 address
