@@ -320,6 +320,84 @@ func TestSignedFloodIsBounded(t *testing.T) {
 	log.parseable(t)
 }
 
+// TestNetBoxDeliveryWaitsForASlot: a delivery from NetBox's address that finds every slot of
+// NetBox's pool taken waits for one (Config.NetBoxWait) and is answered 202 when one frees, here
+// when the body holding the only slot runs past its BodyTimeout; the storm test's deliveries are
+// read too quickly to ever find the pool full. A delivery that waits past NetBoxWait, or whose
+// sender goes away, is refused busy, and so is another host's body at once when its pool is full.
+func TestNetBoxDeliveryWaitsForASlot(t *testing.T) {
+	deliver := func(t *testing.T, srv *httptest.Server, from netip.Addr) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest("POST", srv.URL+"/v1/netbox/webhook/provision", strings.NewReader(body46))
+		req.Header.Set("X-Hook-Signature", sign([]byte(body46)))
+		resp, err := clientFrom(from).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	// hold has a slow body from addr take the only slot of its pool and returns once it holds it.
+	hold := func(t *testing.T, in *Intake, srv *httptest.Server, addr netip.Addr, p *pool) {
+		t.Helper()
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		slowBody(t, srv, addr, stop, &wg)
+		t.Cleanup(func() { close(stop); wg.Wait() })
+		for deadline := time.Now().Add(30 * time.Second); len(p.slots) < cap(p.slots); time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("the slow body never took its pool's slot")
+			}
+		}
+	}
+
+	t.Run("ok/NetBox's delivery waits for the slot a slow body frees", func(t *testing.T) {
+		var log lineCounter
+		in, srv := served(t, Config{NetBoxSlots: 1, BodyTimeout: 300 * time.Millisecond}, &log)
+		hold(t, in, srv, netboxAddr, in.netbox)
+		if code, body := deliver(t, srv, netboxAddr); code != http.StatusAccepted || len(in.jobs) != 1 {
+			t.Errorf("answered %d %s with %d queued; want 202, queued once the slow body's slot was free", code, body, len(in.jobs))
+		}
+		if busy := testutil.ToFloat64(in.results.WithLabelValues("provision", "busy")); busy != 0 {
+			t.Errorf("%v deliveries refused busy, want none", busy)
+		}
+	})
+	t.Run("refuse/NetBox's delivery that waited past NetBoxWait is busy", func(t *testing.T) {
+		var log lineCounter
+		in, srv := served(t, Config{NetBoxSlots: 1, BodyTimeout: time.Minute, NetBoxWait: 50 * time.Millisecond}, &log)
+		hold(t, in, srv, netboxAddr, in.netbox)
+		if code, body := deliver(t, srv, netboxAddr); code != http.StatusServiceUnavailable || !strings.Contains(body, "busy") || len(in.jobs) != 0 {
+			t.Errorf("answered %d %s with %d queued; want 503 busy, nothing queued", code, body, len(in.jobs))
+		}
+	})
+	t.Run("refuse/another host's body finds its pool full: busy at once", func(t *testing.T) {
+		var log lineCounter
+		in, srv := served(t, Config{OtherSlots: 1, BodyTimeout: time.Minute}, &log)
+		hold(t, in, srv, strangerAddr, in.other)
+		if code, body := deliver(t, srv, strangerAddr); code != http.StatusServiceUnavailable || !strings.Contains(body, "busy") || len(in.jobs) != 0 {
+			t.Errorf("answered %d %s with %d queued; want 503 busy, nothing queued", code, body, len(in.jobs))
+		}
+	})
+	t.Run("refuse/a waiter whose request ends gets no slot", func(t *testing.T) {
+		p := newPool("netbox", 1, time.Hour)
+		if !p.acquire(context.Background()) {
+			t.Fatal("an empty pool refused a slot")
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		got := make(chan bool)
+		go func() { got <- p.acquire(ctx) }()
+		cancel()
+		if <-got {
+			t.Error("a waiter whose context ended took a slot that was never freed")
+		}
+		p.release()
+		if !p.acquire(context.Background()) {
+			t.Error("the freed slot was not free")
+		}
+	})
+}
+
 // TestRefusalLogMakesRoom: a full table drops the entries whose last line is an interval old and
 // that have nothing left to report, from the interval's very end, to make room for a new source;
 // an entry with refusals not yet logged is kept, and its next line counts them. While no entry
