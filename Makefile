@@ -101,7 +101,7 @@ chaos soak:
 	  if [ $$rc -ne 0 ]; then echo "$@: failed (exit $$rc); the whole output is in $(CHAOS_LOG)"; fi; exit $$rc
 
 .PHONY: test-short
-test-short: deps ## the fast inner loop: unit tests, no API server, no TPMs
+test-short: deps ## the fast inner loop: every package with -short (no development stack, OpenTofu apply, release build or cloud-init validation)
 	$(GO) test -short -count=1 ./...
 
 .PHONY: bench
