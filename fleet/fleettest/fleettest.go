@@ -135,8 +135,14 @@ func snapshot(d fleet.Device) fleet.Device {
 	return fleet.Device{ID: d.ID, Status: d.Status, Declared: d.Declared, Owned: d.Owned, Seal: d.Seal}
 }
 
+// sameSaved reports whether a save changed nothing of the device. NetBox writes a change log entry
+// when the object's serialized data differs before and after the save (netbox/core/signals.py,
+// objectchange.has_changes), so a save of the serial or the name is an entry too, though the
+// entry kept here holds only the snapshot's fields; a save that changes nothing still moves
+// last_updated and writes no entry.
 func sameSaved(a, b fleet.Device) bool {
-	a, b = snapshot(a), snapshot(b)
+	a.LastUpdated, b.LastUpdated = time.Time{}, time.Time{}
+	a.Version, b.Version = "", ""
 	return reflect.DeepEqual(a, b)
 }
 
