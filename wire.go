@@ -127,7 +127,7 @@ func wire(ctx context.Context, cfg *config.Config, log zerolog.Logger) (*app, er
 	h, err := handlers.New(handlers.Deps{Service: a.service, Webhooks: a.intake, Gatherer: reg, DeviceGatherer: devReg,
 		MetricsToken: sec.metrics, Logger: log, OperatorToken: sec.operator, NeedTLS: cfg.TLS.Cert != "",
 		NodeLimits: handlers.Limits{PerMinute: cfg.Limits.NodeRequestsPerMinute, Burst: cfg.Limits.NodeBurst},
-		Ready:      a.deps, ReceiptTokens: att.Receipts, Receipts: receiptsUnrecorded{}})
+		Ready:      a.deps, ReceiptTokens: att.Receipts, Receipts: a.service})
 	if err != nil {
 		return nil, err
 	}

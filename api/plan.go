@@ -19,6 +19,7 @@ type Plan struct {
 	Certificates []PlanCertificate `json:"certificates,omitempty"`
 	Then         []PlanStep        `json:"then,omitempty"`
 	OnRefusal    *PlanStep         `json:"on_refusal,omitempty"`
+	OnNoReceipt  *PlanStep         `json:"on_no_receipt,omitempty"`
 }
 
 // PlanCheck is one check: result pass, fail, unchecked or at-enrollment; refusal is the fixed

@@ -39,7 +39,8 @@ func TestPlanCommand(t *testing.T) {
 		"fleet_request wipe-<8 chars>, fleet_workflow node-a-wipe-<8 chars>",
 		"fleet_message and journal (info): wipe accepted as request wipe-<8 chars>: Workflow node-a-wipe-<8 chars> from Template fleet-wipe.",
 		"disk: ERASES disk_serial S4EWNX0R123456; the agent must find it exactly once",
-		"then: attested → wiping; workflow-succeeded → wiped (status offline), certificates cleared"} {
+		"then: attested → wiping; receipt-verified → wiped (status offline), certificates cleared",
+		"on a Workflow's success with no verified receipt: workflow-succeeded → unconfirmed (status failed), certificates cleared"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("exit %d, text lacks %q:\n%s", code, want, out)
 		}

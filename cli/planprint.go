@@ -78,6 +78,9 @@ func printPlan(w io.Writer, p api.Plan) {
 	if p.OnRefusal != nil {
 		fmt.Fprintf(w, "on a refusal or a failed Workflow: %s\n", stepText(*p.OnRefusal))
 	}
+	if p.OnNoReceipt != nil {
+		fmt.Fprintf(w, "on a Workflow's success with no verified receipt: %s\n", stepText(*p.OnNoReceipt))
+	}
 }
 
 func printChecks(w io.Writer, title string, cs []api.PlanCheck) {

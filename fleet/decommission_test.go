@@ -24,7 +24,7 @@ func TestDecommissionDuringRequest(t *testing.T) {
 	}{
 		{"ok/provision fails", StateInstalling, "provision-aaaaaaaa", WorkflowStatus{Phase: WorkflowFailed, FailedAction: "write-image"}, StateFailed},
 		{"ok/provision's configuration lost", StateConfiguring, "provision-aaaaaaaa", WorkflowStatus{Phase: WorkflowSucceeded}, StateFailed},
-		{"ok/wipe succeeds", StateWiping, "wipe-aaaaaaaa", WorkflowStatus{Phase: WorkflowSucceeded}, StateWiped},
+		{"ok/wipe's Workflow succeeds with no receipt", StateWiping, "wipe-aaaaaaaa", WorkflowStatus{Phase: WorkflowSucceeded}, StateUnconfirmed},
 		{"ok/wipe fails", StateWiping, "wipe-aaaaaaaa", WorkflowStatus{Phase: WorkflowFailed}, StateFailed},
 	}
 	for _, r := range rows {
@@ -71,6 +71,8 @@ func TestDecommissioningAfterRetirement(t *testing.T) {
 		{"ok/retired stays retired", StateRetired, ActionNone, false},
 		{"ok/a failed retirement is not retried by the status", StateFailed, ActionNone, false},
 		{"ok/desired_action wipe retries the retirement", StateFailed, ActionWipe, true},
+		{"ok/an unconfirmed retirement is not retried by the status", StateUnconfirmed, ActionNone, false},
+		{"ok/desired_action wipe retries an unconfirmed retirement", StateUnconfirmed, ActionWipe, true},
 	}
 	for _, r := range rows {
 		t.Run(r.name, func(t *testing.T) {

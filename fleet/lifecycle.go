@@ -26,11 +26,15 @@ const (
 	// its own to put back (trust.go): it cleared them, and only an owner's new request brings
 	// the device back.
 	StateUntrusted State = "untrusted"
+	// StateUnconfirmed: a wipe's or a retirement's Workflow was reported successful and no
+	// verified receipt of its erase had been recorded (receipt.go): the action states say the
+	// disk was erased, the machine's TPM never did. Terminal: the owner asks for the wipe again.
+	StateUnconfirmed State = "unconfirmed"
 )
 
 // States lists the fleet_state choices in lifecycle order.
 var States = []State{StatePending, StateInstalling, StateConfiguring, StateActive, StateWiping,
-	StateWiped, StateRetired, StateFailed, StateRejected, StateUntrusted}
+	StateWiped, StateRetired, StateFailed, StateRejected, StateUntrusted, StateUnconfirmed}
 
 // Terminal reports whether no request is running in this state, so a new one may start.
 func (s State) Terminal() bool {
@@ -59,6 +63,9 @@ const (
 	// (docs/operate.md, "Tinkerbell"), and an instance running behind that reads it missing must
 	// not fail a device whose request already moved on.
 	EventWorkflowMissing Event = "workflow-missing"
+	// EventReceiptVerified is a verified wipe receipt of the device's running wipe or retirement
+	// (attest.VerifyReceipt): the machine's TPM quoted the erase's report in the attested boot.
+	EventReceiptVerified Event = "receipt-verified"
 )
 
 // JournalKind is the kind of a NetBox journal entry.
@@ -136,12 +143,22 @@ func Next(from State, action Action, ev Event) (t Transition, ok bool) {
 			return failed(action), true
 		}
 	case StateWiping:
+		// Only the machine's TPM says a disk was erased (docs/design.md §4, "Wipe receipts"): a
+		// verified receipt ends the request wiped (retired); a Workflow that succeeds with none
+		// recorded ends it unconfirmed, since its action states are whatever reported them.
+		// Either way the device's identity ends.
 		switch ev {
-		case EventWorkflowSucceeded:
+		case EventReceiptVerified:
 			if action == ActionRetire {
 				return Transition{To: StateRetired, Journal: JournalSuccess, ClearCerts: true}, true
 			}
 			return Transition{To: StateWiped, Status: StatusOffline, Journal: JournalSuccess, ClearCerts: true}, true
+		case EventWorkflowSucceeded:
+			t := Transition{To: StateUnconfirmed, Journal: JournalDanger, ClearCerts: true}
+			if action != ActionRetire {
+				t.Status = StatusFailed
+			}
+			return t, true
 		case EventWorkflowFailed, EventWorkflowMissing:
 			return failed(action), true
 		}

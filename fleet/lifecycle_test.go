@@ -86,11 +86,28 @@ func TestLifecycle(t *testing.T) {
 		{"ignore/second delivery", StateActive, ActionProvision, EventDelivered, Transition{}, false},
 		{"ignore/Workflow success twice", StateConfiguring, ActionProvision, EventWorkflowSucceeded, Transition{}, false},
 
-		// Wipe and retirement.
-		{"ok/wipe done: wiped, offline, certificates forgotten", StateWiping, ActionWipe, EventWorkflowSucceeded,
+		// Wipe and retirement: done on the machine's TPM's receipt, unconfirmed on the Workflow's
+		// action states alone.
+		{"ok/wipe's receipt verified: wiped, offline, certificates forgotten", StateWiping, ActionWipe, EventReceiptVerified,
 			Transition{To: StateWiped, Status: StatusOffline, Journal: JournalSuccess, ClearCerts: true}, true},
-		{"ok/retirement done: retired, status stays, certificates forgotten", StateWiping, ActionRetire, EventWorkflowSucceeded,
+		{"ok/retirement's receipt verified: retired, status stays, certificates forgotten", StateWiping, ActionRetire, EventReceiptVerified,
 			Transition{To: StateRetired, Journal: JournalSuccess, ClearCerts: true}, true},
+		{"refuse/wipe's Workflow succeeded with no receipt: unconfirmed, failed, certificates forgotten", StateWiping, ActionWipe, EventWorkflowSucceeded,
+			Transition{To: StateUnconfirmed, Status: StatusFailed, Journal: JournalDanger, ClearCerts: true}, true},
+		{"refuse/retirement's Workflow succeeded with no receipt: unconfirmed, status stays", StateWiping, ActionRetire, EventWorkflowSucceeded,
+			Transition{To: StateUnconfirmed, Journal: JournalDanger, ClearCerts: true}, true},
+		{"ignore/Workflow success after the receipt", StateWiped, ActionWipe, EventWorkflowSucceeded, Transition{}, false},
+		{"ignore/retirement's Workflow success after the receipt", StateRetired, ActionRetire, EventWorkflowSucceeded, Transition{}, false},
+		{"ignore/a receipt again once wiped (a replay)", StateWiped, ActionWipe, EventReceiptVerified, Transition{}, false},
+		{"ignore/a receipt once unconfirmed", StateUnconfirmed, ActionWipe, EventReceiptVerified, Transition{}, false},
+		{"ignore/a receipt once failed", StateFailed, ActionWipe, EventReceiptVerified, Transition{}, false},
+		{"ignore/a receipt before the attestation", StatePending, ActionWipe, EventReceiptVerified, Transition{}, false},
+		{"ignore/a receipt of a provision", StateInstalling, ActionProvision, EventReceiptVerified, Transition{}, false},
+		{"ok/wipe accepted again after an unconfirmed one", StateUnconfirmed, ActionWipe, EventAccepted,
+			Transition{To: StatePending, Journal: JournalInfo}, true},
+		{"ok/provision accepted after an unconfirmed wipe: status staged", StateUnconfirmed, ActionProvision, EventAccepted,
+			Transition{To: StatePending, Status: StatusStaged, Journal: JournalInfo}, true},
+		{"ignore/an unconfirmed device takes no Workflow outcome", StateUnconfirmed, ActionWipe, EventWorkflowFailed, Transition{}, false},
 		{"refuse/wipe Workflow failed", StateWiping, ActionWipe, EventWorkflowFailed,
 			Transition{To: StateFailed, Status: StatusFailed, Journal: JournalDanger}, true},
 		{"refuse/retire Workflow failed keeps decommissioning", StateWiping, ActionRetire, EventWorkflowFailed,
@@ -117,7 +134,7 @@ func TestLifecycle(t *testing.T) {
 // TestLifecycleTerminates checks that from every state a request can be in, some event ends it:
 // no request can be stuck by the lifecycle itself.
 func TestLifecycleTerminates(t *testing.T) {
-	events := []Event{EventAttested, EventRefused, EventWorkflowSucceeded, EventWorkflowFailed, EventDelivered, EventConfigLost}
+	events := []Event{EventAttested, EventRefused, EventReceiptVerified, EventWorkflowSucceeded, EventWorkflowFailed, EventDelivered, EventConfigLost}
 	for _, a := range Actions {
 		for _, s := range States {
 			if s.Terminal() {

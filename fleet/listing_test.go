@@ -95,8 +95,8 @@ func TestReconcileAllListsWorkflows(t *testing.T) {
 			if inst.lists != r.wantLists || inst.reads != r.wantReads {
 				t.Errorf("%d listings and %d single reads, want %d and %d", inst.lists, inst.reads, r.wantLists, r.wantReads)
 			}
-			if got := inv.Get(3); got.Owned.State != StateWiped {
-				t.Errorf("the wipe whose Workflow succeeded is %q, want wiped", got.Owned.State)
+			if got := inv.Get(3); got.Owned.State != StateUnconfirmed {
+				t.Errorf("the wipe whose Workflow succeeded (no receipt) is %q, want unconfirmed", got.Owned.State)
 			}
 			for _, id := range []int64{1, 2} {
 				if got := inv.Get(id); got.Owned.State.Terminal() {

@@ -29,6 +29,7 @@ type metrics struct {
 	inventoryDiffs   *prometheus.GaugeVec
 	inventoryRuns    *prometheus.CounterVec
 	seals            *sealMetrics
+	receipts         *receiptMetrics
 }
 
 // newMetrics registers the domain's metrics on reg, and the per-device series on devices (nil:
@@ -37,7 +38,7 @@ func newMetrics(reg, devices prometheus.Registerer, clock Clock) (*metrics, erro
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fleetd_requests_total",
-			Help: "Requests by action and result (accepted, rejected, succeeded, failed).",
+			Help: "Requests by action and result (accepted, rejected, succeeded, failed, and unconfirmed: a wipe or retirement whose Workflow succeeded with no verified receipt).",
 		}, []string{"action", "result"}),
 		reconcileRuns: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fleetd_reconcile_runs_total",
@@ -94,10 +95,10 @@ func newMetrics(reg, devices prometheus.Registerer, clock Clock) (*metrics, erro
 			Help: "Inventory checks of the whole fleet, by result (ok, error: it could not check).",
 		}, []string{"result"}),
 	}
-	m.seals = newSealMetrics()
-	for _, c := range append([]prometheus.Collector{m.inventoryDiffs, m.inventoryRuns, m.requests, m.reconcileRuns, m.reconcileSeconds,
+	m.seals, m.receipts = newSealMetrics(), newReceiptMetrics()
+	for _, c := range slices.Concat([]prometheus.Collector{m.inventoryDiffs, m.inventoryRuns, m.requests, m.reconcileRuns, m.reconcileSeconds,
 		m.conflicts, m.installErrors, m.journalErrors, m.pendingConfigs, m.ownedWrites, m.deliveries, newFleetCollector(m.bootChecks),
-		m.enrollments, m.bootCheckRuns, m.renewals}, m.seals.collectors()...) {
+		m.enrollments, m.bootCheckRuns, m.renewals}, m.seals.collectors(), m.receipts.collectors()) {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register fleet metrics: %w", err)
 		}
@@ -123,6 +124,8 @@ func (m *metrics) startAtZero() error {
 	okError := []string{"ok", "error"}
 	return errors.Join(
 		atZero(m.requests.MetricVec, labels(ActionProvision, ActionAttest, ActionWipe, ActionRetire), []string{"accepted", "rejected", "succeeded", "failed"}),
+		atZero(m.requests.MetricVec, labels(ActionWipe, ActionRetire), labels(StateUnconfirmed)),
+		m.receipts.atZero(),
 		atZero(m.reconcileRuns.MetricVec, okError),
 		atZero(m.inventoryRuns.MetricVec, okError),
 		atZero(m.ownedWrites.MetricVec, []string{"restored", string(StateUntrusted), "sealed", "error"}),

@@ -62,6 +62,9 @@ type Plan struct {
 	Certificates []PlanCertificate
 	Then         []PlanStep // the lifecycle after the claim, as Next has it, when every step succeeds
 	OnRefusal    *PlanStep  // where a refused enrollment or a failed Workflow leaves the request
+	// OnNoReceipt is where a wipe or a retirement whose Workflow succeeds with no verified
+	// receipt recorded ends (unconfirmed); nil for another action.
+	OnNoReceipt *PlanStep
 }
 
 // PlanCheck is one check a request passes or fails.

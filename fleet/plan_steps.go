@@ -134,13 +134,18 @@ func planWork(d Device, action Action, class Class, p *Plan, att Attestation) {
 		step := stepOf(d, EventRefused, t)
 		p.OnRefusal = &step
 	}
+	if t, ok := Next(StateWiping, action, EventWorkflowSucceeded); ok && (action == ActionWipe || action == ActionRetire) {
+		step := stepOf(d, EventWorkflowSucceeded, t)
+		p.OnNoReceipt = &step
+	}
 }
 
 // stepsFrom walks the lifecycle (Next) from state through the events of a request that
-// succeeds: attested, then the Workflow's success and the delivery, in the order the class
-// kind sees them (a NoCloud install delivers during its Workflow).
+// succeeds: attested, then a wipe's verified receipt, the Workflow's success and the delivery,
+// in the order the class kind sees them (a NoCloud install delivers during its Workflow). An
+// event that does not move the request (a wipe's Workflow success after its receipt) is no step.
 func stepsFrom(d Device, from State, action Action, class Class) []PlanStep {
-	events := []Event{EventAttested, EventWorkflowSucceeded, EventDelivered}
+	events := []Event{EventAttested, EventReceiptVerified, EventWorkflowSucceeded, EventDelivered}
 	if class.Kind == KindCloudInit {
 		events = []Event{EventAttested, EventDelivered, EventWorkflowSucceeded}
 	}

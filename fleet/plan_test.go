@@ -160,8 +160,16 @@ func TestPlanSteps(t *testing.T) {
 	if p, _ = s.Plan(ctx, "node-d", ActionAttest); p.Disk == nil || p.Disk.Erased {
 		t.Errorf("an attest erases nothing: %+v", p.Disk)
 	}
-	if p, _ = s.Plan(ctx, "node-a", ActionWipe); len(p.Then) != 2 || p.Then[1].State != StateWiped || p.Then[1].Status != StatusOffline || !p.Then[1].ClearCerts {
+	if p.OnNoReceipt != nil {
+		t.Errorf("a provision has no receipt, yet its plan ends %+v without one", *p.OnNoReceipt)
+	}
+	// A wipe is done on its receipt; its Workflow's success without one ends it unconfirmed.
+	if p, _ = s.Plan(ctx, "node-a", ActionWipe); len(p.Then) != 2 || p.Then[1].Event != EventReceiptVerified || p.Then[1].State != StateWiped ||
+		p.Then[1].Status != StatusOffline || !p.Then[1].ClearCerts {
 		t.Errorf("wipe's steps %+v", p.Then)
+	}
+	if n := p.OnNoReceipt; n == nil || n.Event != EventWorkflowSucceeded || n.State != StateUnconfirmed || n.Status != StatusFailed || !n.ClearCerts {
+		t.Errorf("wipe without a receipt %+v, want workflow-succeeded → unconfirmed, status failed, certificates cleared", n)
 	}
 	if p, _ = s.Plan(ctx, "node-a", ActionNone); p.Outcome != PlanNothing {
 		t.Errorf("no request: %s", p.Outcome)

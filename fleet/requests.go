@@ -205,6 +205,9 @@ func (s *Service) workflowEnded(ctx context.Context, d Device, action Action, ws
 		msg += " (Tinkerbell keeps no action output: it is in the log of the machine's worker, tink-agent or tink-worker)"
 	}
 	msg += "."
+	if d.Owned.State == StateWiping && refused != "" { // why the receipt step failed, as fleetd refused its receipt
+		msg += " " + receiptRefusalSentence(d.Name, refused)
+	}
 	if d.Owned.State == StatePending { // why the agent failed, as fleetd refused it: the last refusal this fleetd saw, or the one NetBox holds
 		if refused == "" {
 			refused, _ = recordedRefusal(d.Owned.Message)
@@ -229,12 +232,10 @@ func succeededMessage(d Device, action Action, ws WorkflowStatus) string {
 	case d.Owned.State == StatePending:
 		return fmt.Sprintf("%s request %s failed: Workflow %s succeeded but the machine never attested (its Template must run fleetd enroll first); nothing was authorized.",
 			action, d.Owned.Request, ws.Name)
+	case d.Owned.State == StateWiping:
+		return unconfirmedMessage(d, action, ws.Name) // a receipt ends a wipe before its Workflow does (receipt.go)
 	case action == ActionProvision:
 		return fmt.Sprintf("Workflow %s succeeded: the OS is written and the machine reboots into it; its configuration waits to be fetched once.", ws.Name)
-	case action == ActionRetire:
-		return fmt.Sprintf("Workflow %s succeeded: disk %s wiped and the machine powered off; the device is retired and its certificates are no longer accepted.", ws.Name, d.Declared.DiskSerial)
-	case action == ActionWipe:
-		return fmt.Sprintf("Workflow %s succeeded: disk %s wiped; the device's certificates are no longer accepted.", ws.Name, d.Declared.DiskSerial)
 	}
 	return fmt.Sprintf("Workflow %s succeeded.", ws.Name)
 }
@@ -280,8 +281,11 @@ func (s *Service) applyRecorded(ctx context.Context, d Device, action Action, ev
 	}
 	if t.To.Terminal() {
 		result := "succeeded"
-		if t.To == StateFailed {
+		switch t.To {
+		case StateFailed:
 			result = "failed"
+		case StateUnconfirmed:
+			result = string(StateUnconfirmed)
 		}
 		s.metrics.requests.WithLabelValues(string(action), result).Inc()
 	}

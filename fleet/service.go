@@ -93,6 +93,9 @@ type Service struct {
 	queued   sync.Map          // "id request action": queued requests already journaled (noteQueued)
 	boots    *attest.BootCache // the last replayed boot of each node (bootcheck.go)
 	bootIDs  *nameIndex        // the device id of each name a boot check found (bootcheck.go)
+
+	// receiptRefusals keeps the refused receipts already journaled (receipt.go).
+	receiptRefusals journaledReceipts
 }
 
 // NewService checks the dependencies and builds the service.
@@ -309,6 +312,7 @@ func (s *Service) ReconcileAll(ctx context.Context) ([]Device, error) {
 	s.metrics.bootChecks.observe(devices)
 	s.metrics.observePending(devices, s.clock.Now())
 	s.metrics.observeSeals(devices, s.keys, s.brake.observe(devices))
+	s.metrics.receipts.observe(devices)
 	checked, err := s.checkLoggedWrites(ctx, logged)
 	if err != nil {
 		errs = append(errs, err)

@@ -77,6 +77,7 @@ func TestPlanRouteCarriesThePlan(t *testing.T) {
 			{"disk", got.Disk != nil, want.Disk != nil},
 			{"config", got.Config != nil, want.Config != nil},
 			{"on_refusal", got.OnRefusal != nil, want.OnRefusal != nil},
+			{"on_no_receipt", got.OnNoReceipt != nil, want.OnNoReceipt != nil},
 			{"certificates", len(got.Certificates) > 0, len(want.Certificates) > 0},
 			{"then", len(got.Then) > 0, len(want.Then) > 0},
 		} {
@@ -107,8 +108,11 @@ func TestPlanRouteCarriesThePlan(t *testing.T) {
 			}
 			seen["refusal"] = seen["refusal"] || c.Code != ""
 		}
+		if s := want.OnNoReceipt; s != nil && got.OnNoReceipt != nil && (got.OnNoReceipt.State != string(s.State) || got.OnNoReceipt.Status != string(s.Status)) {
+			t.Errorf("%son_no_receipt %+v, want %+v", at, *got.OnNoReceipt, *s)
+		}
 	}
-	for _, part := range []string{"write", "workflow", "disk", "config", "on_refusal", "certificates", "then", "refusal"} {
+	for _, part := range []string{"write", "workflow", "disk", "config", "on_refusal", "on_no_receipt", "certificates", "then", "refusal"} {
 		if !seen[part] {
 			t.Errorf("no plan here has a %s: the rows do not test it", part)
 		}

@@ -48,6 +48,10 @@ func planJSON(p fleet.Plan) api.Plan {
 		st := stepJSON(*p.OnRefusal)
 		j.OnRefusal = &st
 	}
+	if p.OnNoReceipt != nil {
+		st := stepJSON(*p.OnNoReceipt)
+		j.OnNoReceipt = &st
+	}
 	return j
 }
 

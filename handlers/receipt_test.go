@@ -98,7 +98,8 @@ func wipeEnrolled(t *testing.T, sim *simulator.Simulator, action fleet.Action, r
 	sum := sha256.Sum256(ekPub)
 	d := fleettest.Declared(12, "node-a")
 	d.Declared.EKHashes = []string{hex.EncodeToString(sum[:])}
-	d.Owned = fleet.Owned{State: fleet.StatePending, Request: string(action) + "-k3f9x2mq", Workflow: "node-a-" + string(action) + "-k3f9x2mq"}
+	d.Owned = fleet.Owned{State: fleet.StatePending, Request: string(action) + "-k3f9x2mq", Workflow: "node-a-" + string(action) + "-k3f9x2mq",
+		LDevIDSerial: "0a1b", LAKSerial: "0c2d"} // the node's certificates, until its wipe is recorded
 	if action == fleet.ActionRetire {
 		d.Status = fleet.StatusDecommissioning
 	}
@@ -294,7 +295,7 @@ func TestReceiptTokenFirst(t *testing.T) {
 // TestReceiptRouteNotConfigured: a fleetd wired without the domain's part answers 503
 // not_configured, unread, rather than verify receipts it cannot record.
 func TestReceiptRouteNotConfigured(t *testing.T) {
-	f := handlerstest.New(t, handlerstest.Config{Devices: []fleet.Device{fleettest.Declared(12, "node-a")}})
+	f := handlerstest.New(t, handlerstest.Config{Devices: []fleet.Device{fleettest.Declared(12, "node-a")}, NoReceipts: true})
 	resp, err := http.Post(f.URL+api.PathWipeReceipt, "application/json", strings.NewReader(`{"device": "node-a", "token": "AQID"}`))
 	if err != nil {
 		t.Fatal(err)
@@ -303,5 +304,85 @@ func TestReceiptRouteNotConfigured(t *testing.T) {
 	var e api.Error
 	if err := json.NewDecoder(resp.Body).Decode(&e); err != nil || resp.StatusCode != http.StatusServiceUnavailable || e.Code != "not_configured" {
 		t.Errorf("%d %+v (%v), want 503 not_configured", resp.StatusCode, e, err)
+	}
+}
+
+// TestWipeReceiptRecorded runs the receipt step against the service as fleetd serve wires it: the
+// real agent enrolls the wipe (retirement) on the TPM simulator and sends its receipt, which
+// records the device wiped (retired) before the answer; the same receipt sent again, or a receipt
+// whose request is no longer the device's, is answered 409 receipt_request_ended and writes
+// nothing; a receipt the TPM signed over another disk is journaled and leaves the device wiping.
+func TestWipeReceiptRecorded(t *testing.T) {
+	rows := []struct {
+		name           string
+		action         fleet.Action
+		serial         string
+		between        func(f *handlerstest.Fleetd) // after the enrollment, before the receipt
+		twice          bool
+		wantExit       int
+		wantCode       string
+		state          fleet.State
+		status         fleet.Status
+		journal        string // the last journal entry begins so
+		certsCleared   bool
+		writesReceipts int // NetBox saves by the receipt step
+	}{
+		{name: "ok/wipe: recorded wiped before the answer", action: fleet.ActionWipe, serial: receiptDisk.Serial,
+			state: fleet.StateWiped, status: fleet.StatusOffline, journal: "success: wipe request wipe-k3f9x2mq: the machine's TPM confirmed the erase of disk " + receiptDisk.Serial + " (method blkdiscard, 1000204886016 bytes)",
+			certsCleared: true, writesReceipts: 1},
+		{name: "ok/retirement: recorded retired, decommissioning kept", action: fleet.ActionRetire, serial: receiptDisk.Serial,
+			state: fleet.StateRetired, status: fleet.StatusDecommissioning, journal: "success: retire request retire-k3f9x2mq: the machine's TPM confirmed", certsCleared: true, writesReceipts: 1},
+		{name: "refuse/replayed: the second is refused by the request, which ended with the first", action: fleet.ActionWipe, serial: receiptDisk.Serial, twice: true,
+			wantExit: agent.ExitRefused, wantCode: fleet.CodeReceiptRequestEnded,
+			state: fleet.StateWiped, status: fleet.StatusOffline, journal: "success: wipe request wipe-k3f9x2mq:", certsCleared: true, writesReceipts: 1},
+		{name: "refuse/the device is on another request: nothing recorded", action: fleet.ActionWipe, serial: receiptDisk.Serial,
+			between: func(f *handlerstest.Fleetd) {
+				d := f.Inv.Get(12)
+				d.Owned.Request, d.Owned.Workflow = "wipe-zzzzzzzz", "node-a-wipe-zzzzzzzz"
+				f.Inv.Set(d)
+			}, wantExit: agent.ExitRefused, wantCode: fleet.CodeReceiptRequestEnded, state: fleet.StateWiping, status: fleet.StatusPlanned, journal: "success: Attested node-a"},
+		{name: "refuse/another disk: journaled, the device stays wiping", action: fleet.ActionWipe, serial: receiptOther.Serial,
+			wantExit: agent.ExitRefused, wantCode: string(attest.CheckReceiptDisk), state: fleet.StateWiping, status: fleet.StatusPlanned,
+			journal: "warning: The wipe receipt of node-a was refused (receipt_wrong_disk): " + fleet.PublicSentence(string(attest.CheckReceiptDisk))},
+	}
+	for _, r := range rows {
+		t.Run(r.name, func(t *testing.T) {
+			sim, err := simulator.Get()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sim.Close()
+			m := wipeEnrolled(t, sim, r.action, nil, nil)
+			if r.between != nil {
+				r.between(m.f)
+			}
+			saves := len(m.f.Inv.Changes(12))
+			m.report(t, r.serial, "erased")
+			err = m.receipt(0)
+			if r.twice && err == nil {
+				err = m.receipt(0)
+			}
+			if code := agent.ExitCode(err); code != r.wantExit {
+				t.Fatalf("wipe-receipt exit %d (%v), want %d", code, err, r.wantExit)
+			}
+			var refused *agent.RefusedError
+			if r.wantCode != "" && (!errors.As(err, &refused) || refused.Code != r.wantCode || refused.Message != fleet.PublicSentence(r.wantCode)) {
+				t.Errorf("refusal %v, want %s with its fixed sentence", err, r.wantCode)
+			}
+			d := m.f.Inv.Get(12)
+			if d.Owned.State != r.state || d.Status != r.status {
+				t.Errorf("fleet_state %s status %s (%s), want %s %s", d.Owned.State, d.Status, d.Owned.Message, r.state, r.status)
+			}
+			if cleared := d.Owned.LDevIDSerial == "" && d.Owned.LAKSerial == ""; cleared != r.certsCleared {
+				t.Errorf("certificate serials cleared = %v, want %v", cleared, r.certsCleared)
+			}
+			if n := len(m.f.Inv.Changes(12)) - saves; n != r.writesReceipts {
+				t.Errorf("the receipt step saved the device %d times, want %d", n, r.writesReceipts)
+			}
+			j := m.f.Inv.JournalOf(12)
+			if len(j) == 0 || !strings.HasPrefix(j[len(j)-1], r.journal) {
+				t.Errorf("journal %q, want its last entry to begin %q", j, r.journal)
+			}
+		})
 	}
 }

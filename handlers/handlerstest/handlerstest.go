@@ -60,10 +60,12 @@ type Config struct {
 	// Now, when set, is the clock of the service, the CAs' issuer and every verifier (a test of
 	// renewal moves it); default time.Now.
 	Now func() time.Time
-	// Receipts records what the receipt route verified (a test's fake of the domain's part);
-	// nil: the route answers 503 not_configured. The receipt tokens are sealed under TokenKey,
-	// with TokenLifetime as their margin.
-	Receipts handlers.WipeReceipts
+	// Receipts records what the receipt route verified; nil: the service, as fleetd serve wires
+	// it (a test's fake of the domain's part replaces it). NoReceipts wires none: the route
+	// answers 503 not_configured. The receipt tokens are sealed under TokenKey, with
+	// TokenLifetime as their margin.
+	Receipts   handlers.WipeReceipts
+	NoReceipts bool
 	// HandlerLog receives the handlers' log lines (their decision lines); default none.
 	HandlerLog zerolog.Logger
 }
@@ -170,9 +172,16 @@ func New(tb testing.TB, cfg Config) *Fleetd {
 	ctx, stop := context.WithCancel(context.Background())
 	tb.Cleanup(stop)
 	go func() { _ = intake.Run(ctx) }() // the webhook workers, as fleetd serve runs them
+	receipts := cfg.Receipts
+	switch {
+	case cfg.NoReceipts:
+		receipts = nil
+	case receipts == nil:
+		receipts = f.Service
+	}
 	h, err := handlers.New(handlers.Deps{Service: f.Service, Webhooks: intake, Gatherer: f.Registry, DeviceGatherer: f.DeviceRegistry,
 		MetricsToken: []byte("metrics"), OperatorToken: []byte("op"), Logger: cfg.HandlerLog,
-		ReceiptTokens: f.Attest.Receipts, Receipts: cfg.Receipts})
+		ReceiptTokens: f.Attest.Receipts, Receipts: receipts})
 	must(err)
 	f.Handler = h
 	if cfg.Wrap != nil {

@@ -1,0 +1,346 @@
+package fleet_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/folly-infra/fleetd/attest"
+	. "github.com/folly-infra/fleetd/fleet"
+	"github.com/folly-infra/fleetd/fleet/fleettest"
+)
+
+// wipingNode is node-a wiping for request (a wipe's or a retirement's), its attestation recorded
+// and its node's certificates still on it.
+func wipingNode(request string) Device {
+	d := fleettest.Declared(12, "node-a")
+	d.Status = StatusActive
+	if RequestAction(request) == ActionRetire {
+		d.Status = StatusDecommissioning
+	}
+	d.Owned = Owned{State: StateWiping, Request: request, Workflow: WorkflowName("node-a", request),
+		Message: "Attested node-a for " + request + ".", LDevIDSerial: "0a1b", LAKSerial: "0c2d"}
+	return d
+}
+
+// receiptOf is the receipt attest verified for d's request (attest.TestReceipt proves what makes
+// one): the declared disk erased, quoted by the attestation's AK.
+func receiptOf(d Device, request string) attest.VerifiedReceipt {
+	return attest.VerifiedReceipt{Receipt: attest.Receipt{DeviceID: d.ID, Device: d.Name, Request: request,
+		Action: string(RequestAction(request)), AKSHA256: strings.Repeat("ab", 32), AttestedAt: testEpoch,
+		Report: attest.WipeReport{DiskSerial: d.Declared.DiskSerial, Method: "blkdiscard", Result: attest.WipeResultErased, Bytes: 1000204886016}}}
+}
+
+// TestRecordWipeReceipt: a verified receipt of the device's running wipe (retirement) records it
+// wiped (retired) with the effects a wipe's end has (status, certificates cleared, a success
+// entry); a receipt of any other request, or of this one once it ended — a replay — is refused
+// receipt_request_ended and writes nothing.
+func TestRecordWipeReceipt(t *testing.T) {
+	ctx := context.Background()
+	const wipe, retire = "wipe-aaaaaaaa", "retire-aaaaaaaa"
+	rows := []struct {
+		name    string
+		device  func() Device
+		request string // the receipt's
+		before  func(inv *fleettest.Inventory, s testService)
+		// want: the state and status after; code "" for recorded
+		state  State
+		status Status
+		code   string
+		errIs  error // an error that is not a refusal
+		others int   // saves by another writer during the decision
+	}{
+		{name: "ok/wipe: wiped, offline, certificates cleared", device: func() Device { return wipingNode(wipe) }, request: wipe,
+			state: StateWiped, status: StatusOffline},
+		{name: "ok/retirement: retired, decommissioning kept, certificates cleared", device: func() Device { return wipingNode(retire) }, request: retire,
+			state: StateRetired, status: StatusDecommissioning},
+		{name: "ok/a wipe the owner decommissioned meanwhile keeps decommissioning", request: wipe,
+			device: func() Device { d := wipingNode(wipe); d.Status = StatusDecommissioning; return d },
+			state:  StateWiped, status: StatusDecommissioning},
+		{name: "refuse/replayed: the same receipt once recorded", device: func() Device { return wipingNode(wipe) }, request: wipe,
+			before: func(_ *fleettest.Inventory, s testService) {
+				if _, err := s.RecordWipeReceipt(ctx, receiptOf(wipingNode(wipe), wipe)); err != nil {
+					panic(err)
+				}
+			}, state: StateWiped, status: StatusOffline, code: CodeReceiptRequestEnded},
+		{name: "refuse/another request's receipt: the device wipes for a newer one", device: func() Device { return wipingNode("wipe-bbbbbbbb") }, request: wipe,
+			state: StateWiping, status: StatusActive, code: CodeReceiptRequestEnded},
+		{name: "refuse/the request ended unconfirmed before its receipt came", request: wipe,
+			device: func() Device {
+				d := wipingNode(wipe)
+				d.Owned.State, d.Status, d.Owned.LDevIDSerial, d.Owned.LAKSerial = StateUnconfirmed, StatusFailed, "", ""
+				return d
+			}, state: StateUnconfirmed, status: StatusFailed, code: CodeReceiptRequestEnded},
+		{name: "refuse/the request failed", request: wipe,
+			device: func() Device { d := wipingNode(wipe); d.Owned.State, d.Status = StateFailed, StatusFailed; return d },
+			state:  StateFailed, status: StatusFailed, code: CodeReceiptRequestEnded},
+		{name: "refuse/the request is still pending (no attestation recorded)", request: wipe,
+			device: func() Device { d := wipingNode(wipe); d.Owned.State = StatePending; return d },
+			state:  StatePending, status: StatusActive, code: CodeReceiptRequestEnded},
+		{name: "refuse/another instance recorded it first: the conflict's re-read finds it wiped", device: func() Device { return wipingNode(wipe) }, request: wipe,
+			before: func(inv *fleettest.Inventory, _ testService) {
+				inv.ConflictOnce[12] = func(d *Device) { d.Owned.State, d.Status = StateWiped, StatusOffline }
+			}, state: StateWiped, status: StatusOffline, code: CodeReceiptRequestEnded, others: 1},
+		{name: "refuse/NetBox fails the write: an inventory error, nothing recorded", device: func() Device { return wipingNode(wipe) }, request: wipe,
+			before: func(inv *fleettest.Inventory, _ testService) {
+				inv.FailUpdates(func(int64, Patch) (bool, error) { return false, errors.New("502 Bad Gateway") })
+			}, state: StateWiping, status: StatusActive, errIs: ErrInventory},
+	}
+	for _, r := range rows {
+		t.Run(r.name, func(t *testing.T) {
+			reg := prometheus.NewRegistry()
+			d := r.device()
+			inv := fleettest.NewInventory(d)
+			s := newRegisteredService(inv, reg, fleettest.SealKeys())
+			if r.before != nil {
+				r.before(inv, s)
+			}
+			saves, entries := len(inv.Changes(12)), len(inv.JournalOf(12))
+			out, err := s.RecordWipeReceipt(ctx, receiptOf(d, r.request))
+			got := inv.Get(12)
+			if got.Owned.State != r.state || got.Status != r.status {
+				t.Errorf("fleet_state %s status %s (%s), want %s %s", got.Owned.State, got.Status, got.Owned.Message, r.state, r.status)
+			}
+			switch {
+			case r.errIs != nil:
+				if _, refused := AsRefusal(err); refused || !errors.Is(err, r.errIs) {
+					t.Fatalf("error %v, want one wrapping %v", err, r.errIs)
+				}
+				if gauge(t, reg, "fleetd_wipe_receipts_total", "error") != 1 {
+					t.Error("fleetd_wipe_receipts_total{outcome=error} is not 1")
+				}
+			case r.code != "":
+				if rf, ok := AsRefusal(err); !ok || rf.Code != r.code || rf.Class != RefusedConflict {
+					t.Fatalf("error %v, want the refusal %s (409)", err, r.code)
+				}
+				if out.Result != "refused" || out.Check != r.code {
+					t.Errorf("outcome %+v, want refused %s", out, r.code)
+				}
+				if n := len(inv.Changes(12)) - saves - r.others; n != 0 || len(inv.JournalOf(12)) != entries {
+					t.Errorf("a refused receipt wrote %d saves and journal %q", n, inv.JournalOf(12)[entries:])
+				}
+				if gauge(t, reg, "fleetd_wipe_receipts_total", r.code) != 1 {
+					t.Errorf("fleetd_wipe_receipts_total{outcome=%s} is not 1", r.code)
+				}
+			default:
+				if err != nil || out.Result != ReceiptRecorded || out.Step != "receipt" {
+					t.Fatalf("outcome %+v, %v; want recorded", out, err)
+				}
+				if got.Owned.LDevIDSerial != "" || got.Owned.LAKSerial != "" {
+					t.Errorf("ldevid_serial %q lak_serial %q, want both cleared", got.Owned.LDevIDSerial, got.Owned.LAKSerial)
+				}
+				j := inv.JournalOf(12)
+				want := fmt.Sprintf("success: %s request %s: the machine's TPM confirmed the erase of disk S4EWNX0R123456 (method blkdiscard, 1000204886016 bytes)",
+					RequestAction(r.request), r.request)
+				if len(j) != entries+1 || !strings.HasPrefix(j[len(j)-1], want) || !strings.Contains(got.Owned.Message, "confirmed the erase") {
+					t.Errorf("journal %q, message %q; want one entry %q…", j, got.Owned.Message, want)
+				}
+				if gauge(t, reg, "fleetd_wipe_receipts_total", ReceiptRecorded) != 1 {
+					t.Error("fleetd_wipe_receipts_total{outcome=recorded} is not 1")
+				}
+			}
+		})
+	}
+}
+
+// TestReceiptReplayAfterAnEditorsRevert: an editor who sets a wiped device back to wiping (to
+// have a replayed receipt recorded again) does not get it: the receipt's decision reads the
+// device on fleetd's own values (its write of wiped is put back first) and refuses the replay.
+func TestReceiptReplayAfterAnEditorsRevert(t *testing.T) {
+	ctx := context.Background()
+	d := wipingNode("wipe-aaaaaaaa")
+	inv := fleettest.NewInventory(d)
+	s := newRegisteredService(inv, prometheus.NewRegistry(), fleettest.SealKeys())
+	if _, err := s.RecordWipeReceipt(ctx, receiptOf(d, d.Owned.Request)); err != nil {
+		t.Fatal(err)
+	}
+	inv.WriteAs("admin", 12, func(d *Device) { d.Owned.State = StateWiping })
+	_, err := s.RecordWipeReceipt(ctx, receiptOf(d, d.Owned.Request))
+	if rf, ok := AsRefusal(err); !ok || rf.Code != CodeReceiptRequestEnded {
+		t.Fatalf("the replay after the revert: %v, want %s", err, CodeReceiptRequestEnded)
+	}
+	if got := inv.Get(12); got.Owned.State != StateWiped {
+		t.Errorf("fleet_state %s, want fleetd's wiped put back", got.Owned.State)
+	}
+	recorded := 0
+	for _, e := range inv.JournalOf(12) {
+		if strings.Contains(e, "confirmed the erase") {
+			recorded++
+		}
+	}
+	if recorded != 1 {
+		t.Errorf("the receipt is journaled recorded %d times, want once: %q", recorded, inv.JournalOf(12))
+	}
+}
+
+// TestWipeEndsOnItsReceipt: the Workflow's success ends the request only when no receipt was
+// recorded (unconfirmed: a danger entry, the gauge, and the owner's request taken again); after a
+// recorded receipt it changes nothing.
+func TestWipeEndsOnItsReceipt(t *testing.T) {
+	ctx := context.Background()
+	succeeded := func(d Device) WorkflowStatus {
+		return WorkflowStatus{Name: d.Owned.Workflow, Phase: WorkflowSucceeded}
+	}
+	t.Run("ok/the receipt, then the Workflow's success: wiped once", func(t *testing.T) {
+		d := wipingNode("wipe-aaaaaaaa")
+		inv := fleettest.NewInventory(d)
+		s := newRegisteredService(inv, prometheus.NewRegistry(), fleettest.SealKeys())
+		if _, err := s.RecordWipeReceipt(ctx, receiptOf(d, d.Owned.Request)); err != nil {
+			t.Fatal(err)
+		}
+		saves := len(inv.Changes(12))
+		if out, err := s.WorkflowChanged(ctx, 12, succeeded(d)); err != nil || out.Result != "no-change" {
+			t.Fatalf("the Workflow's success after the receipt: %+v, %v; want no change", out, err)
+		}
+		if got := inv.Get(12); got.Owned.State != StateWiped || len(inv.Changes(12)) != saves || len(inv.JournalOf(12)) != 1 {
+			t.Errorf("fleet_state %s, %d more saves, journal %q; want wiped as the receipt left it", got.Owned.State, len(inv.Changes(12))-saves, inv.JournalOf(12))
+		}
+	})
+	for _, r := range []struct {
+		name, request string
+		status        Status
+		again         func(d *Device) // the owner's new request
+		wantAgain     Action
+	}{
+		{"refuse/a wipe's Workflow succeeded with no receipt: unconfirmed; ok/the owner asks again", "wipe-aaaaaaaa", StatusFailed,
+			func(d *Device) { d.Declared.DesiredAction = ActionWipe }, ActionWipe},
+		{"refuse/a retirement's Workflow succeeded with no receipt: unconfirmed; ok/desired_action wipe retires again", "retire-aaaaaaaa", StatusDecommissioning,
+			func(d *Device) { d.Declared.DesiredAction = ActionWipe }, ActionRetire},
+		{"refuse/a wipe unconfirmed; ok/the owner provisions instead", "wipe-aaaaaaaa", StatusStaged,
+			func(d *Device) { d.Declared.DesiredAction = ActionProvision }, ActionProvision},
+	} {
+		t.Run(r.name, func(t *testing.T) {
+			reg := prometheus.NewRegistry()
+			d := wipingNode(r.request)
+			inv := fleettest.NewInventory(d)
+			s := newRegisteredService(inv, reg, fleettest.SealKeys())
+			out, err := s.WorkflowChanged(ctx, 12, succeeded(d))
+			if err != nil || out.Result != string(StateUnconfirmed) {
+				t.Fatalf("the Workflow's success: %+v, %v; want unconfirmed", out, err)
+			}
+			got := inv.Get(12)
+			wantStatus := map[Action]Status{ActionWipe: StatusFailed, ActionRetire: StatusDecommissioning}[RequestAction(r.request)]
+			if got.Owned.State != StateUnconfirmed || got.Status != wantStatus || got.Owned.LAKSerial != "" || got.Owned.LDevIDSerial != "" {
+				t.Errorf("fleet_state %s status %s ldevid %q lak %q, want unconfirmed %s with the certificates cleared",
+					got.Owned.State, got.Status, got.Owned.LDevIDSerial, got.Owned.LAKSerial, wantStatus)
+			}
+			j := inv.JournalOf(12)
+			if len(j) != 1 || !strings.HasPrefix(j[0], "danger: "+string(RequestAction(r.request))+" request "+r.request+" unconfirmed") ||
+				!strings.Contains(j[0], "no receipt from the machine's TPM") || !strings.Contains(j[0], "disk S4EWNX0R123456") {
+				t.Errorf("journal %q, want one danger entry saying the erase was not confirmed", j)
+			}
+			if n := labelled(t, reg, "fleetd_requests_total", "action", string(RequestAction(r.request)), "result", string(StateUnconfirmed)); n != 1 {
+				t.Errorf("fleetd_requests_total{result=unconfirmed} = %v, want 1", n)
+			}
+			if _, err := s.ReconcileAll(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if n := gauge(t, reg, "fleetd_unconfirmed_devices"); n != 1 {
+				t.Errorf("fleetd_unconfirmed_devices = %v after a listing, want 1", n)
+			}
+			inv.WriteAs(fleettest.Owner, 12, r.again)
+			if out, err := s.Reconcile(ctx, 12); err != nil || out.Result != "accepted" {
+				t.Fatalf("the owner's new request on the unconfirmed device: %+v, %v; want accepted", out, err)
+			}
+			if got := inv.Get(12); got.Owned.State != StatePending || RequestAction(got.Owned.Request) != r.wantAgain || got.Owned.Request == r.request {
+				t.Errorf("after the owner's request: fleet_state %s request %s, want a new %s request pending", got.Owned.State, got.Owned.Request, r.wantAgain)
+			}
+			if _, err := s.ReconcileAll(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if n := gauge(t, reg, "fleetd_unconfirmed_devices"); n != 0 {
+				t.Errorf("fleetd_unconfirmed_devices = %v once the owner asked again, want 0", n)
+			}
+		})
+	}
+}
+
+// TestRefusedWipeReceipt: a receipt the machine's TPM signed that does not confirm the erase is
+// journaled on the device (a warning with its code and fixed sentence, never the report's text),
+// once per request and code, while its request runs; nothing else is written and the device stays
+// wiping. The Workflow's failure that follows names the refusal.
+func TestRefusedWipeReceipt(t *testing.T) {
+	ctx := context.Background()
+	refused := func(d Device, request string, check attest.Check) attest.RefusedReceipt {
+		r := receiptOf(d, request).Receipt
+		r.Report.DiskSerial = "EVIL\u202eSERIAL"
+		return attest.RefusedReceipt{Receipt: r, Refusal: &attest.Refusal{Check: check, Msg: "the wipe program reported disk serial \"EVIL\u202eSERIAL\""}}
+	}
+	t.Run("ok/journaled once, counted each time, nothing else written", func(t *testing.T) {
+		reg := prometheus.NewRegistry()
+		d := wipingNode("wipe-aaaaaaaa")
+		inv := fleettest.NewInventory(d)
+		s := newRegisteredService(inv, reg, fleettest.SealKeys())
+		saves := len(inv.Changes(12))
+		for range 3 {
+			if err := s.RefusedWipeReceipt(ctx, refused(d, d.Owned.Request, attest.CheckReceiptDisk)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.RefusedWipeReceipt(ctx, refused(d, d.Owned.Request, attest.CheckReceiptWipeFailed)); err != nil {
+			t.Fatal(err)
+		}
+		j := inv.JournalOf(12)
+		want := "warning: The wipe receipt of node-a was refused (receipt_wrong_disk): " + PublicSentence("receipt_wrong_disk")
+		if len(j) != 2 || !strings.HasPrefix(j[0], want) || !strings.Contains(j[1], "(receipt_wipe_failed)") || strings.Contains(strings.Join(j, " "), "EVIL") {
+			t.Errorf("journal %q, want one warning per code, %q first, and nothing the report said", j, want)
+		}
+		if got := inv.Get(12); got.Owned.State != StateWiping || len(inv.Changes(12)) != saves || got.Owned.LAKSerial == "" {
+			t.Errorf("fleet_state %s, %d saves, lak_serial %q: want the device untouched, still wiping", got.Owned.State, len(inv.Changes(12))-saves, got.Owned.LAKSerial)
+		}
+		if n := gauge(t, reg, "fleetd_wipe_receipts_total", "receipt_wrong_disk"); n != 3 {
+			t.Errorf("fleetd_wipe_receipts_total{outcome=receipt_wrong_disk} = %v, want 3", n)
+		}
+		out, err := s.WorkflowChanged(ctx, 12, WorkflowStatus{Name: d.Owned.Workflow, Phase: WorkflowFailed, FailedAction: "wipe-receipt"})
+		if err != nil || out.Result != string(StateFailed) {
+			t.Fatalf("the Workflow's failure: %+v, %v", out, err)
+		}
+		if msg := inv.Get(12).Owned.Message; !strings.Contains(msg, "at action wipe-receipt") || !strings.Contains(msg, "The wipe receipt of node-a was refused (receipt_wipe_failed)") {
+			t.Errorf("fleet_message %q, want the failure at the receipt step with the last refusal", msg)
+		}
+	})
+	t.Run("ok/not journaled once the request is not running", func(t *testing.T) {
+		d := wipingNode("wipe-aaaaaaaa")
+		inv := fleettest.NewInventory(d)
+		s := newRegisteredService(inv, prometheus.NewRegistry(), fleettest.SealKeys())
+		if err := s.RefusedWipeReceipt(ctx, refused(d, "wipe-bbbbbbbb", attest.CheckReceiptBoot)); err != nil {
+			t.Fatal(err)
+		}
+		if j := inv.JournalOf(12); len(j) != 0 {
+			t.Errorf("journal %q for another request's refused receipt, want none", j)
+		}
+	})
+}
+
+// labelled is the value of name's series whose labels include the given name, value pairs.
+func labelled(t *testing.T, reg *prometheus.Registry, name string, pairs ...string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range mf.GetMetric() {
+			have := map[string]string{}
+			for _, l := range m.GetLabel() {
+				have[l.GetName()] = l.GetValue()
+			}
+			for i := 0; i+1 < len(pairs); i += 2 {
+				if have[pairs[i]] != pairs[i+1] {
+					continue series
+				}
+			}
+			return m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no series %s%v", name, pairs)
+	return 0
+}
