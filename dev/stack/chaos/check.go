@@ -141,8 +141,8 @@ func (e *evidence) checkNow(d stack.OwnerDevice, h *history) []Violation {
 	}
 	ldevid, lak := d.Field("ldevid_serial"), d.Field("lak_serial")
 	switch {
-	case (state == "wiped" || state == "retired") && (ldevid != "" || lak != ""):
-		bad(PartConsistent, "fleet_state %s with ldevid_serial %q and lak_serial %q: a wiped or retired device has no certificates", state, ldevid, lak)
+	case (state == "wiped" || state == "retired" || state == "unconfirmed") && (ldevid != "" || lak != ""):
+		bad(PartConsistent, "fleet_state %s with ldevid_serial %q and lak_serial %q: a wiped, retired or unconfirmed device has no certificates", state, ldevid, lak)
 	case state == "active" && requestAction(req) == "provision" && (ldevid == "" || lak == ""):
 		bad(PartConsistent, "active after provision %s with ldevid_serial %q and lak_serial %q: both are issued by a provision", req, ldevid, lak)
 	}

@@ -253,7 +253,7 @@ func (h *history) fleetdSave(d stack.OwnerDevice, at time.Time, pre, post snap) 
 		h.certified = true
 		h.issued[post.ldevid], h.issued[post.lak] = true, true
 	}
-	if (post.state == "wiped" || post.state == "retired") && (post.ldevid != "" || post.lak != "") {
+	if (post.state == "wiped" || post.state == "retired" || post.state == "unconfirmed") && (post.ldevid != "" || post.lak != "") {
 		h.bad(PartConsistent, d, at, "fleetd wrote fleet_state %s with ldevid_serial %q and lak_serial %q: both must be cleared", post.state, post.ldevid, post.lak)
 	}
 }
@@ -301,7 +301,8 @@ func allowedMove(from, to, action string) bool {
 	case "configuring":
 		return action == "provision" && (to == "active" || to == "failed")
 	case "wiping":
-		return to == "failed" || (to == "wiped" && action == "wipe") || (to == "retired" && action == "retire")
+		// wiped (retired) on the machine's TPM's receipt, unconfirmed on the Workflow's success alone
+		return to == "failed" || to == "unconfirmed" || (to == "wiped" && action == "wipe") || (to == "retired" && action == "retire")
 	case "active":
 		return to == "failed" && action == "provision" // a NoCloud install whose later action failed
 	}
@@ -328,7 +329,7 @@ func (h *history) checkStatus(d stack.OwnerDevice, at time.Time, pre, post snap,
 			want = "active"
 		case post.state == "wiped":
 			want = "offline"
-		case post.state == "failed" && action != "retire":
+		case (post.state == "failed" || post.state == "unconfirmed") && action != "retire":
 			want = "failed"
 		}
 	}

@@ -219,7 +219,7 @@ func promiseRows() []plantRow {
 		{"refuse/certificates written with wiped", true, func(f *fixture) { f.cleanProvision(r1); f.wipeKeepingCerts(w1) },
 			chaos.PartConsistent, "fleetd wrote fleet_state wiped with ldevid_serial \"0a01\""},
 		{"refuse/certificates left on a wiped device at rest", true, func(f *fixture) { f.cleanProvision(r1); f.wipeKeepingCerts(w1) },
-			chaos.PartConsistent, "a wiped or retired device has no certificates"},
+			chaos.PartConsistent, "a wiped, retired or unconfirmed device has no certificates"},
 		{"refuse/an active provision without certificates", true, func(f *fixture) {
 			f.owner(`{"custom_fields": {"desired_action": "provision"}}`)
 			f.claim(r1, "staged")

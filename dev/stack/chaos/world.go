@@ -21,7 +21,8 @@ type world struct {
 
 // terminal are the fleet_state values in which no request runs (fleet.State.Terminal, restated
 // here so that the checker does not take fleetd's word for it).
-var terminal = map[string]bool{"": true, "active": true, "wiped": true, "retired": true, "failed": true, "rejected": true, "untrusted": true}
+var terminal = map[string]bool{"": true, "active": true, "wiped": true, "retired": true, "failed": true, "rejected": true, "untrusted": true,
+	"unconfirmed": true}
 
 // requestAction is the action a request id names ("provision-k3f9x2mq" → provision).
 func requestAction(request string) string {
