@@ -152,6 +152,7 @@ func machine(ctx context.Context, dir string, args []string, stdout, stderr io.W
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, `usage: fleetsim machine NAME netboot|boot|boot-check [--event-log rhel8|rhel8-other-kernel|cos85|ubuntu-no-secure-boot|ubuntu-no-dbx|FILE]
+       fleetsim machine NAME netboot --forge ACTION[,ACTION…]
        fleetsim machine NAME swap-disk [--disk sda] [--serial S] [--clone]
        fleetsim machine NAME add-disk [--serial S]
        fleetsim machine NAME set-mac [--mac M]
@@ -168,6 +169,7 @@ hardware; NetBox keeps its declaration.`)
 	clone := fs.Bool("clone", false, "swap-disk: the old disk's content is copied onto the new one, so the node boots as before")
 	mac := fs.String("mac", "", "set-mac: the new network card's MAC (default: a random 02:f6:…)")
 	uuid := fs.String("uuid", "", "set-uuid: the new mainboard's SMBIOS UUID (default: a random one)")
+	forge := fs.String("forge", "", "netboot: actions (comma-separated) the machine does not run, reported succeeded: a forged completion (wipe-disk,wipe-receipt: nothing erased, no receipt)")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return 2
@@ -193,6 +195,13 @@ hardware; NetBox keeps its declaration.`)
 		return hardware(dir, pos[0], change, stdout, stderr)
 	}
 	o := stack.StepOptions{Out: stdout}
+	if *forge != "" {
+		if pos[1] != "netboot" {
+			fmt.Fprintln(stderr, "fleetsim machine: --forge names actions of a netboot's Workflow and goes with netboot only")
+			return 2
+		}
+		o.Forge = strings.Split(*forge, ",")
+	}
 	if *logName != "" {
 		if o.EventLog, err = eventLog(*logName); err != nil {
 			fmt.Fprintln(stderr, "fleetsim machine:", err)

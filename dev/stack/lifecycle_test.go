@@ -36,6 +36,7 @@ var lifecycleDevices = []stack.SeedDevice{
 	{Name: "bench-netboot", Class: "talos-worker"},                                              // BenchmarkNetboot's own machine
 	{Name: "forged-flood", Class: "talos-worker"},                                               // enrolls under a flood of forged challenges
 	{Name: "forged-wipe", Class: "talos-worker"},                                                // wiped, then its old fields saved back by an editor
+	{Name: "forged-done", Class: "talos-worker"},                                                // a wipe reported done with nothing erased and no receipt
 	{Name: "fetch-secret", Class: "alpine-edge"},                                                // its seed is fetched only with the fetch secret
 	{Name: "plan-ok", Class: "talos-worker"},                                                    // planned for every action, never asked
 	{Name: "plan-no-disk", Class: "talos-worker", NoDiskSerial: true, Faulty: "no disk_serial"}, // planned, then asked: the same rejection
@@ -258,8 +259,8 @@ func TestMachineDrift(t *testing.T) {
 
 // TestMachineWipeAndRetire: a wipe and a retirement attest the machine again, erase the declared
 // disk (the node's files with it), send the machine's swtpm's receipt of the erase, which fleetd
-// verifies, and end with the certificates cleared; a boot check with a copy of the old LAK files
-// is refused afterwards.
+// verifies and records (wiped or retired, the certificates cleared) before it answers; a boot
+// check with a copy of the old LAK files is refused afterwards.
 func TestMachineWipeAndRetire(t *testing.T) {
 	needStack(t)
 	tests := []struct {
@@ -287,6 +288,9 @@ func TestMachineWipeAndRetire(t *testing.T) {
 				t.Errorf("status %s, ldevid_serial %q, lak_serial %q; want %s with the serials cleared",
 					d.StatusValue(), d.Field("ldevid_serial"), d.Field("lak_serial"), tc.status)
 			}
+			if msg := d.Field("fleet_message"); !strings.Contains(msg, "the machine's TPM confirmed the erase of disk "+testStack.Info().Machines[tc.device].DiskSerial+" (method simulated") {
+				t.Errorf("fleet_message %q, want the receipt's confirmation", msg)
+			}
 			if _, err := os.Stat(filepath.Join(nodeDir, "lak.pem")); !os.IsNotExist(err) {
 				t.Errorf("the %s disk still holds the node files: %v", tc.state, err)
 			}
@@ -302,9 +306,8 @@ func TestMachineWipeAndRetire(t *testing.T) {
 
 // checkReceipt checks the machine's records of its last wipe: the erase of the declared disk,
 // then the receipt step, which quoted the erase's report (the simulated erase's method) with the
-// swtpm and was answered by fleetd as a verified receipt of the same request. (fleetd does not
-// record receipts yet: the domain's part, docs/http.md "Wipe receipts"; then the answer is
-// "recorded".)
+// swtpm and was answered by fleetd "recorded" for the same request (docs/http.md, "Wipe
+// receipts").
 func checkReceipt(t *testing.T, name string) {
 	t.Helper()
 	m := testStack.Info().Machines[name]
@@ -318,13 +321,75 @@ func checkReceipt(t *testing.T, name string) {
 		case r.Kind == stack.RecordWipe:
 			wipe = r
 		case r.Kind == stack.RecordReceipt && wipe.Kind != "" && r.Field("request") == wipe.Field("request"):
-			if r.Field("serial") != m.DiskSerial || r.Field("method") != "simulated" || r.Field("outcome") != "verified" {
-				t.Errorf("receipt record %+v, want the declared disk %s erased by the simulation and fleetd's answer verified", r.Fields, m.DiskSerial)
+			if r.Field("serial") != m.DiskSerial || r.Field("method") != "simulated" || r.Field("outcome") != "recorded" {
+				t.Errorf("receipt record %+v, want the declared disk %s erased by the simulation and fleetd's answer recorded", r.Fields, m.DiskSerial)
 			}
 			return
 		}
 	}
 	t.Errorf("no receipt record after the erase of request %s (records %d)", wipe.Field("request"), len(recs))
+}
+
+// TestForgedWipeCompletion: a wipe whose erase and receipt steps are forged — their containers
+// exit 0 without running, so the worker reports every action succeeded, as a wipe image that
+// does nothing or a host speaking the worker protocol would — is recorded unconfirmed, never
+// wiped: the disk still holds the node's files, the certificates are cleared, the journal says
+// the erase was not confirmed (danger), and the next listing counts it in
+// fleetd_unconfirmed_devices, the metric of the alert FleetdWipeUnconfirmed. The owner asks for
+// the wipe again, and the machine's own wipe is recorded wiped on its receipt.
+func TestForgedWipeCompletion(t *testing.T) {
+	needStack(t)
+	const name = "forged-done"
+	provisioned(t, name)
+	nodeDir := filepath.Join(testStack.Info().Machines[name].Dir, "disk", "var", "lib", "fleetd-node")
+	ask(t, name, "wipe")
+	req := accepted(t, name).Field("fleet_request")
+	if err := step(t, stack.Netboot, name, stack.StepOptions{Forge: []string{"wipe-disk", "wipe-receipt"}}); err != nil {
+		t.Fatalf("the forged netboot: %v (its Workflow must succeed: every forged action exits 0)", err)
+	}
+	d := waitState(t, name, "unconfirmed")
+	if d.StatusValue() != "failed" || d.Field("ldevid_serial") != "" || d.Field("lak_serial") != "" || d.Field("fleet_request") != req {
+		t.Errorf("status %s, ldevid_serial %q, lak_serial %q, request %s; want failed, the serials cleared, request %s",
+			d.StatusValue(), d.Field("ldevid_serial"), d.Field("lak_serial"), d.Field("fleet_request"), req)
+	}
+	if _, err := os.Stat(filepath.Join(nodeDir, "lak.pem")); err != nil {
+		t.Errorf("the forged wipe erased the node's files (%v): the test did not forge the erase", err)
+	}
+	var entry *stack.JournalEntry
+	eventually(t, "the unconfirmed wipe's journal entry", func() (bool, string) {
+		for _, e := range journal(t, name) {
+			if strings.HasPrefix(e.Comments, "wipe request "+req+" unconfirmed") {
+				entry = &e
+				return true, ""
+			}
+		}
+		return false, "none yet"
+	})
+	if entry.KindValue() != "danger" || !strings.Contains(entry.Comments, "no receipt from the machine's TPM") ||
+		!strings.Contains(entry.Comments, "set desired_action=wipe again") {
+		t.Errorf("journal entry %s: %q, want danger, saying no receipt confirmed the erase and how to ask again", entry.KindValue(), entry.Comments)
+	}
+	if n := metric(t, "fleetd_requests_total", "action", "wipe", "result", "unconfirmed"); n < 1 {
+		t.Errorf("fleetd_requests_total{action=wipe,result=unconfirmed} = %v, want at least 1", n)
+	}
+	waitReconciles(t, reconcileRuns(t), 1) // a listing of the whole fleet sets the gauge
+	if n := metric(t, "fleetd_unconfirmed_devices"); n < 1 {
+		t.Errorf("fleetd_unconfirmed_devices = %v after a listing, want at least 1 (FleetdWipeUnconfirmed fires on > 0)", n)
+	}
+
+	// The owner asks again: the machine runs the wipe, and its receipt records it.
+	ask(t, name, "wipe")
+	accepted(t, name)
+	if err := step(t, stack.Netboot, name, stack.StepOptions{}); err != nil {
+		t.Fatalf("the wipe asked again: %v", err)
+	}
+	if d := waitState(t, name, "wiped"); d.StatusValue() != "offline" {
+		t.Errorf("status %s after the receipt, want offline", d.StatusValue())
+	}
+	if _, err := os.Stat(filepath.Join(nodeDir, "lak.pem")); !os.IsNotExist(err) {
+		t.Errorf("the wiped disk still holds the node files: %v", err)
+	}
+	checkReceipt(t, name)
 }
 
 // copyDir copies the regular files of src into dst (created) and returns dst.

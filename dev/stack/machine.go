@@ -26,6 +26,12 @@ type StepOptions struct {
 	// boot (sys/kernel/security/tpm0/binary_bios_measurements). Another log models a changed
 	// boot (a firmware or bootloader update).
 	EventLog []byte
+	// Forge names actions of the netboot's Workflow that the machine does not run: each one's
+	// container exits 0 at once, so the worker reports it succeeded. It models a forged
+	// completion (a wipe image that exits 0 after doing nothing, or a host that reports the rest
+	// of a wipe through the worker protocol): forging wipe-disk and wipe-receipt leaves the disk
+	// as it was and sends fleetd no receipt.
+	Forge []string
 }
 
 // machine is one simulated machine during a step: it powers on (its swtpm runs only while a

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,7 +27,8 @@ import (
 // the others are simulated by image, each writing what it did into the machine's log. An action
 // sees the files earlier actions left only through a bind of its container (workflowDir), as on
 // hardware. It returns nil when the Workflow succeeded, and the failing action's error otherwise
-// (an *ActionError: the Workflow is then failed, as Tinkerbell has it).
+// (an *ActionError: the Workflow is then failed, as Tinkerbell has it). The actions o.Forge names
+// are not run: their containers exit 0 at once (a forged completion).
 //
 // The machine answers for one Workflow, while the server serves its worker every open one of its
 // MAC: a netboot that finds another open beside it is refused before the machine powers on,
@@ -85,6 +87,10 @@ func Netboot(ctx context.Context, info Info, name string, o StepOptions) error {
 		a, ok := actions[c.Name]
 		if !ok {
 			return fmt.Sprintf("fleetsim: container %s is no action of Workflow %s\n", c.Name, rendered.Name), 1
+		}
+		if slices.Contains(o.Forge, a.Name) {
+			mc.say("action %s (%s) FORGED: its container exits 0 without running", a.Name, a.Image)
+			return fmt.Sprintf("fleetsim: action %s forged: exited 0 without running\n", a.Name), 0
 		}
 		a.Env = c.EnvMap() // what the worker passed, the task's and the action's environment merged
 		dir, done, err := mc.workflowDir(c, a.Env["FLEETD_WORKFLOW_DIR"])
