@@ -185,21 +185,26 @@ func TestWipeEndsOnItsReceipt(t *testing.T) {
 	succeeded := func(d Device) WorkflowStatus {
 		return WorkflowStatus{Name: d.Owned.Workflow, Phase: WorkflowSucceeded}
 	}
-	t.Run("ok/the receipt, then the Workflow's success: wiped once", func(t *testing.T) {
-		d := wipingNode("wipe-aaaaaaaa")
-		inv := fleettest.NewInventory(d)
-		s := newRegisteredService(inv, prometheus.NewRegistry(), fleettest.SealKeys())
-		if _, err := s.RecordWipeReceipt(ctx, receiptOf(d, d.Owned.Request)); err != nil {
-			t.Fatal(err)
-		}
-		saves := len(inv.Changes(12))
-		if out, err := s.WorkflowChanged(ctx, 12, succeeded(d)); err != nil || out.Result != "no-change" {
-			t.Fatalf("the Workflow's success after the receipt: %+v, %v; want no change", out, err)
-		}
-		if got := inv.Get(12); got.Owned.State != StateWiped || len(inv.Changes(12)) != saves || len(inv.JournalOf(12)) != 1 {
-			t.Errorf("fleet_state %s, %d more saves, journal %q; want wiped as the receipt left it", got.Owned.State, len(inv.Changes(12))-saves, inv.JournalOf(12))
-		}
-	})
+	// The Workflow's end after the receipt: its success, or its failure when the receipt step's
+	// retry after a lost answer was refused receipt_request_ended.
+	for _, phase := range []WorkflowPhase{WorkflowSucceeded, WorkflowFailed} {
+		t.Run("ok/the receipt, then the Workflow "+string(phase)+": wiped once", func(t *testing.T) {
+			d := wipingNode("wipe-aaaaaaaa")
+			inv := fleettest.NewInventory(d)
+			s := newRegisteredService(inv, prometheus.NewRegistry(), fleettest.SealKeys())
+			if _, err := s.RecordWipeReceipt(ctx, receiptOf(d, d.Owned.Request)); err != nil {
+				t.Fatal(err)
+			}
+			saves := len(inv.Changes(12))
+			ws := WorkflowStatus{Name: d.Owned.Workflow, Phase: phase, FailedAction: map[bool]string{true: "wipe-receipt"}[phase == WorkflowFailed]}
+			if out, err := s.WorkflowChanged(ctx, 12, ws); err != nil || out.Result != "no-change" {
+				t.Fatalf("the Workflow %s after the receipt: %+v, %v; want no change", phase, out, err)
+			}
+			if got := inv.Get(12); got.Owned.State != StateWiped || len(inv.Changes(12)) != saves || len(inv.JournalOf(12)) != 1 {
+				t.Errorf("fleet_state %s, %d more saves, journal %q; want wiped as the receipt left it", got.Owned.State, len(inv.Changes(12))-saves, inv.JournalOf(12))
+			}
+		})
+	}
 	for _, r := range []struct {
 		name, request string
 		status        Status
