@@ -37,12 +37,12 @@ type Decide func(d Device) (p Patch, write bool, err error)
 //		}
 //		return Patch{Message: &msg}, true, nil
 //	})
-func (s *Service) updateIfMatch(ctx context.Context, d Device, decide Decide) (Device, bool, error) {
+func (s *core) updateIfMatch(ctx context.Context, d Device, decide Decide) (Device, bool, error) {
 	return s.updateIfMatchReading(ctx, d, decide, s.inv.Device)
 }
 
 // updateIfMatchReading is updateIfMatch that reads the device again after a conflict with reread.
-func (s *Service) updateIfMatchReading(ctx context.Context, d Device, decide Decide, reread func(context.Context, int64) (Device, error)) (Device, bool, error) {
+func (s *core) updateIfMatchReading(ctx context.Context, d Device, decide Decide, reread func(context.Context, int64) (Device, error)) (Device, bool, error) {
 	id := d.ID
 	for attempt := 0; ; attempt++ {
 		p, write, err := decide(d)
@@ -62,4 +62,24 @@ func (s *Service) updateIfMatchReading(ctx context.Context, d Device, decide Dec
 			return d, false, fmt.Errorf("re-read device %d after a conflicting write: %w", id, err)
 		}
 	}
+}
+
+// updateOnOwnFields is updateIfMatch for an event of a running request, decided on the device
+// judged on fleetd's own values (judgedOnOwnFields) first and again after every conflict: a
+// conflict is another save, and another user's copy that lands between the read and the write
+// would otherwise be decided on as fleetd's (the two-instance chaos run, seed 317628280:
+// re-read after the other instance recorded a wipe's success, a copy written back with
+// fleet_state pending made this instance fail the wiped request).
+func (s *core) updateOnOwnFields(ctx context.Context, d Device, decide Decide) (Device, bool, error) {
+	d, err := s.judgedOnOwnFields(ctx, d)
+	if err != nil {
+		return d, false, err
+	}
+	return s.updateIfMatchReading(ctx, d, decide, func(ctx context.Context, id int64) (Device, error) {
+		cur, err := s.inv.Device(ctx, id)
+		if err != nil {
+			return cur, err
+		}
+		return s.judgedOnOwnFields(ctx, cur)
+	})
 }

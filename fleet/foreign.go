@@ -31,23 +31,3 @@ func (s *Service) checkOwnedFields(ctx context.Context, id int64) (Outcome, erro
 	out := outcomeFor(d, RequestAction(d.Owned.Request), "owned-fields", string(d.Trust.Verdict))
 	return out, err
 }
-
-// updateOnOwnFields is updateIfMatch for an event of a running request, decided on the device
-// judged on fleetd's own values (judgedOnOwnFields) first and again after every conflict: a
-// conflict is another save, and another user's copy that lands between the read and the write
-// would otherwise be decided on as fleetd's (the two-instance chaos run, seed 317628280:
-// re-read after the other instance recorded a wipe's success, a copy written back with
-// fleet_state pending made this instance fail the wiped request).
-func (s *Service) updateOnOwnFields(ctx context.Context, d Device, decide Decide) (Device, bool, error) {
-	d, err := s.judgedOnOwnFields(ctx, d)
-	if err != nil {
-		return d, false, err
-	}
-	return s.updateIfMatchReading(ctx, d, decide, func(ctx context.Context, id int64) (Device, error) {
-		cur, err := s.inv.Device(ctx, id)
-		if err != nil {
-			return cur, err
-		}
-		return s.judgedOnOwnFields(ctx, cur)
-	})
-}

@@ -17,12 +17,12 @@ import (
 // update writes p to the device base was read as: the message capped, every field fleetd owns
 // written when base's values are not trusted (so that no value fleetd does not vouch for stays
 // under its seal), and sealed over the values the device holds after the write.
-func (s *Service) update(ctx context.Context, base Device, p Patch) (Device, error) {
+func (s *core) update(ctx context.Context, base Device, p Patch) (Device, error) {
 	return s.inv.Update(ctx, base.ID, s.sealed(base, p))
 }
 
 // sealed is p with its seal (and capped, completed as update says).
-func (s *Service) sealed(base Device, p Patch) Patch {
+func (s *core) sealed(base Device, p Patch) Patch {
 	if p.Message != nil {
 		m := capText(*p.Message, MaxMessage)
 		p.Message = &m
@@ -125,7 +125,7 @@ func completed(p Patch, o Owned) Patch {
 // untrusted), read again. A device sealed under a key this fleetd does not have is a refusal
 // (seal_key_unknown): nothing is decided on it and nothing written. Every step that decides on
 // a device judges it here first, and again after every conflicting write (updateOnOwnFields).
-func (s *Service) judgedOnOwnFields(ctx context.Context, d Device) (Device, error) {
+func (s *core) judgedOnOwnFields(ctx context.Context, d Device) (Device, error) {
 	switch d.Trust.Verdict {
 	case VerdictTrusted, VerdictUnsealed:
 		return d, nil
@@ -158,7 +158,7 @@ func untrustedRefusal(d Device) error {
 // holds none, marks it untrusted (unless the seal brake holds: seal checks failing across the
 // fleet are a deployment problem, not a forgery). Both are conditional writes of every field
 // fleetd owns, journaled and counted (fleetd_owned_field_writes_total).
-func (s *Service) repair(ctx context.Context, d Device) (Outcome, error) {
+func (s *core) repair(ctx context.Context, d Device) (Outcome, error) {
 	out := outcomeFor(d, RequestAction(d.Trust.Read.Request), "owned-fields", "nothing-to-repair")
 	var kind JournalKind
 	var msg, result string
@@ -222,7 +222,7 @@ func untrustedMessage(d Device) string {
 
 // reseal seals the values of a trusted device that carries no seal yet, or one under a key that
 // is no longer the signing key (a rotation), with a write of the seal alone.
-func (s *Service) reseal(ctx context.Context, d Device) (Device, error) {
+func (s *core) reseal(ctx context.Context, d Device) (Device, error) {
 	upgrade := d.Trust.Verdict == VerdictUnsealed
 	got, wrote, err := s.updateIfMatch(ctx, d, func(cur Device) (Patch, bool, error) {
 		return Patch{}, needsReseal(cur, s.keys.Signing()), nil
@@ -243,7 +243,7 @@ func (s *Service) reseal(ctx context.Context, d Device) (Device, error) {
 
 // vouched is judgedOnOwnFields for the reconcile, which also seals values that are not sealed
 // with the signing key yet (an upgrade, a key rotation).
-func (s *Service) vouched(ctx context.Context, d Device) (Device, error) {
+func (s *core) vouched(ctx context.Context, d Device) (Device, error) {
 	d, err := s.judgedOnOwnFields(ctx, d)
 	if err != nil || !needsReseal(d, s.keys.Signing()) {
 		return d, err

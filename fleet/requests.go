@@ -240,60 +240,6 @@ func succeededMessage(d Device, action Action, ws WorkflowStatus) string {
 	return fmt.Sprintf("Workflow %s succeeded.", ws.Name)
 }
 
-// apply records one lifecycle event on the device: the transition's state, status and message in
-// one conditional write, then the journal entry. An event that means nothing in the device's
-// state (a duplicate) changes nothing.
-func (s *Service) apply(ctx context.Context, d Device, action Action, ev Event, msg string) (Outcome, error) {
-	return s.applyWith(ctx, d, action, ev, msg, Patch{})
-}
-
-func (s *Service) applyWith(ctx context.Context, d Device, action Action, ev Event, msg string, p Patch) (Outcome, error) {
-	out, _, err := s.applyRecorded(ctx, d, action, ev, msg, p)
-	return out, err
-}
-
-// applyRecorded is applyWith that also says whether it wrote: false when, re-read after a
-// conflict, the device was on another request or the event no longer moved it (another fleetd
-// instance recorded it first).
-func (s *Service) applyRecorded(ctx context.Context, d Device, action Action, ev Event, msg string, p Patch) (Outcome, bool, error) {
-	out := outcomeFor(d, action, string(ev), "no-change")
-	req := d.Owned.Request
-	var t Transition
-	got, wrote, err := s.updateOnOwnFields(ctx, d, func(d Device) (Patch, bool, error) {
-		// The event is the request's, judged on fleetd's own values: it applies only while the
-		// device is on the same request (another user's copy that had put back an older request
-		// is undone, and nothing is recorded), and only if it still means a move from the state
-		// it is in now.
-		var ok bool
-		if d.Owned.Request != req {
-			return Patch{}, false, nil
-		}
-		if t, ok = Next(d.Owned.State, action, ev); !ok {
-			return Patch{}, false, nil
-		}
-		return withTransition(p, d, t, msg), true, nil
-	})
-	if err != nil {
-		return out, false, fmt.Errorf("record %s of %s: %w", ev, d.Name, inventoryErr(err))
-	}
-	if !wrote {
-		return out, false, nil
-	}
-	if t.To.Terminal() {
-		result := "succeeded"
-		switch t.To {
-		case StateFailed:
-			result = "failed"
-		case StateUnconfirmed:
-			result = string(StateUnconfirmed)
-		}
-		s.metrics.requests.WithLabelValues(string(action), result).Inc()
-	}
-	s.journal(ctx, got, t.Journal, msg)
-	out.Result, out.Detail = string(t.To), msg
-	return out, true, nil
-}
-
 // transitionPatch is the write of transition t on device d with message msg.
 func transitionPatch(d Device, t Transition, msg string) Patch {
 	return withTransition(Patch{}, d, t, msg)
@@ -314,15 +260,6 @@ func withTransition(p Patch, d Device, t Transition, msg string) Patch {
 		p.LDevIDSerialPrevious, p.LAKSerialPrevious = &empty, &empty
 	}
 	return p
-}
-
-// journal writes a journal entry; a failure is logged and counted, never fatal to the decision,
-// which NetBox already holds in fleet_state and fleet_message.
-func (s *Service) journal(ctx context.Context, d Device, kind JournalKind, text string) {
-	if err := s.inv.Journal(ctx, d.ID, kind, text); err != nil {
-		s.metrics.journalErrors.Inc()
-		s.log.Error().Err(err).Str("device", d.Name).Str("journal", text).Msg("journal entry lost")
-	}
 }
 
 // inventoryErr marks an inventory write error as ErrInventory, except a conflict, which the caller

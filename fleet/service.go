@@ -72,23 +72,16 @@ type Deps struct {
 // NetBox that decides nothing: every decision is a conditional write in NetBox, so several
 // instances may serve at once (docs/design.md §9).
 type Service struct {
+	*core
 	cfg      Config
-	inv      trustedInventory // every read judged (trust.go), every write sealed (repair.go)
 	inst     Installer
 	catalog  Catalog
-	clock    Clock
 	rnd      Random
 	renderer Renderer
 	attest   Attestation
-	log      zerolog.Logger
-	metrics  *metrics
-	locks    deviceLocks
 	addrs    *addrIndex // where a configuration fetch finds its device (addrindex.go)
 	changes  ChangeLog
 	logMark  changeLogMark // where the next reconcile reads the change log from (changelog.go)
-	keys     *SealKeys
-	brake    sealBrake // whether fleetd may mark devices untrusted (repair.go)
-	sealedAt sealTimes // when the next seal is made (repair.go)
 	refusals lastRefusals
 	queued   sync.Map          // "id request action": queued requests already journaled (noteQueued)
 	boots    *attest.BootCache // the last replayed boot of each node (bootcheck.go)
@@ -136,9 +129,10 @@ func NewService(cfg Config, deps Deps) (*Service, error) {
 	}
 	addrs := newAddrIndex()
 	inv := trustedInventory{Inventory: cappedInventory{indexedInventory{Inventory: deps.Inventory, idx: addrs}}, keys: deps.Seal, self: cfg.ServiceUser}
-	s := &Service{cfg: cfg, inv: inv, inst: deps.Installer,
-		catalog: deps.Catalog, clock: deps.Clock, rnd: &lockedReader{r: deps.Random}, renderer: deps.Renderer, attest: deps.Attest,
-		log: deps.Logger, metrics: m, addrs: addrs, changes: deps.ChangeLog, keys: deps.Seal,
+	c := &core{inv: inv, clock: deps.Clock, log: deps.Logger, metrics: m, keys: deps.Seal}
+	s := &Service{core: c, cfg: cfg, inst: deps.Installer,
+		catalog: deps.Catalog, rnd: &lockedReader{r: deps.Random}, renderer: deps.Renderer, attest: deps.Attest,
+		addrs: addrs, changes: deps.ChangeLog,
 		boots: attest.NewBootCache(bootCacheSize), bootIDs: newNameIndex(bootCacheSize)}
 	m.bootChecks.times, m.bootChecks.missingAfter = s.certTimes, cfg.BootCheckMissingAfter
 	m.bootChecks.class, m.bootChecks.classes = s.countedClass, deps.Catalog.Names()
@@ -363,12 +357,4 @@ func (s *Service) afterSweep() {
 	if s.cfg.AfterSweep != nil {
 		s.cfg.AfterSweep()
 	}
-}
-
-func (s *Service) logOutcome(out Outcome, err error, trigger string) {
-	ev := s.log.Info()
-	if err != nil {
-		ev = s.log.Error().Err(err)
-	}
-	ev.Str("trigger", trigger).EmbedObject(out).Msg("decision")
 }
