@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	goattest "github.com/google/go-attestation/attest"
 
@@ -33,6 +34,19 @@ type Attestation struct {
 	// Receipts issues a wipe's or a retirement's receipt token with its accepted evidence
 	// (docs/http.md, "Wipe receipts").
 	Receipts *attest.ReceiptSealer
+}
+
+// Enrollment is the enrollment exchange: the challenge, the evidence, and the check of the token
+// that carries the first round trip's state to the second. It records the outcome on the device
+// and renders the configuration the node will fetch once (Delivery).
+type Enrollment struct {
+	core      *core
+	catalog   Catalog
+	attest    Attestation
+	rnd       Random
+	renderer  Renderer
+	refusals  *lastRefusals // the last refusal per device, which the request's end journals (Requests)
+	configTTL time.Duration // how long the configuration waits for its fetch (Config.ConfigTTL)
 }
 
 // ChallengeInput is the first round trip's request, in go-attestation's types.
@@ -89,7 +103,7 @@ type Enrolled struct {
 // owner's attest); its TPM must be a 2.0 and its EK approved. The answer is a credential
 // activation challenge for the claimed AK, a nonce, and the sealed token, which binds the
 // evidence to the same request.
-func (s *Service) EnrollChallenge(ctx context.Context, in ChallengeInput) (Challenge, Outcome, error) {
+func (s *Enrollment) EnrollChallenge(ctx context.Context, in ChallengeInput) (Challenge, Outcome, error) {
 	e, out, err := s.enrollingDevice(ctx, in.ClaimedDevice, "challenge")
 	if err != nil {
 		return Challenge{}, out, err
@@ -97,7 +111,7 @@ func (s *Service) EnrollChallenge(ctx context.Context, in ChallengeInput) (Chall
 	d, action := e.device, e.action
 	if in.ClaimedRequest != d.Owned.Request {
 		out.Check = "request_mismatch"
-		s.metrics.enrollments.WithLabelValues(string(action), "challenge", out.Check).Inc()
+		s.core.metrics.enrollments.WithLabelValues(string(action), "challenge", out.Check).Inc()
 		return Challenge{}, out, &Refusal{Class: RefusedConflict, Code: out.Check,
 			Msg: "the Workflow's request is not the device's current request: this Workflow is stale and must not enroll",
 			Err: fmt.Errorf("the agent named request %.64q, the device's request is %s", in.ClaimedRequest, d.Owned.Request)}
@@ -107,11 +121,11 @@ func (s *Service) EnrollChallenge(ctx context.Context, in ChallengeInput) (Chall
 		return Challenge{}, s.enrollRefused(ctx, d, out, err, false), err
 	}
 	out.Result = "challenged"
-	s.metrics.enrollments.WithLabelValues(string(action), "challenge", "ok").Inc()
+	s.core.metrics.enrollments.WithLabelValues(string(action), "challenge", "ok").Inc()
 	return ch, out, nil
 }
 
-func (s *Service) challenge(d Device, in ChallengeInput) (Challenge, error) {
+func (s *Enrollment) challenge(d Device, in ChallengeInput) (Challenge, error) {
 	if err := attest.RequireTPM20(in.ClaimedTPMVersion); err != nil {
 		return Challenge{}, err
 	}
@@ -150,7 +164,7 @@ type enrolling struct {
 // enrollingDevice finds the claimed device and checks that it has a request waiting for its
 // attestation. Nothing about the device is recorded for a refusal here: the caller did not name a
 // device fleetd is working on.
-func (s *Service) enrollingDevice(ctx context.Context, name, step string) (enrolling, Outcome, error) {
+func (s *Enrollment) enrollingDevice(ctx context.Context, name, step string) (enrolling, Outcome, error) {
 	d, out, err := s.lookupDevice(ctx, name, step)
 	if err != nil {
 		return enrolling{}, out, err
@@ -173,9 +187,9 @@ func (s *Service) enrollingDevice(ctx context.Context, name, step string) (enrol
 }
 
 // lookupDevice reads the device a node names; an unknown name is the caller's mistake.
-func (s *Service) lookupDevice(ctx context.Context, name, step string) (Device, Outcome, error) {
+func (s *Enrollment) lookupDevice(ctx context.Context, name, step string) (Device, Outcome, error) {
 	out := Outcome{Device: name, Step: step, Result: "refused"}
-	d, err := s.inv.DeviceByName(ctx, name)
+	d, err := s.core.inv.DeviceByName(ctx, name)
 	if errors.Is(err, ErrNotFound) {
 		out.Check = "unknown_device"
 		return Device{}, out, Refuse(RefusedNotFound, "unknown_device",
@@ -184,7 +198,7 @@ func (s *Service) lookupDevice(ctx context.Context, name, step string) (Device, 
 	if err != nil {
 		return Device{}, out, fmt.Errorf("read device %.64q: %w: %w", name, ErrInventory, err)
 	}
-	if d, err = s.judgedOnOwnFields(ctx, d); err != nil {
+	if d, err = s.core.judgedOnOwnFields(ctx, d); err != nil {
 		out.Check = codeOf(err)
 		return Device{}, out, err
 	}
@@ -201,30 +215,30 @@ func (s *Service) lookupDevice(ctx context.Context, name, step string) (Device, 
 // stray or forged request cannot end an owner's request; the real agent exits non-zero, its
 // Workflow fails, and that ends it (follow) — before anything is wiped — with the last refusal's
 // sentence.
-func (s *Service) enrollRefused(ctx context.Context, d Device, out Outcome, err error, activated bool) Outcome {
+func (s *Enrollment) enrollRefused(ctx context.Context, d Device, out Outcome, err error, activated bool) Outcome {
 	ar, ok := attest.AsRefusal(err)
 	if !ok {
 		out.Result = "error"
 		return out
 	}
 	out.Check = string(ar.Check)
-	s.metrics.enrollments.WithLabelValues(string(out.Action), out.Step, string(ar.Check)).Inc()
+	s.core.metrics.enrollments.WithLabelValues(string(out.Action), out.Step, string(ar.Check)).Inc()
 	s.refusals.note(d.ID, d.Owned.Request, string(ar.Check))
 	if !activated {
 		return out
 	}
 	msg, req := refusalSentence(d.Name, string(ar.Check)), d.Owned.Request
-	d, wrote, uerr := s.updateIfMatch(ctx, d, func(d Device) (Patch, bool, error) {
+	d, wrote, uerr := s.core.updateIfMatch(ctx, d, func(d Device) (Patch, bool, error) {
 		if d.Owned.Request != req || d.Owned.State != StatePending {
 			return Patch{}, false, nil // the request moved on: its refusal is no longer news
 		}
 		return Patch{Message: &msg}, true, nil
 	})
 	if uerr != nil {
-		s.log.Warn().Err(uerr).Str("device", d.Name).Msg("record attestation refusal")
+		s.core.log.Warn().Err(uerr).Str("device", d.Name).Msg("record attestation refusal")
 	}
 	if wrote {
-		s.journal(ctx, d, JournalDanger, msg)
+		s.core.journal(ctx, d, JournalDanger, msg)
 	}
 	return out
 }

@@ -22,14 +22,14 @@ import (
 // the attestation with the identity material the configuration is rendered from again when the
 // node fetches it (docs/design.md §9), and the answer authorizes the disk. An attest issues nothing: the node keeps the LDevID and LAK its configuration delivered,
 // and the attest clears the boot baseline. A wipe or a retirement ends the device's identity.
-func (s *Service) EnrollEvidence(ctx context.Context, in EvidenceInput) (Enrolled, Outcome, error) {
+func (s *Enrollment) EnrollEvidence(ctx context.Context, in EvidenceInput) (Enrolled, Outcome, error) {
 	// 0. The token, before anything that costs: the device's lock and NetBox read are taken only
 	// for a token fleetd sealed, unexpired, for the device named (evidenceToken).
 	sealed, out, err := s.evidenceToken(in.ClaimedDevice, in.Token)
 	if err != nil {
 		return Enrolled{}, out, err
 	}
-	unlock := s.locks.lock(sealed.Claims().DeviceID)
+	unlock := s.core.locks.lock(sealed.Claims().DeviceID)
 	defer unlock()
 	e, out, err := s.enrollingDevice(ctx, in.ClaimedDevice, "evidence")
 	if err != nil {
@@ -60,15 +60,15 @@ func (s *Service) EnrollEvidence(ctx context.Context, in EvidenceInput) (Enrolle
 	// agent gets a 5xx, its Workflow fails, and nothing is wiped; the certificates are unused.
 	msg, patch := attestedRecord(d, action, v, p)
 	if action == ActionProvision {
-		m := identityFor(d, p, in, v.token.EKSHA256, s.clock.Now(), s.cfg.ConfigTTL)
+		m := identityFor(d, p, in, v.token.EKSHA256, s.core.clock.Now(), s.configTTL)
 		m.FetchSecretSHA256 = p.fetchSecretHash()
 		patch.Identity = &m
 	}
 	proved, claimed := enrollmentFacts(v, v.claimed)
-	if f, changed := nextFacts(d.Owned.Facts, &proved, &claimed, s.clock.Now().UTC(), api.FactsFromEnrollment); changed {
+	if f, changed := nextFacts(d.Owned.Facts, &proved, &claimed, s.core.clock.Now().UTC(), api.FactsFromEnrollment); changed {
 		patch.Facts = &f
 	}
-	out, wrote, err := s.applyRecorded(ctx, d, action, EventAttested, msg, patch)
+	out, wrote, err := s.core.applyRecorded(ctx, d, action, EventAttested, msg, patch)
 	if err != nil {
 		return Enrolled{}, out, err
 	}
@@ -78,13 +78,13 @@ func (s *Service) EnrollEvidence(ctx context.Context, in EvidenceInput) (Enrolle
 		// holds in this process only), or the owner ended the request. What was issued here is
 		// not in NetBox, so it is dropped, never handed out.
 		out.Result, out.Check = "refused", "no_request"
-		s.metrics.enrollments.WithLabelValues(string(action), "evidence", "no_request").Inc()
+		s.core.metrics.enrollments.WithLabelValues(string(action), "evidence", "no_request").Inc()
 		return Enrolled{}, out, Refuse(RefusedConflict, "no_request",
 			"%s's %s request %s moved on while its evidence was verified (another fleetd instance recorded its attestation first, or the request ended): nothing issued here is recorded or handed out",
 			d.Name, action, d.Owned.Request)
 	}
 	out.Step, out.Result = "evidence", "attested"
-	s.metrics.enrollments.WithLabelValues(string(action), "evidence", "ok").Inc()
+	s.core.metrics.enrollments.WithLabelValues(string(action), "evidence", "ok").Inc()
 	res := Enrolled{Disk: v.disk.Path, FetchSecret: p.fetchSecret, Receipt: receipt}
 	if p.ldevid != nil {
 		res.LDevIDChain, res.LAKChain = p.ldevid.DER(), p.lak.DER()
@@ -98,7 +98,7 @@ var errReceiptsUnwired = errors.New("wipe receipts are not wired: fleet.Attestat
 // receiptTicket issues the receipt token of a wipe or a retirement (nil for another action): it
 // binds the AK the evidence activated, the boot its quote verified and the declared disk, for as
 // long as the class's Workflow may run (docs/http.md, "Wipe receipts").
-func (s *Service) receiptTicket(d Device, class Class, action Action, v verified) (*attest.ReceiptTicket, error) {
+func (s *Enrollment) receiptTicket(d Device, class Class, action Action, v verified) (*attest.ReceiptTicket, error) {
 	if action != ActionWipe && action != ActionRetire {
 		return nil, nil
 	}
@@ -139,7 +139,7 @@ func (p provisioned) fetchSecretHash() string {
 // agent (docs/enrollment.md), and draws the fetch secret when the class kind's install carries
 // one. A rejected configuration ends the request (renderFailed); the certificates are then
 // dropped.
-func (s *Service) provision(ctx context.Context, d Device, class Class, v verified, in EvidenceInput, out *Outcome) (provisioned, error) {
+func (s *Enrollment) provision(ctx context.Context, d Device, class Class, v verified, in EvidenceInput, out *Outcome) (provisioned, error) {
 	if len(in.LAKBlob) == 0 {
 		return provisioned{}, Refuse(RefusedInvalid, "lak_blob_missing",
 			"the evidence has no lak_blob, which a provision delivers to the node for its boot checks: run an agent image as new as fleetd")
@@ -182,7 +182,7 @@ type verified struct {
 	claimed    api.ClaimedFacts
 }
 
-func (s *Service) verifyEvidence(d Device, class Class, sealed *attest.SealedToken, in EvidenceInput) (verified, error) {
+func (s *Enrollment) verifyEvidence(d Device, class Class, sealed *attest.SealedToken, in EvidenceInput) (verified, error) {
 	var v verified
 	tok, err := sealed.Bind(attest.Binding{DeviceID: d.ID, Device: d.Name,
 		ApprovedEKs: d.Declared.EKHashes, ClaimedAKPublic: in.Platform.Public})
@@ -224,14 +224,14 @@ var errNoBootPolicy = errors.New("no boot policy is configured (attestation.boot
 
 // renderFailed ends a provision whose configuration the OS would reject: nothing is recorded,
 // served or wiped (the certificates issued for it are dropped unseen), and NetBox says why.
-func (s *Service) renderFailed(ctx context.Context, d Device, action Action, out *Outcome, err error) error {
+func (s *Enrollment) renderFailed(ctx context.Context, d Device, action Action, out *Outcome, err error) error {
 	if !errors.Is(err, ErrConfigRejected) {
 		return fmt.Errorf("render the configuration of %s: %w", d.Name, err)
 	}
 	msg := fmt.Sprintf("%s request %s failed: the configuration of %s would be rejected by its OS, so no certificate was handed out and nothing was wiped: %v.",
 		action, d.Owned.Request, d.Name, err)
-	if _, aerr := s.apply(ctx, d, action, EventRefused, msg); aerr != nil {
-		s.log.Warn().Err(aerr).Str("device", d.Name).Msg("record the rejected configuration")
+	if _, aerr := s.core.apply(ctx, d, action, EventRefused, msg); aerr != nil {
+		s.core.log.Warn().Err(aerr).Str("device", d.Name).Msg("record the rejected configuration")
 	}
 	out.Check, out.Result = "config_rejected", "failed"
 	return &Refusal{Class: RefusedConflict, Code: "config_rejected", Msg: msg, Err: err}

@@ -15,7 +15,7 @@ var errTokensUnwired = errors.New("enrollment is not wired: fleet.Attestation ne
 // the device it names costs the read of the body's first members and one AES-GCM open, and
 // nothing else (docs/security.md, "Transport and abuse"). EnrollEvidence checks the token again
 // (the same open) before it takes the device's lock.
-func (s *Service) CheckEvidenceToken(claimedDevice, claimedToken string) (Outcome, error) {
+func (s *Enrollment) CheckEvidenceToken(claimedDevice, claimedToken string) (Outcome, error) {
 	_, out, err := s.evidenceToken(claimedDevice, claimedToken)
 	return out, err
 }
@@ -26,7 +26,7 @@ func (s *Service) CheckEvidenceToken(claimedDevice, claimedToken string) (Outcom
 // logged and counted and writes nothing (refusals.go); an expired token is fleetd's own, so its
 // claims name the device and request whose refusal it is, and it is noted for them. A token
 // refused before it is authenticated names nothing: its count carries no action.
-func (s *Service) evidenceToken(claimedDevice, claimedToken string) (*attest.SealedToken, Outcome, error) {
+func (s *Enrollment) evidenceToken(claimedDevice, claimedToken string) (*attest.SealedToken, Outcome, error) {
 	out := Outcome{Device: claimedDevice, Step: "evidence", Result: "refused"}
 	if s.attest.Tokens == nil {
 		out.Result = "error"
@@ -48,7 +48,7 @@ func (s *Service) evidenceToken(claimedDevice, claimedToken string) (*attest.Sea
 			return nil, out, err
 		}
 		out.Check = string(ar.Check)
-		s.metrics.enrollments.WithLabelValues(string(out.Action), out.Step, out.Check).Inc()
+		s.core.metrics.enrollments.WithLabelValues(string(out.Action), out.Step, out.Check).Inc()
 		if tok != nil && ar.Check == attest.CheckTokenExpired {
 			s.refusals.note(tok.Claims().DeviceID, tok.Claims().Request, out.Check)
 		}

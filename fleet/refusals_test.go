@@ -26,7 +26,7 @@ func TestRefusalsBeforeActivationWriteNothing(t *testing.T) {
 		if i%2 == 1 {
 			in.ClaimedRequest = "wipe-bbbbbbbb" // refused as request_mismatch: not a refusal of this request's machine
 		}
-		if _, out, err := s.EnrollChallenge(ctx, in); err == nil || out.Result != "refused" {
+		if _, out, err := s.Enrollment.EnrollChallenge(ctx, in); err == nil || out.Result != "refused" {
 			t.Fatalf("challenge %d: %+v %v, want a refusal", i, out, err)
 		}
 	}
@@ -51,7 +51,7 @@ func TestRefusalsBeforeActivationWriteNothing(t *testing.T) {
 	d2 := fleettest.Declared(13, "node-b")
 	d2.Owned = Owned{State: StatePending, Request: "provision-aaaaaaaa", Workflow: WorkflowName("node-b", "provision-aaaaaaaa")}
 	inv.Set(d2)
-	if _, _, err := s.EnrollChallenge(ctx, ChallengeInput{ClaimedDevice: "node-b", ClaimedRequest: d2.Owned.Request, ClaimedTPMVersion: "1.2"}); err == nil {
+	if _, _, err := s.Enrollment.EnrollChallenge(ctx, ChallengeInput{ClaimedDevice: "node-b", ClaimedRequest: d2.Owned.Request, ClaimedTPMVersion: "1.2"}); err == nil {
 		t.Fatal("a TPM 1.2 was not refused")
 	}
 	d2.Owned.Request, d2.Owned.Workflow = "provision-cccccccc", WorkflowName("node-b", "provision-cccccccc")

@@ -73,6 +73,7 @@ type Deps struct {
 // instances may serve at once (docs/design.md §9).
 type Service struct {
 	*core
+	Enrollment *Enrollment
 	cfg      Config
 	inst     Installer
 	catalog  Catalog
@@ -82,7 +83,7 @@ type Service struct {
 	addrs    *addrIndex // where a configuration fetch finds its device (addrindex.go)
 	changes  ChangeLog
 	logMark  changeLogMark // where the next reconcile reads the change log from (changelog.go)
-	refusals lastRefusals
+	refusals *lastRefusals
 	queued   sync.Map          // "id request action": queued requests already journaled (noteQueued)
 	boots    *attest.BootCache // the last replayed boot of each node (bootcheck.go)
 	bootIDs  *nameIndex        // the device id of each name a boot check found (bootcheck.go)
@@ -132,8 +133,10 @@ func NewService(cfg Config, deps Deps) (*Service, error) {
 	c := &core{inv: inv, clock: deps.Clock, log: deps.Logger, metrics: m, keys: deps.Seal}
 	s := &Service{core: c, cfg: cfg, inst: deps.Installer,
 		catalog: deps.Catalog, rnd: &lockedReader{r: deps.Random}, renderer: deps.Renderer, attest: deps.Attest,
-		addrs: addrs, changes: deps.ChangeLog,
+		addrs: addrs, changes: deps.ChangeLog, refusals: &lastRefusals{},
 		boots: attest.NewBootCache(bootCacheSize), bootIDs: newNameIndex(bootCacheSize)}
+	s.Enrollment = &Enrollment{core: c, catalog: deps.Catalog, attest: deps.Attest, rnd: s.rnd, renderer: deps.Renderer,
+		refusals: s.refusals, configTTL: cfg.ConfigTTL}
 	m.bootChecks.times, m.bootChecks.missingAfter = s.certTimes, cfg.BootCheckMissingAfter
 	m.bootChecks.class, m.bootChecks.classes = s.countedClass, deps.Catalog.Names()
 	return s, nil

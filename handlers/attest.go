@@ -30,7 +30,7 @@ func (s *Server) challenge(w http.ResponseWriter, r *http.Request) {
 			fleet.Refuse(fleet.RefusedInvalid, api.CodeMalformed, "a TPM 2.0 challenge request needs both ek and ak"))
 		return
 	}
-	ch, out, err := s.deps.Service.EnrollChallenge(r.Context(), in)
+	ch, out, err := s.deps.Enrollment.EnrollChallenge(r.Context(), in)
 	if err != nil {
 		s.nodeError(w, out, err)
 		return
@@ -49,7 +49,7 @@ func (s *Server) evidence(w http.ResponseWriter, r *http.Request) {
 		s.nodeError(w, fleet.Outcome{Step: "evidence", Result: "refused", Check: api.CodeMalformed}, err)
 		return
 	}
-	if out, err := s.deps.Service.CheckEvidenceToken(head.claimedDevice, head.claimedToken); err != nil {
+	if out, err := s.deps.Enrollment.CheckEvidenceToken(head.claimedDevice, head.claimedToken); err != nil {
 		unread(w)
 		s.nodeError(w, out, err)
 		return
@@ -71,7 +71,7 @@ func (s *Server) evidence(w http.ResponseWriter, r *http.Request) {
 	for _, d := range req.Disks {
 		in.Disks = append(in.Disks, attest.Disk{Serial: d.Serial, Path: d.Path})
 	}
-	res, out, err := s.deps.Service.EnrollEvidence(r.Context(), in)
+	res, out, err := s.deps.Enrollment.EnrollEvidence(r.Context(), in)
 	if err != nil {
 		s.nodeError(w, out, err)
 		return

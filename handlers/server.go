@@ -20,10 +20,13 @@ import (
 
 // Deps are what the handlers call.
 type Deps struct {
-	Service  *fleet.Service
-	Webhooks *webhook.Intake
-	Ready    []ReadyCheck
-	Gatherer prometheus.Gatherer // the fleet-wide metrics, served at /metrics to anyone
+	Service *fleet.Service
+	// The domain's use cases the routes call, each the narrow type of its routes (fleet.Service
+	// holds them all).
+	Enrollment *fleet.Enrollment // the enrollment exchange: /v1/attest/...
+	Webhooks   *webhook.Intake
+	Ready      []ReadyCheck
+	Gatherer   prometheus.Gatherer // the fleet-wide metrics, served at /metrics to anyone
 	// DeviceGatherer holds the per-device series, served at /metrics/devices to a caller with
 	// MetricsToken only (docs/operate.md, "Metrics and alerts"); both nil or empty: that route
 	// answers 404 not_configured.
