@@ -176,7 +176,7 @@ const indexRetry = 10 * time.Second
 // has it, at no NetBox cost). Only a fetch that finds the index never filled — this fleetd has
 // not listed NetBox's devices yet — lists them, once for all such fetches. A hit is read from
 // NetBox; a device that moved since the index saw it is not found (the read moved its entry).
-func (s *Service) deviceAt(ctx context.Context, addr netip.Addr) (Device, error) {
+func (s *Delivery) deviceAt(ctx context.Context, addr netip.Addr) (Device, error) {
 	addr = addr.Unmap()
 	ids, built := s.addrs.lookup(addr)
 	if !built {
@@ -192,7 +192,7 @@ func (s *Service) deviceAt(ctx context.Context, addr netip.Addr) (Device, error)
 		return Device{}, Refuse(RefusedConflict, "address_shared",
 			"%d NetBox devices (ids %v) have %s as their primary IPv4: give each machine its own address", len(ids), ids, addr)
 	}
-	d, err := s.inv.Device(ctx, ids[0])
+	d, err := s.core.inv.Device(ctx, ids[0])
 	if err == nil && d.IP() != addr {
 		err = fmt.Errorf("device %s moved from %s to %s: %w", d.Name, addr, d.IP(), ErrNotFound)
 	}
@@ -201,17 +201,17 @@ func (s *Service) deviceAt(ctx context.Context, addr netip.Addr) (Device, error)
 
 // fillIndex lists the devices for a fetch that found the index never filled, unless another
 // fetch did meanwhile or a listing failed less than indexRetry ago.
-func (s *Service) fillIndex(ctx context.Context) error {
+func (s *Delivery) fillIndex(ctx context.Context) error {
 	s.addrs.build.Lock()
 	defer s.addrs.build.Unlock()
 	if _, built := s.addrs.lookup(netip.Addr{}); built {
 		return nil
 	}
-	if !s.addrs.lastBuild.IsZero() && s.clock.Now().Sub(s.addrs.lastBuild) < indexRetry {
+	if !s.addrs.lastBuild.IsZero() && s.core.clock.Now().Sub(s.addrs.lastBuild) < indexRetry {
 		return fmt.Errorf("find devices by address: %w: NetBox's devices are not read yet, and the last try failed", ErrInventory)
 	}
-	if _, err := s.inv.Devices(ctx); err != nil {
-		s.addrs.lastBuild = s.clock.Now()
+	if _, err := s.core.inv.Devices(ctx); err != nil {
+		s.addrs.lastBuild = s.core.clock.Now()
 		return fmt.Errorf("find devices by address: list devices: %w: %w", ErrInventory, err)
 	}
 	return nil

@@ -24,7 +24,7 @@ func TestFetchFromUnknownAddressCostsNetBoxNothing(t *testing.T) {
 	inv := fleettest.NewInventory(devices...)
 	s := newTestService(inv, fleettest.NewInstaller())
 	fetch := func(addr string) string {
-		_, _, err := s.FetchConfig(context.Background(), ConfigFetch{Kind: KindTalos, ClaimedUUID: attestedUUID, RemoteAddr: netip.MustParseAddr(addr)})
+		_, _, err := s.Delivery.FetchConfig(context.Background(), ConfigFetch{Kind: KindTalos, ClaimedUUID: attestedUUID, RemoteAddr: netip.MustParseAddr(addr)})
 		if r, ok := AsRefusal(err); ok {
 			return r.Code
 		}
@@ -65,7 +65,7 @@ func TestAddressIndexFollowsNetBox(t *testing.T) {
 	inv := fleettest.NewInventory(a, b)
 	one, two := newTestService(inv, fleettest.NewInstaller()), newTestService(inv, fleettest.NewInstaller())
 	code := func(s testService, addr string) string {
-		_, _, err := s.FetchConfig(context.Background(), ConfigFetch{Kind: KindTalos, ClaimedUUID: attestedUUID, RemoteAddr: netip.MustParseAddr(addr)})
+		_, _, err := s.Delivery.FetchConfig(context.Background(), ConfigFetch{Kind: KindTalos, ClaimedUUID: attestedUUID, RemoteAddr: netip.MustParseAddr(addr)})
 		if r, ok := AsRefusal(err); ok {
 			return r.Code
 		}

@@ -32,6 +32,17 @@ import (
 // errBootChecksUnwired is a wiring bug: Deps.Attest has no LAK verifier or nonce sealer.
 var errBootChecksUnwired = errors.New("boot checks are not wired: fleet.Attestation needs LAK and BootNonces")
 
+// BootChecks is the hourly boot check and the renewal of the device certificates it carries
+// (renew.go): it verifies a running node's quote and event log against its baseline and records
+// the outcome on the device.
+type BootChecks struct {
+	core    *core
+	catalog Catalog
+	attest  Attestation
+	boots   *attest.BootCache // the last replayed boot of each node
+	bootIDs *nameIndex        // the device id of each name a boot check found
+}
+
 // BootCheckInput is a node's boot check, in go-attestation's types.
 type BootCheckInput struct {
 	Token    string   // the sealed nonce token from BootCheckNonce
@@ -55,7 +66,7 @@ type BootCheckResult struct {
 }
 
 // BootCheckNonce issues the nonce of a boot check and the token that carries it.
-func (s *Service) BootCheckNonce() (attest.BootNonce, Outcome, error) {
+func (s *BootChecks) BootCheckNonce() (attest.BootNonce, Outcome, error) {
 	out := Outcome{Step: "boot-check-nonce", Result: "issued"}
 	if s.attest.BootNonces == nil || s.attest.LAK == nil {
 		out.Result = "error"
@@ -76,7 +87,7 @@ func (s *Service) BootCheckNonce() (attest.BootNonce, Outcome, error) {
 // replay); the quote under the LAK's key and the nonce, and the PCR values; then, the device being
 // identified, the event log replay and the class's Secure Boot policy. The boot is compared with
 // the device's baseline and the outcome recorded (see recordBootCheck).
-func (s *Service) BootCheck(ctx context.Context, in BootCheckInput) (BootCheckResult, Outcome, error) {
+func (s *BootChecks) BootCheck(ctx context.Context, in BootCheckInput) (BootCheckResult, Outcome, error) {
 	out := Outcome{Step: "boot-check", Result: "refused"}
 	if s.attest.BootNonces == nil || s.attest.LAK == nil {
 		out.Result = "error"
@@ -107,21 +118,21 @@ func (s *Service) BootCheck(ctx context.Context, in BootCheckInput) (BootCheckRe
 	if err != nil {
 		return BootCheckResult{}, out, fmt.Errorf("read device %q: %w: %w", lak.Device, ErrInventory, err)
 	}
-	unlock := s.locks.lock(d.ID)
+	unlock := s.core.locks.lock(d.ID)
 	defer unlock()
 	c := bootCheck{nonce: nonce, lak: lak, platform: in.Platform, ldevid: in.LDevID, claimed: claimed}
 	for attempt := 0; ; attempt++ {
 		// The device read before the lock is used when it carries a version: the conditional
 		// write then fails if anyone changed it since, and the retry reads it again.
 		if attempt > 0 || d.Version == "" {
-			if d, err = s.inv.Device(ctx, d.ID); err != nil {
+			if d, err = s.core.inv.Device(ctx, d.ID); err != nil {
 				return BootCheckResult{}, out, fmt.Errorf("read device %s: %w: %w", lak.Device, ErrInventory, err)
 			}
 		}
 		// Decided on fleetd's own values only: another user's write of them is put back first
 		// (a repair writes only when another user wrote last, so a caller with a copied
 		// certificate cannot make fleetd write more than that user's saves did).
-		if d, err = s.judgedOnOwnFields(ctx, d); err != nil {
+		if d, err = s.core.judgedOnOwnFields(ctx, d); err != nil {
 			if _, ok := AsRefusal(err); ok {
 				return BootCheckResult{}, s.bootCheckRefused(outcomeFor(d, ActionNone, "boot-check", "refused"), err), err
 			}
@@ -129,7 +140,7 @@ func (s *Service) BootCheck(ctx context.Context, in BootCheckInput) (BootCheckRe
 		}
 		res, out, err := s.bootCheckDevice(ctx, d, &c)
 		if errors.Is(err, ErrConflict) && attempt < maxConflicts {
-			s.metrics.conflicts.Inc()
+			s.core.metrics.conflicts.Inc()
 			continue
 		}
 		return res, out, err
@@ -140,9 +151,9 @@ func (s *Service) BootCheck(ctx context.Context, in BootCheckInput) (BootCheckRe
 // last check is read directly, without its MACs (one NetBox request, with the ETag the record's
 // conditional write needs); a name never seen, or whose device is gone or was renamed since, is
 // looked up by name.
-func (s *Service) bootCheckTarget(ctx context.Context, name string) (Device, error) {
+func (s *BootChecks) bootCheckTarget(ctx context.Context, name string) (Device, error) {
 	if id, ok := s.bootIDs.get(name); ok {
-		d, err := s.inv.DeviceFields(ctx, id)
+		d, err := s.core.inv.DeviceFields(ctx, id)
 		switch {
 		case err == nil && d.Name == name:
 			return d, nil
@@ -151,7 +162,7 @@ func (s *Service) bootCheckTarget(ctx context.Context, name string) (Device, err
 		}
 		s.bootIDs.forget(name)
 	}
-	d, err := s.inv.DeviceByName(ctx, name)
+	d, err := s.core.inv.DeviceByName(ctx, name)
 	if err == nil {
 		s.bootIDs.put(name, d.ID)
 	}
@@ -174,7 +185,7 @@ type bootCheck struct {
 
 // bootCheckDevice runs the checks that depend on the device as NetBox has it now, then records
 // the outcome.
-func (s *Service) bootCheckDevice(ctx context.Context, d Device, c *bootCheck) (BootCheckResult, Outcome, error) {
+func (s *BootChecks) bootCheckDevice(ctx context.Context, d Device, c *bootCheck) (BootCheckResult, Outcome, error) {
 	out := outcomeFor(d, ActionNone, "boot-check", "refused")
 	if err := bootCheckAllowed(d, c); err != nil {
 		return BootCheckResult{}, s.bootCheckRefused(out, err), err
@@ -231,7 +242,7 @@ func bootCheckAllowed(d Device, c *bootCheck) error {
 // verifyBoot verifies the quote under the LAK's key and, the device then being identified, the
 // event log and Secure Boot. A refusal of the key or the quote is returned; a failure after them
 // is kept in c.failure, to be recorded on the device.
-func (s *Service) verifyBoot(d Device, c *bootCheck) error {
+func (s *BootChecks) verifyBoot(d Device, c *bootCheck) error {
 	ak, err := c.lak.AK(c.platform.Public)
 	if err != nil {
 		return err
@@ -256,12 +267,12 @@ func (s *Service) verifyBoot(d Device, c *bootCheck) error {
 }
 
 // bootCheckRefused counts a refusal and names its check in the outcome.
-func (s *Service) bootCheckRefused(out Outcome, err error) Outcome {
+func (s *BootChecks) bootCheckRefused(out Outcome, err error) Outcome {
 	code := "error"
 	if r, ok := AsRefusal(err); ok {
 		code, out.Check = r.Code, r.Code
 	}
-	s.metrics.bootCheckRuns.WithLabelValues(code).Inc()
+	s.core.metrics.bootCheckRuns.WithLabelValues(code).Inc()
 	return out
 }
 

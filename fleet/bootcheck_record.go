@@ -30,8 +30,8 @@ import (
 const maxDriftSentences = 5
 
 // recordBootCheck compares a verified boot with the device's baseline and records the outcome.
-func (s *Service) recordBootCheck(ctx context.Context, d Device, out Outcome, c *bootCheck) (BootCheckResult, Outcome, error) {
-	now := s.clock.Now().UTC()
+func (s *BootChecks) recordBootCheck(ctx context.Context, d Device, out Outcome, c *bootCheck) (BootCheckResult, Outcome, error) {
+	now := s.core.clock.Now().UTC()
 	res := BootCheckResult{Device: d.Name, Outcome: BootCheckOK, SecureBoot: c.boot.SecureBootString(), CheckedAt: now}
 	p := Patch{IfVersion: d.Version, LastBootCheck: &now, BootCheck: &res.Outcome}
 	var kind JournalKind
@@ -54,19 +54,19 @@ func (s *Service) recordBootCheck(ctx context.Context, d Device, out Outcome, c 
 		p.Facts = &f // in the check's one write, only when a fact changed
 	}
 	renewal, renewMsg := s.renew(d, c, res.Outcome, &p)
-	if _, err := s.update(ctx, d, p); err != nil {
+	if _, err := s.core.update(ctx, d, p); err != nil {
 		return BootCheckResult{}, out, fmt.Errorf("record the boot check of %s: %w", d.Name, inventoryErr(err))
 	}
 	if msg != "" {
-		s.journal(ctx, d, kind, msg)
+		s.core.journal(ctx, d, kind, msg)
 	}
 	if renewMsg != "" {
-		s.journal(ctx, d, JournalInfo, renewMsg)
+		s.core.journal(ctx, d, JournalInfo, renewMsg)
 	}
 	res.Renewal = renewal
-	s.metrics.bootCheckRuns.WithLabelValues(string(res.Outcome)).Inc()
+	s.core.metrics.bootCheckRuns.WithLabelValues(string(res.Outcome)).Inc()
 	for profile, result := range renewal.results() {
-		s.metrics.renewals.WithLabelValues(string(profile), result).Inc()
+		s.core.metrics.renewals.WithLabelValues(string(profile), result).Inc()
 	}
 	out.Result = string(res.Outcome)
 	if res.BaselineTaken {
@@ -110,22 +110,22 @@ func bootCheckChanged(d Device, res BootCheckResult) (JournalKind, string) {
 
 // recordBootFailure records a verification failure of the identified device: boot_check failed
 // and a journal entry, unless the last check had failed too. The node gets the refusal.
-func (s *Service) recordBootFailure(ctx context.Context, d Device, out Outcome, failure error) (BootCheckResult, Outcome, error) {
+func (s *BootChecks) recordBootFailure(ctx context.Context, d Device, out Outcome, failure error) (BootCheckResult, Outcome, error) {
 	ar, _ := attest.AsRefusal(failure) // verifyBoot keeps only refusals
 	out.Check, out.Result = string(ar.Check), string(BootCheckFailed)
 	if d.Owned.BootCheck != BootCheckFailed {
 		failed := BootCheckFailed
-		if _, err := s.update(ctx, d, Patch{IfVersion: d.Version, BootCheck: &failed}); err != nil {
+		if _, err := s.core.update(ctx, d, Patch{IfVersion: d.Version, BootCheck: &failed}); err != nil {
 			return BootCheckResult{}, out, fmt.Errorf("record the failed boot check of %s: %w", d.Name, inventoryErr(err))
 		}
 		last := "never"
 		if !d.Owned.LastBootCheck.IsZero() {
 			last = d.Owned.LastBootCheck.Format(time.RFC3339)
 		}
-		s.journal(ctx, d, JournalDanger, fmt.Sprintf("Boot check of %s failed (%s): %s. The quote was signed by the device's LAK, so this is the machine's own evidence; its last accepted check stays at %s.",
+		s.core.journal(ctx, d, JournalDanger, fmt.Sprintf("Boot check of %s failed (%s): %s. The quote was signed by the device's LAK, so this is the machine's own evidence; its last accepted check stays at %s.",
 			d.Name, ar.Check, ar.Msg, last))
 	}
-	s.metrics.bootCheckRuns.WithLabelValues(string(BootCheckFailed)).Inc()
+	s.core.metrics.bootCheckRuns.WithLabelValues(string(BootCheckFailed)).Inc()
 	return BootCheckResult{}, out, &Refusal{Class: RefusedInvalid, Code: string(ar.Check), Msg: ar.Msg, Err: failure}
 }
 

@@ -96,7 +96,7 @@ func TestBootCheckBeforeTheQuote(t *testing.T) {
 	for _, r := range rows {
 		t.Run(r.name, func(t *testing.T) {
 			b := newBootChecks(t)
-			n, _, err := b.BootCheckNonce()
+			n, _, err := b.BootChecks.BootCheckNonce()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -106,7 +106,7 @@ func TestBootCheckBeforeTheQuote(t *testing.T) {
 			r.edit(n, &d, &in)
 			b.inv.Set(d)
 			before := b.inv.Get(12)
-			_, out, err := b.BootCheck(context.Background(), in)
+			_, out, err := b.BootChecks.BootCheck(context.Background(), in)
 			if ref, ok := AsRefusal(err); !ok || ref.Code != r.wantCode || out.Result != "refused" {
 				t.Fatalf("BootCheck = %+v, %v; want refused %s", out, err, r.wantCode)
 			}

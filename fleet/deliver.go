@@ -26,6 +26,15 @@ type ConfigFetch struct {
 	RemoteAddr    netip.Addr
 }
 
+// Delivery is configuration delivery: a node's one fetch of its configuration, found by the
+// fetch's address (addrindex.go), rendered from NetBox's fields and recorded delivered.
+type Delivery struct {
+	core     *core
+	catalog  Catalog
+	renderer Renderer
+	addrs    *addrIndex // where a configuration fetch finds its device (addrindex.go)
+}
+
 // FetchConfig serves a node's one configuration fetch (docs/design.md §1 step 6, §9): it reads the
 // device at the fetch's address, renders its configuration from NetBox's fields (the
 // declaration, and the identity material its attestation recorded) and spore's files (classes,
@@ -34,7 +43,7 @@ type ConfigFetch struct {
 // only once that write is in NetBox: a fetch that cannot record its delivery gets a 5xx and the
 // node asks again. Every other answer is a refusal the handlers turn into 4xx; a fetch for a
 // configuration that expired, or that an older fleetd lost, also ends the request.
-func (s *Service) FetchConfig(ctx context.Context, f ConfigFetch) (NodeConfig, Outcome, error) {
+func (s *Delivery) FetchConfig(ctx context.Context, f ConfigFetch) (NodeConfig, Outcome, error) {
 	out := Outcome{Step: "deliver", Result: "refused", Detail: "from " + f.RemoteAddr.String()}
 	if strings.TrimSpace(f.ClaimedUUID) == "" {
 		return NodeConfig{}, out, s.fetchRefused(f, Refuse(RefusedInvalid, "missing_uuid",
@@ -51,13 +60,13 @@ func (s *Service) FetchConfig(ctx context.Context, f ConfigFetch) (NodeConfig, O
 	if err != nil {
 		return NodeConfig{}, out, fmt.Errorf("look up the device at %s: %w", f.RemoteAddr, inventoryErr(err))
 	}
-	unlock := s.locks.lock(d.ID) // an optimization: the conditional write below is what decides
+	unlock := s.core.locks.lock(d.ID) // an optimization: the conditional write below is what decides
 	defer unlock()
-	fd := &fetchDecision{s: s, f: f, now: s.clock.Now()}
+	fd := &fetchDecision{s: s, f: f, now: s.core.clock.Now()}
 	// Decided on fleetd's own values (docs/design.md §9): a copy of an older, delivered request
 	// that another user saved back would answer config_delivered to a node whose configuration
 	// waits; the read's trust check puts fleetd's values back first.
-	delivered, wrote, err := s.updateOnOwnFields(ctx, d, fd.decide)
+	delivered, wrote, err := s.core.updateOnOwnFields(ctx, d, fd.decide)
 	out = outcomeFor(delivered, RequestAction(delivered.Owned.Request), "deliver", "refused")
 	out.Detail = "from " + f.RemoteAddr.String()
 	if r, ok := AsRefusal(err); ok {
@@ -69,9 +78,9 @@ func (s *Service) FetchConfig(ctx context.Context, f ConfigFetch) (NodeConfig, O
 	case !wrote:
 		return NodeConfig{}, out, s.refuseFetch(ctx, delivered, f, fd.refusal, fd.now)
 	}
-	s.metrics.requests.WithLabelValues(string(ActionProvision), "succeeded").Inc()
-	s.metrics.deliveries.WithLabelValues(string(f.Kind), "delivered").Inc()
-	s.journal(ctx, delivered, JournalSuccess, fd.msg)
+	s.core.metrics.requests.WithLabelValues(string(ActionProvision), "succeeded").Inc()
+	s.core.metrics.deliveries.WithLabelValues(string(f.Kind), "delivered").Inc()
+	s.core.journal(ctx, delivered, JournalSuccess, fd.msg)
 	out.Result = "delivered"
 	return fd.cfg, out, nil
 }
@@ -79,7 +88,7 @@ func (s *Service) FetchConfig(ctx context.Context, f ConfigFetch) (NodeConfig, O
 // fetchDecision decides a fetch on one read of the device (UpdateIfMatch's Decide) and keeps what
 // it decided last: the configuration and the delivery's journal message, or the refusal.
 type fetchDecision struct {
-	s   *Service
+	s   *Delivery
 	f   ConfigFetch
 	now time.Time
 
@@ -118,21 +127,21 @@ func (fd *fetchDecision) decide(d Device) (Patch, bool, error) {
 
 // refuseFetch answers a fetch the device's fields do not open. A configuration that can no longer
 // be delivered (expired, lost by an older fleetd, rejected by its OS now) also ends its request.
-func (s *Service) refuseFetch(ctx context.Context, d Device, f ConfigFetch, r *Refusal, now time.Time) error {
+func (s *Delivery) refuseFetch(ctx context.Context, d Device, f ConfigFetch, r *Refusal, now time.Time) error {
 	ev, msg, ends := endsRequest(d, now)
 	if !ends && r.Code == "config_rejected" {
 		ev, msg, ends = EventConfigLost, fmt.Sprintf("provision request %s failed: %s.", d.Owned.Request, r.Err), true
 	}
 	if ends {
-		if _, err := s.apply(ctx, d, ActionProvision, ev, msg); err != nil {
-			s.log.Warn().Err(err).Str("device", d.Name).Msg("ending the request failed; the reconcile retries")
+		if _, err := s.core.apply(ctx, d, ActionProvision, ev, msg); err != nil {
+			s.core.log.Warn().Err(err).Str("device", d.Name).Msg("ending the request failed; the reconcile retries")
 		}
 	}
 	return s.fetchRefused(f, r)
 }
 
-func (s *Service) fetchRefused(f ConfigFetch, r *Refusal) error {
-	s.metrics.deliveries.WithLabelValues(string(f.Kind), r.Code).Inc()
+func (s *Delivery) fetchRefused(f ConfigFetch, r *Refusal) error {
+	s.core.metrics.deliveries.WithLabelValues(string(f.Kind), r.Code).Inc()
 	return r
 }
 

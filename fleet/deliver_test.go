@@ -109,7 +109,7 @@ func TestFetchConfig(t *testing.T) {
 			inv, inst := fleettest.NewInventory(d), fleettest.NewInstaller()
 			s := newTestService(inv, inst)
 			s.clock.Advance(r.advance)
-			cfg, _, err := s.FetchConfig(context.Background(), r.fetch)
+			cfg, _, err := s.Delivery.FetchConfig(context.Background(), r.fetch)
 			if r.wantCode == "" {
 				if err != nil || !strings.Contains(string(cfg.Body), "machine:") {
 					t.Fatalf("FetchConfig = %.40q, %v; want the rendered Talos config", cfg.Body, err)
@@ -153,11 +153,11 @@ func TestFetchConfigOnce(t *testing.T) {
 	d.Owned = Owned{State: StateConfiguring, Request: "provision-aaaaaaaa", Workflow: "node-a-provision-aaaaaaaa"}
 	inv := fleettest.NewInventory(attested(d))
 	f := ConfigFetch{Kind: KindTalos, ClaimedUUID: attestedUUID, RemoteAddr: netip.MustParseAddr("10.0.0.5")}
-	first, _, err := newTestService(inv, fleettest.NewInstaller()).FetchConfig(context.Background(), f)
+	first, _, err := newTestService(inv, fleettest.NewInstaller()).Delivery.FetchConfig(context.Background(), f)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, _, err = newTestService(inv, fleettest.NewInstaller()).FetchConfig(context.Background(), f)
+	_, _, err = newTestService(inv, fleettest.NewInstaller()).Delivery.FetchConfig(context.Background(), f)
 	if ref, ok := AsRefusal(err); !ok || ref.Code != "config_delivered" || ref.Class != RefusedGone {
 		t.Fatalf("second fetch: %v, want 410 config_delivered", err)
 	}
@@ -167,7 +167,7 @@ func TestFetchConfigOnce(t *testing.T) {
 	inv.Set(d2)
 	inv.ConflictOnce[13] = func(d *Device) { d.Owned.State, d.Status = StateActive, StatusActive } // the other fetch's delivery
 	f.RemoteAddr = netip.MustParseAddr("10.0.0.6")
-	_, _, err = newTestService(inv, fleettest.NewInstaller()).FetchConfig(context.Background(), f)
+	_, _, err = newTestService(inv, fleettest.NewInstaller()).Delivery.FetchConfig(context.Background(), f)
 	if ref, ok := AsRefusal(err); !ok || ref.Code != "config_delivered" {
 		t.Fatalf("fetch that lost the conditional write: %v, want config_delivered", err)
 	}
@@ -233,11 +233,11 @@ func TestFetchConfigWhileTheRequestEnds(t *testing.T) {
 	<-inv.entered
 	fetched := make(chan error, 1)
 	go func() {
-		_, _, err := s.FetchConfig(context.Background(), ConfigFetch{Kind: KindTalos, ClaimedUUID: attestedUUID,
+		_, _, err := s.Delivery.FetchConfig(context.Background(), ConfigFetch{Kind: KindTalos, ClaimedUUID: attestedUUID,
 			RemoteAddr: netip.MustParseAddr("10.0.0.5")})
 		fetched <- err
 	}()
-	waitForGoroutine(t, "fleet.(*Service).FetchConfig", "fleet.(*deviceLocks).lock")
+	waitForGoroutine(t, "fleet.(*Delivery).FetchConfig", "fleet.(*deviceLocks).lock")
 	inv.Inventory.Set(func() Device { x := inv.Get(12); x.Owned.State = StateInstalling; return x }()) // the failure applies to an installing provision
 	close(inv.released)
 	if err := <-ended; err != nil {
@@ -311,7 +311,7 @@ func TestPendingConfigsGauge(t *testing.T) {
 		}
 	}
 	gauge(1)
-	if _, _, err := s.FetchConfig(context.Background(), ConfigFetch{Kind: KindTalos, ClaimedUUID: attestedUUID, RemoteAddr: netip.MustParseAddr("10.0.0.5")}); err != nil {
+	if _, _, err := s.Delivery.FetchConfig(context.Background(), ConfigFetch{Kind: KindTalos, ClaimedUUID: attestedUUID, RemoteAddr: netip.MustParseAddr("10.0.0.5")}); err != nil {
 		t.Fatal(err)
 	}
 	gauge(0)
@@ -364,7 +364,7 @@ func TestFetchConfigJudgedOnOwnFields(t *testing.T) {
 			}
 			s := newTestService(inv, fleettest.NewInstaller())
 			inv.HistoryErr = r.logErr
-			cfg, _, err := s.FetchConfig(context.Background(), f)
+			cfg, _, err := s.Delivery.FetchConfig(context.Background(), f)
 			ref, refused := AsRefusal(err)
 			switch {
 			case r.wantError:

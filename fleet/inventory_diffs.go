@@ -95,7 +95,7 @@ func (s *Service) recordDifferences(d Device, now time.Time) []Difference {
 			Detail: fmt.Sprintf("the device is active and has sent no accepted boot check since its attestation %s ago: check that its boot-check timer was installed",
 				now.Sub(id.Issued).Round(time.Minute))})
 	}
-	ldevid, lak := s.certTimes(d)
+	ldevid, lak := certTimes(s.attest.Issuer, d)
 	for _, c := range []struct {
 		name  string
 		times CertTimes

@@ -114,7 +114,7 @@ type heldCerts struct {
 // held reads what the node presented: its LAK (verified, current or previous) and its LDevID's
 // serial (a claim: it only chooses between the two serials fleetd accepts, and the renewal point
 // is read from fleetd's own copy of the current LDevID when the serial is that one).
-func (s *Service) held(d Device, c *bootCheck) heldCerts {
+func (s *BootChecks) held(d Device, c *bootCheck) heldCerts {
 	var h heldCerts
 	h.lakPrevious = !strings.EqualFold(c.lak.SerialHex, d.Owned.LAKSerial)
 	h.lakDue = !h.lakPrevious && s.attest.Issuer.RenewalDue(pki.ProfileLAK, c.lak.Cert)
@@ -165,15 +165,16 @@ type CertTimes struct {
 	NotAfter, RenewAfter time.Time
 }
 
-// certTimes reads the current LDevID's and LAK's times from fleet_identity.
-func (s *Service) certTimes(d Device) (ldevid, lak CertTimes) {
+// certTimes reads the current LDevID's and LAK's times from fleet_identity; issuer, when set, says
+// when each is due for renewal.
+func certTimes(issuer *pki.Issuer, d Device) (ldevid, lak CertTimes) {
 	at := func(p pki.Profile, c *x509.Certificate) CertTimes {
 		if c == nil {
 			return CertTimes{}
 		}
 		t := CertTimes{NotAfter: c.NotAfter.UTC()}
-		if s.attest.Issuer != nil {
-			t.RenewAfter = s.attest.Issuer.RenewalPoint(p, c).UTC()
+		if issuer != nil {
+			t.RenewAfter = issuer.RenewalPoint(p, c).UTC()
 		}
 		return t
 	}
@@ -184,7 +185,7 @@ func (s *Service) certTimes(d Device) (ldevid, lak CertTimes) {
 // as current clear the previous ones, and due certificates are issued and recorded with the
 // identity material. It returns what the answer carries and the journal entry of a renewal ("" for
 // none). Issued certificates are kept in c, so a re-run after a conflicting write issues none again.
-func (s *Service) renew(d Device, c *bootCheck, outcome BootCheck, p *Patch) (Renewed, string) {
+func (s *BootChecks) renew(d Device, c *bootCheck, outcome BootCheck, p *Patch) (Renewed, string) {
 	if s.attest.Issuer == nil {
 		return Renewed{}, "" // a fleetd wired for boot checks alone (benchmarks) issues nothing
 	}
@@ -194,7 +195,7 @@ func (s *Service) renew(d Device, c *bootCheck, outcome BootCheck, p *Patch) (Re
 	return out, msg
 }
 
-func (s *Service) renewHeld(d Device, c *bootCheck, h heldCerts, outcome BootCheck, p *Patch) (Renewed, string) {
+func (s *BootChecks) renewHeld(d Device, c *bootCheck, h heldCerts, outcome BootCheck, p *Patch) (Renewed, string) {
 	empty := ""
 	if !h.lakPrevious && d.Owned.LAKSerialPrevious != "" {
 		p.LAKSerialPrevious = &empty // the node holds the renewed LAK: the old one is no longer accepted
@@ -284,7 +285,7 @@ func recordedCert(chain [][]byte, serial string) *pki.Certificate {
 }
 
 // renewalPatch records issued certificates on p and says so for the journal.
-func (s *Service) renewalPatch(d Device, c *bootCheck, h heldCerts, out Renewed, p *Patch) string {
+func (s *BootChecks) renewalPatch(d Device, c *bootCheck, h heldCerts, out Renewed, p *Patch) string {
 	m := d.Owned.Identity
 	var parts []string
 	if out.LDevID != nil && !out.ldevidRedelivered {
@@ -330,7 +331,7 @@ func renewalRefusal(d Device, outcome BootCheck) *Refusal {
 // provenLDevID verifies the node's proof that it holds the device's LDevID key: a certification
 // by the AK that quoted (attest.VerifyLDevIDKey: the key profile, the AK's signature, the check's
 // nonce), of the key fleetd issued the current LDevID for (fleet_identity's chain and public area).
-func (s *Service) provenLDevID(d Device, c *bootCheck) (crypto.PublicKey, *Refusal) {
+func (s *BootChecks) provenLDevID(d Device, c *bootCheck) (crypto.PublicKey, *Refusal) {
 	if c.ak == nil || c.ldevid == nil {
 		return nil, Refuse(RefusedInvalid, RenewRefusedLDevIDProof, "the check carried no certification of the LDevID key: run a fleetd boot-check as new as fleetd")
 	}
@@ -352,8 +353,8 @@ func (s *Service) provenLDevID(d Device, c *bootCheck) (crypto.PublicKey, *Refus
 }
 
 // renewFailed is fleetd's own failure to issue: logged in full, the node told to look there.
-func (s *Service) renewFailed(d Device, err error) Renewed {
-	s.log.Error().Err(err).Str("device", d.Name).Str("step", "boot-check").Msg("renewal failed")
+func (s *BootChecks) renewFailed(d Device, err error) Renewed {
+	s.core.log.Error().Err(err).Str("device", d.Name).Str("step", "boot-check").Msg("renewal failed")
 	return Renewed{Refused: RenewRefusedError, Message: "fleetd could not issue the renewed certificates; its log says why, and the next check tries again"}
 }
 

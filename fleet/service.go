@@ -74,19 +74,21 @@ type Deps struct {
 type Service struct {
 	*core
 	Enrollment *Enrollment
-	cfg      Config
-	inst     Installer
-	catalog  Catalog
-	rnd      Random
-	renderer Renderer
-	attest   Attestation
-	addrs    *addrIndex // where a configuration fetch finds its device (addrindex.go)
-	changes  ChangeLog
-	logMark  changeLogMark // where the next reconcile reads the change log from (changelog.go)
-	refusals *lastRefusals
-	queued   sync.Map          // "id request action": queued requests already journaled (noteQueued)
-	boots    *attest.BootCache // the last replayed boot of each node (bootcheck.go)
-	bootIDs  *nameIndex        // the device id of each name a boot check found (bootcheck.go)
+	Delivery   *Delivery
+	BootChecks *BootChecks
+	cfg        Config
+	inst       Installer
+	catalog    Catalog
+	rnd        Random
+	renderer   Renderer
+	attest     Attestation
+	addrs      *addrIndex // where a configuration fetch finds its device (addrindex.go)
+	changes    ChangeLog
+	logMark    changeLogMark // where the next reconcile reads the change log from (changelog.go)
+	refusals   *lastRefusals
+	queued     sync.Map          // "id request action": queued requests already journaled (noteQueued)
+	boots      *attest.BootCache // the last replayed boot of each node (bootcheck.go)
+	bootIDs    *nameIndex        // the device id of each name a boot check found (bootcheck.go)
 
 	// receiptRefusals keeps the refused receipts already journaled (receipt.go).
 	receiptRefusals journaledReceipts
@@ -133,19 +135,23 @@ func NewService(cfg Config, deps Deps) (*Service, error) {
 	c := &core{inv: inv, clock: deps.Clock, log: deps.Logger, metrics: m, keys: deps.Seal}
 	s := &Service{core: c, cfg: cfg, inst: deps.Installer,
 		catalog: deps.Catalog, rnd: &lockedReader{r: deps.Random}, renderer: deps.Renderer, attest: deps.Attest,
-		addrs: addrs, changes: deps.ChangeLog, refusals: &lastRefusals{},
-		boots: attest.NewBootCache(bootCacheSize), bootIDs: newNameIndex(bootCacheSize)}
+		addrs: addrs, changes: deps.ChangeLog, refusals: &lastRefusals{}}
 	s.Enrollment = &Enrollment{core: c, catalog: deps.Catalog, attest: deps.Attest, rnd: s.rnd, renderer: deps.Renderer,
 		refusals: s.refusals, configTTL: cfg.ConfigTTL}
-	m.bootChecks.times, m.bootChecks.missingAfter = s.certTimes, cfg.BootCheckMissingAfter
-	m.bootChecks.class, m.bootChecks.classes = s.countedClass, deps.Catalog.Names()
+	s.Delivery = &Delivery{core: c, catalog: deps.Catalog, renderer: deps.Renderer, addrs: addrs}
+	s.BootChecks = &BootChecks{core: c, catalog: deps.Catalog, attest: deps.Attest,
+		boots: attest.NewBootCache(bootCacheSize), bootIDs: newNameIndex(bootCacheSize)}
+	m.bootChecks.times = func(d Device) (CertTimes, CertTimes) { return certTimes(deps.Attest.Issuer, d) }
+	m.bootChecks.missingAfter = cfg.BootCheckMissingAfter
+	m.bootChecks.class = func(declared string) string { return countedClass(deps.Catalog, declared) }
+	m.bootChecks.classes = deps.Catalog.Names()
 	return s, nil
 }
 
 // countedClass is a declared class as the fleet-wide counts label it: a class of the catalogue,
 // or "unknown" (an owner's typo must not add a series).
-func (s *Service) countedClass(declared string) string {
-	if _, ok := s.catalog.Class(declared); ok {
+func countedClass(catalog Catalog, declared string) string {
+	if _, ok := catalog.Class(declared); ok {
 		return declared
 	}
 	return "unknown"

@@ -53,7 +53,7 @@ func (s *Service) ViewAll(ctx context.Context) ([]DeviceView, error) {
 
 func (s *Service) view(ctx context.Context, d Device, readWorkflow bool, listed workflowListing) DeviceView {
 	v := DeviceView{Device: d, PendingConfig: delivery(d, s.clock.Now()) == deliveryOpen, BootCheckMissing: s.bootCheckMissing(d)}
-	v.LDevID, v.LAK = s.certTimes(d)
+	v.LDevID, v.LAK = certTimes(s.attest.Issuer, d)
 	if !d.Owned.State.Terminal() {
 		v.Queued = requested(d)
 	}

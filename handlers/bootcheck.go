@@ -10,7 +10,7 @@ import (
 
 // bootCheckNonce serves POST /v1/boot-check/nonce (no body → api.BootCheckNonce).
 func (s *Server) bootCheckNonce(w http.ResponseWriter, r *http.Request) {
-	n, out, err := s.deps.Service.BootCheckNonce()
+	n, out, err := s.deps.BootChecks.BootCheckNonce()
 	if err != nil {
 		s.nodeError(w, out, err)
 		return
@@ -43,7 +43,7 @@ func (s *Server) bootCheck(w http.ResponseWriter, r *http.Request) {
 			in.Claimed.Disks = append(in.Claimed.Disks, attest.Disk{Serial: d.Serial, Path: d.Path})
 		}
 	}
-	res, out, err := s.deps.Service.BootCheck(r.Context(), in)
+	res, out, err := s.deps.BootChecks.BootCheck(r.Context(), in)
 	if err != nil {
 		s.nodeError(w, out, err)
 		return

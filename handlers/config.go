@@ -26,7 +26,7 @@ func (s *Server) config(kind fleet.Kind) http.Handler {
 		}
 		f := fleet.ConfigFetch{Kind: kind, ClaimedUUID: q.Get("uuid"), ClaimedSerial: q.Get("serial"),
 			ClaimedSecret: r.Header.Get(api.HeaderFetchSecret), RemoteAddr: remote}
-		cfg, out, err := s.deps.Service.FetchConfig(r.Context(), f)
+		cfg, out, err := s.deps.Delivery.FetchConfig(r.Context(), f)
 		if err != nil {
 			s.nodeError(w, out, err)
 			return

@@ -22,7 +22,7 @@ func guardedServer(t *testing.T, tlsOnly bool, limits Limits) *Server {
 		t.Fatal(err)
 	}
 	in, _ := webhook.New(webhook.Config{Secret: []byte("s")}, webhook.Deps{Reconciler: svc})
-	s, err := New(Deps{Service: svc, Enrollment: svc.Enrollment, Webhooks: in, Gatherer: prometheus.NewRegistry(), OperatorToken: []byte("t"),
+	s, err := New(Deps{Service: svc, BootChecks: svc.BootChecks, Delivery: svc.Delivery, Enrollment: svc.Enrollment, Webhooks: in, Gatherer: prometheus.NewRegistry(), OperatorToken: []byte("t"),
 		Logger: zerolog.Nop(), NeedTLS: tlsOnly, NodeLimits: limits})
 	if err != nil {
 		t.Fatal(err)

@@ -133,7 +133,7 @@ func TestReadyzTellsErrorsOnlyToOperators(t *testing.T) {
 		t.Fatal(err)
 	}
 	const detail = "dial tcp netbox.lan:443: connection refused"
-	h, err := handlers.New(handlers.Deps{Service: f.Service, Enrollment: f.Service.Enrollment, Webhooks: intake, Gatherer: prometheus.NewRegistry(),
+	h, err := handlers.New(handlers.Deps{Service: f.Service, BootChecks: f.Service.BootChecks, Delivery: f.Service.Delivery, Enrollment: f.Service.Enrollment, Webhooks: intake, Gatherer: prometheus.NewRegistry(),
 		OperatorToken: []byte("op"), Logger: zerolog.Nop(), Ready: []handlers.ReadyCheck{
 			{Name: "netbox", Check: func(context.Context) error { return errors.New(detail) }},
 			{Name: "kubernetes", Check: func(context.Context) error { return nil }}}})

@@ -31,7 +31,7 @@ func TestWebhookBodyTimeout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(Deps{Service: svc, Enrollment: svc.Enrollment, Webhooks: in, Gatherer: prometheus.NewRegistry(), OperatorToken: []byte("t"), Logger: zerolog.Nop()})
+	s, err := New(Deps{Service: svc, BootChecks: svc.BootChecks, Delivery: svc.Delivery, Enrollment: svc.Enrollment, Webhooks: in, Gatherer: prometheus.NewRegistry(), OperatorToken: []byte("t"), Logger: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)
 	}

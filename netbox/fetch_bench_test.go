@@ -57,7 +57,7 @@ func BenchmarkConfigFetchNetBox(b *testing.B) {
 		}
 	}
 	attest()
-	if _, _, err := s.FetchConfig(ctx, fetch); err != nil { // the first fetch also lists, once
+	if _, _, err := s.Delivery.FetchConfig(ctx, fetch); err != nil { // the first fetch also lists, once
 		b.Fatal(err)
 	}
 	var requests int64
@@ -67,7 +67,7 @@ func BenchmarkConfigFetchNetBox(b *testing.B) {
 		attest()
 		before := e.attempts.n.Load()
 		b.StartTimer()
-		nc, _, err := s.FetchConfig(ctx, fetch)
+		nc, _, err := s.Delivery.FetchConfig(ctx, fetch)
 		if err != nil || len(nc.Body) < 1000 {
 			b.Fatalf("fetch %d: %v (%d bytes)", i, err, len(nc.Body))
 		}

@@ -179,7 +179,7 @@ func New(tb testing.TB, cfg Config) *Fleetd {
 	case receipts == nil:
 		receipts = f.Service
 	}
-	h, err := handlers.New(handlers.Deps{Service: f.Service, Enrollment: f.Service.Enrollment, Webhooks: intake, Gatherer: f.Registry, DeviceGatherer: f.DeviceRegistry,
+	h, err := handlers.New(handlers.Deps{Service: f.Service, BootChecks: f.Service.BootChecks, Delivery: f.Service.Delivery, Enrollment: f.Service.Enrollment, Webhooks: intake, Gatherer: f.Registry, DeviceGatherer: f.DeviceRegistry,
 		MetricsToken: []byte("metrics"), OperatorToken: []byte("op"), Logger: cfg.HandlerLog,
 		ReceiptTokens: f.Attest.Receipts, Receipts: receipts})
 	must(err)
