@@ -86,7 +86,7 @@ func registries(t *testing.T) (public, devices *recorder) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := webhook.New(webhook.Config{Secret: []byte("s")}, webhook.Deps{Reconciler: svc, Logger: log, Registry: rec}); err != nil {
+	if _, err := webhook.New(webhook.Config{Secret: []byte("s")}, webhook.Deps{Reconciler: svc.Requests, Logger: log, Registry: rec}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := kea.NewWriter(kea.Config{Path: "/tmp/r.json", Logger: log, Registry: rec}); err != nil {

@@ -81,7 +81,7 @@ func (a *app) run(ctx context.Context) error {
 		})
 	}
 	g.Go(func() error {
-		return a.service.Run(ctx, a.cfg.Reconcile.Interval.D(), func(ctx context.Context, devices []fleet.Device) {
+		return a.service.Requests.Run(ctx, a.cfg.Reconcile.Interval.D(), func(ctx context.Context, devices []fleet.Device) {
 			a.syncKea(ctx, devices)
 		})
 	})
@@ -91,7 +91,7 @@ func (a *app) run(ctx context.Context) error {
 	g.Go(func() error { return a.probeLoop(ctx, 30*time.Second) })
 	g.Go(func() error {
 		return a.install.Watch(ctx, func(id int64, ws fleet.WorkflowStatus) {
-			out, err := a.service.WorkflowChanged(ctx, id, ws)
+			out, err := a.service.Requests.WorkflowChanged(ctx, id, ws)
 			ev := a.log.Info()
 			if err != nil {
 				ev = a.log.Warn().Err(err)

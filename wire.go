@@ -112,7 +112,7 @@ func wire(ctx context.Context, cfg *config.Config, log zerolog.Logger) (*app, er
 		return nil, err
 	}
 	a.intake, err = webhook.New(webhook.Config{Secret: sec.webhook, ServiceUser: cfg.NetBox.ServiceUser, Workers: cfg.NetBox.WebhookWorkers,
-		Sources: cfg.WebhookSourcePrefixes()}, webhook.Deps{Reconciler: a.service, Inventory: a.pokeKea, Logger: log, Registry: reg})
+		Sources: cfg.WebhookSourcePrefixes()}, webhook.Deps{Reconciler: a.service.Requests, Inventory: a.pokeKea, Logger: log, Registry: reg})
 	if err != nil {
 		return nil, err
 	}
@@ -124,10 +124,10 @@ func wire(ctx context.Context, cfg *config.Config, log zerolog.Logger) (*app, er
 		return nil, err
 	}
 	a.deps = []handlers.ReadyCheck{{Name: "netbox", Check: a.netbox.Ping}, {Name: "kubernetes", Check: a.install.Ping}}
-	h, err := handlers.New(handlers.Deps{Service: a.service, BootChecks: a.service.BootChecks, Delivery: a.service.Delivery, Enrollment: a.service.Enrollment, Webhooks: a.intake, Gatherer: reg, DeviceGatherer: devReg,
+	h, err := handlers.New(handlers.Deps{Service: a.service, Requests: a.service.Requests, BootChecks: a.service.BootChecks, Delivery: a.service.Delivery, Enrollment: a.service.Enrollment, Webhooks: a.intake, Gatherer: reg, DeviceGatherer: devReg,
 		MetricsToken: sec.metrics, Logger: log, OperatorToken: sec.operator, NeedTLS: cfg.TLS.Cert != "",
 		NodeLimits: handlers.Limits{PerMinute: cfg.Limits.NodeRequestsPerMinute, Burst: cfg.Limits.NodeBurst},
-		Ready:      a.deps, ReceiptTokens: att.Receipts, Receipts: a.service})
+		Ready:      a.deps, ReceiptTokens: att.Receipts, Receipts: a.service.Requests})
 	if err != nil {
 		return nil, err
 	}

@@ -72,7 +72,7 @@ func TestAddressIndexFollowsNetBox(t *testing.T) {
 		return fmt.Sprint(err)
 	}
 	for _, s := range []testService{one, two} {
-		if _, err := s.ReconcileAll(context.Background()); err != nil {
+		if _, err := s.Requests.ReconcileAll(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -90,7 +90,7 @@ func TestAddressIndexFollowsNetBox(t *testing.T) {
 	if got := code(two, "10.0.0.50"); got != "unknown_address" {
 		t.Errorf("instance two, which has not read node-a since: %s, want unknown_address", got)
 	}
-	if _, err := two.Reconcile(context.Background(), 1); err != nil { // a Workflow event or webhook re-reads it
+	if _, err := two.Requests.Reconcile(context.Background(), 1); err != nil { // a Workflow event or webhook re-reads it
 		t.Fatal(err)
 	}
 	if got := code(two, "10.0.0.50"); got != "no_pending_config" {
@@ -98,7 +98,7 @@ func TestAddressIndexFollowsNetBox(t *testing.T) {
 	}
 	b.Address = a.Address
 	inv.Set(b)
-	if _, err := one.ReconcileAll(context.Background()); err != nil {
+	if _, err := one.Requests.ReconcileAll(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if got := code(one, "10.0.0.50"); got != "address_shared" {

@@ -98,12 +98,12 @@ type loggedWrites struct {
 // readLoggedWrites reads the change log for saves of devices by other users since the last run
 // that touched fleetd's fields. It reads nothing without a change log or without fleetd's NetBox
 // user (nobody can be told from fleetd).
-func (s *Service) readLoggedWrites(ctx context.Context) (loggedWrites, error) {
-	w := loggedWrites{start: s.clock.Now()}
-	if s.changes == nil || s.cfg.ServiceUser == "" {
+func (s *foreignWrites) readLoggedWrites(ctx context.Context) (loggedWrites, error) {
+	w := loggedWrites{start: s.core.clock.Now()}
+	if s.changes == nil || s.serviceUser == "" {
 		return w, nil
 	}
-	since := s.logMark.since(w.start, s.cfg.changeLogRetention())
+	since := s.logMark.since(w.start, s.retention)
 	seen := map[int64]bool{}
 	keep := func(ch DeviceChange) bool {
 		if touches(ch) && !seen[ch.DeviceID] {
@@ -112,7 +112,7 @@ func (s *Service) readLoggedWrites(ctx context.Context) (loggedWrites, error) {
 		}
 		return false // only the ids are kept: the first run reads the whole retention
 	}
-	if _, err := s.changes.DeviceChanges(ctx, ChangeQuery{Since: since, ExceptUser: s.cfg.ServiceUser, Keep: keep}); err != nil {
+	if _, err := s.changes.DeviceChanges(ctx, ChangeQuery{Since: since, ExceptUser: s.serviceUser, Keep: keep}); err != nil {
 		return loggedWrites{}, fmt.Errorf("read NetBox's change log since %s: %w", since.UTC().Format(time.RFC3339), err)
 	}
 	return w, nil
@@ -120,13 +120,13 @@ func (s *Service) readLoggedWrites(ctx context.Context) (loggedWrites, error) {
 
 // checkLoggedWrites checks each device w names (checkOwnedFields) and moves the mark to w's start
 // when every check succeeded. It returns the devices it checked.
-func (s *Service) checkLoggedWrites(ctx context.Context, w loggedWrites) (map[int64]bool, error) {
+func (s *foreignWrites) checkLoggedWrites(ctx context.Context, w loggedWrites) (map[int64]bool, error) {
 	checked := map[int64]bool{}
 	var errs []error
 	for _, id := range w.ids {
 		checked[id] = true
 		out, err := s.checkOwnedFields(ctx, id)
-		s.logOutcome(out, err, "change-log")
+		s.core.logOutcome(out, err, "change-log")
 		if err != nil {
 			errs = append(errs, err)
 		}

@@ -61,7 +61,7 @@ func TestReconcileRepairsLoggedWrites(t *testing.T) {
 		inv.Set(claimed)
 		s.clock.Advance(time.Minute)
 		saveCopy(inv, fleettest.Owner, copyRead)
-		if _, err := s.ReconcileAll(context.Background()); err != nil {
+		if _, err := s.Requests.ReconcileAll(context.Background()); err != nil {
 			t.Fatalf("ReconcileAll: %v", err)
 		}
 		got := inv.Get(12)
@@ -87,7 +87,7 @@ func TestReconcileRepairsLoggedWrites(t *testing.T) {
 			t.Fatal(err)
 		}
 		saves := len(inv.Changes(12))
-		if _, err := s.ReconcileAll(context.Background()); err != nil {
+		if _, err := s.Requests.ReconcileAll(context.Background()); err != nil {
 			t.Fatalf("ReconcileAll: %v", err)
 		}
 		if len(inv.Changes(12)) != saves || len(inv.JournalOf(12)) != 1 {
@@ -98,9 +98,9 @@ func TestReconcileRepairsLoggedWrites(t *testing.T) {
 		inv := fleettest.NewInventory(claimed)
 		log := &queryLog{ChangeLog: inv}
 		s := newLoggedService(inv, log)
-		_, _ = s.ReconcileAll(context.Background())
+		_, _ = s.Requests.ReconcileAll(context.Background())
 		s.clock.Advance(30 * time.Second)
-		_, _ = s.ReconcileAll(context.Background())
+		_, _ = s.Requests.ReconcileAll(context.Background())
 		if len(log.queries) != 2 || !log.queries[1].Since.Equal(testEpoch.Add(-2*time.Minute)) {
 			t.Errorf("queries %+v, want the second since 2 minutes before the first run", log.queries)
 		}

@@ -36,7 +36,7 @@ func TestDecommissionDuringRequest(t *testing.T) {
 			r.workflow.Name = d.Owned.Workflow
 			inst.Set(d.Owned.Workflow, r.workflow)
 			s := newTestService(inv, inst)
-			if _, err := s.Reconcile(ctx, 12); err != nil {
+			if _, err := s.Requests.Reconcile(ctx, 12); err != nil {
 				t.Fatal(err)
 			}
 			got := inv.Get(12)
@@ -44,7 +44,7 @@ func TestDecommissionDuringRequest(t *testing.T) {
 				t.Fatalf("after the request ended: fleet_state %q status %q, want %q with decommissioning kept (%s)",
 					got.Owned.State, got.Status, r.wantState, got.Owned.Message)
 			}
-			if _, err := s.Reconcile(ctx, 12); err != nil {
+			if _, err := s.Requests.Reconcile(ctx, 12); err != nil {
 				t.Fatal(err)
 			}
 			got = inv.Get(12)
@@ -82,7 +82,7 @@ func TestDecommissioningAfterRetirement(t *testing.T) {
 			d.Owned.Workflow = WorkflowName("node-a", last)
 			inv, inst := fleettest.NewInventory(d), fleettest.NewInstaller()
 			s := newTestService(inv, inst)
-			if _, err := s.Reconcile(ctx, 12); err != nil {
+			if _, err := s.Requests.Reconcile(ctx, 12); err != nil {
 				t.Fatal(err)
 			}
 			got := inv.Get(12)

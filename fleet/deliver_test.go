@@ -226,7 +226,7 @@ func TestFetchConfigWhileTheRequestEnds(t *testing.T) {
 	inv.arm()
 	ended := make(chan error, 1)
 	go func() {
-		_, err := s.WorkflowChanged(context.Background(), 12, WorkflowStatus{Name: d.Owned.Workflow, Phase: WorkflowFailed,
+		_, err := s.Requests.WorkflowChanged(context.Background(), 12, WorkflowStatus{Name: d.Owned.Workflow, Phase: WorkflowFailed,
 			FailedAction: "write-image", Message: "simulated"})
 		ended <- err
 	}()
@@ -254,7 +254,7 @@ func TestFetchConfigWhileTheRequestEnds(t *testing.T) {
 	if got := inv.Get(12); got.Owned.State != StateFailed {
 		t.Errorf("fleet_state %s, want failed (the Workflow's failure)", got.Owned.State)
 	}
-	if _, err := s.Reconcile(context.Background(), 12); err != nil { // the device's lock is free again
+	if _, err := s.Requests.Reconcile(context.Background(), 12); err != nil { // the device's lock is free again
 		t.Errorf("reconcile after the fetch: %v", err)
 	}
 }
@@ -301,7 +301,7 @@ func TestPendingConfigsGauge(t *testing.T) {
 	}
 	gauge := func(want int) {
 		t.Helper()
-		if _, err := s.ReconcileAll(context.Background()); err != nil {
+		if _, err := s.Requests.ReconcileAll(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		exp := fmt.Sprintf("# HELP fleetd_pending_configs Provisions whose configuration waits for its one fetch, as NetBox had them at the last reconcile.\n"+

@@ -16,5 +16,5 @@ func (s *Service) ReadDevice(ctx context.Context, id int64) (Device, error) {
 
 // CheckOwnedFields is the change-log backstop's check of one device (foreign.go).
 func (s *Service) CheckOwnedFields(ctx context.Context, id int64) (Outcome, error) {
-	return s.checkOwnedFields(ctx, id)
+	return s.Requests.foreign.checkOwnedFields(ctx, id)
 }

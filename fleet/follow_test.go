@@ -104,7 +104,7 @@ func TestFollowWorkflow(t *testing.T) {
 			if r.expired {
 				s.clock.Advance(2 * time.Hour)
 			}
-			if _, err := s.Reconcile(context.Background(), 12); err != nil {
+			if _, err := s.Requests.Reconcile(context.Background(), 12); err != nil {
 				t.Fatal(err)
 			}
 			got := inv.Get(12)
@@ -153,7 +153,7 @@ func TestMissingWorkflowBehind(t *testing.T) {
 			}
 			inv.ConflictOnce[12] = func(d *Device) { d.Owned.State, d.Status = StateActive, StatusActive }
 			s := newTestService(inv, inst)
-			if _, err := s.Reconcile(context.Background(), 12); err != nil {
+			if _, err := s.Requests.Reconcile(context.Background(), 12); err != nil {
 				t.Fatal(err)
 			}
 			if got := inv.Get(12); got.Owned.State != r.wantState {
@@ -171,14 +171,14 @@ func TestWorkflowChangedIgnoresOldWorkflows(t *testing.T) {
 	inv, inst := fleettest.NewInventory(d), fleettest.NewInstaller()
 	s := newTestService(inv, inst)
 	old := WorkflowStatus{Name: "node-a-provision-aaaaaaaa", Phase: WorkflowFailed}
-	if _, err := s.WorkflowChanged(context.Background(), 12, old); err != nil {
+	if _, err := s.Requests.WorkflowChanged(context.Background(), 12, old); err != nil {
 		t.Fatal(err)
 	}
 	if got := inv.Get(12); got.Owned.State != StateInstalling || len(inv.JournalOf(12)) != 0 {
 		t.Fatalf("old Workflow's failure changed the device: %q %q", got.Owned.State, inv.JournalOf(12))
 	}
 	cur := WorkflowStatus{Name: "node-a-provision-bbbbbbbb", Phase: WorkflowFailed, FailedAction: "x"}
-	if _, err := s.WorkflowChanged(context.Background(), 12, cur); err != nil {
+	if _, err := s.Requests.WorkflowChanged(context.Background(), 12, cur); err != nil {
 		t.Fatal(err)
 	}
 	if got := inv.Get(12); got.Owned.State != StateFailed {
@@ -200,7 +200,7 @@ func TestQueuedRequest(t *testing.T) {
 	s := newTestService(inv, inst)
 	ctx := context.Background()
 	for range 2 {
-		if _, err := s.Reconcile(ctx, 12); err != nil {
+		if _, err := s.Requests.Reconcile(ctx, 12); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -220,7 +220,7 @@ func TestQueuedRequest(t *testing.T) {
 		d.Declared.DesiredAction = ActionNone
 		inv := fleettest.NewInventory(d)
 		s := newTestService(inv, inst)
-		if _, err := s.Reconcile(ctx, 12); err != nil {
+		if _, err := s.Requests.Reconcile(ctx, 12); err != nil {
 			t.Fatal(err)
 		}
 		if v, _ := s.View(ctx, "node-a"); len(inv.JournalOf(12)) != 0 || v.Queued != ActionNone {

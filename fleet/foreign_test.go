@@ -136,7 +136,7 @@ func TestWrittenBackRequestNotCarriedOutTwice(t *testing.T) {
 	s := newTestService(inv, inst)
 	copyRead := inv.Get(12) // the owner's copy, read before the claim
 	ctx := context.Background()
-	if _, err := s.Reconcile(ctx, 12); err != nil {
+	if _, err := s.Requests.Reconcile(ctx, 12); err != nil {
 		t.Fatal(err)
 	}
 	claimed := inv.Get(12)
@@ -145,7 +145,7 @@ func TestWrittenBackRequestNotCarriedOutTwice(t *testing.T) {
 	}
 	saveCopy(inv, fleettest.Owner, copyRead) // every custom field as it was read
 	for range 2 {                            // the webhook's reconcile, and the periodic one
-		if _, err := s.Reconcile(ctx, 12); err != nil {
+		if _, err := s.Requests.Reconcile(ctx, 12); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -175,7 +175,7 @@ func TestCopyWrittenBackDuringTheWrite(t *testing.T) {
 	inv.Set(d)
 	inv.ConflictBy[12] = fleettest.Owner
 	inv.ConflictOnce[12] = func(cur *Device) { cur.Owned, cur.Seal = copyRead.Owned, copyRead.Seal } // lands between the read and the write
-	if _, err := s.WorkflowChanged(ctx, 12, WorkflowStatus{Name: d.Owned.Workflow, Phase: WorkflowSucceeded}); err != nil {
+	if _, err := s.Requests.WorkflowChanged(ctx, 12, WorkflowStatus{Name: d.Owned.Workflow, Phase: WorkflowSucceeded}); err != nil {
 		t.Fatal(err)
 	}
 	got := inv.Get(12)

@@ -313,7 +313,7 @@ func TestAfterSweep(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() {
-		done <- s.Run(ctx, time.Hour, func(_ context.Context, ds []Device) { note(fmt.Sprintf("listing of %d", len(ds))) })
+		done <- s.Requests.Run(ctx, time.Hour, func(_ context.Context, ds []Device) { note(fmt.Sprintf("listing of %d", len(ds))) })
 	}()
 	got := seen(2)
 	cancel()

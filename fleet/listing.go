@@ -1,6 +1,10 @@
 package fleet
 
-import "context"
+import (
+	"context"
+
+	"github.com/rs/zerolog"
+)
 
 // workflowListing is the Workflows as one listing read them at the start of a periodic
 // reconcile (WorkflowLister), by name; nil when there is none.
@@ -9,8 +13,8 @@ type workflowListing map[string]WorkflowStatus
 // listWorkflows reads every Workflow at once when the installer can and some device has a
 // running request; otherwise, or when the listing fails, it returns nil and each Workflow is
 // read on its own.
-func (s *Service) listWorkflows(ctx context.Context, devices []Device) workflowListing {
-	lister, ok := s.inst.(WorkflowLister)
+func listWorkflows(ctx context.Context, inst Installer, log zerolog.Logger, devices []Device) workflowListing {
+	lister, ok := inst.(WorkflowLister)
 	if !ok {
 		return nil
 	}
@@ -23,7 +27,7 @@ func (s *Service) listWorkflows(ctx context.Context, devices []Device) workflowL
 	}
 	ws, err := lister.Workflows(ctx)
 	if err != nil {
-		s.log.Warn().Err(err).Msg("list Workflows for the reconcile; reading each running request's Workflow instead")
+		log.Warn().Err(err).Msg("list Workflows for the reconcile; reading each running request's Workflow instead")
 		return nil
 	}
 	return ws
@@ -32,9 +36,9 @@ func (s *Service) listWorkflows(ctx context.Context, devices []Device) workflowL
 // workflow reads a Workflow's status: from the listing when it has the Workflow (a listing is a
 // moment old: a Workflow that ended since is seen ended by the watch or the next reconcile),
 // otherwise from the installer (a Workflow created after the listing is not missing).
-func (s *Service) workflow(ctx context.Context, name string, listed workflowListing) (WorkflowStatus, error) {
+func (listed workflowListing) workflow(ctx context.Context, inst Installer, name string) (WorkflowStatus, error) {
 	if ws, ok := listed[name]; ok {
 		return ws, nil
 	}
-	return s.inst.Workflow(ctx, name)
+	return inst.Workflow(ctx, name)
 }

@@ -89,7 +89,7 @@ func TestReconcileAllListsWorkflows(t *testing.T) {
 			}
 			inv := fleettest.NewInventory(devs...)
 			s := newTestService(inv, inst)
-			if _, err := s.ReconcileAll(context.Background()); err != nil {
+			if _, err := s.Requests.ReconcileAll(context.Background()); err != nil {
 				t.Fatal(err)
 			}
 			if inst.lists != r.wantLists || inst.reads != r.wantReads {

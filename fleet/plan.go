@@ -169,7 +169,7 @@ func (s *Service) plan(ctx context.Context, d Device, asked Action) Plan {
 	case asked == ActionRetire && d.Status != StatusDecommissioning:
 		p.Why = fmt.Sprintf("planned as if the owner set the status from %s to decommissioning, which is how a retirement is asked", d.Status)
 	}
-	checks := s.checks(sim, action)
+	checks := requestChecks(s.catalog, sim, action)
 	p.Checks = append(planChecks(checks), PlanCheck{Name: "state", Result: CheckPass,
 		Detail: fmt.Sprintf("fleet_state %s ends any request: a new one may start", stateWord(d.Owned.State))})
 	if problems := problemsOf(checks); len(problems) > 0 {
@@ -251,7 +251,7 @@ func (s *Service) planClaim(ctx context.Context, d Device, action Action, class 
 		sample := string(action) + "-" + planSampleSuffix
 		claimed := d
 		claimed.Owned.Request, claimed.Owned.Workflow = sample, WorkflowName(d.Name, sample)
-		err := pv.PreviewInstall(ctx, s.workflowSpec(claimed, action, class))
+		err := pv.PreviewInstall(ctx, workflowSpec(s.cfg.FleetdURL, claimed, action, class))
 		switch {
 		case err == nil:
 			check.Result, check.Detail = CheckPass, fmt.Sprintf("Template %s renders with the Workflow's hardwareMap and carries the request", class.Templates[action])

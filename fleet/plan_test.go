@@ -87,7 +87,7 @@ func TestPlanIsTheRealDecision(t *testing.T) {
 				asked.Declared.DesiredAction = r.action
 			}
 			inv.Set(asked)
-			if _, err := s.Reconcile(ctx, 12); err != nil {
+			if _, err := s.Requests.Reconcile(ctx, 12); err != nil {
 				t.Fatal(err)
 			}
 			got := inv.Get(12)

@@ -7,7 +7,7 @@ import "context"
 // still wait for their Workflow's end. A device the pass moved on since has a new request (a
 // newer Workflow) or moved past its Workflow: neither frees a Workflow fleetd still reads. A
 // failure is logged; the next pass tries again.
-func (s *Service) pruneWorkflows(ctx context.Context, devices []Device) {
+func (s *Requests) pruneWorkflows(ctx context.Context, devices []Device) {
 	p, ok := s.inst.(WorkflowPruner)
 	if !ok {
 		return
@@ -19,7 +19,7 @@ func (s *Service) pruneWorkflows(ctx context.Context, devices []Device) {
 		}
 	}
 	if err := p.PruneWorkflows(ctx, keep); err != nil && ctx.Err() == nil {
-		s.log.Warn().Err(err).Str("step", "prune").Msg("ended Workflows not pruned; the next reconcile tries again")
+		s.core.log.Warn().Err(err).Str("step", "prune").Msg("ended Workflows not pruned; the next reconcile tries again")
 	}
 }
 

@@ -44,7 +44,7 @@ func TestPruneKeepsWaitingWorkflows(t *testing.T) {
 	}
 	p := &pruner{Installer: inst, err: errors.New("API down")}
 	s := newTestService(fleettest.NewInventory(devices...), p)
-	if _, err := s.ReconcileAll(context.Background()); err != nil {
+	if _, err := s.Requests.ReconcileAll(context.Background()); err != nil {
 		t.Fatalf("ReconcileAll: %v (a failed prune must not fail it)", err)
 	}
 	if len(p.keeps) != 1 {

@@ -92,52 +92,52 @@ func (m *receiptMetrics) observe(devices []Device) {
 // nothing written, and so is one whose request moved on while it was recorded (another fleetd
 // instance recorded the same receipt first). NetBox failing is an error wrapping ErrInventory:
 // the agent retries.
-func (s *Service) RecordWipeReceipt(ctx context.Context, r attest.VerifiedReceipt) (Outcome, error) {
+func (s *Requests) RecordWipeReceipt(ctx context.Context, r attest.VerifiedReceipt) (Outcome, error) {
 	action := Action(r.Action)
 	out := Outcome{DeviceID: r.DeviceID, Device: r.Device, Action: action, Step: "receipt", Result: "refused"}
-	unlock := s.locks.lock(r.DeviceID)
+	unlock := s.core.locks.lock(r.DeviceID)
 	defer unlock()
-	d, err := s.inv.Device(ctx, r.DeviceID)
+	d, err := s.core.inv.Device(ctx, r.DeviceID)
 	switch {
 	case errors.Is(err, ErrNotFound):
 		out.Check = CodeReceiptRequestEnded
-		s.metrics.receipts.receipts.WithLabelValues(CodeReceiptRequestEnded).Inc()
+		s.core.metrics.receipts.receipts.WithLabelValues(CodeReceiptRequestEnded).Inc()
 		return out, Refuse(RefusedConflict, CodeReceiptRequestEnded, "%s request %s ended: NetBox no longer has device %d (%s); nothing is recorded",
 			action, r.Request, r.DeviceID, r.Device)
 	case err != nil:
 		out.Result = "error"
-		s.metrics.receipts.receipts.WithLabelValues("error").Inc()
+		s.core.metrics.receipts.receipts.WithLabelValues("error").Inc()
 		return out, fmt.Errorf("record the wipe receipt of %s: read device %d: %w: %w", r.Device, r.DeviceID, ErrInventory, err)
 	}
-	if d, err = s.judgedOnOwnFields(ctx, d); err != nil {
+	if d, err = s.core.judgedOnOwnFields(ctx, d); err != nil {
 		out.Check = codeOf(err)
-		s.metrics.receipts.receipts.WithLabelValues(out.Check).Inc()
+		s.core.metrics.receipts.receipts.WithLabelValues(out.Check).Inc()
 		return out, err
 	}
 	out = outcomeFor(d, action, "receipt", "refused")
 	if err := receiptRequestRunning(d, r.Receipt); err != nil {
 		out.Check = CodeReceiptRequestEnded
-		s.metrics.receipts.receipts.WithLabelValues(CodeReceiptRequestEnded).Inc()
+		s.core.metrics.receipts.receipts.WithLabelValues(CodeReceiptRequestEnded).Inc()
 		return out, err
 	}
-	o, wrote, err := s.applyRecorded(ctx, d, action, EventReceiptVerified, receiptRecordedMessage(d, r.Receipt), Patch{})
+	o, wrote, err := s.core.applyRecorded(ctx, d, action, EventReceiptVerified, receiptRecordedMessage(d, r.Receipt), Patch{})
 	o.Step = "receipt"
 	switch {
 	case err != nil:
 		o.Result = "error"
-		s.metrics.receipts.receipts.WithLabelValues("error").Inc()
+		s.core.metrics.receipts.receipts.WithLabelValues("error").Inc()
 		return o, err
 	case !wrote:
 		// Read again after a conflict, the request had moved on: another instance recorded this
 		// receipt first, or the owner's or the Workflow's end came between.
 		o.Result, o.Check = "refused", CodeReceiptRequestEnded
-		s.metrics.receipts.receipts.WithLabelValues(CodeReceiptRequestEnded).Inc()
+		s.core.metrics.receipts.receipts.WithLabelValues(CodeReceiptRequestEnded).Inc()
 		return o, Refuse(RefusedConflict, CodeReceiptRequestEnded,
 			"%s's %s request %s moved on while its receipt was recorded (another fleetd instance recorded it first, or the request ended): nothing is recorded here",
 			d.Name, action, r.Request)
 	}
 	o.Result = ReceiptRecorded
-	s.metrics.receipts.receipts.WithLabelValues(ReceiptRecorded).Inc()
+	s.core.metrics.receipts.receipts.WithLabelValues(ReceiptRecorded).Inc()
 	return o, nil
 }
 
@@ -186,20 +186,20 @@ func unconfirmedMessage(d Device, action Action, workflow string) string {
 // refusal. The entry (a warning) says the code and its fixed sentence, never what the report
 // said, and is written while the receipt's request is running, once per request and code in
 // this process; every one is counted.
-func (s *Service) RefusedWipeReceipt(ctx context.Context, r attest.RefusedReceipt) error {
+func (s *Requests) RefusedWipeReceipt(ctx context.Context, r attest.RefusedReceipt) error {
 	code := string(r.Refusal.Check)
 	rc := r.Receipt
-	s.metrics.receipts.receipts.WithLabelValues(code).Inc()
-	unlock := s.locks.lock(rc.DeviceID)
+	s.core.metrics.receipts.receipts.WithLabelValues(code).Inc()
+	unlock := s.core.locks.lock(rc.DeviceID)
 	defer unlock()
-	d, err := s.inv.Device(ctx, rc.DeviceID)
+	d, err := s.core.inv.Device(ctx, rc.DeviceID)
 	switch {
 	case errors.Is(err, ErrNotFound):
 		return nil // nothing to journal on
 	case err != nil:
 		return fmt.Errorf("journal the refused wipe receipt of %s: read device %d: %w: %w", rc.Device, rc.DeviceID, ErrInventory, err)
 	}
-	if d, err = s.judgedOnOwnFields(ctx, d); err != nil {
+	if d, err = s.core.judgedOnOwnFields(ctx, d); err != nil {
 		if _, refused := AsRefusal(err); refused {
 			return nil // no running request fleetd vouches for: the refusal is answered, not journaled
 		}
@@ -212,7 +212,7 @@ func (s *Service) RefusedWipeReceipt(ctx context.Context, r attest.RefusedReceip
 	if !s.receiptRefusals.first(d.ID, rc.Request, code) {
 		return nil
 	}
-	s.journal(ctx, d, JournalWarning, fmt.Sprintf("%s The erase is not confirmed; nothing is recorded, and the request ends when its Workflow does.",
+	s.core.journal(ctx, d, JournalWarning, fmt.Sprintf("%s The erase is not confirmed; nothing is recorded, and the request ends when its Workflow does.",
 		receiptRefusalSentence(d.Name, code)))
 	return nil
 }

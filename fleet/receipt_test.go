@@ -63,7 +63,7 @@ func TestRecordWipeReceipt(t *testing.T) {
 			state:  StateWiped, status: StatusDecommissioning},
 		{name: "refuse/replayed: the same receipt once recorded", device: func() Device { return wipingNode(wipe) }, request: wipe,
 			before: func(_ *fleettest.Inventory, s testService) {
-				if _, err := s.RecordWipeReceipt(ctx, receiptOf(wipingNode(wipe), wipe)); err != nil {
+				if _, err := s.Requests.RecordWipeReceipt(ctx, receiptOf(wipingNode(wipe), wipe)); err != nil {
 					panic(err)
 				}
 			}, state: StateWiped, status: StatusOffline, code: CodeReceiptRequestEnded},
@@ -100,7 +100,7 @@ func TestRecordWipeReceipt(t *testing.T) {
 				r.before(inv, s)
 			}
 			saves, entries := len(inv.Changes(12)), len(inv.JournalOf(12))
-			out, err := s.RecordWipeReceipt(ctx, receiptOf(d, r.request))
+			out, err := s.Requests.RecordWipeReceipt(ctx, receiptOf(d, r.request))
 			got := inv.Get(12)
 			if got.Owned.State != r.state || got.Status != r.status {
 				t.Errorf("fleet_state %s status %s (%s), want %s %s", got.Owned.State, got.Status, got.Owned.Message, r.state, r.status)
@@ -155,11 +155,11 @@ func TestReceiptReplayAfterAnEditorsRevert(t *testing.T) {
 	d := wipingNode("wipe-aaaaaaaa")
 	inv := fleettest.NewInventory(d)
 	s := newRegisteredService(inv, prometheus.NewRegistry(), fleettest.SealKeys())
-	if _, err := s.RecordWipeReceipt(ctx, receiptOf(d, d.Owned.Request)); err != nil {
+	if _, err := s.Requests.RecordWipeReceipt(ctx, receiptOf(d, d.Owned.Request)); err != nil {
 		t.Fatal(err)
 	}
 	inv.WriteAs("admin", 12, func(d *Device) { d.Owned.State = StateWiping })
-	_, err := s.RecordWipeReceipt(ctx, receiptOf(d, d.Owned.Request))
+	_, err := s.Requests.RecordWipeReceipt(ctx, receiptOf(d, d.Owned.Request))
 	if rf, ok := AsRefusal(err); !ok || rf.Code != CodeReceiptRequestEnded {
 		t.Fatalf("the replay after the revert: %v, want %s", err, CodeReceiptRequestEnded)
 	}
@@ -192,12 +192,12 @@ func TestWipeEndsOnItsReceipt(t *testing.T) {
 			d := wipingNode("wipe-aaaaaaaa")
 			inv := fleettest.NewInventory(d)
 			s := newRegisteredService(inv, prometheus.NewRegistry(), fleettest.SealKeys())
-			if _, err := s.RecordWipeReceipt(ctx, receiptOf(d, d.Owned.Request)); err != nil {
+			if _, err := s.Requests.RecordWipeReceipt(ctx, receiptOf(d, d.Owned.Request)); err != nil {
 				t.Fatal(err)
 			}
 			saves := len(inv.Changes(12))
 			ws := WorkflowStatus{Name: d.Owned.Workflow, Phase: phase, FailedAction: map[bool]string{true: "wipe-receipt"}[phase == WorkflowFailed]}
-			if out, err := s.WorkflowChanged(ctx, 12, ws); err != nil || out.Result != "no-change" {
+			if out, err := s.Requests.WorkflowChanged(ctx, 12, ws); err != nil || out.Result != "no-change" {
 				t.Fatalf("the Workflow %s after the receipt: %+v, %v; want no change", phase, out, err)
 			}
 			if got := inv.Get(12); got.Owned.State != StateWiped || len(inv.Changes(12)) != saves || len(inv.JournalOf(12)) != 1 {
@@ -223,7 +223,7 @@ func TestWipeEndsOnItsReceipt(t *testing.T) {
 			d := wipingNode(r.request)
 			inv := fleettest.NewInventory(d)
 			s := newRegisteredService(inv, reg, fleettest.SealKeys())
-			out, err := s.WorkflowChanged(ctx, 12, succeeded(d))
+			out, err := s.Requests.WorkflowChanged(ctx, 12, succeeded(d))
 			if err != nil || out.Result != string(StateUnconfirmed) {
 				t.Fatalf("the Workflow's success: %+v, %v; want unconfirmed", out, err)
 			}
@@ -241,20 +241,20 @@ func TestWipeEndsOnItsReceipt(t *testing.T) {
 			if n := labelled(t, reg, "fleetd_requests_total", "action", string(RequestAction(r.request)), "result", string(StateUnconfirmed)); n != 1 {
 				t.Errorf("fleetd_requests_total{result=unconfirmed} = %v, want 1", n)
 			}
-			if _, err := s.ReconcileAll(ctx); err != nil {
+			if _, err := s.Requests.ReconcileAll(ctx); err != nil {
 				t.Fatal(err)
 			}
 			if n := gauge(t, reg, "fleetd_unconfirmed_devices"); n != 1 {
 				t.Errorf("fleetd_unconfirmed_devices = %v after a listing, want 1", n)
 			}
 			inv.WriteAs(fleettest.Owner, 12, r.again)
-			if out, err := s.Reconcile(ctx, 12); err != nil || out.Result != "accepted" {
+			if out, err := s.Requests.Reconcile(ctx, 12); err != nil || out.Result != "accepted" {
 				t.Fatalf("the owner's new request on the unconfirmed device: %+v, %v; want accepted", out, err)
 			}
 			if got := inv.Get(12); got.Owned.State != StatePending || RequestAction(got.Owned.Request) != r.wantAgain || got.Owned.Request == r.request {
 				t.Errorf("after the owner's request: fleet_state %s request %s, want a new %s request pending", got.Owned.State, got.Owned.Request, r.wantAgain)
 			}
-			if _, err := s.ReconcileAll(ctx); err != nil {
+			if _, err := s.Requests.ReconcileAll(ctx); err != nil {
 				t.Fatal(err)
 			}
 			if n := gauge(t, reg, "fleetd_unconfirmed_devices"); n != 0 {
@@ -282,11 +282,11 @@ func TestRefusedWipeReceipt(t *testing.T) {
 		s := newRegisteredService(inv, reg, fleettest.SealKeys())
 		saves := len(inv.Changes(12))
 		for range 3 {
-			if err := s.RefusedWipeReceipt(ctx, refused(d, d.Owned.Request, attest.CheckReceiptDisk)); err != nil {
+			if err := s.Requests.RefusedWipeReceipt(ctx, refused(d, d.Owned.Request, attest.CheckReceiptDisk)); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if err := s.RefusedWipeReceipt(ctx, refused(d, d.Owned.Request, attest.CheckReceiptWipeFailed)); err != nil {
+		if err := s.Requests.RefusedWipeReceipt(ctx, refused(d, d.Owned.Request, attest.CheckReceiptWipeFailed)); err != nil {
 			t.Fatal(err)
 		}
 		j := inv.JournalOf(12)
@@ -300,7 +300,7 @@ func TestRefusedWipeReceipt(t *testing.T) {
 		if n := gauge(t, reg, "fleetd_wipe_receipts_total", "receipt_wrong_disk"); n != 3 {
 			t.Errorf("fleetd_wipe_receipts_total{outcome=receipt_wrong_disk} = %v, want 3", n)
 		}
-		out, err := s.WorkflowChanged(ctx, 12, WorkflowStatus{Name: d.Owned.Workflow, Phase: WorkflowFailed, FailedAction: "wipe-receipt"})
+		out, err := s.Requests.WorkflowChanged(ctx, 12, WorkflowStatus{Name: d.Owned.Workflow, Phase: WorkflowFailed, FailedAction: "wipe-receipt"})
 		if err != nil || out.Result != string(StateFailed) {
 			t.Fatalf("the Workflow's failure: %+v, %v", out, err)
 		}
@@ -312,7 +312,7 @@ func TestRefusedWipeReceipt(t *testing.T) {
 		d := wipingNode("wipe-aaaaaaaa")
 		inv := fleettest.NewInventory(d)
 		s := newRegisteredService(inv, prometheus.NewRegistry(), fleettest.SealKeys())
-		if err := s.RefusedWipeReceipt(ctx, refused(d, "wipe-bbbbbbbb", attest.CheckReceiptBoot)); err != nil {
+		if err := s.Requests.RefusedWipeReceipt(ctx, refused(d, "wipe-bbbbbbbb", attest.CheckReceiptBoot)); err != nil {
 			t.Fatal(err)
 		}
 		if j := inv.JournalOf(12); len(j) != 0 {

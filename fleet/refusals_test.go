@@ -35,7 +35,7 @@ func TestRefusalsBeforeActivationWriteNothing(t *testing.T) {
 			before, got.Version, got.Owned.Message, inv.JournalOf(12))
 	}
 	inst.Set(d.Owned.Workflow, WorkflowStatus{Phase: WorkflowFailed, FailedAction: "fleetd-enroll"})
-	if _, err := s.Reconcile(ctx, 12); err != nil {
+	if _, err := s.Requests.Reconcile(ctx, 12); err != nil {
 		t.Fatal(err)
 	}
 	got := inv.Get(12)
@@ -57,7 +57,7 @@ func TestRefusalsBeforeActivationWriteNothing(t *testing.T) {
 	d2.Owned.Request, d2.Owned.Workflow = "provision-cccccccc", WorkflowName("node-b", "provision-cccccccc")
 	inv.Set(d2)
 	inst.Set(d2.Owned.Workflow, WorkflowStatus{Phase: WorkflowFailed, FailedAction: "fleetd-enroll"})
-	if _, err := s.Reconcile(ctx, 13); err != nil {
+	if _, err := s.Requests.Reconcile(ctx, 13); err != nil {
 		t.Fatal(err)
 	}
 	if got := inv.Get(13); got.Owned.State != StateFailed || strings.Contains(got.Owned.Message, "refused (") {
@@ -87,7 +87,7 @@ func TestLifecycleWriteConflicts(t *testing.T) {
 			s := newTestService(inv, inst)
 			inst.Set(d.Owned.Workflow, WorkflowStatus{Phase: WorkflowFailed, FailedAction: "fleetd-enroll"})
 			inv.ConflictOnce[12] = r.other
-			if _, err := s.Reconcile(context.Background(), 12); err != nil {
+			if _, err := s.Requests.Reconcile(context.Background(), 12); err != nil {
 				t.Fatal(err)
 			}
 			got := inv.Get(12)
@@ -124,7 +124,7 @@ func TestRecordedRefusalReadAsItsCode(t *testing.T) {
 			inv, inst := fleettest.NewInventory(d), fleettest.NewInstaller()
 			s := newTestService(inv, inst)
 			inst.Set(d.Owned.Workflow, WorkflowStatus{Phase: WorkflowFailed, FailedAction: "fleetd-enroll"})
-			if _, err := s.Reconcile(context.Background(), 12); err != nil {
+			if _, err := s.Requests.Reconcile(context.Background(), 12); err != nil {
 				t.Fatal(err)
 			}
 			got := inv.Get(12).Owned

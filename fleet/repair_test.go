@@ -72,7 +72,7 @@ func TestUntrusted(t *testing.T) {
 		s := newRegisteredService(inv, reg, fleettest.SealKeys())
 		ctx := context.Background()
 		forge(inv)
-		if _, err := s.ReconcileAll(ctx); err != nil { // its listing shows few seals fail, then the backstop checks
+		if _, err := s.Requests.ReconcileAll(ctx); err != nil { // its listing shows few seals fail, then the backstop checks
 			t.Fatal(err)
 		}
 		got := inv.Get(12)
@@ -83,7 +83,7 @@ func TestUntrusted(t *testing.T) {
 			!strings.Contains(j[0], "written by admin") {
 			t.Errorf("journal %q, want one danger entry naming the writer", j)
 		}
-		if _, err := s.ReconcileAll(ctx); err != nil {
+		if _, err := s.Requests.ReconcileAll(ctx); err != nil {
 			t.Fatal(err)
 		}
 		if n := gauge(t, reg, "fleetd_untrusted_devices"); n != 1 {
@@ -93,7 +93,7 @@ func TestUntrusted(t *testing.T) {
 			t.Errorf("fleetd_owned_field_writes_total{outcome=untrusted} = %v, want 1", n)
 		}
 		inv.WriteAs(fleettest.Owner, 12, func(d *Device) { d.Declared.DesiredAction = ActionProvision })
-		if out, err := s.Reconcile(ctx, 12); err != nil || out.Result != "accepted" {
+		if out, err := s.Requests.Reconcile(ctx, 12); err != nil || out.Result != "accepted" {
 			t.Fatalf("the owner's provision: %+v, %v", out, err)
 		}
 		if got := inv.Get(12); got.Owned.State != StatePending {
@@ -114,7 +114,7 @@ func TestUntrusted(t *testing.T) {
 			inv.WriteAs("admin", int64(20+i), func(d *Device) { d.Owned.Message = "forged" })
 		}
 		for range 2 {
-			_, _ = s.ReconcileAll(context.Background())
+			_, _ = s.Requests.ReconcileAll(context.Background())
 		}
 		for i := range 3 {
 			if got := inv.Get(int64(20 + i)); got.Owned.State == StateUntrusted {
@@ -148,7 +148,7 @@ func TestUpgradeSealsWhatFleetdWroteLast(t *testing.T) {
 	inv.WriteAs(fleettest.ServiceUser, 12, unsealed)
 	inv.WriteAs(fleettest.ServiceUser, 14, unsealed)
 	inv.WriteAs("admin", 14, func(d *Device) { d.Owned.LAKSerial = "0bad" }) // while the hole was open
-	if _, err := s.ReconcileAll(context.Background()); err != nil {
+	if _, err := s.Requests.ReconcileAll(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	keys := fleettest.SealKeys()
@@ -167,7 +167,7 @@ func TestUpgradeSealsWhatFleetdWroteLast(t *testing.T) {
 	if n := gauge(t, reg, "fleetd_owned_field_writes_total", "sealed"); n != 2 {
 		t.Errorf("fleetd_owned_field_writes_total{outcome=sealed} = %v, want 2", n)
 	}
-	if _, err := s.ReconcileAll(context.Background()); err != nil {
+	if _, err := s.Requests.ReconcileAll(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if n, none := gauge(t, reg, "fleetd_sealed_devices", "test"), gauge(t, reg, "fleetd_sealed_devices", "none"); n != 3 || none != 0 {
@@ -196,12 +196,12 @@ func TestKeyRotation(t *testing.T) {
 		reg := prometheus.NewRegistry()
 		s := newRegisteredService(inv, reg, ring(next))
 		saves := len(inv.Changes(12))
-		_, err := s.Reconcile(ctx, 12)
+		_, err := s.Requests.Reconcile(ctx, 12)
 		if r, ok := AsRefusal(err); !ok || r.Code != "seal_key_unknown" || !strings.Contains(err.Error(), "names key test") {
 			t.Errorf("reconcile: %v, want seal_key_unknown naming key test", err)
 		}
 		for range 2 {
-			_, _ = s.ReconcileAll(ctx)
+			_, _ = s.Requests.ReconcileAll(ctx)
 		}
 		if len(inv.Changes(12)) != saves || inv.Get(12).Owned.State != StateWiped {
 			t.Errorf("fleetd wrote a device sealed with a key it lacks: %d saves, state %s", len(inv.Changes(12))-saves, inv.Get(12).Owned.State)
@@ -212,7 +212,7 @@ func TestKeyRotation(t *testing.T) {
 	})
 	// 1. The new key, verify only: nothing changes.
 	s := newRegisteredService(inv, prometheus.NewRegistry(), ring(old, next))
-	if _, err := s.ReconcileAll(ctx); err != nil {
+	if _, err := s.Requests.ReconcileAll(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if c := ring(old).Verify(12, inv.Get(12).Owned, inv.Get(12).Seal); c.Result != SealValid {
@@ -222,7 +222,7 @@ func TestKeyRotation(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	s = newRegisteredService(inv, reg, ring(next, old))
 	for range 2 {
-		if _, err := s.ReconcileAll(ctx); err != nil {
+		if _, err := s.Requests.ReconcileAll(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -245,18 +245,18 @@ func TestKeyRotation(t *testing.T) {
 		inv := fleettest.NewInventory()
 		inv.Set(wipedNode()) // fleetd's write, sealed with the key about to be lost
 		s := newRegisteredService(inv, prometheus.NewRegistry(), ring(next))
-		if _, err := s.Reconcile(ctx, 12); !isRefusal(err, "seal_key_unknown") {
+		if _, err := s.Requests.Reconcile(ctx, 12); !isRefusal(err, "seal_key_unknown") {
 			t.Fatalf("before the seal is cleared: %v, want seal_key_unknown", err)
 		}
 		inv.WriteAs(fleettest.Owner, 12, func(d *Device) { d.Seal = "" })
-		if _, err := s.ReconcileAll(ctx); err != nil {
+		if _, err := s.Requests.ReconcileAll(ctx); err != nil {
 			t.Fatal(err)
 		}
 		if got := inv.Get(12); got.Owned.State != StateUntrusted || got.Owned.Request != "" {
 			t.Fatalf("after the seal was cleared: %+v, want untrusted with everything else cleared", got.Owned)
 		}
 		inv.WriteAs(fleettest.Owner, 12, func(d *Device) { d.Declared.DesiredAction = ActionProvision })
-		if out, err := s.Reconcile(ctx, 12); err != nil || out.Result != "accepted" {
+		if out, err := s.Requests.Reconcile(ctx, 12); err != nil || out.Result != "accepted" {
 			t.Fatalf("the owner's provision: %+v, %v", out, err)
 		}
 		if got := inv.Get(12); got.Owned.State != StatePending || ring(next).Verify(12, got.Owned, got.Seal).Result != SealValid {

@@ -11,7 +11,7 @@ import (
 // reject ends a request the declaration cannot carry: state rejected, a message naming every
 // problem, desired_action cleared, a warning in the journal, and no Workflow. A retirement that is
 // still rejected for the same reasons is not written again (it has no desired_action to clear).
-func (s *Service) reject(ctx context.Context, d Device, action Action, problems []string) (Outcome, error) {
+func (s *Requests) reject(ctx context.Context, d Device, action Action, problems []string) (Outcome, error) {
 	msg := rejectMessage(action, problems)
 	out := outcomeFor(d, action, "claim", "rejected")
 	out.Detail = msg
@@ -25,11 +25,11 @@ func (s *Service) reject(ctx context.Context, d Device, action Action, problems 
 	}
 	p := Patch{IfVersion: d.Version, ClearDesiredAction: d.Declared.DesiredAction != ActionNone,
 		State: &t.To, Message: &msg}
-	if _, err := s.update(ctx, d, p); err != nil {
+	if _, err := s.core.update(ctx, d, p); err != nil {
 		return out, fmt.Errorf("record rejection of %s on %s: %w", action, d.Name, inventoryErr(err))
 	}
-	s.metrics.requests.WithLabelValues(string(action), "rejected").Inc()
-	s.journal(ctx, d, t.Journal, msg)
+	s.core.metrics.requests.WithLabelValues(string(action), "rejected").Inc()
+	s.core.journal(ctx, d, t.Journal, msg)
 	return out, nil
 }
 
@@ -52,7 +52,7 @@ func acceptMessage(action Action, req, workflow, template string) string {
 // desired_action cleared in one conditional write (If-Match on NetBox ≥ 4.6), so that of two
 // concurrent claimants only one wins. The Workflow is created after the claim is durable; a crash
 // in between leaves a pending request whose Workflow the next reconcile creates (follow).
-func (s *Service) accept(ctx context.Context, d Device, action Action) (Outcome, error) {
+func (s *Requests) accept(ctx context.Context, d Device, action Action) (Outcome, error) {
 	out := outcomeFor(d, action, "claim", "accepted")
 	class, _ := s.catalog.Class(d.Declared.Class) // Problems checked it exists
 	req, err := NewRequestID(action, s.rnd)
@@ -67,18 +67,18 @@ func (s *Service) accept(ctx context.Context, d Device, action Action) (Outcome,
 	msg := acceptMessage(action, req, wf, class.Templates[action])
 	p := Patch{IfVersion: d.Version, ClearDesiredAction: d.Declared.DesiredAction != ActionNone,
 		Status: t.Status, State: &t.To, Message: &msg, Request: &req, Workflow: &wf}
-	claimed, err := s.update(ctx, d, p)
+	claimed, err := s.core.update(ctx, d, p)
 	if err != nil {
 		return out, fmt.Errorf("claim %s request on %s: %w", action, d.Name, inventoryErr(err))
 	}
 	claimed.MACs = d.MACs // Update does not read them again
-	s.metrics.requests.WithLabelValues(string(action), "accepted").Inc()
+	s.core.metrics.requests.WithLabelValues(string(action), "accepted").Inc()
 	// The claim's journal entry and its Workflow are writes to two systems that do not depend on
 	// each other: sent at once, the claim waits for the slower one, not for both in turn
 	// (docs/performance.md). install waits for the entry before it records anything more, so a
 	// refused Template's entry still follows the claim's.
 	var journaled sync.WaitGroup
-	journaled.Go(func() { s.journal(ctx, claimed, t.Journal, msg) })
+	journaled.Go(func() { s.core.journal(ctx, claimed, t.Journal, msg) })
 	out.Detail = msg
 	if _, err := s.install(ctx, claimed, action, class, journaled.Wait); err != nil {
 		out.Result = "accepted-install-deferred"
@@ -91,9 +91,9 @@ func (s *Service) accept(ctx context.Context, d Device, action Action) (Outcome,
 // fails the request; any other error leaves it pending for the next reconcile. journaled, when
 // not nil, waits for a journal entry written alongside the Workflow: it returns before install
 // records anything of its own.
-func (s *Service) install(ctx context.Context, d Device, action Action, class Class, journaled func()) (Outcome, error) {
+func (s *Requests) install(ctx context.Context, d Device, action Action, class Class, journaled func()) (Outcome, error) {
 	out := outcomeFor(d, action, "install", "workflow-created")
-	spec := s.workflowSpec(d, action, class)
+	spec := workflowSpec(s.fleetdURL, d, action, class)
 	err := s.inst.Install(ctx, spec)
 	if journaled != nil {
 		journaled()
@@ -102,18 +102,18 @@ func (s *Service) install(ctx context.Context, d Device, action Action, class Cl
 	case err == nil:
 		return out, nil
 	case errors.Is(err, ErrTemplate):
-		return s.apply(ctx, d, action, EventWorkflowFailed, templateFailedMessage(action, d.Owned.Request, err))
+		return s.core.apply(ctx, d, action, EventWorkflowFailed, templateFailedMessage(action, d.Owned.Request, err))
 	default:
-		s.metrics.installErrors.Inc()
+		s.core.metrics.installErrors.Inc()
 		out.Result = "install-deferred"
 		return out, fmt.Errorf("create Workflow %s for %s: %w", spec.Name, d.Name, err)
 	}
 }
 
 // workflowSpec is the Workflow of the device's claimed request.
-func (s *Service) workflowSpec(d Device, action Action, class Class) WorkflowSpec {
+func workflowSpec(fleetdURL string, d Device, action Action, class Class) WorkflowSpec {
 	return WorkflowSpec{Name: d.Owned.Workflow, Template: class.Templates[action], Device: d, Class: class,
-		Action: action, Request: d.Owned.Request, FleetdURL: s.cfg.FleetdURL}
+		Action: action, Request: d.Owned.Request, FleetdURL: fleetdURL}
 }
 
 // templateFailedMessage is the message of a request whose Template cannot carry it.
@@ -123,22 +123,22 @@ func templateFailedMessage(action Action, req string, err error) string {
 
 // follow looks after a running request: creates its Workflow if the claim outlived a crash,
 // and turns a terminal Workflow into the lifecycle event it means.
-func (s *Service) follow(ctx context.Context, d Device, listed workflowListing) (Outcome, error) {
+func (s *Requests) follow(ctx context.Context, d Device, listed workflowListing) (Outcome, error) {
 	action := RequestAction(d.Owned.Request)
 	out := outcomeFor(d, action, "workflow", "waiting")
 	if action == ActionNone || d.Owned.Workflow == "" {
 		msg := fmt.Sprintf("fleet_state is %s but fleet_request %q names no request fleetd made; the request is failed so a new one can start.",
 			d.Owned.State, d.Owned.Request)
-		return s.apply(ctx, d, action, EventWorkflowFailed, msg)
+		return s.core.apply(ctx, d, action, EventWorkflowFailed, msg)
 	}
 	s.noteQueued(ctx, d, action)
-	ws, err := s.workflow(ctx, d.Owned.Workflow, listed)
+	ws, err := listed.workflow(ctx, s.inst, d.Owned.Workflow)
 	switch {
 	case errors.Is(err, ErrNotFound) && d.Owned.State == StatePending: // d is judged on fleetd's values (reconcile)
 		class, ok := s.catalog.Class(d.Declared.Class)
 		if !ok {
 			msg := fmt.Sprintf("%s request %s failed: class %q is no longer in classes.json.", action, d.Owned.Request, d.Declared.Class)
-			return s.apply(ctx, d, action, EventWorkflowFailed, msg)
+			return s.core.apply(ctx, d, action, EventWorkflowFailed, msg)
 		}
 		return s.install(ctx, d, action, class, nil)
 	case errors.Is(err, ErrNotFound):
@@ -146,7 +146,7 @@ func (s *Service) follow(ctx context.Context, d Device, listed workflowListing) 
 		// behind the device's state, it is no event: the transition is judged on the device as
 		// NetBox has it when fleetd writes.
 		msg := fmt.Sprintf("%s request %s failed: its Workflow %s no longer exists in Kubernetes, and it had not ended.", action, d.Owned.Request, d.Owned.Workflow)
-		return s.apply(ctx, d, action, EventWorkflowMissing, msg)
+		return s.core.apply(ctx, d, action, EventWorkflowMissing, msg)
 	case err != nil:
 		out.Result = "workflow-unreadable"
 		return out, fmt.Errorf("read Workflow %s of %s: %w", d.Owned.Workflow, d.Name, err)
@@ -157,25 +157,25 @@ func (s *Service) follow(ctx context.Context, d Device, listed workflowListing) 
 		}
 	}
 	out.Detail = "Workflow " + string(ws.Phase) + " at " + ws.CurrentAction
-	if ev, msg, ends := endsRequest(d, s.clock.Now()); ends {
-		return s.apply(ctx, d, action, ev, msg) // the configuration expired or an older fleetd lost it
+	if ev, msg, ends := endsRequest(d, s.core.clock.Now()); ends {
+		return s.core.apply(ctx, d, action, ev, msg) // the configuration expired or an older fleetd lost it
 	}
 	return out, nil
 }
 
 // WorkflowChanged is the Workflow watch's entry: a Workflow of the device changed. It re-reads the
 // device and applies the change if the Workflow is still the device's current one.
-func (s *Service) WorkflowChanged(ctx context.Context, id int64, ws WorkflowStatus) (Outcome, error) {
-	unlock := s.locks.lock(id)
+func (s *Requests) WorkflowChanged(ctx context.Context, id int64, ws WorkflowStatus) (Outcome, error) {
+	unlock := s.core.locks.lock(id)
 	defer unlock()
-	d, err := s.inv.Device(ctx, id)
+	d, err := s.core.inv.Device(ctx, id)
 	if errors.Is(err, ErrNotFound) {
 		return Outcome{DeviceID: id, Step: "workflow", Result: "unknown-device"}, nil
 	}
 	if err != nil {
 		return Outcome{DeviceID: id, Step: "workflow", Result: "error"}, fmt.Errorf("read device %d: %w: %w", id, ErrInventory, err)
 	}
-	if d, err = s.judgedOnOwnFields(ctx, d); err != nil {
+	if d, err = s.core.judgedOnOwnFields(ctx, d); err != nil {
 		return outcomeFor(d, ActionNone, "workflow", "refused"), err
 	}
 	action := RequestAction(d.Owned.Request)
@@ -186,11 +186,11 @@ func (s *Service) WorkflowChanged(ctx context.Context, id int64, ws WorkflowStat
 	return s.workflowEnded(ctx, d, action, ws)
 }
 
-func (s *Service) workflowEnded(ctx context.Context, d Device, action Action, ws WorkflowStatus) (Outcome, error) {
+func (s *Requests) workflowEnded(ctx context.Context, d Device, action Action, ws WorkflowStatus) (Outcome, error) {
 	refused := s.refusals.take(d.ID, d.Owned.Request)
 	if ws.Phase == WorkflowSucceeded {
 		msg := succeededMessage(d, action, ws)
-		return s.apply(ctx, d, action, EventWorkflowSucceeded, msg)
+		return s.core.apply(ctx, d, action, EventWorkflowSucceeded, msg)
 	}
 	msg := fmt.Sprintf("%s request %s failed: Workflow %s %s", action, d.Owned.Request, ws.Name, ws.Phase)
 	if ws.FailedAction != "" {
@@ -217,7 +217,7 @@ func (s *Service) workflowEnded(ctx context.Context, d Device, action Action, ws
 		}
 	}
 	msg += " " + retryHint(action)
-	return s.apply(ctx, d, action, EventWorkflowFailed, msg)
+	return s.core.apply(ctx, d, action, EventWorkflowFailed, msg)
 }
 
 func workflowEvent(ws WorkflowStatus) Event {
@@ -287,7 +287,7 @@ func retryHint(action Action) string {
 // (a restart or another instance says it once more). A desired_action a client wrote back with an
 // old copy is cleared before this runs (the repair of the reconcile's read, repair.go), so it
 // never passes for a queued request.
-func (s *Service) noteQueued(ctx context.Context, d Device, running Action) {
+func (s *Requests) noteQueued(ctx context.Context, d Device, running Action) {
 	q := requested(d)
 	if q == ActionNone {
 		return
@@ -295,7 +295,7 @@ func (s *Service) noteQueued(ctx context.Context, d Device, running Action) {
 	if _, seen := s.queued.LoadOrStore(fmt.Sprintf("%d %s %s", d.ID, d.Owned.Request, q), true); seen {
 		return
 	}
-	s.journal(ctx, d, JournalInfo, queuedMessage(d, q, running))
+	s.core.journal(ctx, d, JournalInfo, queuedMessage(d, q, running))
 }
 
 // queuedMessage says that request q waits for the running one, and how to cancel it.

@@ -120,7 +120,7 @@ func TestReconcileClaims(t *testing.T) {
 				inst.Set(d.Owned.Workflow, WorkflowStatus{Phase: WorkflowRunning})
 			}
 			s := newTestService(inv, inst)
-			if _, err := s.Reconcile(ctx, 12); err != nil {
+			if _, err := s.Requests.Reconcile(ctx, 12); err != nil {
 				t.Fatalf("Reconcile: %v", err)
 			}
 			got := inv.Get(12)
@@ -158,7 +158,7 @@ func TestReconcileClaims(t *testing.T) {
 				}
 			}
 			// A second reconcile finds nothing left to do.
-			if _, err := s.Reconcile(ctx, 12); err != nil {
+			if _, err := s.Requests.Reconcile(ctx, 12); err != nil {
 				t.Fatal(err)
 			}
 			if n := len(inv.JournalOf(12)); n != len(j) || inst.Creates() != r.wantCreates {
@@ -180,7 +180,7 @@ func TestConcurrentTriggersCreateOneWorkflow(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := s.Reconcile(context.Background(), 12); err != nil {
+			if _, err := s.Requests.Reconcile(context.Background(), 12); err != nil {
 				t.Error(err)
 			}
 		}()
@@ -202,7 +202,7 @@ func TestClaimConflict(t *testing.T) {
 	inv, inst := fleettest.NewInventory(d), fleettest.NewInstaller()
 	inv.ConflictOnce[12] = func(d *Device) { d.Declared.DiskSerial = "S-NEW" }
 	s := newTestService(inv, inst)
-	if _, err := s.Reconcile(context.Background(), 12); err != nil {
+	if _, err := s.Requests.Reconcile(context.Background(), 12); err != nil {
 		t.Fatal(err)
 	}
 	got := inv.Get(12)
@@ -223,7 +223,7 @@ func TestInstallDeferredThenCompleted(t *testing.T) {
 	inv, inst := fleettest.NewInventory(d), fleettest.NewInstaller()
 	inst.Fail = fmt.Errorf("dial tcp 127.0.0.1:6443: connection refused")
 	s := newTestService(inv, inst)
-	if _, err := s.Reconcile(context.Background(), 12); err == nil {
+	if _, err := s.Requests.Reconcile(context.Background(), 12); err == nil {
 		t.Fatal("Reconcile with the API down: no error")
 	}
 	got := inv.Get(12)
@@ -231,7 +231,7 @@ func TestInstallDeferredThenCompleted(t *testing.T) {
 		t.Fatalf("after a failed create: state %q workflow %q creates %d", got.Owned.State, got.Owned.Workflow, inst.Creates())
 	}
 	inst.Fail = nil
-	if _, err := s.Reconcile(context.Background(), 12); err != nil {
+	if _, err := s.Requests.Reconcile(context.Background(), 12); err != nil {
 		t.Fatal(err)
 	}
 	if inst.Creates() != 1 || inst.Spec(got.Owned.Workflow).Request != got.Owned.Request {
@@ -250,7 +250,7 @@ func TestTemplateRefusalFailsRequest(t *testing.T) {
 	inv, inst := fleettest.NewInventory(d), fleettest.NewInstaller()
 	inst.Fail = fmt.Errorf("Template fleet-wipe: action wipe-disk has timeout 0: %w", ErrTemplate)
 	s := newTestService(inv, inst)
-	if _, err := s.Reconcile(context.Background(), 12); err != nil {
+	if _, err := s.Requests.Reconcile(context.Background(), 12); err != nil {
 		t.Fatal(err)
 	}
 	got := inv.Get(12)

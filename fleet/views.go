@@ -43,7 +43,7 @@ func (s *Service) ViewAll(ctx context.Context) ([]DeviceView, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list devices: %w: %w", ErrInventory, err)
 	}
-	listed := s.listWorkflows(ctx, devices)
+	listed := listWorkflows(ctx, s.inst, s.log, devices)
 	views := make([]DeviceView, len(devices))
 	for i, d := range devices {
 		views[i] = s.view(ctx, d, !d.Owned.State.Terminal(), listed)
@@ -60,26 +60,13 @@ func (s *Service) view(ctx context.Context, d Device, readWorkflow bool, listed 
 	if !readWorkflow || d.Owned.Workflow == "" {
 		return v
 	}
-	ws, err := s.workflow(ctx, d.Owned.Workflow, listed)
+	ws, err := listed.workflow(ctx, s.inst, d.Owned.Workflow)
 	if err != nil {
 		v.WorkflowError = err.Error()
 		return v
 	}
 	v.Workflow = &ws
 	return v
-}
-
-// ReconcileByName re-reads the named device and takes its next step (operator route).
-func (s *Service) ReconcileByName(ctx context.Context, name string) (Outcome, error) {
-	d, err := s.inv.DeviceByName(ctx, name)
-	if errors.Is(err, ErrNotFound) {
-		return Outcome{Device: name, Step: "read", Result: "unknown-device"},
-			Refuse(RefusedNotFound, "unknown_device", "NetBox has no device named %q", name)
-	}
-	if err != nil {
-		return Outcome{Device: name, Step: "read", Result: "error"}, fmt.Errorf("read device %q: %w: %w", name, ErrInventory, err)
-	}
-	return s.Reconcile(ctx, d.ID)
 }
 
 // bootCheckMissing reports an active node whose boot checks stopped: the last accepted one is

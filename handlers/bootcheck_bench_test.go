@@ -358,8 +358,8 @@ func benchServiceWith(b *testing.B, f *fleetdUnderTest, inv fleet.Inventory, clo
 	if err != nil {
 		b.Fatal(err)
 	}
-	intake, _ := webhook.New(webhook.Config{Secret: []byte("s")}, webhook.Deps{Reconciler: svc})
-	h, err := handlers.New(handlers.Deps{Service: svc, BootChecks: svc.BootChecks, Delivery: svc.Delivery, Enrollment: svc.Enrollment, Webhooks: intake, Gatherer: prometheus.NewRegistry(), OperatorToken: []byte("op"), Logger: zerolog.Nop()})
+	intake, _ := webhook.New(webhook.Config{Secret: []byte("s")}, webhook.Deps{Reconciler: svc.Requests})
+	h, err := handlers.New(handlers.Deps{Service: svc, Requests: svc.Requests, BootChecks: svc.BootChecks, Delivery: svc.Delivery, Enrollment: svc.Enrollment, Webhooks: intake, Gatherer: prometheus.NewRegistry(), OperatorToken: []byte("op"), Logger: zerolog.Nop()})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -21,8 +21,8 @@ func guardedServer(t *testing.T, tlsOnly bool, limits Limits) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	in, _ := webhook.New(webhook.Config{Secret: []byte("s")}, webhook.Deps{Reconciler: svc})
-	s, err := New(Deps{Service: svc, BootChecks: svc.BootChecks, Delivery: svc.Delivery, Enrollment: svc.Enrollment, Webhooks: in, Gatherer: prometheus.NewRegistry(), OperatorToken: []byte("t"),
+	in, _ := webhook.New(webhook.Config{Secret: []byte("s")}, webhook.Deps{Reconciler: svc.Requests})
+	s, err := New(Deps{Service: svc, Requests: svc.Requests, BootChecks: svc.BootChecks, Delivery: svc.Delivery, Enrollment: svc.Enrollment, Webhooks: in, Gatherer: prometheus.NewRegistry(), OperatorToken: []byte("t"),
 		Logger: zerolog.Nop(), NeedTLS: tlsOnly, NodeLimits: limits})
 	if err != nil {
 		t.Fatal(err)

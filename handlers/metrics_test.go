@@ -68,7 +68,7 @@ func TestMetricsNameNoDevice(t *testing.T) {
 		activeNode(3, now.Add(-time.Hour), fleet.BootCheckDrift)}})
 	reconcile := func() {
 		t.Helper()
-		if _, err := f.Service.ReconcileAll(context.Background()); err != nil {
+		if _, err := f.Service.Requests.ReconcileAll(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 	}

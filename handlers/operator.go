@@ -222,7 +222,7 @@ func (s *Server) getDevice(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) reconcileDevice(w http.ResponseWriter, r *http.Request) {
-	out, err := s.deps.Service.ReconcileByName(r.Context(), mux.Vars(r)["name"])
+	out, err := s.deps.Requests.ReconcileByName(r.Context(), mux.Vars(r)["name"])
 	log := s.log(w)
 	ev := log.Info()
 	if err != nil {

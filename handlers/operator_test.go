@@ -128,12 +128,12 @@ func TestOperatorGuessesAreLimited(t *testing.T) {
 // (here an error carrying NetBox's address) only to a caller with the operator token.
 func TestReadyzTellsErrorsOnlyToOperators(t *testing.T) {
 	f := handlerstest.New(t, handlerstest.Config{})
-	intake, err := webhook.New(webhook.Config{Secret: []byte("s")}, webhook.Deps{Reconciler: f.Service})
+	intake, err := webhook.New(webhook.Config{Secret: []byte("s")}, webhook.Deps{Reconciler: f.Service.Requests})
 	if err != nil {
 		t.Fatal(err)
 	}
 	const detail = "dial tcp netbox.lan:443: connection refused"
-	h, err := handlers.New(handlers.Deps{Service: f.Service, BootChecks: f.Service.BootChecks, Delivery: f.Service.Delivery, Enrollment: f.Service.Enrollment, Webhooks: intake, Gatherer: prometheus.NewRegistry(),
+	h, err := handlers.New(handlers.Deps{Service: f.Service, Requests: f.Service.Requests, BootChecks: f.Service.BootChecks, Delivery: f.Service.Delivery, Enrollment: f.Service.Enrollment, Webhooks: intake, Gatherer: prometheus.NewRegistry(),
 		OperatorToken: []byte("op"), Logger: zerolog.Nop(), Ready: []handlers.ReadyCheck{
 			{Name: "netbox", Check: func(context.Context) error { return errors.New(detail) }},
 			{Name: "kubernetes", Check: func(context.Context) error { return nil }}}})

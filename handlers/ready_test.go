@@ -39,8 +39,8 @@ func TestReadyzSharesOneProbe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	in, _ := webhook.New(webhook.Config{Secret: []byte("s")}, webhook.Deps{Reconciler: svc})
-	s, err := New(Deps{Service: svc, BootChecks: svc.BootChecks, Delivery: svc.Delivery, Enrollment: svc.Enrollment, Webhooks: in, Gatherer: prometheus.NewRegistry(), OperatorToken: []byte("t"),
+	in, _ := webhook.New(webhook.Config{Secret: []byte("s")}, webhook.Deps{Reconciler: svc.Requests})
+	s, err := New(Deps{Service: svc, Requests: svc.Requests, BootChecks: svc.BootChecks, Delivery: svc.Delivery, Enrollment: svc.Enrollment, Webhooks: in, Gatherer: prometheus.NewRegistry(), OperatorToken: []byte("t"),
 		Logger: zerolog.New(syncWriter{&logMu, &logs}), Now: func() time.Time { return time.Unix(0, now.Load()) },
 		Ready: []ReadyCheck{
 			{Name: "netbox", Check: func(context.Context) error {

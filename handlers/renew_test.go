@@ -215,7 +215,7 @@ func (n *renewalNode) deviceView(t *testing.T, d fleet.Device) {
 			t.Errorf("device view certificates.%s = %q, want %q", k, v.Certs[k], w)
 		}
 	}
-	if _, err := n.f.svc.ReconcileAll(context.Background()); err != nil {
+	if _, err := n.f.svc.Requests.ReconcileAll(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	for _, g := range []struct {

@@ -27,11 +27,11 @@ func TestWebhookBodyTimeout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	in, err := webhook.New(webhook.Config{Secret: []byte("s"), BodyTimeout: 200 * time.Millisecond}, webhook.Deps{Reconciler: svc})
+	in, err := webhook.New(webhook.Config{Secret: []byte("s"), BodyTimeout: 200 * time.Millisecond}, webhook.Deps{Reconciler: svc.Requests})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(Deps{Service: svc, BootChecks: svc.BootChecks, Delivery: svc.Delivery, Enrollment: svc.Enrollment, Webhooks: in, Gatherer: prometheus.NewRegistry(), OperatorToken: []byte("t"), Logger: zerolog.Nop()})
+	s, err := New(Deps{Service: svc, Requests: svc.Requests, BootChecks: svc.BootChecks, Delivery: svc.Delivery, Enrollment: svc.Enrollment, Webhooks: in, Gatherer: prometheus.NewRegistry(), OperatorToken: []byte("t"), Logger: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)
 	}

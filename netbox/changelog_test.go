@@ -91,7 +91,7 @@ func TestChangeLogBackstop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.ReconcileAll(ctx); err != nil {
+	if _, err := s.Requests.ReconcileAll(ctx); err != nil {
 		t.Fatalf("ReconcileAll: %v", err)
 	}
 	cf, _ := e.emu.CustomFieldData(e.node1)
@@ -108,7 +108,7 @@ func TestChangeLogBackstop(t *testing.T) {
 		t.Errorf("journal %+v", journal)
 	}
 	// The next run reads the change log again (with its overlap) and finds fleetd's restore last.
-	if _, err := s.ReconcileAll(ctx); err != nil || len(e.emu.Journal(e.node1)) != 1 {
+	if _, err := s.Requests.ReconcileAll(ctx); err != nil || len(e.emu.Journal(e.node1)) != 1 {
 		t.Errorf("second reconcile: %v, journal %+v; want nothing more", err, e.emu.Journal(e.node1))
 	}
 }
@@ -141,7 +141,7 @@ func TestStaleCopyJudgedAfterItsUndo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Reconcile(ctx, e.node1); err != nil {
+	if _, err := s.Requests.Reconcile(ctx, e.node1); err != nil {
 		t.Fatalf("Reconcile: %v", err)
 	}
 	cf, _ := e.emu.CustomFieldData(e.node1)
@@ -189,10 +189,10 @@ func TestOlderRequestWrittenBackNotFollowed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.WorkflowChanged(ctx, e.node1, fleet.WorkflowStatus{Name: wipeWF, Phase: fleet.WorkflowFailed}); err != nil {
+	if _, err := s.Requests.WorkflowChanged(ctx, e.node1, fleet.WorkflowStatus{Name: wipeWF, Phase: fleet.WorkflowFailed}); err != nil {
 		t.Fatalf("WorkflowChanged: %v", err)
 	}
-	if _, err := s.Reconcile(ctx, e.node1); err != nil {
+	if _, err := s.Requests.Reconcile(ctx, e.node1); err != nil {
 		t.Fatalf("Reconcile: %v", err)
 	}
 	got, err := e.client.Device(ctx, e.node1)

@@ -78,7 +78,7 @@ func TestTrimmedChangeLog(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := s.ReconcileAll(ctx); err != nil {
+			if _, err := s.Requests.ReconcileAll(ctx); err != nil {
 				t.Fatalf("ReconcileAll: %v", err)
 			}
 			got, err := e.client.Device(ctx, e.node1)

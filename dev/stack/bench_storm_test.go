@@ -49,7 +49,7 @@ func BenchmarkProvisionStorm(b *testing.B) {
 			go func() {
 				defer wg.Done()
 				for id := range work {
-					out, err := svc.Reconcile(context.Background(), id)
+					out, err := svc.Requests.Reconcile(context.Background(), id)
 					if err != nil || out.Result != "accepted" {
 						b.Errorf("device %d: %s, %v; want accepted", id, out.Result, err)
 					}

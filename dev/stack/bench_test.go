@@ -130,7 +130,7 @@ func BenchmarkReconcile1000(b *testing.B) {
 	b.Run("idle", func(b *testing.B) {
 		svc, _ := reconcileService(b, s, benchFleet{ns: "bench-idle", devices: 1000})
 		for b.Loop() {
-			if _, err := svc.ReconcileAll(context.Background()); err != nil {
+			if _, err := svc.Requests.ReconcileAll(context.Background()); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -138,7 +138,7 @@ func BenchmarkReconcile1000(b *testing.B) {
 	b.Run("1000-pending", func(b *testing.B) {
 		svc, _ := reconcileService(b, s, benchFleet{ns: "bench-pending", devices: 1000, pending: true})
 		for b.Loop() {
-			if _, err := svc.ReconcileAll(context.Background()); err != nil {
+			if _, err := svc.Requests.ReconcileAll(context.Background()); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -146,7 +146,7 @@ func BenchmarkReconcile1000(b *testing.B) {
 	b.Run("1000-pending-one-read-each", func(b *testing.B) {
 		svc, _ := reconcileService(b, s, benchFleet{ns: "bench-pending-each", devices: 1000, pending: true, wrap: withoutListing})
 		for b.Loop() {
-			if _, err := svc.ReconcileAll(context.Background()); err != nil {
+			if _, err := svc.Requests.ReconcileAll(context.Background()); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -167,7 +167,7 @@ func New(tb testing.TB, cfg Config) *Fleetd {
 		Clock: clock, Random: rand.Reader, Logger: zerolog.Nop(), Registry: f.Registry, DeviceRegistry: f.DeviceRegistry})
 	must(err)
 	intake, err := webhook.New(webhook.Config{Secret: []byte(WebhookSecret), ServiceUser: fleettest.ServiceUser},
-		webhook.Deps{Reconciler: f.Service, Registry: f.Registry, Logger: zerolog.Nop()})
+		webhook.Deps{Reconciler: f.Service.Requests, Registry: f.Registry, Logger: zerolog.Nop()})
 	must(err)
 	ctx, stop := context.WithCancel(context.Background())
 	tb.Cleanup(stop)
@@ -177,9 +177,9 @@ func New(tb testing.TB, cfg Config) *Fleetd {
 	case cfg.NoReceipts:
 		receipts = nil
 	case receipts == nil:
-		receipts = f.Service
+		receipts = f.Service.Requests
 	}
-	h, err := handlers.New(handlers.Deps{Service: f.Service, BootChecks: f.Service.BootChecks, Delivery: f.Service.Delivery, Enrollment: f.Service.Enrollment, Webhooks: intake, Gatherer: f.Registry, DeviceGatherer: f.DeviceRegistry,
+	h, err := handlers.New(handlers.Deps{Service: f.Service, Requests: f.Service.Requests, BootChecks: f.Service.BootChecks, Delivery: f.Service.Delivery, Enrollment: f.Service.Enrollment, Webhooks: intake, Gatherer: f.Registry, DeviceGatherer: f.DeviceRegistry,
 		MetricsToken: []byte("metrics"), OperatorToken: []byte("op"), Logger: cfg.HandlerLog,
 		ReceiptTokens: f.Attest.Receipts, Receipts: receipts})
 	must(err)
