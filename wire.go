@@ -124,7 +124,8 @@ func wire(ctx context.Context, cfg *config.Config, log zerolog.Logger) (*app, er
 		return nil, err
 	}
 	a.deps = []handlers.ReadyCheck{{Name: "netbox", Check: a.netbox.Ping}, {Name: "kubernetes", Check: a.install.Ping}}
-	h, err := handlers.New(handlers.Deps{Service: a.service, Requests: a.service.Requests, BootChecks: a.service.BootChecks, Delivery: a.service.Delivery, Enrollment: a.service.Enrollment, Webhooks: a.intake, Gatherer: reg, DeviceGatherer: devReg,
+	h, err := handlers.New(handlers.Deps{Enrollment: a.service.Enrollment, Delivery: a.service.Delivery, BootChecks: a.service.BootChecks, Requests: a.service.Requests,
+		Review: a.service.Review, Views: a.service.Views, Webhooks: a.intake, Gatherer: reg, DeviceGatherer: devReg,
 		MetricsToken: sec.metrics, Logger: log, OperatorToken: sec.operator, NeedTLS: cfg.TLS.Cert != "",
 		NodeLimits: handlers.Limits{PerMinute: cfg.Limits.NodeRequestsPerMinute, Burst: cfg.Limits.NodeBurst},
 		Ready:      a.deps, ReceiptTokens: att.Receipts, Receipts: a.service.Requests})

@@ -211,7 +211,7 @@ func TestQueuedRequest(t *testing.T) {
 	if got := inv.Get(12); got.Owned.Request != "provision-aaaaaaaa" || got.Declared.DesiredAction != ActionWipe || inst.Creates() != 0 {
 		t.Errorf("the queued wipe started or was dropped: request %q desired_action %q, %d Workflows", got.Owned.Request, got.Declared.DesiredAction, inst.Creates())
 	}
-	v, err := s.View(ctx, "node-a")
+	v, err := s.Views.View(ctx, "node-a")
 	if err != nil || v.Queued != ActionWipe {
 		t.Errorf("View: queued %q, %v; want wipe", v.Queued, err)
 	}
@@ -223,7 +223,7 @@ func TestQueuedRequest(t *testing.T) {
 		if _, err := s.Requests.Reconcile(ctx, 12); err != nil {
 			t.Fatal(err)
 		}
-		if v, _ := s.View(ctx, "node-a"); len(inv.JournalOf(12)) != 0 || v.Queued != ActionNone {
+		if v, _ := s.Views.View(ctx, "node-a"); len(inv.JournalOf(12)) != 0 || v.Queued != ActionNone {
 			t.Errorf("journal %q, queued %q", inv.JournalOf(12), v.Queued)
 		}
 	})

@@ -120,7 +120,7 @@ var ErrNoChangeLog = errors.New("fleetd reads no change log, so it cannot tell f
 
 // InventoryCheck checks the named devices, or with none every fleet device (one with a
 // fleet_class). An unknown name is refused; a NetBox that cannot be read is ErrInventory.
-func (s *Service) InventoryCheck(ctx context.Context, names []string) (rep InventoryReport, err error) {
+func (s *Review) InventoryCheck(ctx context.Context, names []string) (rep InventoryReport, err error) {
 	if len(names) == 0 {
 		defer func() { s.observeInventory(rep, err) }()
 	}
@@ -131,7 +131,7 @@ func (s *Service) InventoryCheck(ctx context.Context, names []string) (rep Inven
 	if err != nil {
 		return InventoryReport{}, err
 	}
-	now := s.clock.Now().UTC()
+	now := s.core.clock.Now().UTC()
 	since := now
 	for _, d := range devices {
 		for _, t := range []time.Time{d.Owned.Facts.Proved.Since, d.Owned.Facts.Claimed.Since} {
@@ -144,7 +144,7 @@ func (s *Service) InventoryCheck(ctx context.Context, names []string) (rep Inven
 	if err != nil {
 		return InventoryReport{}, err
 	}
-	r := InventoryReport{CheckedAt: now, BootCheckWindow: s.cfg.inventoryWindow()}
+	r := InventoryReport{CheckedAt: now, BootCheckWindow: s.window}
 	for _, d := range devices {
 		r.Devices = append(r.Devices, s.checkInventory(d, decl[d.ID], now))
 	}
@@ -164,7 +164,7 @@ const (
 // RunInventory checks the whole fleet first after first, then every interval until ctx ends,
 // for fleetd_inventory_differences; a check that fails is counted and logged, and the gauge
 // keeps the last check's counts (it has no series before this process's first check).
-func (s *Service) RunInventory(ctx context.Context, first, interval time.Duration) error {
+func (s *Review) RunInventory(ctx context.Context, first, interval time.Duration) error {
 	for wait := first; ; wait = interval {
 		select {
 		case <-ctx.Done():
@@ -173,30 +173,30 @@ func (s *Service) RunInventory(ctx context.Context, first, interval time.Duratio
 		}
 		rep, err := s.InventoryCheck(ctx, nil)
 		if err != nil && ctx.Err() == nil {
-			s.log.Warn().Err(err).Msg("inventory check failed; the next one tries again")
+			s.core.log.Warn().Err(err).Msg("inventory check failed; the next one tries again")
 		} else if err == nil {
-			s.log.Info().Int("devices", len(rep.Devices)).Bool("differs", rep.Differs()).Msg("inventory checked")
+			s.core.log.Info().Int("devices", len(rep.Devices)).Bool("differs", rep.Differs()).Msg("inventory checked")
 		}
 		s.afterSweep()
 	}
 }
 
 // observeInventory records a whole fleet's check in the metrics.
-func (s *Service) observeInventory(rep InventoryReport, err error) {
+func (s *Review) observeInventory(rep InventoryReport, err error) {
 	if err != nil {
-		s.metrics.inventoryRuns.WithLabelValues("error").Inc()
+		s.core.metrics.inventoryRuns.WithLabelValues("error").Inc()
 		return
 	}
-	s.metrics.inventoryRuns.WithLabelValues("ok").Inc()
+	s.core.metrics.inventoryRuns.WithLabelValues("ok").Inc()
 	for k, n := range rep.Count() {
-		s.metrics.inventoryDiffs.WithLabelValues(string(k)).Set(float64(n))
+		s.core.metrics.inventoryDiffs.WithLabelValues(string(k)).Set(float64(n))
 	}
 }
 
 // inventoryDevices reads the named devices, or every fleet device, sorted by name.
-func (s *Service) inventoryDevices(ctx context.Context, names []string) ([]Device, error) {
+func (s *Review) inventoryDevices(ctx context.Context, names []string) ([]Device, error) {
 	if len(names) == 0 {
-		all, err := s.inv.Devices(ctx)
+		all, err := s.core.inv.Devices(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("list devices: %w: %w", ErrInventory, err)
 		}
@@ -206,7 +206,7 @@ func (s *Service) inventoryDevices(ctx context.Context, names []string) ([]Devic
 	}
 	var out []Device
 	for _, name := range names {
-		d, err := s.inv.DeviceByNameSealed(ctx, name)
+		d, err := s.core.inv.DeviceByNameSealed(ctx, name)
 		if errors.Is(err, ErrNotFound) {
 			return nil, Refuse(RefusedNotFound, "unknown_device", "NetBox has no device named %q", name)
 		}
@@ -219,14 +219,14 @@ func (s *Service) inventoryDevices(ctx context.Context, names []string) ([]Devic
 }
 
 // checkInventory is one device's check at now, given its declaration's last change.
-func (s *Service) checkInventory(d Device, decl declarationChange, now time.Time) DeviceInventory {
+func (s *Review) checkInventory(d Device, decl declarationChange, now time.Time) DeviceInventory {
 	out := DeviceInventory{Device: d.Name, Class: d.Declared.Class, DeclaredAt: decl.at}
 	f := d.Owned.Facts
 	if d.Owned.FactsUnreadable != "" {
 		out.Differences = append(out.Differences, Difference{Kind: DiffFactsUnreadable, Source: "fleet_facts",
 			Detail: fmt.Sprintf("fleet_facts cannot be read (%s); an accepted enrollment or boot check writes it again", d.Owned.FactsUnreadable)})
 	}
-	retention := s.cfg.changeLogRetention()
+	retention := s.retention
 	current := func(half string, seen time.Time) bool {
 		switch {
 		case seen.IsZero():

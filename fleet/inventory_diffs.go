@@ -79,12 +79,12 @@ func claimedDifferences(d Device, c api.ClaimedFacts, seen time.Time) []Differen
 // stopped, and a current certificate close to its NotAfter that was not renewed (the alert
 // FleetdCertExpiring's rule: less than a quarter of the time from its renewal point to its
 // NotAfter left).
-func (s *Service) recordDifferences(d Device, now time.Time) []Difference {
+func (s *Review) recordDifferences(d Device, now time.Time) []Difference {
 	if d.Status != StatusActive || d.Owned.State != StateActive {
 		return nil
 	}
 	var out []Difference
-	window := s.cfg.inventoryWindow()
+	window := s.window
 	switch last, id := d.Owned.LastBootCheck, d.Owned.Identity; {
 	case !last.IsZero() && now.Sub(last) > window:
 		out = append(out, Difference{Kind: DiffBootChecksStopped, At: last.UTC(), Source: "last_boot_check",
@@ -126,12 +126,12 @@ type declarationChange struct {
 // before or after is one the device declares or reported. fleetd writes none of these, so its
 // own saves (which touch the device's last_updated) are left out of the read when
 // netbox.service_user is set and change nothing when it is not (docs/design.md §10).
-func (s *Service) declarationChanges(ctx context.Context, since time.Time, devices []Device) (map[int64]declarationChange, error) {
+func (s *Review) declarationChanges(ctx context.Context, since time.Time, devices []Device) (map[int64]declarationChange, error) {
 	out := map[int64]declarationChange{}
-	if !since.Before(s.clock.Now()) {
+	if !since.Before(s.core.clock.Now()) {
 		return out, nil // no facts: nothing to be stale
 	}
-	q := ChangeQuery{Since: since, ExceptUser: s.cfg.ServiceUser}
+	q := ChangeQuery{Since: since, ExceptUser: s.serviceUser}
 	note := func(id int64, at time.Time, by string) {
 		if at.After(out[id].at) {
 			out[id] = declarationChange{at: at.UTC(), by: by}

@@ -79,14 +79,14 @@ func TestInventoryMetric(t *testing.T) {
 	if gauge("mac_changed") != -1 {
 		t.Errorf("before the first check of the whole fleet the gauge is %v, want no series (not a 0 that says the fleet agrees)", gauge("mac_changed"))
 	}
-	if _, err := s.InventoryCheck(context.Background(), []string{"node-b"}); err != nil || gauge("mac_changed") != -1 {
+	if _, err := s.Review.InventoryCheck(context.Background(), []string{"node-b"}); err != nil || gauge("mac_changed") != -1 {
 		t.Errorf("a named check set the gauge: %v, %v", gauge("mac_changed"), err)
 	}
-	if _, err := s.InventoryCheck(context.Background(), nil); err != nil || gauge("mac_changed") != 1 || gauge("disk_not_found") != 0 {
+	if _, err := s.Review.InventoryCheck(context.Background(), nil); err != nil || gauge("mac_changed") != 1 || gauge("disk_not_found") != 0 {
 		t.Errorf("after the fleet's check: mac_changed %v, disk_not_found %v, %v", gauge("mac_changed"), gauge("disk_not_found"), err)
 	}
 	log.Err = errDown
-	_, _ = s.InventoryCheck(context.Background(), nil)
+	_, _ = s.Review.InventoryCheck(context.Background(), nil)
 	if gauge("mac_changed") != 1 {
 		t.Errorf("a failed check changed the gauge")
 	}
@@ -106,14 +106,14 @@ func TestRunInventory(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
-	go func() { done <- s.RunInventory(ctx, time.Hour, time.Hour) }()
+	go func() { done <- s.Review.RunInventory(ctx, time.Hour, time.Hour) }()
 	cancel()
 	if err := <-done; err != nil || len(log.Queries) != 0 || series() != 0 {
 		t.Fatalf("stopped before its first delay: %v, %d change-log reads, %v gauge series; want no check", err, len(log.Queries), series())
 	}
 	ctx, cancel = context.WithCancel(context.Background())
 	defer cancel()
-	go func() { done <- s.RunInventory(ctx, time.Millisecond, time.Hour) }()
+	go func() { done <- s.Review.RunInventory(ctx, time.Millisecond, time.Hour) }()
 	for end := time.Now().Add(10 * time.Second); series() == 0; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(end) {
 			t.Fatal("no check of the whole fleet after the first delay")
@@ -168,7 +168,7 @@ func TestInventoryDifferences(t *testing.T) {
 			ok := agreeing(1, "node-ok")
 			s, inv := inventoryService(t, &fleettest.ChangeLog{}, ok, d)
 			before := []Device{inv.Get(1), inv.Get(d.ID)}
-			rep, err := s.InventoryCheck(context.Background(), nil)
+			rep, err := s.Review.InventoryCheck(context.Background(), nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -198,7 +198,7 @@ func TestInventoryDifferences(t *testing.T) {
 func TestInventoryAgrees(t *testing.T) {
 	planned := fleettest.Declared(3, "node-new")
 	s, _ := inventoryService(t, &fleettest.ChangeLog{}, agreeing(1, "node-a"), agreeing(2, "node-b"), planned)
-	rep, err := s.InventoryCheck(context.Background(), nil)
+	rep, err := s.Review.InventoryCheck(context.Background(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +230,7 @@ func TestInventoryStale(t *testing.T) {
 		{DeviceID: 1, User: "fleetd", Time: testEpoch.Add(-20 * time.Minute), Before: before, After: after},
 	}}
 	s, _ := inventoryService(t, log, d)
-	rep, err := s.InventoryCheck(context.Background(), []string{"node-a"})
+	rep, err := s.Review.InventoryCheck(context.Background(), []string{"node-a"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,7 +248,7 @@ func TestInventoryStale(t *testing.T) {
 	m.MACs = []MAC{"02:aa:00:00:00:01"}
 	log = &fleettest.ChangeLog{MACs: []MACChange{{User: "owner", Time: testEpoch.Add(-5 * time.Minute), Before: "3c:ec:ef:4c:4f:54", After: "02:aa:00:00:00:01"}}}
 	s, _ = inventoryService(t, log, m)
-	rep, err = s.InventoryCheck(context.Background(), nil)
+	rep, err = s.Review.InventoryCheck(context.Background(), nil)
 	if err != nil || rep.Devices[0].Result != InventoryStale || len(rep.Devices[0].Differences) != 0 {
 		t.Errorf("MAC changed by the owner: %+v, %v", rep.Devices, err)
 	}
@@ -271,14 +271,14 @@ func TestInventoryCannotCheck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.InventoryCheck(context.Background(), nil); !errors.Is(err, ErrInventory) || errors.Is(err, ErrChangeLog) {
+	if _, err := s.Review.InventoryCheck(context.Background(), nil); !errors.Is(err, ErrInventory) || errors.Is(err, ErrChangeLog) {
 		t.Errorf("NetBox down: %v, want ErrInventory, not ErrChangeLog", err)
 	}
 	s2, _ := inventoryService(t, &fleettest.ChangeLog{Err: errDown}, agreeing(1, "node-a"))
-	if _, err := s2.InventoryCheck(context.Background(), nil); !errors.Is(err, ErrInventory) || !errors.Is(err, ErrChangeLog) || !strings.Contains(err.Error(), "change log") {
+	if _, err := s2.Review.InventoryCheck(context.Background(), nil); !errors.Is(err, ErrInventory) || !errors.Is(err, ErrChangeLog) || !strings.Contains(err.Error(), "change log") {
 		t.Errorf("change log down: %v", err)
 	}
-	if _, err := s2.InventoryCheck(context.Background(), []string{"nobody"}); err == nil || !strings.Contains(err.Error(), `no device named "nobody"`) {
+	if _, err := s2.Review.InventoryCheck(context.Background(), []string{"nobody"}); err == nil || !strings.Contains(err.Error(), `no device named "nobody"`) {
 		t.Errorf("unknown device: %v", err)
 	}
 }
@@ -323,7 +323,7 @@ func TestAfterSweep(t *testing.T) {
 	}
 	ctx, cancel = context.WithCancel(context.Background())
 	defer cancel()
-	go func() { done <- s.RunInventory(ctx, time.Millisecond, time.Hour) }()
+	go func() { done <- s.Review.RunInventory(ctx, time.Millisecond, time.Hour) }()
 	got = seen(3)
 	cancel()
 	<-done

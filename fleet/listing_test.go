@@ -105,7 +105,7 @@ func TestReconcileAllListsWorkflows(t *testing.T) {
 			}
 			// The operator's list of every device reads the Workflows the same way.
 			inst.lists, inst.reads = 0, 0
-			views, err := s.ViewAll(context.Background())
+			views, err := s.Views.ViewAll(context.Background())
 			if err != nil {
 				t.Fatal(err)
 			}

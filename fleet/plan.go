@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 )
 
 // A plan is what fleetd would do for a device's request, decided by the functions the request
@@ -12,6 +13,22 @@ import (
 // installer's own Template check) and writing nothing: no NetBox write, no journal entry, no
 // Workflow or Hardware, no Kea reservation (docs/http.md "Plan a request"). What the claim draws
 // at random (the request id, and with it the Workflow name's suffix) is shown as a pattern.
+
+// Review answers the operator's two questions that change nothing: what a request would do
+// (Plan, decided by the functions the request itself runs), and where NetBox and the machines
+// disagree (InventoryCheck, docs/design.md §10).
+type Review struct {
+	core        *core
+	inst        Installer
+	catalog     Catalog
+	attest      Attestation
+	changes     ChangeLog     // nil: declaration changes are not read
+	fleetdURL   string        // Config.FleetdURL, for the Workflow a plan previews
+	serviceUser string        // fleetd's own NetBox user (Config.ServiceUser)
+	window      time.Duration // Config.InventoryBootCheckWindow, defaulted
+	retention   time.Duration // Config.ChangeLogRetention, defaulted
+	afterSweep  func()        // Config.AfterSweep, or nothing
+}
 
 // InstallPreviewer is an Installer that can check a request's Workflow as Install would,
 // writing nothing.
@@ -130,11 +147,11 @@ type PlanStep struct {
 
 // Plan decides what the named device's request would do: the request NetBox holds, or asked
 // (ActionNone: NetBox's), writing nothing.
-func (s *Service) Plan(ctx context.Context, name string, asked Action) (Plan, error) {
+func (s *Review) Plan(ctx context.Context, name string, asked Action) (Plan, error) {
 	if asked != ActionNone && !validAction(asked) {
 		return Plan{}, Refuse(RefusedInvalid, "unknown_action", "action %q is not one of provision, attest, wipe, retire", asked)
 	}
-	d, err := s.inv.DeviceByName(ctx, name)
+	d, err := s.core.inv.DeviceByName(ctx, name)
 	if errors.Is(err, ErrNotFound) {
 		return Plan{}, Refuse(RefusedNotFound, "unknown_device", "NetBox has no device named %q", name)
 	}
@@ -147,7 +164,7 @@ func (s *Service) Plan(ctx context.Context, name string, asked Action) (Plan, er
 	return p, nil
 }
 
-func (s *Service) plan(ctx context.Context, d Device, asked Action) Plan {
+func (s *Review) plan(ctx context.Context, d Device, asked Action) Plan {
 	p := Plan{Device: d.Name, Asked: asked != ActionNone, State: d.Owned.State}
 	sim := asking(d, asked)
 	action := requested(sim)
@@ -237,7 +254,7 @@ func planRejected(d Device, action Action, problems []string, p Plan) Plan {
 }
 
 // planClaim is the claim's write and the Workflow it creates, checked as Install checks it.
-func (s *Service) planClaim(ctx context.Context, d Device, action Action, class Class, p *Plan) {
+func (s *Review) planClaim(ctx context.Context, d Device, action Action, class Class, p *Plan) {
 	req := requestPattern(action)
 	wf := WorkflowName(d.Name, req)
 	t, _ := Next(d.Owned.State, action, EventAccepted)
@@ -251,7 +268,7 @@ func (s *Service) planClaim(ctx context.Context, d Device, action Action, class 
 		sample := string(action) + "-" + planSampleSuffix
 		claimed := d
 		claimed.Owned.Request, claimed.Owned.Workflow = sample, WorkflowName(d.Name, sample)
-		err := pv.PreviewInstall(ctx, workflowSpec(s.cfg.FleetdURL, claimed, action, class))
+		err := pv.PreviewInstall(ctx, workflowSpec(s.fleetdURL, claimed, action, class))
 		switch {
 		case err == nil:
 			check.Result, check.Detail = CheckPass, fmt.Sprintf("Template %s renders with the Workflow's hardwareMap and carries the request", class.Templates[action])

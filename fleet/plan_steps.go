@@ -9,7 +9,7 @@ import (
 )
 
 // planRunning is what is left of the request the device carries now.
-func (s *Service) planRunning(d Device, p Plan) Plan {
+func (s *Review) planRunning(d Device, p Plan) Plan {
 	action := RequestAction(d.Owned.Request)
 	p.Action, p.Outcome = action, PlanRunning
 	p.Why = fmt.Sprintf("%s request %s runs (fleet_state %s); nothing new starts until it ends", action, d.Owned.Request, d.Owned.State)
@@ -33,7 +33,7 @@ func (s *Service) planRunning(d Device, p Plan) Plan {
 // EnrollEvidence check it, each with the code of the refusal it would get (its fixed sentence is
 // PublicSentence(code)). Those that depend on fleetd's configuration (the EK policy, the boot
 // policy) say what it holds now; a boot policy that allows no boot fails every enrollment.
-func (s *Service) enrollmentChecks(d Device, action Action, class Class, workflow string) []PlanCheck {
+func (s *Review) enrollmentChecks(d Device, action Action, class Class, workflow string) []PlanCheck {
 	at := func(code, detail string) PlanCheck {
 		return PlanCheck{Name: code, Result: CheckAtEnrollment, Detail: detail, Code: code}
 	}
@@ -56,7 +56,7 @@ func (s *Service) enrollmentChecks(d Device, action Action, class Class, workflo
 	return c
 }
 
-func (s *Service) ekCertCheck(d Device) PlanCheck {
+func (s *Review) ekCertCheck(d Device) PlanCheck {
 	c := PlanCheck{Name: "ek_certificate", Result: CheckAtEnrollment}
 	switch {
 	case s.attest.EK == nil:
@@ -84,7 +84,7 @@ func secureBootCheck(class Class) PlanCheck {
 	return c
 }
 
-func (s *Service) bootPolicyCheck(class Class) PlanCheck {
+func (s *Review) bootPolicyCheck(class Class) PlanCheck {
 	c := PlanCheck{Name: string(attest.CheckBootPolicy), Result: CheckAtEnrollment, Code: string(attest.CheckBootPolicy)}
 	bp := s.attest.BootPolicy
 	if bp == nil {

@@ -54,7 +54,7 @@ func TestPlanIsTheRealDecision(t *testing.T) {
 			s := newTestService(inv, inst)
 			before := inv.Get(12)
 
-			p, err := s.Plan(ctx, "node-a", r.action)
+			p, err := s.Review.Plan(ctx, "node-a", r.action)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -140,7 +140,7 @@ func TestPlanSteps(t *testing.T) {
 	inv := fleettest.NewInventory(d, running, retired, node)
 	s := newTestService(inv, fleettest.NewInstaller())
 
-	p, err := s.Plan(ctx, "node-a", ActionProvision)
+	p, err := s.Review.Plan(ctx, "node-a", ActionProvision)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,30 +157,30 @@ func TestPlanSteps(t *testing.T) {
 	if p.OnRefusal == nil || p.OnRefusal.State != StateFailed || p.OnRefusal.Status != StatusFailed {
 		t.Errorf("on refusal %+v", p.OnRefusal)
 	}
-	if p, _ = s.Plan(ctx, "node-d", ActionAttest); p.Disk == nil || p.Disk.Erased {
+	if p, _ = s.Review.Plan(ctx, "node-d", ActionAttest); p.Disk == nil || p.Disk.Erased {
 		t.Errorf("an attest erases nothing: %+v", p.Disk)
 	}
 	if p.OnNoReceipt != nil {
 		t.Errorf("a provision has no receipt, yet its plan ends %+v without one", *p.OnNoReceipt)
 	}
 	// A wipe is done on its receipt; its Workflow's success without one ends it unconfirmed.
-	if p, _ = s.Plan(ctx, "node-a", ActionWipe); len(p.Then) != 2 || p.Then[1].Event != EventReceiptVerified || p.Then[1].State != StateWiped ||
+	if p, _ = s.Review.Plan(ctx, "node-a", ActionWipe); len(p.Then) != 2 || p.Then[1].Event != EventReceiptVerified || p.Then[1].State != StateWiped ||
 		p.Then[1].Status != StatusOffline || !p.Then[1].ClearCerts {
 		t.Errorf("wipe's steps %+v", p.Then)
 	}
 	if n := p.OnNoReceipt; n == nil || n.Event != EventWorkflowSucceeded || n.State != StateUnconfirmed || n.Status != StatusFailed || !n.ClearCerts {
 		t.Errorf("wipe without a receipt %+v, want workflow-succeeded → unconfirmed, status failed, certificates cleared", n)
 	}
-	if p, _ = s.Plan(ctx, "node-a", ActionNone); p.Outcome != PlanNothing {
+	if p, _ = s.Review.Plan(ctx, "node-a", ActionNone); p.Outcome != PlanNothing {
 		t.Errorf("no request: %s", p.Outcome)
 	}
-	if p, _ = s.Plan(ctx, "node-b", ActionWipe); p.Outcome != PlanWaits || !strings.Contains(p.Why, "wipe waits for provision request provision-abcdefgh") {
+	if p, _ = s.Review.Plan(ctx, "node-b", ActionWipe); p.Outcome != PlanWaits || !strings.Contains(p.Why, "wipe waits for provision request provision-abcdefgh") {
 		t.Errorf("queued: %s %q", p.Outcome, p.Why)
 	}
-	if p, _ = s.Plan(ctx, "node-b", ActionNone); p.Outcome != PlanRunning || p.Workflow.Name != "node-b-provision-abcdefgh" || len(p.Then) != 2 {
+	if p, _ = s.Review.Plan(ctx, "node-b", ActionNone); p.Outcome != PlanRunning || p.Workflow.Name != "node-b-provision-abcdefgh" || len(p.Then) != 2 {
 		t.Errorf("running: %s %+v %+v", p.Outcome, p.Workflow, p.Then)
 	}
-	if p, _ = s.Plan(ctx, "node-c", ActionRetire); p.Outcome != PlanNothing || !strings.Contains(p.Why, "retired already") {
+	if p, _ = s.Review.Plan(ctx, "node-c", ActionRetire); p.Outcome != PlanNothing || !strings.Contains(p.Why, "retired already") {
 		t.Errorf("retired: %s %q", p.Outcome, p.Why)
 	}
 	for _, c := range []struct {
@@ -188,7 +188,7 @@ func TestPlanSteps(t *testing.T) {
 		action Action
 		code   string
 	}{{"nobody", ActionWipe, "unknown_device"}, {"node-a", "format", "unknown_action"}} {
-		_, err := s.Plan(ctx, c.name, c.action)
+		_, err := s.Review.Plan(ctx, c.name, c.action)
 		if r, ok := AsRefusal(err); !ok || r.Code != c.code {
 			t.Errorf("plan %s %s: %v, want %s", c.name, c.action, err, c.code)
 		}

@@ -65,26 +65,24 @@ type Deps struct {
 	DeviceRegistry prometheus.Registerer
 }
 
-// Service is the orchestration of docs/design.md §1: it takes requests from NetBox, drives them through the
-// lifecycle, and records every decision in NetBox. It keeps no state of its own beyond the
-// per-device locks, which only spare it conflicting writes, and the address index, a cache of
-// NetBox that decides nothing: every decision is a conditional write in NetBox, so several
-// instances may serve at once (docs/design.md §9).
+// Service is the orchestration of docs/design.md §1, one type per use case (the map is in
+// docs/design.md, "Packages"): it takes requests from NetBox, drives them through the lifecycle,
+// and records every decision in NetBox. The use cases share one core (core.go) and each holds
+// only the ports it calls; callers take the use case they need, not the whole. It keeps no state
+// of its own beyond the per-device locks, which only spare it conflicting writes, and caches of
+// NetBox that decide nothing (the address index, the last replayed boots): every decision is a
+// conditional write in NetBox, so several instances may serve at once (docs/design.md §9).
 type Service struct {
-	*core
 	Enrollment *Enrollment
 	Delivery   *Delivery
 	BootChecks *BootChecks
 	Requests   *Requests
-	cfg        Config
-	inst       Installer
-	catalog    Catalog
-	attest     Attestation
-	changes    ChangeLog
-	afterSweep func()
+	Review     *Review
+	Views      *Views
+	core       *core // what the use cases share (the package's tests read devices through it)
 }
 
-// NewService checks the dependencies and builds the service.
+// NewService checks the dependencies and builds every use case on one core.
 func NewService(cfg Config, deps Deps) (*Service, error) {
 	switch {
 	case deps.Inventory == nil:
@@ -129,8 +127,7 @@ func NewService(cfg Config, deps Deps) (*Service, error) {
 	if afterSweep == nil {
 		afterSweep = func() {}
 	}
-	s := &Service{core: c, cfg: cfg, inst: deps.Installer, catalog: deps.Catalog, attest: deps.Attest,
-		changes: deps.ChangeLog, afterSweep: afterSweep}
+	s := &Service{core: c}
 	s.Enrollment = &Enrollment{core: c, catalog: deps.Catalog, attest: deps.Attest, rnd: rnd, renderer: deps.Renderer,
 		refusals: refusals, configTTL: cfg.ConfigTTL}
 	s.Delivery = &Delivery{core: c, catalog: deps.Catalog, renderer: deps.Renderer, addrs: addrs}
@@ -139,6 +136,10 @@ func NewService(cfg Config, deps Deps) (*Service, error) {
 	s.Requests = &Requests{core: c, inst: deps.Installer, catalog: deps.Catalog, rnd: rnd, fleetdURL: cfg.FleetdURL,
 		refusals: refusals, afterSweep: afterSweep,
 		foreign: &foreignWrites{core: c, changes: deps.ChangeLog, serviceUser: cfg.ServiceUser, retention: cfg.changeLogRetention()}}
+	s.Review = &Review{core: c, inst: deps.Installer, catalog: deps.Catalog, attest: deps.Attest, changes: deps.ChangeLog,
+		fleetdURL: cfg.FleetdURL, serviceUser: cfg.ServiceUser, window: cfg.inventoryWindow(),
+		retention: cfg.changeLogRetention(), afterSweep: afterSweep}
+	s.Views = &Views{core: c, inst: deps.Installer, issuer: deps.Attest.Issuer, missingAfter: cfg.BootCheckMissingAfter}
 	m.bootChecks.times = func(d Device) (CertTimes, CertTimes) { return certTimes(deps.Attest.Issuer, d) }
 	m.bootChecks.missingAfter = cfg.BootCheckMissingAfter
 	m.bootChecks.class = func(declared string) string { return countedClass(deps.Catalog, declared) }

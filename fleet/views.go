@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
+
+	"github.com/folly-infra/fleetd/pki"
 )
 
 // DeviceView is what fleetd knows about a device for operators (docs/design.md §6 GET /v1/devices).
@@ -23,9 +26,19 @@ type DeviceView struct {
 	LDevID, LAK CertTimes
 }
 
+// Views is the operator's read-only view of the fleet: each device as NetBox has it, with its
+// Workflow's progress and what fleetd derives from its fields. It writes nothing, except what
+// every read may (a device whose fields another user wrote is put back first, trust.go).
+type Views struct {
+	core         *core
+	inst         Installer
+	issuer       *pki.Issuer   // when each certificate is due for renewal; nil: not shown
+	missingAfter time.Duration // how old an active node's last boot check may be (Config.BootCheckMissingAfter)
+}
+
 // View reads one device by name and the progress of its current Workflow.
-func (s *Service) View(ctx context.Context, name string) (DeviceView, error) {
-	d, err := s.inv.DeviceByName(ctx, name)
+func (s *Views) View(ctx context.Context, name string) (DeviceView, error) {
+	d, err := s.core.inv.DeviceByName(ctx, name)
 	if errors.Is(err, ErrNotFound) {
 		return DeviceView{}, Refuse(RefusedNotFound, "unknown_device", "NetBox has no device named %q", name)
 	}
@@ -38,12 +51,12 @@ func (s *Service) View(ctx context.Context, name string) (DeviceView, error) {
 // ViewAll lists every device. Workflows are read only for devices with a running request, and
 // through one listing of fleetd's Workflows (as the reconcile does), so a large fleet costs one
 // NetBox listing and a few Kubernetes Lists; a Workflow the listing misses is read on its own.
-func (s *Service) ViewAll(ctx context.Context) ([]DeviceView, error) {
-	devices, err := s.inv.Devices(ctx)
+func (s *Views) ViewAll(ctx context.Context) ([]DeviceView, error) {
+	devices, err := s.core.inv.Devices(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("list devices: %w: %w", ErrInventory, err)
 	}
-	listed := listWorkflows(ctx, s.inst, s.log, devices)
+	listed := listWorkflows(ctx, s.inst, s.core.log, devices)
 	views := make([]DeviceView, len(devices))
 	for i, d := range devices {
 		views[i] = s.view(ctx, d, !d.Owned.State.Terminal(), listed)
@@ -51,9 +64,9 @@ func (s *Service) ViewAll(ctx context.Context) ([]DeviceView, error) {
 	return views, nil
 }
 
-func (s *Service) view(ctx context.Context, d Device, readWorkflow bool, listed workflowListing) DeviceView {
-	v := DeviceView{Device: d, PendingConfig: delivery(d, s.clock.Now()) == deliveryOpen, BootCheckMissing: s.bootCheckMissing(d)}
-	v.LDevID, v.LAK = certTimes(s.attest.Issuer, d)
+func (s *Views) view(ctx context.Context, d Device, readWorkflow bool, listed workflowListing) DeviceView {
+	v := DeviceView{Device: d, PendingConfig: delivery(d, s.core.clock.Now()) == deliveryOpen, BootCheckMissing: s.bootCheckMissing(d)}
+	v.LDevID, v.LAK = certTimes(s.issuer, d)
 	if !d.Owned.State.Terminal() {
 		v.Queued = requested(d)
 	}
@@ -72,9 +85,9 @@ func (s *Service) view(ctx context.Context, d Device, readWorkflow bool, listed 
 // bootCheckMissing reports an active node whose boot checks stopped: the last accepted one is
 // older than the limit. A node that never sent one is reported by the alert on
 // fleetd_device_boot_check_status{outcome="none"} (fleetd keeps no activation time).
-func (s *Service) bootCheckMissing(d Device) bool {
+func (s *Views) bootCheckMissing(d Device) bool {
 	if d.Owned.State != StateActive || d.Status == StatusDecommissioning || d.Owned.LastBootCheck.IsZero() {
 		return false
 	}
-	return s.clock.Now().Sub(d.Owned.LastBootCheck) > s.cfg.BootCheckMissingAfter
+	return s.core.clock.Now().Sub(d.Owned.LastBootCheck) > s.missingAfter
 }

@@ -34,7 +34,7 @@ func TestViewReportsMissingBootChecks(t *testing.T) {
 				d.Owned.LastBootCheck = now.Add(-r.last)
 			}
 			s := newTestService(fleettest.NewInventory(d), fleettest.NewInstaller())
-			v, err := s.View(context.Background(), "node-a")
+			v, err := s.Views.View(context.Background(), "node-a")
 			if err != nil {
 				t.Fatal(err)
 			}

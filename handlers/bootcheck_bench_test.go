@@ -359,7 +359,8 @@ func benchServiceWith(b *testing.B, f *fleetdUnderTest, inv fleet.Inventory, clo
 		b.Fatal(err)
 	}
 	intake, _ := webhook.New(webhook.Config{Secret: []byte("s")}, webhook.Deps{Reconciler: svc.Requests})
-	h, err := handlers.New(handlers.Deps{Service: svc, Requests: svc.Requests, BootChecks: svc.BootChecks, Delivery: svc.Delivery, Enrollment: svc.Enrollment, Webhooks: intake, Gatherer: prometheus.NewRegistry(), OperatorToken: []byte("op"), Logger: zerolog.Nop()})
+	h, err := handlers.New(handlers.Deps{Enrollment: svc.Enrollment, Delivery: svc.Delivery, BootChecks: svc.BootChecks, Requests: svc.Requests,
+		Review: svc.Review, Views: svc.Views, Webhooks: intake, Gatherer: prometheus.NewRegistry(), OperatorToken: []byte("op"), Logger: zerolog.Nop()})
 	if err != nil {
 		b.Fatal(err)
 	}

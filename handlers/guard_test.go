@@ -22,7 +22,8 @@ func guardedServer(t *testing.T, tlsOnly bool, limits Limits) *Server {
 		t.Fatal(err)
 	}
 	in, _ := webhook.New(webhook.Config{Secret: []byte("s")}, webhook.Deps{Reconciler: svc.Requests})
-	s, err := New(Deps{Service: svc, Requests: svc.Requests, BootChecks: svc.BootChecks, Delivery: svc.Delivery, Enrollment: svc.Enrollment, Webhooks: in, Gatherer: prometheus.NewRegistry(), OperatorToken: []byte("t"),
+	s, err := New(Deps{Enrollment: svc.Enrollment, Delivery: svc.Delivery, BootChecks: svc.BootChecks, Requests: svc.Requests,
+		Review: svc.Review, Views: svc.Views, Webhooks: in, Gatherer: prometheus.NewRegistry(), OperatorToken: []byte("t"),
 		Logger: zerolog.Nop(), NeedTLS: tlsOnly, NodeLimits: limits})
 	if err != nil {
 		t.Fatal(err)
@@ -110,5 +111,48 @@ func TestEveryResponseHasARequestID(t *testing.T) {
 		if resp.Header.Get("X-Request-Id") == "" {
 			t.Errorf("%s %s (%d): no X-Request-Id", r.method, r.path, resp.StatusCode)
 		}
+	}
+}
+
+// TestNewRefusesAMissingUseCase: handlers wired without one of the domain's use cases refuse to
+// start, naming what is missing, instead of answering its routes with a nil dereference.
+func TestNewRefusesAMissingUseCase(t *testing.T) {
+	svc, err := fleet.NewService(fleet.Config{FleetdURL: "https://spore"}, fleet.Deps{Seal: fleettest.SealKeys(), Inventory: fleettest.NewInventory(),
+		Installer: fleettest.NewInstaller(), Clock: fleet.SystemClock{}, Random: strings.NewReader("")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, _ := webhook.New(webhook.Config{Secret: []byte("s")}, webhook.Deps{Reconciler: svc.Requests})
+	full := func() Deps {
+		return Deps{Enrollment: svc.Enrollment, Delivery: svc.Delivery, BootChecks: svc.BootChecks, Requests: svc.Requests,
+			Review: svc.Review, Views: svc.Views, Webhooks: in, Gatherer: prometheus.NewRegistry(), OperatorToken: []byte("t")}
+	}
+	rows := []struct {
+		name string
+		drop func(*Deps)
+		want string
+	}{
+		{"ok/every use case", func(*Deps) {}, ""},
+		{"refuse/no enrollment", func(d *Deps) { d.Enrollment = nil }, "no Enrollment:"},
+		{"refuse/no delivery", func(d *Deps) { d.Delivery = nil }, "no Delivery:"},
+		{"refuse/no boot checks", func(d *Deps) { d.BootChecks = nil }, "no BootChecks:"},
+		{"refuse/no requests", func(d *Deps) { d.Requests = nil }, "no Requests:"},
+		{"refuse/no review", func(d *Deps) { d.Review = nil }, "no Review:"},
+		{"refuse/no views and no delivery", func(d *Deps) { d.Views, d.Delivery = nil, nil }, "no Delivery, Views:"},
+	}
+	for _, r := range rows {
+		t.Run(r.name, func(t *testing.T) {
+			d := full()
+			r.drop(&d)
+			s, err := New(d)
+			switch {
+			case r.want == "" && err != nil:
+				t.Fatalf("New = %v, want a server", err)
+			case r.want != "" && (err == nil || !strings.Contains(err.Error(), r.want)):
+				t.Fatalf("New = %v, want an error naming %q", err, r.want)
+			case r.want != "" && s != nil:
+				t.Fatal("New refused but returned a server")
+			}
+		})
 	}
 }

@@ -21,7 +21,7 @@ func (s *Server) deviceInventory(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) answerInventory(w http.ResponseWriter, r *http.Request, names []string) {
-	rep, err := s.deps.Service.InventoryCheck(r.Context(), names)
+	rep, err := s.deps.Review.InventoryCheck(r.Context(), names)
 	if err != nil {
 		writeError(w, s.log(w), err)
 		return

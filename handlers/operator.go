@@ -200,7 +200,7 @@ func (s *Server) bearer(r *http.Request, token []byte) (ok bool, addr netip.Addr
 }
 
 func (s *Server) listDevices(w http.ResponseWriter, r *http.Request) {
-	views, err := s.deps.Service.ViewAll(r.Context())
+	views, err := s.deps.Views.ViewAll(r.Context())
 	if err != nil {
 		writeError(w, s.log(w), err)
 		return
@@ -213,7 +213,7 @@ func (s *Server) listDevices(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) getDevice(w http.ResponseWriter, r *http.Request) {
-	v, err := s.deps.Service.View(r.Context(), mux.Vars(r)["name"])
+	v, err := s.deps.Views.View(r.Context(), mux.Vars(r)["name"])
 	if err != nil {
 		writeError(w, s.log(w), err)
 		return

@@ -52,7 +52,7 @@ func TestPlanRouteCarriesThePlan(t *testing.T) {
 		{"node-a", "provision"}, {"node-a", "wipe"}, {"node-a", "retire"}, {"node-a", "attest"},
 		{"node-b", "provision"}, {"node-b", "attest"}, {"node-b", "wipe"}, {"node-b", "retire"}, {"node-b", ""},
 	} {
-		want, err := f.Service.Plan(context.Background(), r.device, fleet.Action(r.action))
+		want, err := f.Service.Review.Plan(context.Background(), r.device, fleet.Action(r.action))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -133,7 +133,8 @@ func TestReadyzTellsErrorsOnlyToOperators(t *testing.T) {
 		t.Fatal(err)
 	}
 	const detail = "dial tcp netbox.lan:443: connection refused"
-	h, err := handlers.New(handlers.Deps{Service: f.Service, Requests: f.Service.Requests, BootChecks: f.Service.BootChecks, Delivery: f.Service.Delivery, Enrollment: f.Service.Enrollment, Webhooks: intake, Gatherer: prometheus.NewRegistry(),
+	h, err := handlers.New(handlers.Deps{Enrollment: f.Service.Enrollment, Delivery: f.Service.Delivery, BootChecks: f.Service.BootChecks, Requests: f.Service.Requests,
+		Review: f.Service.Review, Views: f.Service.Views, Webhooks: intake, Gatherer: prometheus.NewRegistry(),
 		OperatorToken: []byte("op"), Logger: zerolog.Nop(), Ready: []handlers.ReadyCheck{
 			{Name: "netbox", Check: func(context.Context) error { return errors.New(detail) }},
 			{Name: "kubernetes", Check: func(context.Context) error { return nil }}}})

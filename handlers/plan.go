@@ -11,7 +11,7 @@ import (
 
 // planDevice answers what the device's request, or ?action=, would do; it writes nothing.
 func (s *Server) planDevice(w http.ResponseWriter, r *http.Request) {
-	p, err := s.deps.Service.Plan(r.Context(), mux.Vars(r)["name"], fleet.Action(r.URL.Query().Get("action")))
+	p, err := s.deps.Review.Plan(r.Context(), mux.Vars(r)["name"], fleet.Action(r.URL.Query().Get("action")))
 	if err != nil {
 		writeError(w, s.log(w), err)
 		return

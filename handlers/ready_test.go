@@ -40,7 +40,8 @@ func TestReadyzSharesOneProbe(t *testing.T) {
 		t.Fatal(err)
 	}
 	in, _ := webhook.New(webhook.Config{Secret: []byte("s")}, webhook.Deps{Reconciler: svc.Requests})
-	s, err := New(Deps{Service: svc, Requests: svc.Requests, BootChecks: svc.BootChecks, Delivery: svc.Delivery, Enrollment: svc.Enrollment, Webhooks: in, Gatherer: prometheus.NewRegistry(), OperatorToken: []byte("t"),
+	s, err := New(Deps{Enrollment: svc.Enrollment, Delivery: svc.Delivery, BootChecks: svc.BootChecks, Requests: svc.Requests,
+		Review: svc.Review, Views: svc.Views, Webhooks: in, Gatherer: prometheus.NewRegistry(), OperatorToken: []byte("t"),
 		Logger: zerolog.New(syncWriter{&logMu, &logs}), Now: func() time.Time { return time.Unix(0, now.Load()) },
 		Ready: []ReadyCheck{
 			{Name: "netbox", Check: func(context.Context) error {

@@ -2,6 +2,7 @@ package handlers
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -27,6 +28,8 @@ type Deps struct {
 	Delivery   *fleet.Delivery   // the configuration fetch: /v1/config/...
 	BootChecks *fleet.BootChecks // the hourly boot check: /v1/boot-check...
 	Requests   *fleet.Requests   // the operator's reconcile of one device
+	Review     *fleet.Review     // the operator's plan and inventory check
+	Views      *fleet.Views      // the operator's device views
 	Webhooks   *webhook.Intake
 	Ready      []ReadyCheck
 	Gatherer   prometheus.Gatherer // the fleet-wide metrics, served at /metrics to anyone
@@ -65,10 +68,28 @@ type Server struct {
 	handler http.Handler
 }
 
+// missingUseCases names the domain's use cases deps lacks.
+func missingUseCases(deps Deps) []string {
+	var missing []string
+	for _, u := range []struct {
+		name string
+		nil  bool
+	}{{"Enrollment", deps.Enrollment == nil}, {"Delivery", deps.Delivery == nil}, {"BootChecks", deps.BootChecks == nil},
+		{"Requests", deps.Requests == nil}, {"Review", deps.Review == nil}, {"Views", deps.Views == nil}} {
+		if u.nil {
+			missing = append(missing, u.name)
+		}
+	}
+	return missing
+}
+
 // New builds the handler from the route table.
 func New(deps Deps) (*Server, error) {
 	if len(deps.OperatorToken) == 0 {
 		return nil, errors.New("new handlers: no operator token (operator.token_file)")
+	}
+	if missing := missingUseCases(deps); len(missing) > 0 {
+		return nil, fmt.Errorf("new handlers: no %s: wire every use case of the fleet.Service that fleet.NewService built", strings.Join(missing, ", "))
 	}
 	if deps.OperatorGuesses.PerMinute <= 0 {
 		deps.OperatorGuesses = Limits{PerMinute: 10, Burst: 10}

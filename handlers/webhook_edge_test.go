@@ -31,7 +31,8 @@ func TestWebhookBodyTimeout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(Deps{Service: svc, Requests: svc.Requests, BootChecks: svc.BootChecks, Delivery: svc.Delivery, Enrollment: svc.Enrollment, Webhooks: in, Gatherer: prometheus.NewRegistry(), OperatorToken: []byte("t"), Logger: zerolog.Nop()})
+	s, err := New(Deps{Enrollment: svc.Enrollment, Delivery: svc.Delivery, BootChecks: svc.BootChecks, Requests: svc.Requests,
+		Review: svc.Review, Views: svc.Views, Webhooks: in, Gatherer: prometheus.NewRegistry(), OperatorToken: []byte("t"), Logger: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)
 	}

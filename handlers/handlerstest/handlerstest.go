@@ -179,7 +179,8 @@ func New(tb testing.TB, cfg Config) *Fleetd {
 	case receipts == nil:
 		receipts = f.Service.Requests
 	}
-	h, err := handlers.New(handlers.Deps{Service: f.Service, Requests: f.Service.Requests, BootChecks: f.Service.BootChecks, Delivery: f.Service.Delivery, Enrollment: f.Service.Enrollment, Webhooks: intake, Gatherer: f.Registry, DeviceGatherer: f.DeviceRegistry,
+	h, err := handlers.New(handlers.Deps{Enrollment: f.Service.Enrollment, Delivery: f.Service.Delivery, BootChecks: f.Service.BootChecks, Requests: f.Service.Requests,
+		Review: f.Service.Review, Views: f.Service.Views, Webhooks: intake, Gatherer: f.Registry, DeviceGatherer: f.DeviceRegistry,
 		MetricsToken: []byte("metrics"), OperatorToken: []byte("op"), Logger: cfg.HandlerLog,
 		ReceiptTokens: f.Attest.Receipts, Receipts: receipts})
 	must(err)
