@@ -81,7 +81,7 @@ func registries(t *testing.T) (public, devices *recorder) {
 		t.Fatal(err)
 	}
 	clock := fleet.SystemClock{}
-	svc, err := fleet.NewService(fleet.Config{FleetdURL: "http://spore:8080"}, fleet.Deps{Seal: fleettest.SealKeys(), Inventory: nb, Installer: inst,
+	svc, err := fleet.NewService(fleet.Config{FleetdURL: "http://spore:8080"}, fleet.Deps{Seal: fleettest.SealKeys(), NetBox: nb, Installer: inst,
 		Clock: clock, Random: strings.NewReader(""), Logger: log, Registry: rec, DeviceRegistry: devices})
 	if err != nil {
 		t.Fatal(err)

@@ -86,7 +86,9 @@ func (a *app) run(ctx context.Context) error {
 		})
 	})
 	g.Go(func() error { return a.keaLoop(ctx) })
-	g.Go(func() error { return a.service.Review.RunInventory(ctx, fleet.InventoryFirstCheck, fleet.InventoryInterval) })
+	g.Go(func() error {
+		return a.service.Review.RunInventoryCheck(ctx, fleet.InventoryFirstCheck, fleet.InventoryInterval)
+	})
 	g.Go(func() error { return a.intake.Run(ctx) })
 	g.Go(func() error { return a.probeLoop(ctx, 30*time.Second) })
 	g.Go(func() error {

@@ -105,14 +105,14 @@ func wire(ctx context.Context, cfg *config.Config, log zerolog.Logger) (*app, er
 		// keep until its scavenger slowly returns it; one collection and release per pass (every
 		// reconcile.interval, and the hourly inventory check) keeps fleetd's resident memory at
 		// rest at what it holds (docs/operate.md, "Memory").
-		AfterSweep: debug.FreeOSMemory}, fleet.Deps{Inventory: a.netbox, ChangeLog: a.netbox, Seal: sec.seal,
+		AfterSweep: debug.FreeOSMemory}, fleet.Deps{NetBox: a.netbox, ChangeLog: a.netbox, Seal: sec.seal,
 		Installer: a.install, Catalog: catalog, Renderer: renderer, Attest: att, Clock: clock,
 		Random: rand.Reader, Logger: log, Registry: reg, DeviceRegistry: devReg})
 	if err != nil {
 		return nil, err
 	}
 	a.intake, err = webhook.New(webhook.Config{Secret: sec.webhook, ServiceUser: cfg.NetBox.ServiceUser, Workers: cfg.NetBox.WebhookWorkers,
-		Sources: cfg.WebhookSourcePrefixes()}, webhook.Deps{Reconciler: a.service.Requests, Inventory: a.pokeKea, Logger: log, Registry: reg})
+		Sources: cfg.WebhookSourcePrefixes()}, webhook.Deps{Reconciler: a.service.Requests, RefreshReservations: a.pokeKea, Logger: log, Registry: reg})
 	if err != nil {
 		return nil, err
 	}

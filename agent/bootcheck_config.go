@@ -35,7 +35,7 @@ type BootCheckConfig struct {
 	Log     zerolog.Logger
 	// Install, when set, writes renewed certificates into Dir instead of the atomic writer
 	// (InstallNodeFiles); tests cut a renewal with it.
-	Install func(dir string, files []NodeFile) error
+	Install func(dir string, files []api.NodeFile) error
 }
 
 // withDefaults fills in the defaults and validates the configuration.

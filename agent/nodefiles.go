@@ -12,10 +12,6 @@ import (
 	"github.com/folly-infra/fleetd/api"
 )
 
-// NodeFile is one file of an installed node's directory (DefaultNodeDir): a plain file name, its
-// permission bits and its bytes (api.NodeFile, the type fleetd delivers).
-type NodeFile = api.NodeFile
-
 // InstallNodeFiles installs files into dir, the node directory, creating it (0755) when missing.
 // Each file replaces its name atomically (a temporary file in dir, written with its mode set
 // first, synced, renamed over the name, then the directory synced), so SPIRE's agent or a boot
@@ -28,7 +24,7 @@ type NodeFile = api.NodeFile
 //
 // It is what `fleetd boot-check` installs node files with: a Talos node's LDevID from the text
 // form its machine config delivers, and renewed certificates (docs/boot-checks.md).
-func InstallNodeFiles(dir string, files []NodeFile) error {
+func InstallNodeFiles(dir string, files []api.NodeFile) error {
 	if err := checkNodeFiles(files); err != nil {
 		return fmt.Errorf("install node files in %s: %w", dir, err)
 	}
@@ -43,7 +39,7 @@ func InstallNodeFiles(dir string, files []NodeFile) error {
 	return nil
 }
 
-func checkNodeFiles(files []NodeFile) error {
+func checkNodeFiles(files []api.NodeFile) error {
 	return errors.Join(api.CheckNodeFiles(files)...)
 }
 
@@ -56,7 +52,7 @@ const TextFormSuffix = api.TextFormSuffix
 // and Talos writes the text forms from its config again at every boot. A text form that is not
 // base64 installs nothing and is an error naming it; so is one that cannot be read.
 func InstallDelivered(dir string) ([]string, error) {
-	var files []NodeFile
+	var files []api.NodeFile
 	for _, name := range api.TextForms() {
 		if _, err := os.Lstat(filepath.Join(dir, name)); err == nil {
 			continue
@@ -79,7 +75,7 @@ func InstallDelivered(dir string) ([]string, error) {
 		if err != nil {
 			return nil, fmt.Errorf("install %s: its text form %s is not base64 (%v): the node's configuration is damaged; provision it again", name, text, err)
 		}
-		files = append(files, NodeFile{Name: name, Mode: st.Mode().Perm(), Data: data})
+		files = append(files, api.NodeFile{Name: name, Mode: st.Mode().Perm(), Data: data})
 	}
 	if len(files) == 0 {
 		return nil, nil

@@ -12,13 +12,14 @@ import (
 	"testing"
 
 	"github.com/folly-infra/fleetd/agent"
+	"github.com/folly-infra/fleetd/api"
 )
 
 // TestInstallNodeFiles installs into a missing directory and over existing files: each file has
 // exactly its bytes and mode (a blob that was 0644 becomes 0600), and no temporary file is left.
 func TestInstallNodeFiles(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "var/lib/fleetd-node")
-	first := []agent.NodeFile{
+	first := []api.NodeFile{
 		{Name: agent.FileLDevIDPriv, Mode: 0o644, Data: []byte{0x00, 0x20, 0xff, 0x01}},
 		{Name: agent.FileLDevIDCert, Mode: 0o644, Data: []byte("-----BEGIN CERTIFICATE-----\nold\n")},
 	}
@@ -28,7 +29,7 @@ func TestInstallNodeFiles(t *testing.T) {
 	if st, err := os.Stat(dir); err != nil || st.Mode().Perm() != 0o755 {
 		t.Fatalf("the node directory: %v, %v; want created 0755", st, err)
 	}
-	second := []agent.NodeFile{
+	second := []api.NodeFile{
 		{Name: agent.FileLDevIDPriv, Mode: 0o600, Data: []byte{0x00, 0x20, 0xfe}},
 		{Name: agent.FileLDevIDPub, Mode: 0o600, Data: []byte{0x00, 0x23, 0x00, 0x0b}},
 		{Name: agent.FileLDevIDCert, Mode: 0o644, Data: []byte("-----BEGIN CERTIFICATE-----\nnew\n")},
@@ -48,26 +49,26 @@ func TestInstallNodeFiles(t *testing.T) {
 // TestInstallNodeFilesRefuses: each bad set is refused with an error naming the file, and
 // nothing of it is written, not even its good files.
 func TestInstallNodeFilesRefuses(t *testing.T) {
-	good := agent.NodeFile{Name: agent.FileLDevIDPub, Mode: 0o600, Data: []byte("new")}
+	good := api.NodeFile{Name: agent.FileLDevIDPub, Mode: 0o600, Data: []byte("new")}
 	for _, tc := range []struct {
 		name string
-		bad  agent.NodeFile
+		bad  api.NodeFile
 		want string
 	}{
-		{"refuse/path", agent.NodeFile{Name: "../lak.pem", Mode: 0o644, Data: []byte("x")}, `"../lak.pem" is not a plain file name`},
-		{"refuse/hidden", agent.NodeFile{Name: ".ldevid.pem.123", Mode: 0o644, Data: []byte("x")}, "is not a plain file name"},
-		{"refuse/empty-name", agent.NodeFile{Mode: 0o644, Data: []byte("x")}, `"" is not a plain file name`},
-		{"refuse/twice", agent.NodeFile{Name: agent.FileLDevIDPub, Mode: 0o600, Data: []byte("x")}, "ldevid.pub is given twice"},
-		{"refuse/setuid", agent.NodeFile{Name: agent.FileLDevIDCert, Mode: fs.ModeSetuid | 0o755, Data: []byte("x")}, "ldevid.pem has mode"},
-		{"refuse/no-bytes", agent.NodeFile{Name: agent.FileLDevIDCert, Mode: 0o644}, "ldevid.pem is empty"},
+		{"refuse/path", api.NodeFile{Name: "../lak.pem", Mode: 0o644, Data: []byte("x")}, `"../lak.pem" is not a plain file name`},
+		{"refuse/hidden", api.NodeFile{Name: ".ldevid.pem.123", Mode: 0o644, Data: []byte("x")}, "is not a plain file name"},
+		{"refuse/empty-name", api.NodeFile{Mode: 0o644, Data: []byte("x")}, `"" is not a plain file name`},
+		{"refuse/twice", api.NodeFile{Name: agent.FileLDevIDPub, Mode: 0o600, Data: []byte("x")}, "ldevid.pub is given twice"},
+		{"refuse/setuid", api.NodeFile{Name: agent.FileLDevIDCert, Mode: fs.ModeSetuid | 0o755, Data: []byte("x")}, "ldevid.pem has mode"},
+		{"refuse/no-bytes", api.NodeFile{Name: agent.FileLDevIDCert, Mode: 0o644}, "ldevid.pem is empty"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			old := agent.NodeFile{Name: agent.FileLDevIDPub, Mode: 0o600, Data: []byte("old")}
+			old := api.NodeFile{Name: agent.FileLDevIDPub, Mode: 0o600, Data: []byte("old")}
 			if err := os.WriteFile(filepath.Join(dir, old.Name), old.Data, old.Mode); err != nil {
 				t.Fatal(err)
 			}
-			err := agent.InstallNodeFiles(dir, []agent.NodeFile{good, tc.bad})
+			err := agent.InstallNodeFiles(dir, []api.NodeFile{good, tc.bad})
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("InstallNodeFiles: %v, want an error with %q", err, tc.want)
 			}
@@ -80,7 +81,7 @@ func TestInstallNodeFilesRefuses(t *testing.T) {
 	}
 }
 
-func checkNodeFile(t *testing.T, dir string, want agent.NodeFile) {
+func checkNodeFile(t *testing.T, dir string, want api.NodeFile) {
 	t.Helper()
 	p := filepath.Join(dir, want.Name)
 	got, err := os.ReadFile(p)
@@ -118,21 +119,21 @@ func TestInstallDelivered(t *testing.T) {
 	if err := agent.BootCheck(context.Background(), cfg); err != nil {
 		t.Fatalf("boot-check --install-only: %v (exit %d)", err, agent.ExitCode(err))
 	}
-	checkNodeFile(t, dir, agent.NodeFile{Name: agent.FileLDevIDPub, Mode: 0o600, Data: pub})
-	checkNodeFile(t, dir, agent.NodeFile{Name: agent.FileLDevIDPriv, Mode: 0o600, Data: priv})
-	checkNodeFile(t, dir, agent.NodeFile{Name: agent.FileLDevIDCert, Mode: 0o644, Data: renewed})
-	checkNodeFile(t, dir, agent.NodeFile{Name: agent.FileLAKCert, Mode: 0o644, Data: lak})
+	checkNodeFile(t, dir, api.NodeFile{Name: agent.FileLDevIDPub, Mode: 0o600, Data: pub})
+	checkNodeFile(t, dir, api.NodeFile{Name: agent.FileLDevIDPriv, Mode: 0o600, Data: priv})
+	checkNodeFile(t, dir, api.NodeFile{Name: agent.FileLDevIDCert, Mode: 0o644, Data: renewed})
+	checkNodeFile(t, dir, api.NodeFile{Name: agent.FileLAKCert, Mode: 0o644, Data: lak})
 	// A renewal replaced lak.pem; the next boot rewrites its text form from the config and must
 	// not put the enrollment's LAK back (the node would present a LAK fleetd no longer accepts).
 	renewedLAK := []byte("-----BEGIN CERTIFICATE-----\nrenewed lak\n")
-	if err := agent.InstallNodeFiles(dir, []agent.NodeFile{{Name: agent.FileLAKCert, Mode: 0o644, Data: renewedLAK}}); err != nil {
+	if err := agent.InstallNodeFiles(dir, []api.NodeFile{{Name: agent.FileLAKCert, Mode: 0o644, Data: renewedLAK}}); err != nil {
 		t.Fatal(err)
 	}
 	writeTextForm(t, dir, agent.FileLAKCert, lak, 0o644)
 	if got, err := agent.InstallDelivered(dir); err != nil || len(got) != 0 {
 		t.Errorf("a second boot installed %v (%v), want nothing", got, err)
 	}
-	checkNodeFile(t, dir, agent.NodeFile{Name: agent.FileLAKCert, Mode: 0o644, Data: renewedLAK})
+	checkNodeFile(t, dir, api.NodeFile{Name: agent.FileLAKCert, Mode: 0o644, Data: renewedLAK})
 	empty := filepath.Join(t.TempDir(), "none")
 	if got, err := agent.InstallDelivered(empty); err != nil || len(got) != 0 {
 		t.Errorf("a node without text forms: installed %v (%v), want nothing", got, err)

@@ -161,11 +161,11 @@ func publicKey(public []byte, file string) (crypto.PublicKey, error) {
 // the node's own key (the LAK the AK of lak.blob, the LDevID the key of ldevid.pub): ldevid.pem
 // first, then lak.pem, each replaced atomically (0644). A node cut between the two presents one
 // new and one replaced certificate at its next check, which fleetd accepts and completes.
-func installRenewal(install func(string, []NodeFile) error, dir string, r *api.Renewal, lakBlob []byte, ld *ldevidFiles) error {
+func installRenewal(install func(string, []api.NodeFile) error, dir string, r *api.Renewal, lakBlob []byte, ld *ldevidFiles) error {
 	if r == nil || (len(r.LDevIDChain) == 0 && len(r.LAKChain) == 0) {
 		return nil
 	}
-	var files []NodeFile
+	var files []api.NodeFile
 	if len(r.LDevIDChain) > 0 {
 		if ld == nil || ld.pub == nil {
 			return &FleetdError{Op: "renew the LDevID", Err: errors.New("fleetd renewed an LDevID this node did not prove")}
@@ -228,14 +228,14 @@ func serialOf(der []byte) string {
 
 // renewedCert is the node file name for a renewed chain: PEM, 0644, once its leaf certifies the
 // node's own key (pub, read from the file keyFile).
-func renewedCert(name, what string, chain [][]byte, pub []byte, keyFile string) (NodeFile, error) {
+func renewedCert(name, what string, chain [][]byte, pub []byte, keyFile string) (api.NodeFile, error) {
 	key, err := publicKey(pub, keyFile)
 	if err != nil {
-		return NodeFile{}, err
+		return api.NodeFile{}, err
 	}
 	pemBytes, err := chainPEM(chain, key)
 	if err != nil {
-		return NodeFile{}, &FleetdError{Op: "check the renewed " + what + " certificate", Err: err}
+		return api.NodeFile{}, &FleetdError{Op: "check the renewed " + what + " certificate", Err: err}
 	}
-	return NodeFile{Name: name, Data: pemBytes, Mode: 0o644}, nil
+	return api.NodeFile{Name: name, Data: pemBytes, Mode: 0o644}, nil
 }

@@ -50,8 +50,8 @@ func IsTextForm(name string) bool {
 }
 
 // NodeFile is one file of NodeDir: a plain file name, its permission bits and its bytes, owned by
-// root. fleetd's configurations deliver these and the agent installs them (fleet.NodeFile and
-// agent.NodeFile are this type).
+// root. fleetd's configurations deliver these and the agent installs them (api.NodeFile and
+// api.NodeFile are this type).
 type NodeFile struct {
 	Name string      // a plain file name in NodeDir (CheckNodeFiles)
 	Mode fs.FileMode // its permission bits

@@ -16,7 +16,7 @@ import (
 //
 // It is a cache of NetBox, never a source of truth. It holds each device's primary IPv4 as fleetd
 // last saw it: the reconcile's listing replaces it whole (every reconcile.interval), and every
-// single device fleetd reads or writes updates its entry (indexedInventory) — so the Workflow
+// single device fleetd reads or writes updates its entry (indexedNetBox) — so the Workflow
 // watch's reads, on every instance, refresh a device's entry while its install runs, before its
 // node fetches. A hit is confirmed by reading the device, which the fetch needs anyway for its
 // ETag; a miss answers unknown_address. Each fleetd instance keeps its own index; an instance
@@ -121,26 +121,26 @@ func (x *addrIndex) lookup(addr netip.Addr) ([]int64, bool) {
 	return append([]int64(nil), x.byAddr[addr.Unmap()]...), x.built
 }
 
-// indexedInventory keeps the address index up to date from every device the service reads or
+// indexedNetBox keeps the address index up to date from every device the service reads or
 // writes.
-type indexedInventory struct {
-	Inventory
+type indexedNetBox struct {
+	NetBox
 	idx *addrIndex
 }
 
-func (i indexedInventory) Device(ctx context.Context, id int64) (Device, error) {
-	d, err := i.Inventory.Device(ctx, id)
+func (i indexedNetBox) Device(ctx context.Context, id int64) (Device, error) {
+	d, err := i.NetBox.Device(ctx, id)
 	return i.read(id, d, err)
 }
 
-func (i indexedInventory) DeviceFields(ctx context.Context, id int64) (Device, error) {
-	d, err := i.Inventory.DeviceFields(ctx, id)
+func (i indexedNetBox) DeviceFields(ctx context.Context, id int64) (Device, error) {
+	d, err := i.NetBox.DeviceFields(ctx, id)
 	return i.read(id, d, err)
 }
 
 // read keeps the index up to date with one read of device id: its addresses if it was read, none
 // if NetBox has no such device.
-func (i indexedInventory) read(id int64, d Device, err error) (Device, error) {
+func (i indexedNetBox) read(id int64, d Device, err error) (Device, error) {
 	switch {
 	case err == nil:
 		i.idx.observe(d)
@@ -150,17 +150,17 @@ func (i indexedInventory) read(id int64, d Device, err error) (Device, error) {
 	return d, err
 }
 
-func (i indexedInventory) Devices(ctx context.Context) ([]Device, error) {
+func (i indexedNetBox) Devices(ctx context.Context) ([]Device, error) {
 	start := i.idx.begin()
-	ds, err := i.Inventory.Devices(ctx)
+	ds, err := i.NetBox.Devices(ctx)
 	if err == nil {
 		i.idx.replace(ds, start)
 	}
 	return ds, err
 }
 
-func (i indexedInventory) Update(ctx context.Context, id int64, p Patch) (Device, error) {
-	d, err := i.Inventory.Update(ctx, id, p)
+func (i indexedNetBox) Update(ctx context.Context, id int64, p Patch) (Device, error) {
+	d, err := i.NetBox.Update(ctx, id, p)
 	if err == nil {
 		i.idx.observe(d)
 	}
@@ -192,7 +192,7 @@ func (s *Delivery) deviceAt(ctx context.Context, addr netip.Addr) (Device, error
 		return Device{}, Refuse(RefusedConflict, "address_shared",
 			"%d NetBox devices (ids %v) have %s as their primary IPv4: give each machine its own address", len(ids), ids, addr)
 	}
-	d, err := s.core.inv.Device(ctx, ids[0])
+	d, err := s.core.netbox.Device(ctx, ids[0])
 	if err == nil && d.IP() != addr {
 		err = fmt.Errorf("device %s moved from %s to %s: %w", d.Name, addr, d.IP(), ErrNotFound)
 	}
@@ -208,11 +208,11 @@ func (s *Delivery) fillIndex(ctx context.Context) error {
 		return nil
 	}
 	if !s.addrs.lastBuild.IsZero() && s.core.clock.Now().Sub(s.addrs.lastBuild) < indexRetry {
-		return fmt.Errorf("find devices by address: %w: NetBox's devices are not read yet, and the last try failed", ErrInventory)
+		return fmt.Errorf("find devices by address: %w: NetBox's devices are not read yet, and the last try failed", ErrNetBoxUnavailable)
 	}
-	if _, err := s.core.inv.Devices(ctx); err != nil {
+	if _, err := s.core.netbox.Devices(ctx); err != nil {
 		s.addrs.lastBuild = s.core.clock.Now()
-		return fmt.Errorf("find devices by address: list devices: %w: %w", ErrInventory, err)
+		return fmt.Errorf("find devices by address: list devices: %w: %w", ErrNetBoxUnavailable, err)
 	}
 	return nil
 }

@@ -21,7 +21,7 @@ func TestFetchFromUnknownAddressCostsNetBoxNothing(t *testing.T) {
 		d.Address = netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)}), 16)
 		devices = append(devices, d)
 	}
-	inv := fleettest.NewInventory(devices...)
+	inv := fleettest.NewNetBox(devices...)
 	s := newTestService(inv, fleettest.NewInstaller())
 	fetch := func(addr string) string {
 		_, _, err := s.Delivery.FetchConfig(context.Background(), ConfigFetch{Kind: KindTalos, ClaimedUUID: attestedUUID, RemoteAddr: netip.MustParseAddr(addr)})
@@ -62,7 +62,7 @@ func TestFetchFromUnknownAddressCostsNetBoxNothing(t *testing.T) {
 func TestAddressIndexFollowsNetBox(t *testing.T) {
 	a, b := fleettest.Declared(1, "node-a"), fleettest.Declared(2, "node-b")
 	a.Address, b.Address = netip.MustParsePrefix("10.0.0.5/24"), netip.MustParsePrefix("10.0.0.6/24")
-	inv := fleettest.NewInventory(a, b)
+	inv := fleettest.NewNetBox(a, b)
 	one, two := newTestService(inv, fleettest.NewInstaller()), newTestService(inv, fleettest.NewInstaller())
 	code := func(s testService, addr string) string {
 		_, _, err := s.Delivery.FetchConfig(context.Background(), ConfigFetch{Kind: KindTalos, ClaimedUUID: attestedUUID, RemoteAddr: netip.MustParseAddr(addr)})

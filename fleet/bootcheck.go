@@ -116,7 +116,7 @@ func (s *BootChecks) BootCheck(ctx context.Context, in BootCheckInput) (BootChec
 		return BootCheckResult{}, s.bootCheckRefused(Outcome{Device: lak.Device, Step: "boot-check", Result: "refused"}, err), err
 	}
 	if err != nil {
-		return BootCheckResult{}, out, fmt.Errorf("read device %q: %w: %w", lak.Device, ErrInventory, err)
+		return BootCheckResult{}, out, fmt.Errorf("read device %q: %w: %w", lak.Device, ErrNetBoxUnavailable, err)
 	}
 	unlock := s.core.locks.lock(d.ID)
 	defer unlock()
@@ -125,8 +125,8 @@ func (s *BootChecks) BootCheck(ctx context.Context, in BootCheckInput) (BootChec
 		// The device read before the lock is used when it carries a version: the conditional
 		// write then fails if anyone changed it since, and the retry reads it again.
 		if attempt > 0 || d.Version == "" {
-			if d, err = s.core.inv.Device(ctx, d.ID); err != nil {
-				return BootCheckResult{}, out, fmt.Errorf("read device %s: %w: %w", lak.Device, ErrInventory, err)
+			if d, err = s.core.netbox.Device(ctx, d.ID); err != nil {
+				return BootCheckResult{}, out, fmt.Errorf("read device %s: %w: %w", lak.Device, ErrNetBoxUnavailable, err)
 			}
 		}
 		// Decided on fleetd's own values only: another user's write of them is put back first
@@ -153,7 +153,7 @@ func (s *BootChecks) BootCheck(ctx context.Context, in BootCheckInput) (BootChec
 // looked up by name.
 func (s *BootChecks) bootCheckTarget(ctx context.Context, name string) (Device, error) {
 	if id, ok := s.bootIDs.get(name); ok {
-		d, err := s.core.inv.DeviceFields(ctx, id)
+		d, err := s.core.netbox.DeviceFields(ctx, id)
 		switch {
 		case err == nil && d.Name == name:
 			return d, nil
@@ -162,7 +162,7 @@ func (s *BootChecks) bootCheckTarget(ctx context.Context, name string) (Device, 
 		}
 		s.bootIDs.forget(name)
 	}
-	d, err := s.core.inv.DeviceByName(ctx, name)
+	d, err := s.core.netbox.DeviceByName(ctx, name)
 	if err == nil {
 		s.bootIDs.put(name, d.ID)
 	}

@@ -55,7 +55,7 @@ func (s *BootChecks) recordBootCheck(ctx context.Context, d Device, out Outcome,
 	}
 	renewal, renewMsg := s.renew(d, c, res.Outcome, &p)
 	if _, err := s.core.update(ctx, d, p); err != nil {
-		return BootCheckResult{}, out, fmt.Errorf("record the boot check of %s: %w", d.Name, inventoryErr(err))
+		return BootCheckResult{}, out, fmt.Errorf("record the boot check of %s: %w", d.Name, netboxErr(err))
 	}
 	if msg != "" {
 		s.core.journal(ctx, d, kind, msg)
@@ -116,7 +116,7 @@ func (s *BootChecks) recordBootFailure(ctx context.Context, d Device, out Outcom
 	if d.Owned.BootCheck != BootCheckFailed {
 		failed := BootCheckFailed
 		if _, err := s.core.update(ctx, d, Patch{IfVersion: d.Version, BootCheck: &failed}); err != nil {
-			return BootCheckResult{}, out, fmt.Errorf("record the failed boot check of %s: %w", d.Name, inventoryErr(err))
+			return BootCheckResult{}, out, fmt.Errorf("record the failed boot check of %s: %w", d.Name, netboxErr(err))
 		}
 		last := "never"
 		if !d.Owned.LastBootCheck.IsZero() {

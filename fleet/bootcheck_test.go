@@ -19,7 +19,7 @@ import (
 // pass every step before the quote, and no further.
 type bootChecks struct {
 	testService
-	inv    *fleettest.Inventory
+	inv    *fleettest.NetBox
 	lak    *pki.Certificate
 	nonces *attest.BootNonceSealer
 }
@@ -54,7 +54,7 @@ func newBootChecks(t *testing.T) bootChecks {
 	}
 	d := fleettest.Declared(12, "node-a")
 	d.Status, d.Owned = StatusActive, Owned{State: StateActive, LAKSerial: lak.SerialHex(), LastBootCheck: testEpoch.Add(-time.Hour)}
-	inv := fleettest.NewInventory(d)
+	inv := fleettest.NewNetBox(d)
 	return bootChecks{testService: newTestServiceWith(inv, fleettest.NewInstaller(), clock, a), inv: inv, lak: lak, nonces: a.BootNonces}
 }
 

@@ -13,11 +13,11 @@ import (
 )
 
 // newLoggedService is a test service whose change-log backstop reads log.
-func newLoggedService(inv *fleettest.Inventory, log ChangeLog) testService {
+func newLoggedService(inv *fleettest.NetBox, log ChangeLog) testService {
 	clock := fleettest.NewClock(testEpoch)
 	inv.Clock = clock
 	s, err := NewService(Config{FleetdURL: "http://spore:8080", ConfigTTL: time.Hour, ServiceUser: fleettest.ServiceUser},
-		Deps{Seal: fleettest.SealKeys(), Inventory: inv, ChangeLog: log, Installer: fleettest.NewInstaller(), Catalog: fleettest.Catalog(), Clock: clock,
+		Deps{Seal: fleettest.SealKeys(), NetBox: inv, ChangeLog: log, Installer: fleettest.NewInstaller(), Catalog: fleettest.Catalog(), Clock: clock,
 			Renderer: sharedRenderer(), Random: rand.New(rand.NewSource(1))})
 	if err != nil {
 		panic(err)
@@ -54,7 +54,7 @@ func TestReconcileRepairsLoggedWrites(t *testing.T) {
 	claimed.Owned = Owned{State: StateActive, Request: "provision-aaaaaaaa", Workflow: "node-a-provision-aaaaaaaa", LAKSerial: "0c2d"}
 
 	t.Run("ok/stale copy whose webhook was lost: fleetd's fields back, its desired_action not a request", func(t *testing.T) {
-		inv := fleettest.NewInventory(old)
+		inv := fleettest.NewNetBox(old)
 		log := &queryLog{ChangeLog: inv}
 		s := newLoggedService(inv, log)
 		copyRead := inv.Get(12)
@@ -78,7 +78,7 @@ func TestReconcileRepairsLoggedWrites(t *testing.T) {
 		}
 	})
 	t.Run("ok/already repaired: nothing written", func(t *testing.T) {
-		inv := fleettest.NewInventory(old)
+		inv := fleettest.NewNetBox(old)
 		s := newLoggedService(inv, inv)
 		copyRead := inv.Get(12)
 		inv.Set(claimed)
@@ -95,7 +95,7 @@ func TestReconcileRepairsLoggedWrites(t *testing.T) {
 		}
 	})
 	t.Run("ok/the next run reads from the last run's start, with an overlap", func(t *testing.T) {
-		inv := fleettest.NewInventory(claimed)
+		inv := fleettest.NewNetBox(claimed)
 		log := &queryLog{ChangeLog: inv}
 		s := newLoggedService(inv, log)
 		_, _ = s.Requests.ReconcileAll(context.Background())

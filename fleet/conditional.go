@@ -18,7 +18,7 @@ type Decide func(d Device) (p Patch, write bool, err error)
 // (docs/design.md §2 and §9): it writes what decide returns for d, sealed (update), conditionally
 // on d.Version (If-Match), and when NetBox answers 412 it re-reads the device and calls decide
 // again, at most maxConflicts times. It returns the device after the write (without its MACs, as
-// Inventory.Update) or, when decide wrote nothing, the device decide last saw; and whether it
+// NetBox.Update) or, when decide wrote nothing, the device decide last saw; and whether it
 // wrote.
 //
 // Trust: NetBox's ETag is the only version; on NetBox without ETags (before 4.6) d.Version is
@@ -26,7 +26,7 @@ type Decide func(d Device) (p Patch, write bool, err error)
 // (docs/operate.md, "Several instances"). The patch's IfVersion and Seal are set here; decide
 // leaves them.
 //
-// Errors: those of Inventory.Device and Inventory.Update (ErrNotFound when the device is gone),
+// Errors: those of NetBox.Device and NetBox.Update (ErrNotFound when the device is gone),
 // ErrConflict wrapped when the device kept changing, and decide's own.
 //
 // Usage:
@@ -38,7 +38,7 @@ type Decide func(d Device) (p Patch, write bool, err error)
 //		return Patch{Message: &msg}, true, nil
 //	})
 func (s *core) updateIfMatch(ctx context.Context, d Device, decide Decide) (Device, bool, error) {
-	return s.updateIfMatchReading(ctx, d, decide, s.inv.Device)
+	return s.updateIfMatchReading(ctx, d, decide, s.netbox.Device)
 }
 
 // updateIfMatchReading is updateIfMatch that reads the device again after a conflict with reread.
@@ -76,7 +76,7 @@ func (s *core) updateOnOwnFields(ctx context.Context, d Device, decide Decide) (
 		return d, false, err
 	}
 	return s.updateIfMatchReading(ctx, d, decide, func(ctx context.Context, id int64) (Device, error) {
-		cur, err := s.inv.Device(ctx, id)
+		cur, err := s.netbox.Device(ctx, id)
 		if err != nil {
 			return cur, err
 		}

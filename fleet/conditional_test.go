@@ -10,7 +10,7 @@ import (
 )
 
 // updateIfMatch is the service's conditional write of device 1 as the service reads it.
-func updateIfMatch(t *testing.T, inv *fleettest.Inventory, decide fleet.Decide) (fleet.Device, bool, error) {
+func updateIfMatch(t *testing.T, inv *fleettest.NetBox, decide fleet.Decide) (fleet.Device, bool, error) {
 	t.Helper()
 	s := newTestService(inv, fleettest.NewInstaller())
 	d, err := s.ReadDevice(context.Background(), 1)
@@ -32,7 +32,7 @@ func TestUpdateIfMatch(t *testing.T) {
 		}
 	}
 	t.Run("ok/written", func(t *testing.T) {
-		inv := fleettest.NewInventory(fleettest.Declared(1, "a"))
+		inv := fleettest.NewNetBox(fleettest.Declared(1, "a"))
 		calls := 0
 		got, wrote, err := updateIfMatch(t, inv, setMessage(fleet.StateNone, &calls))
 		if err != nil || !wrote || calls != 1 || got.Owned.Message != msg || len(got.MACs) == 0 {
@@ -40,7 +40,7 @@ func TestUpdateIfMatch(t *testing.T) {
 		}
 	})
 	t.Run("ok/conflict-redecided-and-written", func(t *testing.T) {
-		inv := fleettest.NewInventory(fleettest.Declared(1, "a"))
+		inv := fleettest.NewNetBox(fleettest.Declared(1, "a"))
 		inv.ConflictOnce[1] = func(d *fleet.Device) { d.Owned.Workflow = "theirs" }
 		calls := 0
 		got, wrote, err := updateIfMatch(t, inv, setMessage(fleet.StateNone, &calls))
@@ -49,7 +49,7 @@ func TestUpdateIfMatch(t *testing.T) {
 		}
 	})
 	t.Run("ok/conflict-redecided-nothing-to-write", func(t *testing.T) {
-		inv := fleettest.NewInventory(fleettest.Declared(1, "a"))
+		inv := fleettest.NewNetBox(fleettest.Declared(1, "a"))
 		inv.ConflictOnce[1] = func(d *fleet.Device) { d.Owned.State = fleet.StateActive }
 		calls := 0
 		got, wrote, err := updateIfMatch(t, inv, setMessage(fleet.StateNone, &calls))
@@ -61,7 +61,7 @@ func TestUpdateIfMatch(t *testing.T) {
 		}
 	})
 	t.Run("refuse/decide-error-writes-nothing", func(t *testing.T) {
-		inv := fleettest.NewInventory(fleettest.Declared(1, "a"))
+		inv := fleettest.NewNetBox(fleettest.Declared(1, "a"))
 		boom := errors.New("boom")
 		_, wrote, err := updateIfMatch(t, inv, func(fleet.Device) (fleet.Patch, bool, error) {
 			return fleet.Patch{Message: &msg}, true, boom
@@ -71,7 +71,7 @@ func TestUpdateIfMatch(t *testing.T) {
 		}
 	})
 	t.Run("refuse/keeps-changing", func(t *testing.T) {
-		inv := fleettest.NewInventory(fleettest.Declared(1, "a"))
+		inv := fleettest.NewNetBox(fleettest.Declared(1, "a"))
 		calls := 0
 		_, wrote, err := updateIfMatch(t, inv, func(d fleet.Device) (fleet.Patch, bool, error) {
 			calls++

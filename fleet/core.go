@@ -12,7 +12,7 @@ import (
 // and the decision log, the journal and the metrics every decision feeds. It holds no port a use
 // case alone calls: each use-case type adds its own (docs/design.md, "Packages").
 type core struct {
-	inv      trustedInventory // every read judged (trust.go), every write sealed (repair.go)
+	netbox   trustedNetBox // every read judged (trust.go), every write sealed (repair.go)
 	clock    Clock
 	log      zerolog.Logger
 	metrics  *metrics
@@ -56,7 +56,7 @@ func (s *core) applyRecorded(ctx context.Context, d Device, action Action, ev Ev
 		return withTransition(p, d, t, msg), true, nil
 	})
 	if err != nil {
-		return out, false, fmt.Errorf("record %s of %s: %w", ev, d.Name, inventoryErr(err))
+		return out, false, fmt.Errorf("record %s of %s: %w", ev, d.Name, netboxErr(err))
 	}
 	if !wrote {
 		return out, false, nil
@@ -79,7 +79,7 @@ func (s *core) applyRecorded(ctx context.Context, d Device, action Action, ev Ev
 // journal writes a journal entry; a failure is logged and counted, never fatal to the decision,
 // which NetBox already holds in fleet_state and fleet_message.
 func (s *core) journal(ctx context.Context, d Device, kind JournalKind, text string) {
-	if err := s.inv.Journal(ctx, d.ID, kind, text); err != nil {
+	if err := s.netbox.Journal(ctx, d.ID, kind, text); err != nil {
 		s.metrics.journalErrors.Inc()
 		s.log.Error().Err(err).Str("device", d.Name).Str("journal", text).Msg("journal entry lost")
 	}

@@ -32,7 +32,7 @@ func TestDecommissionDuringRequest(t *testing.T) {
 			d := fleettest.Declared(12, "node-a")
 			d.Status, d.Owned.State, d.Owned.Request = StatusDecommissioning, r.state, r.request
 			d.Owned.Workflow = WorkflowName("node-a", r.request)
-			inv, inst := fleettest.NewInventory(d), fleettest.NewInstaller()
+			inv, inst := fleettest.NewNetBox(d), fleettest.NewInstaller()
 			r.workflow.Name = d.Owned.Workflow
 			inst.Set(d.Owned.Workflow, r.workflow)
 			s := newTestService(inv, inst)
@@ -80,7 +80,7 @@ func TestDecommissioningAfterRetirement(t *testing.T) {
 			const last = "retire-aaaaaaaa"
 			d.Status, d.Owned.State, d.Owned.Request, d.Declared.DesiredAction = StatusDecommissioning, r.state, last, r.desired
 			d.Owned.Workflow = WorkflowName("node-a", last)
-			inv, inst := fleettest.NewInventory(d), fleettest.NewInstaller()
+			inv, inst := fleettest.NewNetBox(d), fleettest.NewInstaller()
 			s := newTestService(inv, inst)
 			if _, err := s.Requests.Reconcile(ctx, 12); err != nil {
 				t.Fatal(err)

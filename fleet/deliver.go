@@ -58,7 +58,7 @@ func (s *Delivery) FetchConfig(ctx context.Context, f ConfigFetch) (NodeConfig, 
 		return NodeConfig{}, out, s.fetchRefused(f, r)
 	}
 	if err != nil {
-		return NodeConfig{}, out, fmt.Errorf("look up the device at %s: %w", f.RemoteAddr, inventoryErr(err))
+		return NodeConfig{}, out, fmt.Errorf("look up the device at %s: %w", f.RemoteAddr, netboxErr(err))
 	}
 	unlock := s.core.locks.lock(d.ID) // an optimization: the conditional write below is what decides
 	defer unlock()
@@ -74,7 +74,7 @@ func (s *Delivery) FetchConfig(ctx context.Context, f ConfigFetch) (NodeConfig, 
 	}
 	switch {
 	case err != nil:
-		return NodeConfig{}, out, fmt.Errorf("deliver the configuration of %s: %w", d.Name, inventoryErr(err))
+		return NodeConfig{}, out, fmt.Errorf("deliver the configuration of %s: %w", d.Name, netboxErr(err))
 	case !wrote:
 		return NodeConfig{}, out, s.refuseFetch(ctx, delivered, f, fd.refusal, fd.now)
 	}

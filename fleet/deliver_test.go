@@ -106,7 +106,7 @@ func TestFetchConfig(t *testing.T) {
 			if r.mod != nil {
 				r.mod(&d)
 			}
-			inv, inst := fleettest.NewInventory(d), fleettest.NewInstaller()
+			inv, inst := fleettest.NewNetBox(d), fleettest.NewInstaller()
 			s := newTestService(inv, inst)
 			s.clock.Advance(r.advance)
 			cfg, _, err := s.Delivery.FetchConfig(context.Background(), r.fetch)
@@ -151,7 +151,7 @@ func TestFetchConfigOnce(t *testing.T) {
 	d := fleettest.Declared(12, "node-a")
 	d.Status = StatusStaged
 	d.Owned = Owned{State: StateConfiguring, Request: "provision-aaaaaaaa", Workflow: "node-a-provision-aaaaaaaa"}
-	inv := fleettest.NewInventory(attested(d))
+	inv := fleettest.NewNetBox(attested(d))
 	f := ConfigFetch{Kind: KindTalos, ClaimedUUID: attestedUUID, RemoteAddr: netip.MustParseAddr("10.0.0.5")}
 	first, _, err := newTestService(inv, fleettest.NewInstaller()).Delivery.FetchConfig(context.Background(), f)
 	if err != nil {
@@ -194,7 +194,7 @@ func mustClass(t *testing.T, name string) Class {
 // gatedInventory holds the first Device read after arm() until release, telling entered when it
 // got there, so that a test can keep a device's lock taken at a known point.
 type gatedInventory struct {
-	*fleettest.Inventory
+	*fleettest.NetBox
 	armed             atomic.Bool
 	entered, released chan struct{}
 }
@@ -209,7 +209,7 @@ func (g *gatedInventory) Device(ctx context.Context, id int64) (Device, error) {
 		close(g.entered)
 		<-g.released
 	}
-	return g.Inventory.Device(ctx, id)
+	return g.NetBox.Device(ctx, id)
 }
 
 // TestFetchConfigWhileTheRequestEnds: a fetch that waits for the device's lock while the
@@ -219,7 +219,7 @@ func TestFetchConfigWhileTheRequestEnds(t *testing.T) {
 	d := fleettest.Declared(12, "node-a")
 	d.Status = StatusStaged
 	d.Owned = Owned{State: StateConfiguring, Request: "provision-aaaaaaaa", Workflow: "node-a-provision-aaaaaaaa"}
-	inv := &gatedInventory{Inventory: fleettest.NewInventory(attested(d))}
+	inv := &gatedInventory{NetBox: fleettest.NewNetBox(attested(d))}
 	s := newTestService(inv, fleettest.NewInstaller())
 
 	// The Workflow watch reports a failure and holds the device's lock in its read.
@@ -238,7 +238,7 @@ func TestFetchConfigWhileTheRequestEnds(t *testing.T) {
 		fetched <- err
 	}()
 	waitForGoroutine(t, "fleet.(*Delivery).FetchConfig", "fleet.(*deviceLocks).lock")
-	inv.Inventory.Set(func() Device { x := inv.Get(12); x.Owned.State = StateInstalling; return x }()) // the failure applies to an installing provision
+	inv.NetBox.Set(func() Device { x := inv.Get(12); x.Owned.State = StateInstalling; return x }()) // the failure applies to an installing provision
 	close(inv.released)
 	if err := <-ended; err != nil {
 		t.Fatalf("the Workflow's failure: %v", err)
@@ -290,11 +290,11 @@ func TestPendingConfigsGauge(t *testing.T) {
 	d := fleettest.Declared(12, "node-a")
 	d.Status = StatusStaged
 	d.Owned = Owned{State: StateConfiguring, Request: "provision-aaaaaaaa", Workflow: "node-a-provision-aaaaaaaa"}
-	inv, inst := fleettest.NewInventory(attested(d)), fleettest.NewInstaller()
+	inv, inst := fleettest.NewNetBox(attested(d)), fleettest.NewInstaller()
 	inst.Set(d.Owned.Workflow, WorkflowStatus{Phase: WorkflowSucceeded})
 	clock := fleettest.NewClock(testEpoch)
 	reg := prometheus.NewRegistry()
-	s, err := NewService(Config{FleetdURL: "http://spore:8080"}, Deps{Seal: fleettest.SealKeys(), Inventory: inv, Installer: inst,
+	s, err := NewService(Config{FleetdURL: "http://spore:8080"}, Deps{Seal: fleettest.SealKeys(), NetBox: inv, Installer: inst,
 		Catalog: fleettest.Catalog(), Clock: clock, Renderer: sharedRenderer(), Random: rand.New(rand.NewSource(1)), Registry: reg})
 	if err != nil {
 		t.Fatal(err)
@@ -355,9 +355,9 @@ func TestFetchConfigJudgedOnOwnFields(t *testing.T) {
 	}
 	for _, r := range rows {
 		t.Run(r.name, func(t *testing.T) {
-			inv := fleettest.NewInventory(r.now)
+			inv := fleettest.NewNetBox(r.now)
 			if r.copyRead.ID != 0 {
-				inv = fleettest.NewInventory(r.copyRead)
+				inv = fleettest.NewNetBox(r.copyRead)
 				copyRead := inv.Get(12)
 				inv.Set(r.now)
 				saveCopy(inv, fleettest.Owner, copyRead)

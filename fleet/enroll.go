@@ -189,14 +189,14 @@ func (s *Enrollment) enrollingDevice(ctx context.Context, name, step string) (en
 // lookupDevice reads the device a node names; an unknown name is the caller's mistake.
 func (s *Enrollment) lookupDevice(ctx context.Context, name, step string) (Device, Outcome, error) {
 	out := Outcome{Device: name, Step: step, Result: "refused"}
-	d, err := s.core.inv.DeviceByName(ctx, name)
+	d, err := s.core.netbox.DeviceByName(ctx, name)
 	if errors.Is(err, ErrNotFound) {
 		out.Check = "unknown_device"
 		return Device{}, out, Refuse(RefusedNotFound, "unknown_device",
 			"NetBox has no device named %.64q: the Workflow must pass the device's NetBox name", name)
 	}
 	if err != nil {
-		return Device{}, out, fmt.Errorf("read device %.64q: %w: %w", name, ErrInventory, err)
+		return Device{}, out, fmt.Errorf("read device %.64q: %w: %w", name, ErrNetBoxUnavailable, err)
 	}
 	if d, err = s.core.judgedOnOwnFields(ctx, d); err != nil {
 		out.Check = codeOf(err)

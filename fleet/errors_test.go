@@ -24,7 +24,7 @@ func TestAsRefusal(t *testing.T) {
 	}{
 		{"refuse/an attest check's refusal, wrapped", fmt.Errorf("verify: %w", checked), true, RefusedInvalid, string(attest.CheckQuote)},
 		{"refuse/a fleet refusal wrapping an attest one is itself", own, true, RefusedConflict, "config_rejected"},
-		{"ok/fleetd's own failure is no refusal", fmt.Errorf("read device: %w", ErrInventory), false, 0, ""},
+		{"ok/fleetd's own failure is no refusal", fmt.Errorf("read device: %w", ErrNetBoxUnavailable), false, 0, ""},
 		{"ok/no error", nil, false, 0, ""},
 	} {
 		t.Run(r.name, func(t *testing.T) {

@@ -11,7 +11,7 @@ func (s *Service) UpdateIfMatch(ctx context.Context, d Device, decide Decide) (D
 
 // ReadDevice reads a device as every decision does: with its change log, judged (trust.go).
 func (s *Service) ReadDevice(ctx context.Context, id int64) (Device, error) {
-	return s.core.inv.Device(ctx, id)
+	return s.core.netbox.Device(ctx, id)
 }
 
 // CheckOwnedFields is the change-log backstop's check of one device (foreign.go).

@@ -96,7 +96,7 @@ func TestFollowWorkflow(t *testing.T) {
 			if r.attested {
 				d = attested(d)
 			}
-			inv, inst := fleettest.NewInventory(d), fleettest.NewInstaller()
+			inv, inst := fleettest.NewNetBox(d), fleettest.NewInstaller()
 			if r.ws != nil {
 				inst.Set(d.Owned.Workflow, *r.ws)
 			}
@@ -147,7 +147,7 @@ func TestMissingWorkflowBehind(t *testing.T) {
 			d.Status = StatusStaged
 			d.Owned = Owned{State: StateInstalling, Request: "provision-aaaaaaaa", Workflow: WorkflowName("node-a", "provision-aaaaaaaa"),
 				LDevIDSerial: "0a1b", LAKSerial: "0c2d"}
-			inv, inst := fleettest.NewInventory(d), fleettest.NewInstaller()
+			inv, inst := fleettest.NewNetBox(d), fleettest.NewInstaller()
 			if r.ws != nil {
 				inst.Set(d.Owned.Workflow, *r.ws)
 			}
@@ -168,7 +168,7 @@ func TestMissingWorkflowBehind(t *testing.T) {
 func TestWorkflowChangedIgnoresOldWorkflows(t *testing.T) {
 	d := fleettest.Declared(12, "node-a")
 	d.Owned = Owned{State: StateInstalling, Request: "provision-bbbbbbbb", Workflow: "node-a-provision-bbbbbbbb"}
-	inv, inst := fleettest.NewInventory(d), fleettest.NewInstaller()
+	inv, inst := fleettest.NewNetBox(d), fleettest.NewInstaller()
 	s := newTestService(inv, inst)
 	old := WorkflowStatus{Name: "node-a-provision-aaaaaaaa", Phase: WorkflowFailed}
 	if _, err := s.Requests.WorkflowChanged(context.Background(), 12, old); err != nil {
@@ -194,7 +194,7 @@ func TestQueuedRequest(t *testing.T) {
 	d.Owned = Owned{State: StateInstalling, Request: "provision-aaaaaaaa", Workflow: "node-a-provision-aaaaaaaa"}
 	d = attested(d)
 	d.Declared.DesiredAction = ActionWipe
-	inv := fleettest.NewInventory(d)
+	inv := fleettest.NewNetBox(d)
 	inst := fleettest.NewInstaller()
 	inst.Set("node-a-provision-aaaaaaaa", WorkflowStatus{Phase: WorkflowRunning, CurrentAction: "stream-image"})
 	s := newTestService(inv, inst)
@@ -218,7 +218,7 @@ func TestQueuedRequest(t *testing.T) {
 	t.Run("ok/nothing queued: no entry, nothing in the view", func(t *testing.T) {
 		d := d
 		d.Declared.DesiredAction = ActionNone
-		inv := fleettest.NewInventory(d)
+		inv := fleettest.NewNetBox(d)
 		s := newTestService(inv, inst)
 		if _, err := s.Requests.Reconcile(ctx, 12); err != nil {
 			t.Fatal(err)

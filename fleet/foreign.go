@@ -33,12 +33,12 @@ type foreignWrites struct {
 func (s *foreignWrites) checkOwnedFields(ctx context.Context, id int64) (Outcome, error) {
 	unlock := s.core.locks.lock(id)
 	defer unlock()
-	d, err := s.core.inv.Device(ctx, id)
+	d, err := s.core.netbox.Device(ctx, id)
 	if errors.Is(err, ErrNotFound) {
 		return Outcome{DeviceID: id, Step: "owned-fields", Result: "unknown-device"}, nil
 	}
 	if err != nil {
-		return Outcome{DeviceID: id, Step: "owned-fields", Result: "error"}, fmt.Errorf("read device %d: %w: %w", id, ErrInventory, err)
+		return Outcome{DeviceID: id, Step: "owned-fields", Result: "error"}, fmt.Errorf("read device %d: %w: %w", id, ErrNetBoxUnavailable, err)
 	}
 	d, err = s.core.judgedOnOwnFields(ctx, d)
 	out := outcomeFor(d, RequestAction(d.Owned.Request), "owned-fields", string(d.Trust.Verdict))

@@ -13,7 +13,7 @@ import (
 
 // saveCopy is a client's save of a copy of the device it read earlier (pynetbox's save()): every
 // custom field as it was read, fleet_seal included, by user.
-func saveCopy(inv *fleettest.Inventory, user string, copyRead Device) {
+func saveCopy(inv *fleettest.NetBox, user string, copyRead Device) {
 	inv.WriteAs(user, copyRead.ID, func(d *Device) {
 		d.Owned, d.Seal, d.Declared = copyRead.Owned, copyRead.Seal, copyRead.Declared
 	})
@@ -62,7 +62,7 @@ func TestWrittenBackCopy(t *testing.T) {
 	}
 	for _, r := range rows {
 		t.Run(r.name, func(t *testing.T) {
-			inv := fleettest.NewInventory(r.read)
+			inv := fleettest.NewNetBox(r.read)
 			s := newTestService(inv, fleettest.NewInstaller())
 			copyRead := inv.Get(12)
 			if r.edit != nil {
@@ -89,7 +89,7 @@ func TestWrittenBackCopy(t *testing.T) {
 	// A value fleetd cannot read decodes as no facts: written over none, it is still a write of
 	// fleet_facts, and none is put back.
 	t.Run("ok/unreadable fleet_facts written over none: none put back", func(t *testing.T) {
-		inv := fleettest.NewInventory(active)
+		inv := fleettest.NewNetBox(active)
 		s := newTestService(inv, fleettest.NewInstaller())
 		inv.Set(active)
 		inv.WriteAs("admin", 12, func(d *Device) { d.Owned.FactsUnreadable = "fleet_facts: version 2, this fleetd reads version 1" })
@@ -104,7 +104,7 @@ func TestWrittenBackCopy(t *testing.T) {
 		}
 	})
 	t.Run("ok/nothing fleetd owns changed: nothing written", func(t *testing.T) {
-		inv := fleettest.NewInventory(active)
+		inv := fleettest.NewNetBox(active)
 		s := newTestService(inv, fleettest.NewInstaller())
 		inv.Set(active)
 		inv.WriteAs("admin", 12, func(d *Device) { d.Declared.DiskSerial = "S-NEW" }) // the owner's own field
@@ -131,7 +131,7 @@ func sameValues(a, b Owned) bool {
 func TestWrittenBackRequestNotCarriedOutTwice(t *testing.T) {
 	d := fleettest.Declared(12, "node-a")
 	d.Declared.DesiredAction = ActionProvision
-	inv := fleettest.NewInventory(d)
+	inv := fleettest.NewNetBox(d)
 	inst := fleettest.NewInstaller()
 	s := newTestService(inv, inst)
 	copyRead := inv.Get(12) // the owner's copy, read before the claim
@@ -168,7 +168,7 @@ func TestCopyWrittenBackDuringTheWrite(t *testing.T) {
 	d := fleettest.Declared(12, "node-a")
 	d.Status = StatusActive
 	d.Owned = Owned{State: StatePending, Request: "wipe-aaaaaaaa", Workflow: "node-a-wipe-aaaaaaaa", Message: "wipe accepted as request wipe-aaaaaaaa."}
-	inv := fleettest.NewInventory(d)
+	inv := fleettest.NewNetBox(d)
 	s := newTestService(inv, fleettest.NewInstaller())
 	copyRead := inv.Get(12) // read before the attestation
 	d.Owned.State, d.Owned.Message = StateWiping, "Attested node-a for wipe request wipe-aaaaaaaa."

@@ -38,16 +38,16 @@ var sharedRenderer = sync.OnceValue(func() *render.Renderer {
 
 // newTestService is a service on inv (its saves stamped by the service's clock, when it is the
 // in-memory inventory), with fleettest's seal keys and NetBox user.
-func newTestService(inv Inventory, inst Installer) testService {
+func newTestService(inv NetBox, inst Installer) testService {
 	return newTestServiceWith(inv, inst, fleettest.NewClock(testEpoch), Attestation{})
 }
 
 // newTestServiceWith is newTestService on the given clock, with the given attestation wiring.
-func newTestServiceWith(inv Inventory, inst Installer, clock *fleettest.Clock, a Attestation) testService {
-	if m, ok := inv.(*fleettest.Inventory); ok && m.Clock == nil {
+func newTestServiceWith(inv NetBox, inst Installer, clock *fleettest.Clock, a Attestation) testService {
+	if m, ok := inv.(*fleettest.NetBox); ok && m.Clock == nil {
 		m.Clock = clock
 	}
-	s, err := NewService(Config{FleetdURL: "http://spore:8080", ConfigTTL: time.Hour, ServiceUser: fleettest.ServiceUser}, Deps{Seal: fleettest.SealKeys(), Inventory: inv, Installer: inst,
+	s, err := NewService(Config{FleetdURL: "http://spore:8080", ConfigTTL: time.Hour, ServiceUser: fleettest.ServiceUser}, Deps{Seal: fleettest.SealKeys(), NetBox: inv, Installer: inst,
 		Catalog: fleettest.Catalog(), Clock: clock, Renderer: sharedRenderer(), Random: rand.New(rand.NewSource(1)), Attest: a})
 	if err != nil {
 		panic(err)

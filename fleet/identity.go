@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/folly-infra/fleetd/api"
 )
 
 // IdentityMaterial is what a provision's configuration carries of the node's identity, kept on the
@@ -110,8 +112,8 @@ func (m IdentityMaterial) Check() error {
 // PEM) and lak.blob (LAKFiles), and the LDevID's ldevid.pem (its chain as PEM), ldevid.pub and
 // ldevid.priv (LDevIDFiles), when the material holds both LDevID blobs (an older fleetd did not
 // record the private one).
-func (m IdentityMaterial) NodeFiles() []NodeFile {
-	files := []NodeFile{
+func (m IdentityMaterial) NodeFiles() []api.NodeFile {
+	files := []api.NodeFile{
 		{Name: NodeFileLAKCert, Mode: 0o644, Data: chainPEM(m.LAK.Chain)},
 		{Name: NodeFileLAKBlob, Mode: 0o600, Data: m.LAK.Blob},
 	}

@@ -87,7 +87,7 @@ func TestReconcileAllListsWorkflows(t *testing.T) {
 			if r.listed != nil {
 				inst.Listed = r.listed(all)
 			}
-			inv := fleettest.NewInventory(devs...)
+			inv := fleettest.NewNetBox(devs...)
 			s := newTestService(inv, inst)
 			if _, err := s.Requests.ReconcileAll(context.Background()); err != nil {
 				t.Fatal(err)

@@ -1,6 +1,10 @@
 package fleet
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/folly-infra/fleetd/api"
+)
 
 // A node's configuration is rendered from the device's declaration, its class and what
 // attestation verified (the Renderer port, ports.go; package render implements it) and served
@@ -19,7 +23,7 @@ type NodeIdentity struct {
 	Serial string // SMBIOS system serial reported by the agent, may be empty
 	// Files are delivered into NodeDir on the node by every kind of configuration (nodefiles.go):
 	// for a provision, the LAK files its boot checks read (LAKFiles).
-	Files []NodeFile
+	Files []api.NodeFile
 }
 
 // NodeConfig is one rendered configuration, ready to be served once.

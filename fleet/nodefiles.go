@@ -46,16 +46,12 @@ const TextFormSuffix = api.TextFormSuffix
 // (api.TextForms says which and why).
 func TalosTextForm(name string) bool { return api.IsTextForm(name) }
 
-// NodeFile is one file a node's configuration delivers into NodeDir, owned by root; its Path and
-// its TextForm (TextFormSuffix) are api.NodeFile's.
-type NodeFile = api.NodeFile
-
 // LAKFiles are the files a node's boot checks need: lak.pem, the LAK leaf then its chain
 // (public, 0644), and lak.blob, the AK as the agent's TPM wrapped it (0600: useless outside that
 // TPM, but nothing else on the node needs to read it). They are the bytes the agent wrote into
 // the shared directory under the same names.
-func LAKFiles(lak *pki.Certificate, blob []byte) []NodeFile {
-	return []NodeFile{
+func LAKFiles(lak *pki.Certificate, blob []byte) []api.NodeFile {
+	return []api.NodeFile{
 		{Name: NodeFileLAKCert, Mode: 0o644, Data: lak.PEM()},
 		{Name: NodeFileLAKBlob, Mode: 0o600, Data: blob},
 	}
@@ -66,8 +62,8 @@ func LAKFiles(lak *pki.Certificate, blob []byte) []NodeFile {
 // ldevid.priv (TPM2B_PRIVATE contents), both without size prefix and 0600 (wrapped by the TPM's
 // storage key; nothing but root's SPIRE agent needs them). They are the bytes the enrollment agent
 // wrote into the shared directory under the same names.
-func LDevIDFiles(chainPEM, public, private []byte) []NodeFile {
-	return []NodeFile{
+func LDevIDFiles(chainPEM, public, private []byte) []api.NodeFile {
+	return []api.NodeFile{
 		{Name: NodeFileLDevIDCert, Mode: 0o644, Data: chainPEM},
 		{Name: NodeFileLDevIDPub, Mode: 0o600, Data: public},
 		{Name: NodeFileLDevIDPriv, Mode: 0o600, Data: private},

@@ -151,12 +151,12 @@ func (s *Review) Plan(ctx context.Context, name string, asked Action) (Plan, err
 	if asked != ActionNone && !validAction(asked) {
 		return Plan{}, Refuse(RefusedInvalid, "unknown_action", "action %q is not one of provision, attest, wipe, retire", asked)
 	}
-	d, err := s.core.inv.DeviceByName(ctx, name)
+	d, err := s.core.netbox.DeviceByName(ctx, name)
 	if errors.Is(err, ErrNotFound) {
 		return Plan{}, Refuse(RefusedNotFound, "unknown_device", "NetBox has no device named %q", name)
 	}
 	if err != nil {
-		return Plan{}, fmt.Errorf("read device %q: %w: %w", name, ErrInventory, err)
+		return Plan{}, fmt.Errorf("read device %q: %w: %w", name, ErrNetBoxUnavailable, err)
 	}
 	d, repair := repaired(d)
 	p := s.plan(ctx, d, asked)

@@ -49,7 +49,7 @@ func TestPlanIsTheRealDecision(t *testing.T) {
 			if r.edit != nil {
 				d = r.edit(d)
 			}
-			inv, inst := fleettest.NewInventory(d), fleettest.NewInstaller()
+			inv, inst := fleettest.NewNetBox(d), fleettest.NewInstaller()
 			inst.Fail = r.fail
 			s := newTestService(inv, inst)
 			before := inv.Get(12)
@@ -137,7 +137,7 @@ func TestPlanSteps(t *testing.T) {
 	retired.Status, retired.Owned.State, retired.Owned.Request = StatusDecommissioning, StateRetired, "retire-abcdefgh"
 	node := fleettest.Declared(15, "node-d")
 	node.Status, node.Owned.State = StatusActive, StateActive
-	inv := fleettest.NewInventory(d, running, retired, node)
+	inv := fleettest.NewNetBox(d, running, retired, node)
 	s := newTestService(inv, fleettest.NewInstaller())
 
 	p, err := s.Review.Plan(ctx, "node-a", ActionProvision)

@@ -16,21 +16,22 @@ import (
 // ErrNotFound is returned by a port when the object it was asked for does not exist.
 var ErrNotFound = errors.New("not found")
 
-// ErrConflict is returned by Inventory.Update when the device changed since the version the
+// ErrConflict is returned by NetBox.Update when the device changed since the version the
 // update was conditioned on (NetBox answered 412 Precondition Failed).
 var ErrConflict = errors.New("device changed since it was read")
 
-// ErrInventory marks an error that came from the inventory (NetBox unreachable or failing): the
+// ErrNetBoxUnavailable marks an error that came from NetBox (unreachable or failing): the
 // adapters answer it with 503 so that the caller (NetBox's webhook worker, an operator) can tell
 // "fleetd could not read NetBox" from "fleetd refused".
-var ErrInventory = errors.New("netbox unavailable")
+var ErrNetBoxUnavailable = errors.New("netbox unavailable")
 
-// Inventory is NetBox, the only durable state (docs/design.md §2).
+// NetBox is the port to NetBox's devices, the only durable state (docs/design.md §2): the netbox
+// package implements it over NetBox's REST API, fleettest in memory.
 //
 // Errors: ErrNotFound (wrapped) for a device that does not exist; ErrConflict (wrapped) for a
 // failed If-Match; anything else means NetBox could not be reached or answered 5xx after the
 // adapter's bounded retries, and the caller must treat the operation as not done.
-type Inventory interface {
+type NetBox interface {
 	// Device reads one device by its NetBox id.
 	Device(ctx context.Context, id int64) (Device, error)
 	// DeviceFields reads one device by its NetBox id like Device, with its Version, but without

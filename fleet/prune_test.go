@@ -43,7 +43,7 @@ func TestPruneKeepsWaitingWorkflows(t *testing.T) {
 		inst.Set(d.Owned.Workflow, WorkflowStatus{Phase: WorkflowRunning})
 	}
 	p := &pruner{Installer: inst, err: errors.New("API down")}
-	s := newTestService(fleettest.NewInventory(devices...), p)
+	s := newTestService(fleettest.NewNetBox(devices...), p)
 	if _, err := s.Requests.ReconcileAll(context.Background()); err != nil {
 		t.Fatalf("ReconcileAll: %v (a failed prune must not fail it)", err)
 	}

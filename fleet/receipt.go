@@ -90,14 +90,14 @@ func (m *receiptMetrics) observe(devices []Device) {
 // wiped (retired) in one conditional write, journaled. A receipt of any other request, or of
 // this one once it ended (recorded already: a replay), is refused receipt_request_ended with
 // nothing written, and so is one whose request moved on while it was recorded (another fleetd
-// instance recorded the same receipt first). NetBox failing is an error wrapping ErrInventory:
+// instance recorded the same receipt first). NetBox failing is an error wrapping ErrNetBoxUnavailable:
 // the agent retries.
 func (s *Requests) RecordWipeReceipt(ctx context.Context, r attest.VerifiedReceipt) (Outcome, error) {
 	action := Action(r.Action)
 	out := Outcome{DeviceID: r.DeviceID, Device: r.Device, Action: action, Step: "receipt", Result: "refused"}
 	unlock := s.core.locks.lock(r.DeviceID)
 	defer unlock()
-	d, err := s.core.inv.Device(ctx, r.DeviceID)
+	d, err := s.core.netbox.Device(ctx, r.DeviceID)
 	switch {
 	case errors.Is(err, ErrNotFound):
 		out.Check = CodeReceiptRequestEnded
@@ -107,7 +107,7 @@ func (s *Requests) RecordWipeReceipt(ctx context.Context, r attest.VerifiedRecei
 	case err != nil:
 		out.Result = "error"
 		s.core.metrics.receipts.receipts.WithLabelValues("error").Inc()
-		return out, fmt.Errorf("record the wipe receipt of %s: read device %d: %w: %w", r.Device, r.DeviceID, ErrInventory, err)
+		return out, fmt.Errorf("record the wipe receipt of %s: read device %d: %w: %w", r.Device, r.DeviceID, ErrNetBoxUnavailable, err)
 	}
 	if d, err = s.core.judgedOnOwnFields(ctx, d); err != nil {
 		out.Check = codeOf(err)
@@ -192,12 +192,12 @@ func (s *Requests) RefusedWipeReceipt(ctx context.Context, r attest.RefusedRecei
 	s.core.metrics.receipts.receipts.WithLabelValues(code).Inc()
 	unlock := s.core.locks.lock(rc.DeviceID)
 	defer unlock()
-	d, err := s.core.inv.Device(ctx, rc.DeviceID)
+	d, err := s.core.netbox.Device(ctx, rc.DeviceID)
 	switch {
 	case errors.Is(err, ErrNotFound):
 		return nil // nothing to journal on
 	case err != nil:
-		return fmt.Errorf("journal the refused wipe receipt of %s: read device %d: %w: %w", rc.Device, rc.DeviceID, ErrInventory, err)
+		return fmt.Errorf("journal the refused wipe receipt of %s: read device %d: %w: %w", rc.Device, rc.DeviceID, ErrNetBoxUnavailable, err)
 	}
 	if d, err = s.core.judgedOnOwnFields(ctx, d); err != nil {
 		if _, refused := AsRefusal(err); refused {

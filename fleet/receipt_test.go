@@ -46,7 +46,7 @@ func TestRecordWipeReceipt(t *testing.T) {
 		name    string
 		device  func() Device
 		request string // the receipt's
-		before  func(inv *fleettest.Inventory, s testService)
+		before  func(inv *fleettest.NetBox, s testService)
 		// want: the state and status after; code "" for recorded
 		state  State
 		status Status
@@ -62,7 +62,7 @@ func TestRecordWipeReceipt(t *testing.T) {
 			device: func() Device { d := wipingNode(wipe); d.Status = StatusDecommissioning; return d },
 			state:  StateWiped, status: StatusDecommissioning},
 		{name: "refuse/replayed: the same receipt once recorded", device: func() Device { return wipingNode(wipe) }, request: wipe,
-			before: func(_ *fleettest.Inventory, s testService) {
+			before: func(_ *fleettest.NetBox, s testService) {
 				if _, err := s.Requests.RecordWipeReceipt(ctx, receiptOf(wipingNode(wipe), wipe)); err != nil {
 					panic(err)
 				}
@@ -82,19 +82,19 @@ func TestRecordWipeReceipt(t *testing.T) {
 			device: func() Device { d := wipingNode(wipe); d.Owned.State = StatePending; return d },
 			state:  StatePending, status: StatusActive, code: CodeReceiptRequestEnded},
 		{name: "refuse/another instance recorded it first: the conflict's re-read finds it wiped", device: func() Device { return wipingNode(wipe) }, request: wipe,
-			before: func(inv *fleettest.Inventory, _ testService) {
+			before: func(inv *fleettest.NetBox, _ testService) {
 				inv.ConflictOnce[12] = func(d *Device) { d.Owned.State, d.Status = StateWiped, StatusOffline }
 			}, state: StateWiped, status: StatusOffline, code: CodeReceiptRequestEnded, others: 1},
 		{name: "refuse/NetBox fails the write: an inventory error, nothing recorded", device: func() Device { return wipingNode(wipe) }, request: wipe,
-			before: func(inv *fleettest.Inventory, _ testService) {
+			before: func(inv *fleettest.NetBox, _ testService) {
 				inv.FailUpdates(func(int64, Patch) (bool, error) { return false, errors.New("502 Bad Gateway") })
-			}, state: StateWiping, status: StatusActive, errIs: ErrInventory},
+			}, state: StateWiping, status: StatusActive, errIs: ErrNetBoxUnavailable},
 	}
 	for _, r := range rows {
 		t.Run(r.name, func(t *testing.T) {
 			reg := prometheus.NewRegistry()
 			d := r.device()
-			inv := fleettest.NewInventory(d)
+			inv := fleettest.NewNetBox(d)
 			s := newRegisteredService(inv, reg, fleettest.SealKeys())
 			if r.before != nil {
 				r.before(inv, s)
@@ -153,7 +153,7 @@ func TestRecordWipeReceipt(t *testing.T) {
 func TestReceiptReplayAfterAnEditorsRevert(t *testing.T) {
 	ctx := context.Background()
 	d := wipingNode("wipe-aaaaaaaa")
-	inv := fleettest.NewInventory(d)
+	inv := fleettest.NewNetBox(d)
 	s := newRegisteredService(inv, prometheus.NewRegistry(), fleettest.SealKeys())
 	if _, err := s.Requests.RecordWipeReceipt(ctx, receiptOf(d, d.Owned.Request)); err != nil {
 		t.Fatal(err)
@@ -190,7 +190,7 @@ func TestWipeEndsOnItsReceipt(t *testing.T) {
 	for _, phase := range []WorkflowPhase{WorkflowSucceeded, WorkflowFailed} {
 		t.Run("ok/the receipt, then the Workflow "+string(phase)+": wiped once", func(t *testing.T) {
 			d := wipingNode("wipe-aaaaaaaa")
-			inv := fleettest.NewInventory(d)
+			inv := fleettest.NewNetBox(d)
 			s := newRegisteredService(inv, prometheus.NewRegistry(), fleettest.SealKeys())
 			if _, err := s.Requests.RecordWipeReceipt(ctx, receiptOf(d, d.Owned.Request)); err != nil {
 				t.Fatal(err)
@@ -221,7 +221,7 @@ func TestWipeEndsOnItsReceipt(t *testing.T) {
 		t.Run(r.name, func(t *testing.T) {
 			reg := prometheus.NewRegistry()
 			d := wipingNode(r.request)
-			inv := fleettest.NewInventory(d)
+			inv := fleettest.NewNetBox(d)
 			s := newRegisteredService(inv, reg, fleettest.SealKeys())
 			out, err := s.Requests.WorkflowChanged(ctx, 12, succeeded(d))
 			if err != nil || out.Result != string(StateUnconfirmed) {
@@ -278,7 +278,7 @@ func TestRefusedWipeReceipt(t *testing.T) {
 	t.Run("ok/journaled once, counted each time, nothing else written", func(t *testing.T) {
 		reg := prometheus.NewRegistry()
 		d := wipingNode("wipe-aaaaaaaa")
-		inv := fleettest.NewInventory(d)
+		inv := fleettest.NewNetBox(d)
 		s := newRegisteredService(inv, reg, fleettest.SealKeys())
 		saves := len(inv.Changes(12))
 		for range 3 {
@@ -310,7 +310,7 @@ func TestRefusedWipeReceipt(t *testing.T) {
 	})
 	t.Run("ok/not journaled once the request is not running", func(t *testing.T) {
 		d := wipingNode("wipe-aaaaaaaa")
-		inv := fleettest.NewInventory(d)
+		inv := fleettest.NewNetBox(d)
 		s := newRegisteredService(inv, prometheus.NewRegistry(), fleettest.SealKeys())
 		if err := s.Requests.RefusedWipeReceipt(ctx, refused(d, "wipe-bbbbbbbb", attest.CheckReceiptBoot)); err != nil {
 			t.Fatal(err)

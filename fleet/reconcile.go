@@ -43,12 +43,12 @@ func (s *Requests) reconcile(ctx context.Context, id int64, listed workflowListi
 	defer func() { s.core.metrics.reconcileSeconds.Observe(s.core.clock.Now().Sub(start).Seconds()) }()
 
 	for attempt := 0; ; attempt++ {
-		d, err := s.core.inv.Device(ctx, id)
+		d, err := s.core.netbox.Device(ctx, id)
 		if errors.Is(err, ErrNotFound) {
 			return Outcome{DeviceID: id, Step: "read", Result: "unknown-device"}, nil
 		}
 		if err != nil {
-			return Outcome{DeviceID: id, Step: "read", Result: "error"}, fmt.Errorf("read device %d: %w: %w", id, ErrInventory, err)
+			return Outcome{DeviceID: id, Step: "read", Result: "error"}, fmt.Errorf("read device %d: %w: %w", id, ErrNetBoxUnavailable, err)
 		}
 		if d, err = s.core.vouched(ctx, d); err != nil {
 			return outcomeFor(d, RequestAction(d.Owned.Request), "owned-fields", "refused"), err
@@ -126,10 +126,10 @@ func (s *Requests) ReconcileAll(ctx context.Context) ([]Device, error) {
 	if err != nil {
 		errs = append(errs, err)
 	}
-	devices, err := s.core.inv.Devices(ctx)
+	devices, err := s.core.netbox.Devices(ctx)
 	if err != nil {
 		s.core.metrics.reconcileRuns.WithLabelValues("error").Inc()
-		return nil, fmt.Errorf("list devices for reconcile: %w: %w", ErrInventory, err)
+		return nil, fmt.Errorf("list devices for reconcile: %w: %w", ErrNetBoxUnavailable, err)
 	}
 	s.core.metrics.bootChecks.observe(devices)
 	s.core.metrics.observePending(devices, s.core.clock.Now())
@@ -159,8 +159,8 @@ func (s *Requests) ReconcileAll(ctx context.Context) ([]Device, error) {
 	return devices, errors.Join(errs...)
 }
 
-// Run reconciles every interval until ctx ends. onInventory, when set, receives each listing.
-func (s *Requests) Run(ctx context.Context, interval time.Duration, onInventory func(context.Context, []Device)) error {
+// Run reconciles every interval until ctx ends. onListing, when set, receives each listing.
+func (s *Requests) Run(ctx context.Context, interval time.Duration, onListing func(context.Context, []Device)) error {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -168,8 +168,8 @@ func (s *Requests) Run(ctx context.Context, interval time.Duration, onInventory 
 		if err != nil {
 			s.core.log.Warn().Err(err).Msg("periodic reconcile incomplete; the next run retries")
 		}
-		if devices != nil && onInventory != nil {
-			onInventory(ctx, devices)
+		if devices != nil && onListing != nil {
+			onListing(ctx, devices)
 		}
 		s.afterSweep()
 		select {
@@ -182,13 +182,13 @@ func (s *Requests) Run(ctx context.Context, interval time.Duration, onInventory 
 
 // ReconcileByName re-reads the named device and takes its next step (operator route).
 func (s *Requests) ReconcileByName(ctx context.Context, name string) (Outcome, error) {
-	d, err := s.core.inv.DeviceByName(ctx, name)
+	d, err := s.core.netbox.DeviceByName(ctx, name)
 	if errors.Is(err, ErrNotFound) {
 		return Outcome{Device: name, Step: "read", Result: "unknown-device"},
 			Refuse(RefusedNotFound, "unknown_device", "NetBox has no device named %q", name)
 	}
 	if err != nil {
-		return Outcome{Device: name, Step: "read", Result: "error"}, fmt.Errorf("read device %q: %w: %w", name, ErrInventory, err)
+		return Outcome{Device: name, Step: "read", Result: "error"}, fmt.Errorf("read device %q: %w: %w", name, ErrNetBoxUnavailable, err)
 	}
 	return s.Reconcile(ctx, d.ID)
 }

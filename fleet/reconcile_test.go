@@ -115,7 +115,7 @@ func TestReconcileClaims(t *testing.T) {
 	for _, r := range rows {
 		t.Run(r.name, func(t *testing.T) {
 			d := r.device(fleettest.Declared(12, "node-a"))
-			inv, inst := fleettest.NewInventory(d), fleettest.NewInstaller()
+			inv, inst := fleettest.NewNetBox(d), fleettest.NewInstaller()
 			if d.Owned.Workflow != "" {
 				inst.Set(d.Owned.Workflow, WorkflowStatus{Phase: WorkflowRunning})
 			}
@@ -173,7 +173,7 @@ func TestReconcileClaims(t *testing.T) {
 func TestConcurrentTriggersCreateOneWorkflow(t *testing.T) {
 	d := fleettest.Declared(12, "node-a")
 	d.Declared.DesiredAction = ActionProvision
-	inv, inst := fleettest.NewInventory(d), fleettest.NewInstaller()
+	inv, inst := fleettest.NewNetBox(d), fleettest.NewInstaller()
 	s := newTestService(inv, inst)
 	var wg sync.WaitGroup
 	for i := 0; i < 20; i++ {
@@ -199,7 +199,7 @@ func TestConcurrentTriggersCreateOneWorkflow(t *testing.T) {
 func TestClaimConflict(t *testing.T) {
 	d := fleettest.Declared(12, "node-a")
 	d.Declared.DesiredAction = ActionProvision
-	inv, inst := fleettest.NewInventory(d), fleettest.NewInstaller()
+	inv, inst := fleettest.NewNetBox(d), fleettest.NewInstaller()
 	inv.ConflictOnce[12] = func(d *Device) { d.Declared.DiskSerial = "S-NEW" }
 	s := newTestService(inv, inst)
 	if _, err := s.Requests.Reconcile(context.Background(), 12); err != nil {
@@ -220,7 +220,7 @@ func TestClaimConflict(t *testing.T) {
 func TestInstallDeferredThenCompleted(t *testing.T) {
 	d := fleettest.Declared(12, "node-a")
 	d.Declared.DesiredAction = ActionProvision
-	inv, inst := fleettest.NewInventory(d), fleettest.NewInstaller()
+	inv, inst := fleettest.NewNetBox(d), fleettest.NewInstaller()
 	inst.Fail = fmt.Errorf("dial tcp 127.0.0.1:6443: connection refused")
 	s := newTestService(inv, inst)
 	if _, err := s.Requests.Reconcile(context.Background(), 12); err == nil {
@@ -247,7 +247,7 @@ func TestInstallDeferredThenCompleted(t *testing.T) {
 func TestTemplateRefusalFailsRequest(t *testing.T) {
 	d := fleettest.Declared(12, "node-a")
 	d.Declared.DesiredAction = ActionWipe
-	inv, inst := fleettest.NewInventory(d), fleettest.NewInstaller()
+	inv, inst := fleettest.NewNetBox(d), fleettest.NewInstaller()
 	inst.Fail = fmt.Errorf("Template fleet-wipe: action wipe-disk has timeout 0: %w", ErrTemplate)
 	s := newTestService(inv, inst)
 	if _, err := s.Requests.Reconcile(context.Background(), 12); err != nil {

@@ -17,7 +17,7 @@ func TestRefusalsBeforeActivationWriteNothing(t *testing.T) {
 	d := fleettest.Declared(12, "node-a")
 	d.Status = StatusStaged
 	d.Owned = Owned{State: StatePending, Request: "provision-aaaaaaaa", Workflow: WorkflowName("node-a", "provision-aaaaaaaa")}
-	inv, inst := fleettest.NewInventory(d), fleettest.NewInstaller()
+	inv, inst := fleettest.NewNetBox(d), fleettest.NewInstaller()
 	s := newTestService(inv, inst)
 	ctx := context.Background()
 	before := inv.Get(12).Version
@@ -83,7 +83,7 @@ func TestLifecycleWriteConflicts(t *testing.T) {
 		t.Run(r.name, func(t *testing.T) {
 			d := fleettest.Declared(12, "node-a")
 			d.Owned = Owned{State: StatePending, Request: "provision-aaaaaaaa", Workflow: WorkflowName("node-a", "provision-aaaaaaaa")}
-			inv, inst := fleettest.NewInventory(d), fleettest.NewInstaller()
+			inv, inst := fleettest.NewNetBox(d), fleettest.NewInstaller()
 			s := newTestService(inv, inst)
 			inst.Set(d.Owned.Workflow, WorkflowStatus{Phase: WorkflowFailed, FailedAction: "fleetd-enroll"})
 			inv.ConflictOnce[12] = r.other
@@ -121,7 +121,7 @@ func TestRecordedRefusalReadAsItsCode(t *testing.T) {
 		t.Run(r.name, func(t *testing.T) {
 			d := fleettest.Declared(12, "node-a")
 			d.Owned = Owned{State: StatePending, Request: "provision-aaaaaaaa", Workflow: WorkflowName("node-a", "provision-aaaaaaaa"), Message: r.message}
-			inv, inst := fleettest.NewInventory(d), fleettest.NewInstaller()
+			inv, inst := fleettest.NewNetBox(d), fleettest.NewInstaller()
 			s := newTestService(inv, inst)
 			inst.Set(d.Owned.Workflow, WorkflowStatus{Phase: WorkflowFailed, FailedAction: "fleetd-enroll"})
 			if _, err := s.Requests.Reconcile(context.Background(), 12); err != nil {

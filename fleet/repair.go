@@ -18,7 +18,7 @@ import (
 // written when base's values are not trusted (so that no value fleetd does not vouch for stays
 // under its seal), and sealed over the values the device holds after the write.
 func (s *core) update(ctx context.Context, base Device, p Patch) (Device, error) {
-	return s.inv.Update(ctx, base.ID, s.sealed(base, p))
+	return s.netbox.Update(ctx, base.ID, s.sealed(base, p))
 }
 
 // sealed is p with its seal (and capped, completed as update says).
@@ -138,9 +138,9 @@ func (s *core) judgedOnOwnFields(ctx context.Context, d Device) (Device, error) 
 	if err != nil {
 		return d, err
 	}
-	cur, err := s.inv.Device(ctx, d.ID)
+	cur, err := s.netbox.Device(ctx, d.ID)
 	if err != nil {
-		return d, fmt.Errorf("read %s again after repairing the fields fleetd owns: %w: %w", d.Name, ErrInventory, err)
+		return d, fmt.Errorf("read %s again after repairing the fields fleetd owns: %w: %w", d.Name, ErrNetBoxUnavailable, err)
 	}
 	if !cur.Trust.Trusted() {
 		return cur, untrustedRefusal(cur)
@@ -182,7 +182,7 @@ func (s *core) repair(ctx context.Context, d Device) (Outcome, error) {
 	})
 	if err != nil {
 		s.metrics.ownedWrites.WithLabelValues("error").Inc()
-		return out, fmt.Errorf("repair the fields fleetd owns on %s: %w", d.Name, inventoryErr(err))
+		return out, fmt.Errorf("repair the fields fleetd owns on %s: %w", d.Name, netboxErr(err))
 	}
 	if held != nil {
 		out.Result = "held-by-seal-brake"
@@ -229,7 +229,7 @@ func (s *core) reseal(ctx context.Context, d Device) (Device, error) {
 	})
 	if err != nil {
 		s.metrics.ownedWrites.WithLabelValues("error").Inc()
-		return d, fmt.Errorf("seal the fields fleetd owns on %s: %w", d.Name, inventoryErr(err))
+		return d, fmt.Errorf("seal the fields fleetd owns on %s: %w", d.Name, netboxErr(err))
 	}
 	if !wrote {
 		return got, nil

@@ -32,11 +32,11 @@ func gauge(t *testing.T, reg *prometheus.Registry, name string, labels ...string
 }
 
 // newRegisteredService is newTestService with its metrics on reg.
-func newRegisteredService(inv *fleettest.Inventory, reg *prometheus.Registry, keys *SealKeys) testService {
+func newRegisteredService(inv *fleettest.NetBox, reg *prometheus.Registry, keys *SealKeys) testService {
 	clock := fleettest.NewClock(testEpoch)
 	inv.Clock = clock
 	s, err := NewService(Config{FleetdURL: "http://spore:8080", ServiceUser: fleettest.ServiceUser},
-		Deps{Seal: keys, Inventory: inv, ChangeLog: inv, Installer: fleettest.NewInstaller(), Catalog: fleettest.Catalog(),
+		Deps{Seal: keys, NetBox: inv, ChangeLog: inv, Installer: fleettest.NewInstaller(), Catalog: fleettest.Catalog(),
 			Clock: clock, Renderer: sharedRenderer(), Random: strings.NewReader(strings.Repeat("r", 4096)), Registry: reg})
 	if err != nil {
 		panic(err)
@@ -50,11 +50,11 @@ func newRegisteredService(inv *fleettest.Inventory, reg *prometheus.Registry, ke
 // seals fail (before that, and while many do, the seal brake holds: decisions are refused,
 // nothing is written). Its boot checks are refused; only an owner's new request brings it back.
 func TestUntrusted(t *testing.T) {
-	forge := func(inv *fleettest.Inventory) { // no write of fleetd's in the log: forged from the start
+	forge := func(inv *fleettest.NetBox) { // no write of fleetd's in the log: forged from the start
 		inv.WriteAs("admin", 12, func(d *Device) { d.Owned.LAKSerial, d.Owned.State = "0bad", StateActive })
 	}
 	t.Run("refuse/before the first listing the brake holds: nothing written", func(t *testing.T) {
-		inv := fleettest.NewInventory(wipedNode())
+		inv := fleettest.NewNetBox(wipedNode())
 		s := newTestService(inv, fleettest.NewInstaller())
 		forge(inv)
 		saves := len(inv.Changes(12))
@@ -68,7 +68,7 @@ func TestUntrusted(t *testing.T) {
 	})
 	t.Run("ok/marked untrusted, then brought back by the owner's provision", func(t *testing.T) {
 		reg := prometheus.NewRegistry()
-		inv := fleettest.NewInventory(wipedNode())
+		inv := fleettest.NewNetBox(wipedNode())
 		s := newRegisteredService(inv, reg, fleettest.SealKeys())
 		ctx := context.Background()
 		forge(inv)
@@ -108,7 +108,7 @@ func TestUntrusted(t *testing.T) {
 			d.ID, d.Name = int64(20+i), "node-"+string(rune('a'+i))
 			ds = append(ds, d)
 		}
-		inv := fleettest.NewInventory(ds...)
+		inv := fleettest.NewNetBox(ds...)
 		s := newRegisteredService(inv, reg, fleettest.SealKeys())
 		for i := range 3 { // three of four: a key deployed wrong looks like this, not a forgery
 			inv.WriteAs("admin", int64(20+i), func(d *Device) { d.Owned.Message = "forged" })
@@ -139,7 +139,7 @@ func TestUpgradeSealsWhatFleetdWroteLast(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	a, b, c := activeNode(), activeNode(), activeNode()
 	b.ID, b.Name, c.ID, c.Name = 13, "node-b", 14, "node-c"
-	inv := fleettest.NewInventory(a, b, c)
+	inv := fleettest.NewNetBox(a, b, c)
 	s := newRegisteredService(inv, reg, fleettest.SealKeys())
 	unsealed := func(d *Device) { d.Seal = "" } // an older fleetd's write
 	inv.WriteAs(fleettest.ServiceUser, 13, unsealed)
@@ -191,7 +191,7 @@ func TestKeyRotation(t *testing.T) {
 		}
 		return k
 	}
-	inv := fleettest.NewInventory(wipedNode()) // sealed with the old key; idle throughout
+	inv := fleettest.NewNetBox(wipedNode()) // sealed with the old key; idle throughout
 	t.Run("refuse/the old key dropped before the reseal", func(t *testing.T) {
 		reg := prometheus.NewRegistry()
 		s := newRegisteredService(inv, reg, ring(next))
@@ -242,7 +242,7 @@ func TestKeyRotation(t *testing.T) {
 	// fleetd's own sealed write in the log cannot be verified, so the device is marked untrusted,
 	// never trusted on the log alone; the owner's provision brings it back.
 	t.Run("ok/a key lost for good: the seal cleared, marked untrusted, provisioned again", func(t *testing.T) {
-		inv := fleettest.NewInventory()
+		inv := fleettest.NewNetBox()
 		inv.Set(wipedNode()) // fleetd's write, sealed with the key about to be lost
 		s := newRegisteredService(inv, prometheus.NewRegistry(), ring(next))
 		if _, err := s.Requests.Reconcile(ctx, 12); !isRefusal(err, "seal_key_unknown") {
@@ -276,7 +276,7 @@ func isRefusal(err error, code string) bool {
 // changed nothing) and the change log's newest entry is always the device's last save of
 // fleetd's: the trust check then needs no second read of the log.
 func TestEveryWriteChangesTheSeal(t *testing.T) {
-	inv := fleettest.NewInventory(wipedNode())
+	inv := fleettest.NewNetBox(wipedNode())
 	s := newTestService(inv, fleettest.NewInstaller())
 	msg := "the same"
 	for range 2 {

@@ -26,7 +26,7 @@ func (s *Requests) reject(ctx context.Context, d Device, action Action, problems
 	p := Patch{IfVersion: d.Version, ClearDesiredAction: d.Declared.DesiredAction != ActionNone,
 		State: &t.To, Message: &msg}
 	if _, err := s.core.update(ctx, d, p); err != nil {
-		return out, fmt.Errorf("record rejection of %s on %s: %w", action, d.Name, inventoryErr(err))
+		return out, fmt.Errorf("record rejection of %s on %s: %w", action, d.Name, netboxErr(err))
 	}
 	s.core.metrics.requests.WithLabelValues(string(action), "rejected").Inc()
 	s.core.journal(ctx, d, t.Journal, msg)
@@ -69,7 +69,7 @@ func (s *Requests) accept(ctx context.Context, d Device, action Action) (Outcome
 		Status: t.Status, State: &t.To, Message: &msg, Request: &req, Workflow: &wf}
 	claimed, err := s.core.update(ctx, d, p)
 	if err != nil {
-		return out, fmt.Errorf("claim %s request on %s: %w", action, d.Name, inventoryErr(err))
+		return out, fmt.Errorf("claim %s request on %s: %w", action, d.Name, netboxErr(err))
 	}
 	claimed.MACs = d.MACs // Update does not read them again
 	s.core.metrics.requests.WithLabelValues(string(action), "accepted").Inc()
@@ -168,12 +168,12 @@ func (s *Requests) follow(ctx context.Context, d Device, listed workflowListing)
 func (s *Requests) WorkflowChanged(ctx context.Context, id int64, ws WorkflowStatus) (Outcome, error) {
 	unlock := s.core.locks.lock(id)
 	defer unlock()
-	d, err := s.core.inv.Device(ctx, id)
+	d, err := s.core.netbox.Device(ctx, id)
 	if errors.Is(err, ErrNotFound) {
 		return Outcome{DeviceID: id, Step: "workflow", Result: "unknown-device"}, nil
 	}
 	if err != nil {
-		return Outcome{DeviceID: id, Step: "workflow", Result: "error"}, fmt.Errorf("read device %d: %w: %w", id, ErrInventory, err)
+		return Outcome{DeviceID: id, Step: "workflow", Result: "error"}, fmt.Errorf("read device %d: %w: %w", id, ErrNetBoxUnavailable, err)
 	}
 	if d, err = s.core.judgedOnOwnFields(ctx, d); err != nil {
 		return outcomeFor(d, ActionNone, "workflow", "refused"), err
@@ -262,13 +262,13 @@ func withTransition(p Patch, d Device, t Transition, msg string) Patch {
 	return p
 }
 
-// inventoryErr marks an inventory write error as ErrInventory, except a conflict, which the caller
+// netboxErr marks a NetBox write error as ErrNetBoxUnavailable, except a conflict, which the caller
 // redoes.
-func inventoryErr(err error) error {
-	if errors.Is(err, ErrConflict) || errors.Is(err, ErrInventory) {
+func netboxErr(err error) error {
+	if errors.Is(err, ErrConflict) || errors.Is(err, ErrNetBoxUnavailable) {
 		return err
 	}
-	return fmt.Errorf("%w: %w", ErrInventory, err)
+	return fmt.Errorf("%w: %w", ErrNetBoxUnavailable, err)
 }
 
 // retryHint says how the owner asks again after a failed request: a failed request is never

@@ -116,17 +116,17 @@ func capText(s string, n int) string {
 	return s[:cut] + mark
 }
 
-// cappedInventory caps every message fleetd writes into NetBox, whichever step wrote it.
-type cappedInventory struct{ Inventory }
+// cappedNetBox caps every message fleetd writes into NetBox, whichever step wrote it.
+type cappedNetBox struct{ NetBox }
 
-func (c cappedInventory) Update(ctx context.Context, id int64, p Patch) (Device, error) {
+func (c cappedNetBox) Update(ctx context.Context, id int64, p Patch) (Device, error) {
 	if p.Message != nil {
 		m := capText(*p.Message, MaxMessage)
 		p.Message = &m
 	}
-	return c.Inventory.Update(ctx, id, p)
+	return c.NetBox.Update(ctx, id, p)
 }
 
-func (c cappedInventory) Journal(ctx context.Context, id int64, kind JournalKind, text string) error {
-	return c.Inventory.Journal(ctx, id, kind, capText(text, MaxJournalEntry))
+func (c cappedNetBox) Journal(ctx context.Context, id int64, kind JournalKind, text string) error {
+	return c.NetBox.Journal(ctx, id, kind, capText(text, MaxJournalEntry))
 }

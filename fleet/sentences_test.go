@@ -11,7 +11,7 @@ import (
 
 // recordingInventory records what the capped inventory passes on.
 type recordingInventory struct {
-	Inventory
+	NetBox
 	messages, entries []string
 }
 
@@ -32,7 +32,7 @@ func (r *recordingInventory) Journal(_ context.Context, _ int64, _ JournalKind, 
 // unchanged.
 func TestCappedInventory(t *testing.T) {
 	rec := &recordingInventory{}
-	inv := cappedInventory{rec}
+	inv := cappedNetBox{rec}
 	long := strings.Repeat("é", 10<<10) // two bytes each: a cut in the middle of a rune would show
 	short := "Attested node-a."
 	for _, m := range []string{long, short} {

@@ -37,7 +37,7 @@ type Config struct {
 	// DefaultChangeLogRetention.
 	ChangeLogRetention time.Duration
 	// AfterSweep, when set, runs after each pass over the whole fleet (the periodic reconcile
-	// with its onInventory, and the inventory check), once the pass's listing is garbage:
+	// with its onListing, and the inventory check), once the pass's listing is garbage:
 	// fleetd serve returns the pass's working set to the operating system there
 	// (docs/operate.md, "Memory").
 	AfterSweep func()
@@ -49,7 +49,7 @@ const DefaultConfigTTL = 4 * time.Hour
 
 // Deps are the service's collaborators, wired by main.
 type Deps struct {
-	Inventory Inventory
+	NetBox    NetBox
 	ChangeLog ChangeLog // may be nil: then only decisions and webhooks repair others' writes of fleetd's fields
 	Seal      *SealKeys // the keys of the seal over the fields fleetd owns (seal.go); required
 	Installer Installer
@@ -85,7 +85,7 @@ type Service struct {
 // NewService checks the dependencies and builds every use case on one core.
 func NewService(cfg Config, deps Deps) (*Service, error) {
 	switch {
-	case deps.Inventory == nil:
+	case deps.NetBox == nil:
 		return nil, errors.New("new service: no inventory")
 	case deps.Installer == nil:
 		return nil, errors.New("new service: no installer")
@@ -119,8 +119,8 @@ func NewService(cfg Config, deps Deps) (*Service, error) {
 		return nil, fmt.Errorf("new service: %w", err)
 	}
 	addrs := newAddrIndex()
-	inv := trustedInventory{Inventory: cappedInventory{indexedInventory{Inventory: deps.Inventory, idx: addrs}}, keys: deps.Seal, self: cfg.ServiceUser}
-	c := &core{inv: inv, clock: deps.Clock, log: deps.Logger, metrics: m, keys: deps.Seal}
+	inv := trustedNetBox{NetBox: cappedNetBox{indexedNetBox{NetBox: deps.NetBox, idx: addrs}}, keys: deps.Seal, self: cfg.ServiceUser}
+	c := &core{netbox: inv, clock: deps.Clock, log: deps.Logger, metrics: m, keys: deps.Seal}
 	rnd := &lockedReader{r: deps.Random}
 	refusals := &lastRefusals{}
 	afterSweep := cfg.AfterSweep

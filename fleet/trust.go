@@ -229,26 +229,26 @@ func trusted(d Device, t Trust) Device {
 	return d
 }
 
-// trustedInventory is the inventory as the service reads it: every device read to decide on is
+// trustedNetBox is NetBox as the service reads it: every device read to decide on is
 // read together with its change log and judged (judge); a listing's devices are judged on their
 // seals. Writes must be sealed (the service's update seals them).
-type trustedInventory struct {
-	Inventory
+type trustedNetBox struct {
+	NetBox
 	keys *SealKeys
 	self string // fleetd's NetBox user; "" reads no change log (nobody can be told from fleetd)
 }
 
-func (t trustedInventory) Device(ctx context.Context, id int64) (Device, error) {
-	return t.read(ctx, id, t.Inventory.Device)
+func (t trustedNetBox) Device(ctx context.Context, id int64) (Device, error) {
+	return t.read(ctx, id, t.NetBox.Device)
 }
 
-func (t trustedInventory) DeviceFields(ctx context.Context, id int64) (Device, error) {
-	return t.read(ctx, id, t.Inventory.DeviceFields)
+func (t trustedNetBox) DeviceFields(ctx context.Context, id int64) (Device, error) {
+	return t.read(ctx, id, t.NetBox.DeviceFields)
 }
 
 // DeviceByName reads the device of that name as Device does.
-func (t trustedInventory) DeviceByName(ctx context.Context, name string) (Device, error) {
-	id, err := t.Inventory.DeviceID(ctx, name)
+func (t trustedNetBox) DeviceByName(ctx context.Context, name string) (Device, error) {
+	id, err := t.NetBox.DeviceID(ctx, name)
 	if err != nil {
 		return Device{}, err
 	}
@@ -257,20 +257,20 @@ func (t trustedInventory) DeviceByName(ctx context.Context, name string) (Device
 
 // DeviceByNameSealed reads the device of that name judged on its seal alone, as a listing: for the
 // inventory check, which decides nothing and compares what the listing compares.
-func (t trustedInventory) DeviceByNameSealed(ctx context.Context, name string) (Device, error) {
-	id, err := t.Inventory.DeviceID(ctx, name)
+func (t trustedNetBox) DeviceByNameSealed(ctx context.Context, name string) (Device, error) {
+	id, err := t.NetBox.DeviceID(ctx, name)
 	if err != nil {
 		return Device{}, err
 	}
-	d, err := t.Inventory.Device(ctx, id)
+	d, err := t.NetBox.Device(ctx, id)
 	if err != nil {
 		return Device{}, err
 	}
 	return trusted(d, judge(t.keys, t.self, d, nil, false)), nil
 }
 
-func (t trustedInventory) Devices(ctx context.Context) ([]Device, error) {
-	ds, err := t.Inventory.Devices(ctx)
+func (t trustedNetBox) Devices(ctx context.Context) ([]Device, error) {
+	ds, err := t.NetBox.Devices(ctx)
 	for i := range ds {
 		ds[i] = trusted(ds[i], judge(t.keys, t.self, ds[i], nil, false))
 	}
@@ -279,11 +279,11 @@ func (t trustedInventory) Devices(ctx context.Context) ([]Device, error) {
 
 // Update refuses an unsealed write: every write of fleetd's carries its seal (Service.update).
 // The answer is fleetd's own write, judged on its seal.
-func (t trustedInventory) Update(ctx context.Context, id int64, p Patch) (Device, error) {
+func (t trustedNetBox) Update(ctx context.Context, id int64, p Patch) (Device, error) {
 	if p.Seal == "" {
 		return Device{}, fmt.Errorf("update device %d: the write carries no seal (a fleetd bug: every write goes through Service.update)", id)
 	}
-	d, err := t.Inventory.Update(ctx, id, p)
+	d, err := t.NetBox.Update(ctx, id, p)
 	if err != nil {
 		return d, err
 	}
@@ -294,7 +294,7 @@ func (t trustedInventory) Update(ctx context.Context, id int64, p Patch) (Device
 // its fields, and judges it. The change log is read again after the device when the read that
 // ran beside it may have ended before the device's last save (its newest entry is older than the
 // device's last_updated): a save written between the two reads is never missed.
-func (t trustedInventory) read(ctx context.Context, id int64, read func(context.Context, int64) (Device, error)) (Device, error) {
+func (t trustedNetBox) read(ctx context.Context, id int64, read func(context.Context, int64) (Device, error)) (Device, error) {
 	if t.self == "" {
 		d, err := read(ctx, id)
 		if err != nil {
@@ -308,14 +308,14 @@ func (t trustedInventory) read(ctx context.Context, id int64, read func(context.
 		herr    error
 		wg      sync.WaitGroup
 	)
-	wg.Go(func() { history, herr = t.Inventory.DeviceHistory(ctx, id, until) })
+	wg.Go(func() { history, herr = t.NetBox.DeviceHistory(ctx, id, until) })
 	d, err := read(ctx, id)
 	wg.Wait()
 	if err != nil {
 		return d, err
 	}
 	if herr == nil && !covers(history, d) {
-		history, herr = t.Inventory.DeviceHistory(ctx, id, until)
+		history, herr = t.NetBox.DeviceHistory(ctx, id, until)
 	}
 	if herr != nil {
 		return Device{}, fmt.Errorf("read the change log of device %d (%s) to judge the fields fleetd owns: %w", id, d.Name, herr)

@@ -38,42 +38,42 @@ func TestTrust(t *testing.T) {
 	other, _ := NewSealKeys(SealKey{ID: "k9", Secret: []byte(strings.Repeat("9", 32))})
 	rows := []struct {
 		name        string
-		setup       func(inv *fleettest.Inventory)
+		setup       func(inv *fleettest.NetBox)
 		want        Verdict
 		wantRestore State  // "" = no restore source
 		wantWriter  string // "" = none named
 		wantReason  string
 	}{
-		{name: "ok/sealed, and fleetd saved it last", setup: func(inv *fleettest.Inventory) { inv.Set(wipedNode()) },
+		{name: "ok/sealed, and fleetd saved it last", setup: func(inv *fleettest.NetBox) { inv.Set(wipedNode()) },
 			want: VerdictTrusted, wantReason: "sealed by fleetd, which wrote them last"},
-		{name: "ok/sealed, and no save within the change log touched it", setup: func(inv *fleettest.Inventory) {},
+		{name: "ok/sealed, and no save within the change log touched it", setup: func(inv *fleettest.NetBox) {},
 			want: VerdictTrusted, wantReason: "no save within NetBox's change log touched them"},
-		{name: "ok/the owner's own fields saved since", setup: func(inv *fleettest.Inventory) {
+		{name: "ok/the owner's own fields saved since", setup: func(inv *fleettest.NetBox) {
 			inv.Set(wipedNode())
 			inv.WriteAs("admin", 12, func(d *Device) { d.Declared.DesiredAction, d.Declared.DiskSerial = ActionProvision, "S-NEW" })
 		}, want: VerdictTrusted},
-		{name: "ok/unsealed values fleetd saved last (before the upgrade)", setup: func(inv *fleettest.Inventory) {
+		{name: "ok/unsealed values fleetd saved last (before the upgrade)", setup: func(inv *fleettest.NetBox) {
 			inv.WriteAs(fleettest.ServiceUser, 12, func(d *Device) { d.Seal = "" })
 		}, want: VerdictUnsealed, wantReason: "fleetd wrote them last"},
-		{name: "ok/unsealed values older than the change log", setup: func(inv *fleettest.Inventory) {
+		{name: "ok/unsealed values older than the change log", setup: func(inv *fleettest.NetBox) {
 			inv.WriteAs(fleettest.ServiceUser, 12, func(d *Device) { d.Seal = "" })
 			inv.TrimHistory(testEpoch.Add(time.Hour))
 		}, want: VerdictUnsealed, wantReason: "no save within NetBox's change log touched them"},
-		{name: "refuse/unsealed values another user saved last (forged before the upgrade)", setup: func(inv *fleettest.Inventory) {
+		{name: "refuse/unsealed values another user saved last (forged before the upgrade)", setup: func(inv *fleettest.NetBox) {
 			inv.WriteAs(fleettest.ServiceUser, 12, func(d *Device) { d.Seal = "" })
 			inv.WriteAs("admin", 12, func(d *Device) { d.Owned.LAKSerial = "0bad" })
 		}, want: VerdictUntrusted, wantWriter: "admin"},
-		{name: "refuse/a value changed under fleetd's seal", setup: func(inv *fleettest.Inventory) {
+		{name: "refuse/a value changed under fleetd's seal", setup: func(inv *fleettest.NetBox) {
 			inv.Set(activeNode())
 			inv.WriteAs("admin", 12, func(d *Device) { d.Owned.LAKSerial = "0bad" })
 		}, want: VerdictUntrusted, wantRestore: StateActive, wantWriter: "admin", wantReason: "written by admin"},
-		{name: "refuse/a seal fleetd once wrote, copied back with its values (a replay)", setup: func(inv *fleettest.Inventory) {
+		{name: "refuse/a seal fleetd once wrote, copied back with its values (a replay)", setup: func(inv *fleettest.NetBox) {
 			inv.Set(activeNode())
 			old := inv.Get(12)
 			inv.Set(wipedNode())
 			saveCopy(inv, "admin", old)
 		}, want: VerdictUntrusted, wantRestore: StateWiped, wantWriter: "admin"},
-		{name: "refuse/fleetd's current values saved back by another user (the second of two saves)", setup: func(inv *fleettest.Inventory) {
+		{name: "refuse/fleetd's current values saved back by another user (the second of two saves)", setup: func(inv *fleettest.NetBox) {
 			inv.Set(activeNode())
 			old := inv.Get(12)
 			inv.Set(wipedNode())
@@ -81,11 +81,11 @@ func TestTrust(t *testing.T) {
 			saveCopy(inv, "admin", old)
 			saveCopy(inv, "admin", cur)
 		}, want: VerdictUntrusted, wantRestore: StateWiped, wantWriter: "admin"},
-		{name: "refuse/another device's seal and values", setup: func(inv *fleettest.Inventory) {
+		{name: "refuse/another device's seal and values", setup: func(inv *fleettest.NetBox) {
 			o := inv.Get(13)
 			inv.WriteAs("admin", 12, func(d *Device) { d.Owned, d.Seal = o.Owned, o.Seal })
 		}, want: VerdictUntrusted, wantWriter: "admin", wantReason: "fleet_seal is not fleetd's seal of these values"},
-		{name: "refuse/a key this fleetd does not have", setup: func(inv *fleettest.Inventory) {
+		{name: "refuse/a key this fleetd does not have", setup: func(inv *fleettest.NetBox) {
 			inv.WriteAs(fleettest.ServiceUser, 12, func(d *Device) { d.Seal = other.Seal(12, d.Owned, testEpoch) })
 		}, want: VerdictUnknownKey, wantReason: "names key k9, which this fleetd is not configured with"},
 	}
@@ -93,7 +93,7 @@ func TestTrust(t *testing.T) {
 		t.Run(r.name, func(t *testing.T) {
 			node13 := activeNode()
 			node13.ID, node13.Name = 13, "node-b"
-			inv := fleettest.NewInventory(activeNode(), node13)
+			inv := fleettest.NewNetBox(activeNode(), node13)
 			s := newTestService(inv, fleettest.NewInstaller())
 			r.setup(inv)
 			d, err := s.ReadDevice(context.Background(), 12)
@@ -116,7 +116,7 @@ func TestTrust(t *testing.T) {
 		})
 	}
 	t.Run("error/the change log cannot be read: no verdict, no decision", func(t *testing.T) {
-		inv := fleettest.NewInventory(activeNode())
+		inv := fleettest.NewNetBox(activeNode())
 		s := newTestService(inv, fleettest.NewInstaller())
 		inv.HistoryErr = errors.New("NetBox answered 503")
 		if d, err := s.ReadDevice(context.Background(), 12); err == nil || !strings.Contains(err.Error(), "read the change log of device 12") {
@@ -132,16 +132,16 @@ func ownedIsEmpty(o Owned) bool {
 // staleHistory is an inventory whose first change-log read ran before the device's last saves
 // (the two reads run at once: the log's can be answered first).
 type staleHistory struct {
-	*fleettest.Inventory
+	*fleettest.NetBox
 	drop  int // the newest saves the first read misses
 	reads atomic.Int32
 }
 
 func (s *staleHistory) DeviceHistory(ctx context.Context, id int64, until func(DeviceChange) bool) ([]DeviceChange, error) {
 	if s.reads.Add(1) > 1 {
-		return s.Inventory.DeviceHistory(ctx, id, until)
+		return s.NetBox.DeviceHistory(ctx, id, until)
 	}
-	all := s.Inventory.Changes(id)
+	all := s.NetBox.Changes(id)
 	all = all[:len(all)-s.drop]
 	var out []DeviceChange
 	for i := len(all) - 1; i >= 0; i-- {
@@ -159,13 +159,13 @@ func (s *staleHistory) DeviceHistory(ctx context.Context, id int64, until func(D
 // again after the device, and the replay is seen. A log read that saw the device's last save is
 // not repeated.
 func TestTrustReadsTheLogAgain(t *testing.T) {
-	inv := fleettest.NewInventory(activeNode())
+	inv := fleettest.NewNetBox(activeNode())
 	inv.Clock = fleettest.NewClock(testEpoch)
 	inv.Set(activeNode())
 	e1 := inv.Get(12)
 	inv.Set(wipedNode())
 	saveCopy(inv, "admin", e1)
-	stale := &staleHistory{Inventory: inv, drop: 2}
+	stale := &staleHistory{NetBox: inv, drop: 2}
 	s := newTestService(stale, fleettest.NewInstaller())
 	d, err := s.ReadDevice(context.Background(), 12)
 	if err != nil {
@@ -175,7 +175,7 @@ func TestTrustReadsTheLogAgain(t *testing.T) {
 		t.Errorf("after a log read that missed the last saves: %s by %q with %d log reads, want untrusted by admin after a second read",
 			d.Trust.Verdict, d.Trust.Writer, stale.reads.Load())
 	}
-	fresh := &staleHistory{Inventory: inv}
+	fresh := &staleHistory{NetBox: inv}
 	s = newTestService(fresh, fleettest.NewInstaller())
 	if _, err := s.ReadDevice(context.Background(), 12); err != nil || fresh.reads.Load() != 1 {
 		t.Errorf("a log read that saw the last save: %v, %d reads, want one", err, fresh.reads.Load())

@@ -38,12 +38,12 @@ type Views struct {
 
 // View reads one device by name and the progress of its current Workflow.
 func (s *Views) View(ctx context.Context, name string) (DeviceView, error) {
-	d, err := s.core.inv.DeviceByName(ctx, name)
+	d, err := s.core.netbox.DeviceByName(ctx, name)
 	if errors.Is(err, ErrNotFound) {
 		return DeviceView{}, Refuse(RefusedNotFound, "unknown_device", "NetBox has no device named %q", name)
 	}
 	if err != nil {
-		return DeviceView{}, fmt.Errorf("read device %q: %w: %w", name, ErrInventory, err)
+		return DeviceView{}, fmt.Errorf("read device %q: %w: %w", name, ErrNetBoxUnavailable, err)
 	}
 	return s.view(ctx, d, true, nil), nil
 }
@@ -52,9 +52,9 @@ func (s *Views) View(ctx context.Context, name string) (DeviceView, error) {
 // through one listing of fleetd's Workflows (as the reconcile does), so a large fleet costs one
 // NetBox listing and a few Kubernetes Lists; a Workflow the listing misses is read on its own.
 func (s *Views) ViewAll(ctx context.Context) ([]DeviceView, error) {
-	devices, err := s.core.inv.Devices(ctx)
+	devices, err := s.core.netbox.Devices(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("list devices: %w: %w", ErrInventory, err)
+		return nil, fmt.Errorf("list devices: %w: %w", ErrNetBoxUnavailable, err)
 	}
 	listed := listWorkflows(ctx, s.inst, s.core.log, devices)
 	views := make([]DeviceView, len(devices))

@@ -33,7 +33,7 @@ func TestViewReportsMissingBootChecks(t *testing.T) {
 			if r.last > 0 {
 				d.Owned.LastBootCheck = now.Add(-r.last)
 			}
-			s := newTestService(fleettest.NewInventory(d), fleettest.NewInstaller())
+			s := newTestService(fleettest.NewNetBox(d), fleettest.NewInstaller())
 			v, err := s.Views.View(context.Background(), "node-a")
 			if err != nil {
 				t.Fatal(err)

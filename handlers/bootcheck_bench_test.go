@@ -226,7 +226,7 @@ func BenchmarkBootCheckHTTP(b *testing.B) {
 	frozen := fleettest.NewClock(bb.issued.Add(-time.Second))
 	// run checks the same boot repeatedly, as a node does every hour; a first check, untimed,
 	// fills what fleetd caches of the node, and warmed (when set) hears that it is done.
-	run := func(b *testing.B, inv fleet.Inventory, warmed func()) {
+	run := func(b *testing.B, inv fleet.NetBox, warmed func()) {
 		url := benchService(b, bb.f, inv, frozen)
 		body := mustJSON(b, bb.req)
 		check := func() {
@@ -252,7 +252,7 @@ func BenchmarkBootCheckHTTP(b *testing.B) {
 		d := bb.device
 		d.Owned.LastBootCheck = frozen.Now().Add(-time.Hour)
 		d.Seal = "" // the inventory seals the edited values as fleetd would have written them
-		run(b, fleettest.NewInventory(d), nil)
+		run(b, fleettest.NewNetBox(d), nil)
 	})
 	b.Run("netbox-emulator", func(b *testing.B) {
 		client, requests, webhooks := benchNetBox(b, bb.device, frozen.Now().Add(-time.Hour))
@@ -290,7 +290,7 @@ func BenchmarkBootCheckRenewal(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			url := benchServiceWith(b, bb.f, fleettest.NewInventory(d), frozen, iss)
+			url := benchServiceWith(b, bb.f, fleettest.NewNetBox(d), frozen, iss)
 			body := mustJSON(b, req)
 			for b.Loop() {
 				resp, err := http.Post(url+api.PathBootCheck, "application/json", bytes.NewReader(body))
@@ -343,16 +343,16 @@ func (bb *bootBench) withLDevID(b *testing.B) api.BootCheckRequest {
 
 // benchService is the fleet service and handlers on the given inventory and clock, with the
 // attestation parts of the fleetd under test.
-func benchService(b *testing.B, f *fleetdUnderTest, inv fleet.Inventory, clock fleet.Clock) string {
+func benchService(b *testing.B, f *fleetdUnderTest, inv fleet.NetBox, clock fleet.Clock) string {
 	b.Helper()
 	return benchServiceWith(b, f, inv, clock, nil)
 }
 
 // benchServiceWith is benchService with a certificate issuer, so that checks can renew.
-func benchServiceWith(b *testing.B, f *fleetdUnderTest, inv fleet.Inventory, clock fleet.Clock, issuer *pki.Issuer) string {
+func benchServiceWith(b *testing.B, f *fleetdUnderTest, inv fleet.NetBox, clock fleet.Clock, issuer *pki.Issuer) string {
 	b.Helper()
 	lakv, _ := attest.NewLAKVerifier(attest.LAKVerifierConfig{Issuer: f.cas[1].Cert, Above: f.cas[1].Above, Now: time.Now})
-	svc, err := fleet.NewService(fleet.Config{FleetdURL: "http://spore", ServiceUser: fleettest.ServiceUser}, fleet.Deps{Seal: fleettest.SealKeys(), Inventory: inv, Installer: fleettest.NewInstaller(),
+	svc, err := fleet.NewService(fleet.Config{FleetdURL: "http://spore", ServiceUser: fleettest.ServiceUser}, fleet.Deps{Seal: fleettest.SealKeys(), NetBox: inv, Installer: fleettest.NewInstaller(),
 		Catalog: catalog(fleet.SecureBootRequired), Attest: fleet.Attestation{LAK: lakv, BootNonces: nonces(), Issuer: issuer},
 		Clock: clock, Random: rand.Reader, Logger: zerolog.Nop()})
 	if err != nil {

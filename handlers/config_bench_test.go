@@ -15,7 +15,7 @@ import (
 // BenchmarkConfigFetch is the latency of one configuration delivery over HTTP on loopback: the
 // route, the device found by its address, the configuration rendered from its NetBox fields and
 // validated (a Talos worker config), and the conditional write of its delivery, on an in-memory
-// NetBox (so NetBox's own latency is not counted). inventory-calls/op is the fleet.Inventory
+// NetBox (so NetBox's own latency is not counted). inventory-calls/op is the fleet.NetBox
 // calls one delivery makes; docs/operate.md turns them into NetBox HTTP requests.
 func BenchmarkConfigFetch(b *testing.B) {
 	d := fleettest.Declared(12, "node-a")

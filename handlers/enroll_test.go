@@ -43,7 +43,7 @@ const machineUUID = "4c4c4544-0042-3510-8052-b4c04f4e3232"
 
 // fleetdUnderTest is the real fleet service and handlers on in-memory NetBox and Tinkerbell.
 type fleetdUnderTest struct {
-	inv *fleettest.Inventory
+	inv *fleettest.NetBox
 	cas [2]*pki.CA // LDevID, LAK
 	url string
 	reg *prometheus.Registry // the service's metrics
@@ -70,7 +70,7 @@ func newFleetdWrapped(t testing.TB, cat fleet.Catalog, d fleet.Device, wrap func
 // beforeEvidence wraps a fleetd's handler so that, when the evidence arrives, change is made to
 // device 12 in NetBox first (*inv, set once the fleetd exists): the owner acting between the
 // agent's two round trips.
-func beforeEvidence(inv **fleettest.Inventory, change func(*fleet.Device)) func(http.Handler) http.Handler {
+func beforeEvidence(inv **fleettest.NetBox, change func(*fleet.Device)) func(http.Handler) http.Handler {
 	return func(h http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Path == api.PathAttestEvidence {
@@ -189,7 +189,7 @@ func TestEnrollment(t *testing.T) {
 				d.Owned.State = r.state
 			}
 			var wrap func(http.Handler) http.Handler
-			var inv *fleettest.Inventory
+			var inv *fleettest.NetBox
 			if r.between != nil {
 				wrap = beforeEvidence(&inv, r.between)
 			}

@@ -38,7 +38,7 @@ func writeError(w http.ResponseWriter, log zerolog.Logger, err error) {
 		writeJSON(w, statusOf(r.Class), api.Error{Code: r.Code, Message: r.Msg})
 		return
 	}
-	if errors.Is(err, fleet.ErrInventory) {
+	if errors.Is(err, fleet.ErrNetBoxUnavailable) {
 		log.Error().Err(err).Msg("netbox unavailable")
 		msg := "fleetd could not reach NetBox; retry shortly"
 		if errors.Is(err, fleet.ErrChangeLog) {

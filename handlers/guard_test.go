@@ -16,7 +16,7 @@ import (
 
 func guardedServer(t *testing.T, tlsOnly bool, limits Limits) *Server {
 	t.Helper()
-	svc, err := fleet.NewService(fleet.Config{FleetdURL: "https://spore"}, fleet.Deps{Seal: fleettest.SealKeys(), Inventory: fleettest.NewInventory(),
+	svc, err := fleet.NewService(fleet.Config{FleetdURL: "https://spore"}, fleet.Deps{Seal: fleettest.SealKeys(), NetBox: fleettest.NewNetBox(),
 		Installer: fleettest.NewInstaller(), Clock: fleet.SystemClock{}, Random: strings.NewReader("")})
 	if err != nil {
 		t.Fatal(err)
@@ -117,7 +117,7 @@ func TestEveryResponseHasARequestID(t *testing.T) {
 // TestNewRefusesAMissingUseCase: handlers wired without one of the domain's use cases refuse to
 // start, naming what is missing, instead of answering its routes with a nil dereference.
 func TestNewRefusesAMissingUseCase(t *testing.T) {
-	svc, err := fleet.NewService(fleet.Config{FleetdURL: "https://spore"}, fleet.Deps{Seal: fleettest.SealKeys(), Inventory: fleettest.NewInventory(),
+	svc, err := fleet.NewService(fleet.Config{FleetdURL: "https://spore"}, fleet.Deps{Seal: fleettest.SealKeys(), NetBox: fleettest.NewNetBox(),
 		Installer: fleettest.NewInstaller(), Clock: fleet.SystemClock{}, Random: strings.NewReader("")})
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/folly-infra/fleetd/agent"
+	"github.com/folly-infra/fleetd/api"
 	"github.com/folly-infra/fleetd/pki"
 )
 
@@ -30,8 +31,8 @@ func TestRenewalHandoverCloses(t *testing.T) {
 	oldLAK, _ := os.ReadFile(filepath.Join(n.dir, agent.FileLAKCert))
 
 	// The renewal, whose files the node never writes.
-	var answered []agent.NodeFile
-	lost := func(_ string, fs []agent.NodeFile) error { answered = fs; return nil }
+	var answered []api.NodeFile
+	lost := func(_ string, fs []api.NodeFile) error { answered = fs; return nil }
 	n.clock.advance(pastRenewalPoint)
 	if err := n.check(lost); err != nil {
 		t.Fatalf("the renewing check: exit %d: %v", agent.ExitCode(err), err)
@@ -102,7 +103,7 @@ func TestRenewalHandoverCloses(t *testing.T) {
 
 // answeredSerials are the serials of the ldevid.pem and lak.pem a check's answer carried ("" for
 // one it did not).
-func answeredSerials(t *testing.T, files []agent.NodeFile) (ldevid, lak string) {
+func answeredSerials(t *testing.T, files []api.NodeFile) (ldevid, lak string) {
 	t.Helper()
 	for _, f := range files {
 		certs, err := pki.ParseCertificatesPEM(f.Data)

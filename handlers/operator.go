@@ -229,7 +229,7 @@ func (s *Server) reconcileDevice(w http.ResponseWriter, r *http.Request) {
 		ev = log.Warn().Err(err)
 	}
 	ev.Str("trigger", "operator").EmbedObject(out).Msg("decision")
-	if _, refused := fleet.AsRefusal(err); refused || errors.Is(err, fleet.ErrInventory) { // NetBox unreadable or unwritable: 503
+	if _, refused := fleet.AsRefusal(err); refused || errors.Is(err, fleet.ErrNetBoxUnavailable) { // NetBox unreadable or unwritable: 503
 		writeError(w, log, err)
 		return
 	}

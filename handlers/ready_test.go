@@ -34,7 +34,7 @@ func TestReadyzSharesOneProbe(t *testing.T) {
 	now.Store(time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC).UnixNano())
 	var logs bytes.Buffer
 	var logMu sync.Mutex
-	svc, err := fleet.NewService(fleet.Config{FleetdURL: "https://spore"}, fleet.Deps{Seal: fleettest.SealKeys(), Inventory: fleettest.NewInventory(),
+	svc, err := fleet.NewService(fleet.Config{FleetdURL: "https://spore"}, fleet.Deps{Seal: fleettest.SealKeys(), NetBox: fleettest.NewNetBox(),
 		Installer: fleettest.NewInstaller(), Clock: fleet.SystemClock{}, Random: strings.NewReader("")})
 	if err != nil {
 		t.Fatal(err)

@@ -22,7 +22,7 @@ type WipeReceipts interface {
 	// retired) when the receipt's request is the device's running wipe (or retirement). Its
 	// Outcome is the request's decision line (Result "recorded" when it wrote). Its error is a
 	// *fleet.Refusal when the device is not where the receipt can be recorded (the request has
-	// ended or is another: a replayed receipt), an error wrapping fleet.ErrInventory when NetBox
+	// ended or is another: a replayed receipt), an error wrapping fleet.ErrNetBoxUnavailable when NetBox
 	// failed (503, the agent retries), any other error fleetd's own (500).
 	RecordWipeReceipt(ctx context.Context, r attest.VerifiedReceipt) (fleet.Outcome, error)
 	// RefusedWipeReceipt is told of a receipt the attested machine's TPM signed that attest

@@ -141,7 +141,7 @@ func (m *wipedMachine) receipt(retries int) error {
 // The route verifies it (attest) and hands the domain (a fake here) a verified receipt only;
 // a receipt the machine's TPM signed that does not confirm the erase reaches it as a refusal.
 func TestWipeReceipt(t *testing.T) {
-	inventoryDown := fmt.Errorf("read node-a: %w", fleet.ErrInventory)
+	inventoryDown := fmt.Errorf("read node-a: %w", fleet.ErrNetBoxUnavailable)
 	rows := []struct {
 		name            string
 		action          fleet.Action

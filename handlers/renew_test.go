@@ -91,7 +91,7 @@ func newRenewalNode(t *testing.T, ch channel, talosSecrets []byte) *renewalNode 
 }
 
 // check runs `fleetd boot-check` once, with install as its file writer (nil: the real one).
-func (n *renewalNode) check(install func(string, []agent.NodeFile) error) error {
+func (n *renewalNode) check(install func(string, []api.NodeFile) error) error {
 	cfg := n.cfg
 	cfg.Install = install
 	n.log.Reset()
@@ -316,7 +316,7 @@ func testRenewalCuts(t *testing.T, n *renewalNode) {
 	rows := []struct {
 		name    string
 		arm     func()
-		install func(string, []agent.NodeFile) error
+		install func(string, []api.NodeFile) error
 		retries int // the node's retries of a request (0: none)
 		exit    int
 	}{
@@ -324,8 +324,8 @@ func testRenewalCuts(t *testing.T, n *renewalNode) {
 		// The node's client retries the same request, which fleetd refuses as a replay (the lost
 		// attempt was recorded): the check is made again from a new nonce, and renews.
 		{name: "cut/answer lost after the NetBox write, the node's retry", arm: func() { n.drop.Store(true) }, retries: 2, exit: agent.ExitOK},
-		{name: "cut/node down before it writes", install: func(string, []agent.NodeFile) error { return errPower }, exit: agent.ExitFailure},
-		{name: "cut/node down between its two files", install: func(dir string, fs []agent.NodeFile) error {
+		{name: "cut/node down before it writes", install: func(string, []api.NodeFile) error { return errPower }, exit: agent.ExitFailure},
+		{name: "cut/node down between its two files", install: func(dir string, fs []api.NodeFile) error {
 			if err := agent.InstallNodeFiles(dir, fs[:1]); err != nil {
 				return err
 			}

@@ -22,7 +22,7 @@ import (
 // timeout through the handlers' wrapping (the read deadline reaches the connection under it),
 // answered 408 timeout, and its read slot freed.
 func TestWebhookBodyTimeout(t *testing.T) {
-	svc, err := fleet.NewService(fleet.Config{FleetdURL: "https://spore"}, fleet.Deps{Seal: fleettest.SealKeys(), Inventory: fleettest.NewInventory(),
+	svc, err := fleet.NewService(fleet.Config{FleetdURL: "https://spore"}, fleet.Deps{Seal: fleettest.SealKeys(), NetBox: fleettest.NewNetBox(),
 		Installer: fleettest.NewInstaller(), Clock: fleet.SystemClock{}, Random: strings.NewReader("")})
 	if err != nil {
 		t.Fatal(err)

@@ -86,7 +86,7 @@ func TestChangeLogBackstop(t *testing.T) {
 
 	inst := fleettest.NewInstaller()
 	s, err := fleet.NewService(fleet.Config{FleetdURL: "http://spore:8080", ServiceUser: "fleetd"},
-		fleet.Deps{Seal: fleettest.SealKeys(), Inventory: e.client, ChangeLog: e.client, Installer: inst, Catalog: fleettest.Catalog(),
+		fleet.Deps{Seal: fleettest.SealKeys(), NetBox: e.client, ChangeLog: e.client, Installer: inst, Catalog: fleettest.Catalog(),
 			Clock: fleet.SystemClock{}, Random: rand.New(rand.NewSource(1)), Logger: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)
@@ -136,7 +136,7 @@ func TestStaleCopyJudgedAfterItsUndo(t *testing.T) {
 	e.ownerSave(t, copyCF)
 
 	s, err := fleet.NewService(fleet.Config{FleetdURL: "http://spore:8080", ServiceUser: "fleetd"},
-		fleet.Deps{Seal: fleettest.SealKeys(), Inventory: e.client, ChangeLog: e.client, Installer: fleettest.NewInstaller(), Catalog: fleettest.Catalog(),
+		fleet.Deps{Seal: fleettest.SealKeys(), NetBox: e.client, ChangeLog: e.client, Installer: fleettest.NewInstaller(), Catalog: fleettest.Catalog(),
 			Clock: fleet.SystemClock{}, Random: rand.New(rand.NewSource(1)), Logger: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)
@@ -184,7 +184,7 @@ func TestOlderRequestWrittenBackNotFollowed(t *testing.T) {
 	installer.Set(wipeWF, fleet.WorkflowStatus{Phase: fleet.WorkflowFailed, FailedAction: "wipe-disk"})
 	installer.Set(retireWF, fleet.WorkflowStatus{Phase: fleet.WorkflowSucceeded})
 	s, err := fleet.NewService(fleet.Config{FleetdURL: "http://spore:8080", ServiceUser: "fleetd"},
-		fleet.Deps{Seal: fleettest.SealKeys(), Inventory: e.client, ChangeLog: e.client, Installer: installer, Catalog: fleettest.Catalog(),
+		fleet.Deps{Seal: fleettest.SealKeys(), NetBox: e.client, ChangeLog: e.client, Installer: installer, Catalog: fleettest.Catalog(),
 			Clock: fleet.SystemClock{}, Random: rand.New(rand.NewSource(1)), Logger: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-// Package netbox is fleetd's NetBox adapter: it implements fleet.Inventory over the REST API
+// Package netbox is fleetd's NetBox adapter: it implements fleet.NetBox over the REST API
 // (docs/design.md §2), and loads netbox-webhooks.yaml (schema.go). What it writes is go-netbox's
 // request models; what it reads is decoded into the few fields fleetd uses (convert.go).
 //
@@ -47,7 +47,7 @@ type Config struct {
 	Registry prometheus.Registerer // metrics are registered here; nil registers nothing
 }
 
-// Client talks to NetBox. It implements fleet.Inventory.
+// Client talks to NetBox. It implements fleet.NetBox.
 type Client struct {
 	http    *http.Client // retrying
 	base    string

@@ -34,7 +34,7 @@ func BenchmarkConfigFetchNetBox(b *testing.B) {
 		b.Fatal(err)
 	}
 	s, err := fleet.NewService(fleet.Config{FleetdURL: "http://spore:8080", ConfigTTL: time.Hour, ServiceUser: "fleetd"},
-		fleet.Deps{Seal: fleettest.SealKeys(), Inventory: e.client, Installer: fleettest.NewInstaller(), Catalog: fleettest.Catalog(), Renderer: r,
+		fleet.Deps{Seal: fleettest.SealKeys(), NetBox: e.client, Installer: fleettest.NewInstaller(), Catalog: fleettest.Catalog(), Renderer: r,
 			Clock: fleet.SystemClock{}, Random: rand.New(rand.NewSource(1))})
 	if err != nil {
 		b.Fatal(err)

@@ -25,7 +25,7 @@ const historyFields = "id,time,user_name,changed_object_id,prechange_data,postch
 // DeviceHistory reads the saves of one device in NetBox's change log (/api/core/object-changes/,
 // NetBox 4.1 and later; its creation and its updates), newest first (NetBox's default ordering,
 // -time, asked for explicitly), a page at a time, until a save for which until reports true or
-// the end of the log (fleet.Inventory). The filters are NetBox's own: changed_object_type and
+// the end of the log (fleet.NetBox). The filters are NetBox's own: changed_object_type and
 // changed_object_id.
 func (c *Client) DeviceHistory(ctx context.Context, id int64, until func(fleet.DeviceChange) bool) ([]fleet.DeviceChange, error) {
 	q := url.Values{"changed_object_type": {"dcim.device"}, "changed_object_id": {strconv.FormatInt(id, 10)}, "ordering": {"-time"},

@@ -13,7 +13,7 @@ import (
 	"github.com/folly-infra/fleetd/fleet"
 )
 
-var _ fleet.Inventory = (*Client)(nil)
+var _ fleet.NetBox = (*Client)(nil)
 
 // pageSize is NetBox's MAX_PAGE_SIZE default: lists are read 1,000 at a time.
 const pageSize = 1000

@@ -73,7 +73,7 @@ func TestTrimmedChangeLog(t *testing.T) {
 				e.ownerSave(t, old)
 			}
 			s, err := fleet.NewService(fleet.Config{FleetdURL: "http://spore:8080", ServiceUser: "fleetd"},
-				fleet.Deps{Seal: fleettest.SealKeys(), Inventory: e.client, ChangeLog: e.client, Installer: fleettest.NewInstaller(),
+				fleet.Deps{Seal: fleettest.SealKeys(), NetBox: e.client, ChangeLog: e.client, Installer: fleettest.NewInstaller(),
 					Catalog: fleettest.Catalog(), Clock: clock, Random: rand.New(rand.NewSource(1)), Logger: zerolog.Nop()})
 			if err != nil {
 				t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
 	"gopkg.in/yaml.v3"
 
+	"github.com/folly-infra/fleetd/api"
 	"github.com/folly-infra/fleetd/fleet"
 )
 
@@ -23,9 +24,9 @@ import (
 // NoCloud seed's vendor-data. Only files in NodeDir are returned. It is what the development
 // stack's simulated node does on its first boot, and how tests check that a configuration
 // carries exactly the files the boot check needs; a real node's OS does it itself.
-func DeliveredFiles(kind fleet.Kind, body []byte) ([]fleet.NodeFile, error) {
+func DeliveredFiles(kind fleet.Kind, body []byte) ([]api.NodeFile, error) {
 	var (
-		files []fleet.NodeFile
+		files []api.NodeFile
 		err   error
 	)
 	switch kind {
@@ -44,7 +45,7 @@ func DeliveredFiles(kind fleet.Kind, body []byte) ([]fleet.NodeFile, error) {
 	return files, nil
 }
 
-func talosFiles(body []byte) ([]fleet.NodeFile, error) {
+func talosFiles(body []byte) ([]api.NodeFile, error) {
 	p, err := configloader.NewFromBytes(body)
 	if err != nil {
 		return nil, fmt.Errorf("load the Talos config: %w", err)
@@ -56,21 +57,21 @@ func talosFiles(body []byte) ([]fleet.NodeFile, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read machine.files: %w", err)
 	}
-	var out []fleet.NodeFile
+	var out []api.NodeFile
 	for _, f := range mf {
 		if name, ok := inNodeDir(f.Path()); ok {
-			out = append(out, fleet.NodeFile{Name: name, Mode: f.Permissions().Perm(), Data: []byte(f.Content())})
+			out = append(out, api.NodeFile{Name: name, Mode: f.Permissions().Perm(), Data: []byte(f.Content())})
 		}
 	}
 	return out, nil
 }
 
-func seedFiles(body []byte) ([]fleet.NodeFile, error) {
+func seedFiles(body []byte) ([]api.NodeFile, error) {
 	var s Seed
 	if err := json.Unmarshal(body, &s); err != nil {
 		return nil, fmt.Errorf("decode the seed: %w", err)
 	}
-	var out []fleet.NodeFile
+	var out []api.NodeFile
 	for _, f := range s.Files {
 		name, ok := inNodeDir(f.Path)
 		if !ok {
@@ -80,7 +81,7 @@ func seedFiles(body []byte) ([]fleet.NodeFile, error) {
 		if err != nil {
 			return nil, fmt.Errorf("seed file %s: %w", f.Path, err)
 		}
-		out = append(out, fleet.NodeFile{Name: name, Mode: mode, Data: f.ContentBase64})
+		out = append(out, api.NodeFile{Name: name, Mode: mode, Data: f.ContentBase64})
 	}
 	return out, nil
 }
@@ -95,7 +96,7 @@ type nocloudWriteFiles struct {
 	} `yaml:"write_files"`
 }
 
-func nocloudFiles(body []byte) ([]fleet.NodeFile, error) {
+func nocloudFiles(body []byte) ([]api.NodeFile, error) {
 	tr := tar.NewReader(bytes.NewReader(body))
 	for {
 		h, err := tr.Next()
@@ -116,7 +117,7 @@ func nocloudFiles(body []byte) ([]fleet.NodeFile, error) {
 	}
 }
 
-func vendorDataFiles(raw []byte) ([]fleet.NodeFile, error) {
+func vendorDataFiles(raw []byte) ([]api.NodeFile, error) {
 	if !bytes.HasPrefix(raw, []byte("#cloud-config\n")) {
 		return nil, errors.New("vendor-data is not a #cloud-config")
 	}
@@ -124,7 +125,7 @@ func vendorDataFiles(raw []byte) ([]fleet.NodeFile, error) {
 	if err := yaml.Unmarshal(raw, &cc); err != nil {
 		return nil, fmt.Errorf("decode vendor-data: %w", err)
 	}
-	var out []fleet.NodeFile
+	var out []api.NodeFile
 	for _, f := range cc.WriteFiles {
 		name, ok := inNodeDir(f.Path)
 		if !ok {
@@ -142,7 +143,7 @@ func vendorDataFiles(raw []byte) ([]fleet.NodeFile, error) {
 		} else if f.Encoding != "" && f.Encoding != "text/plain" {
 			return nil, fmt.Errorf("vendor-data file %s has encoding %q", f.Path, f.Encoding)
 		}
-		out = append(out, fleet.NodeFile{Name: name, Mode: mode, Data: data})
+		out = append(out, api.NodeFile{Name: name, Mode: mode, Data: data})
 	}
 	return out, nil
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
 
+	"github.com/folly-infra/fleetd/api"
 	"github.com/folly-infra/fleetd/fleet"
 	"github.com/folly-infra/fleetd/render"
 )
@@ -20,8 +21,8 @@ import (
 var (
 	ldevidFiles = fleet.LDevIDFiles([]byte("-----BEGIN CERTIFICATE-----\nMIIBtjCCAVygAwIBAgIR: #ld\n-----END CERTIFICATE-----\n"),
 		[]byte{0x00, 0x23, 0x00, 0x0b, 0x00, 0x04, 0x00, 0x72, 0xff, 0xfe}, []byte{0x00, 0x20, 0x80, 0x00, 0xc3, 0x28})
-	deliveredFiles = append(append([]fleet.NodeFile{}, renderFiles...), ldevidFiles...)
-	asText         = []fleet.NodeFile{renderFiles[0].TextForm(), renderFiles[1], ldevidFiles[0].TextForm(), ldevidFiles[1].TextForm(), ldevidFiles[2].TextForm()}
+	deliveredFiles = append(append([]api.NodeFile{}, renderFiles...), ldevidFiles...)
+	asText         = []api.NodeFile{renderFiles[0].TextForm(), renderFiles[1], ldevidFiles[0].TextForm(), ldevidFiles[1].TextForm(), ldevidFiles[2].TextForm()}
 )
 
 // TestRenderDeliversNodeFiles renders every kind with the LAK and LDevID files and reads them back
@@ -38,7 +39,7 @@ func TestRenderDeliversNodeFiles(t *testing.T) {
 	cases := []struct {
 		name  string
 		class fleet.Class
-		want  []fleet.NodeFile
+		want  []api.NodeFile
 		raw   func(t *testing.T, body []byte) // what the kind's own reader sees
 	}{
 		{"ok/talos: machine.files, op create, validates in metal mode", talosWorker, asText, checkTalosFiles(1)},
@@ -128,13 +129,13 @@ func checkVendorData(t *testing.T, body []byte) {
 func TestRenderNodeFileRefusals(t *testing.T) {
 	r := newTestRenderer(t, nil)
 	d := renderDevice("node-a", "3c:ec:ef:4c:4f:54", "10.0.0.5/24", "S123")
-	withFiles := func(files ...fleet.NodeFile) fleet.NodeIdentity { id := renderID; id.Files = files; return id }
+	withFiles := func(files ...api.NodeFile) fleet.NodeIdentity { id := renderID; id.Files = files; return id }
 	userData := func(ud string) fleet.Class {
 		c := nocloudClass
 		c.CloudInit = &fleet.CloudInitClass{UserData: ud}
 		return c
 	}
-	blob := fleet.NodeFile{Name: "lak.blob", Mode: 0o600, Data: []byte("{}")}
+	blob := api.NodeFile{Name: "lak.blob", Mode: 0o600, Data: []byte("{}")}
 	cases := []struct {
 		name     string
 		c        fleet.Class
@@ -146,7 +147,7 @@ func TestRenderNodeFileRefusals(t *testing.T) {
 			renderID, true, "user-data sets write_files, so cloud-init would ignore the vendor-data's write_files"},
 		{"refuse/nocloud user-data turns vendor-data off", userData("#cloud-config\nvendor_data:\n  enabled: false\n"),
 			renderID, true, "turns vendor-data off"},
-		{"refuse/talos node file that is not UTF-8", talosWorker, withFiles(fleet.NodeFile{Name: "lak.blob", Mode: 0o600, Data: []byte{0xff, 0xfe}}),
+		{"refuse/talos node file that is not UTF-8", talosWorker, withFiles(api.NodeFile{Name: "lak.blob", Mode: 0o600, Data: []byte{0xff, 0xfe}}),
 			true, "lak.blob is not UTF-8 text"},
 		{"refuse/talos class creates a file outside /var", withPatches(talosWorker,
 			patch(t, `{"machine":{"files":[{"path":"/etc/iscsi/iscsid.conf","op":"create","permissions":420,"content":"x"}]}}`)),
@@ -154,11 +155,11 @@ func TestRenderNodeFileRefusals(t *testing.T) {
 		{"refuse/talos class file with an unknown op", withPatches(talosWorker,
 			patch(t, `{"machine":{"files":[{"path":"/var/x","op":"replace","permissions":420,"content":"x"}]}}`)),
 			renderID, true, `/var/x has op "replace"`},
-		{"refuse/node file name with a slash", nixosClass, withFiles(fleet.NodeFile{Name: "../lak.pem", Mode: 0o644, Data: []byte("x")}),
+		{"refuse/node file name with a slash", nixosClass, withFiles(api.NodeFile{Name: "../lak.pem", Mode: 0o644, Data: []byte("x")}),
 			false, `check the node files: "../lak.pem" is not a plain file name`},
 		{"refuse/node file given twice", alpineClass, withFiles(blob, blob), false, "check the node files: lak.blob is given twice"},
-		{"refuse/empty node file", talosWorker, withFiles(fleet.NodeFile{Name: "lak.blob", Mode: 0o600}), false, "check the node files: lak.blob is empty"},
-		{"refuse/node file mode beyond permission bits", nocloudClass, withFiles(fleet.NodeFile{Name: "lak.blob", Mode: 0o600 | fs.ModeSetuid, Data: []byte("x")}),
+		{"refuse/empty node file", talosWorker, withFiles(api.NodeFile{Name: "lak.blob", Mode: 0o600}), false, "check the node files: lak.blob is empty"},
+		{"refuse/node file mode beyond permission bits", nocloudClass, withFiles(api.NodeFile{Name: "lak.blob", Mode: 0o600 | fs.ModeSetuid, Data: []byte("x")}),
 			false, "lak.blob has mode urw-------: only permission bits can be delivered and installed"},
 	}
 	for _, tc := range cases {

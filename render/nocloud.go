@@ -12,6 +12,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/folly-infra/fleetd/api"
 	"github.com/folly-infra/fleetd/fleet"
 )
 
@@ -27,7 +28,7 @@ const nocloudInterface = "nic0"
 // and the clock's time, so the same inputs and randomness give the same bytes. The class's
 // user-data is passed verbatim; the node files travel in vendor-data, which cloud-init runs with
 // it on the first boot.
-func (r *Renderer) renderNoCloud(d fleet.Device, c fleet.Class, nodeFiles []fleet.NodeFile) (fleet.NodeConfig, error) {
+func (r *Renderer) renderNoCloud(d fleet.Device, c fleet.Class, nodeFiles []api.NodeFile) (fleet.NodeConfig, error) {
 	if c.CloudInit == nil || strings.TrimSpace(c.CloudInit.UserData) == "" {
 		return fleet.NodeConfig{}, fmt.Errorf("%w: class %s has no cloud_init.user_data", fleet.ErrConfigRejected, c.Name)
 	}
@@ -111,7 +112,7 @@ func (r *Renderer) nocloudNetworkConfig(d fleet.Device) string {
 // nocloudVendorData is a #cloud-config whose write_files writes the node files, base64-encoded
 // (cloud-init's `encoding: b64`), owned by root, with their modes. write_files runs in
 // cloud-init's init stage and creates NodeDir (0755).
-func nocloudVendorData(files []fleet.NodeFile) string {
+func nocloudVendorData(files []api.NodeFile) string {
 	var b strings.Builder
 	b.WriteString("#cloud-config\n# fleetd: the files `fleetd boot-check` reads (docs/boot-checks.md)\nwrite_files:\n")
 	for _, f := range files {

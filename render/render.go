@@ -168,7 +168,7 @@ func (r *Renderer) checkDevice(d fleet.Device) error {
 // checkNodeFiles checks what the caller of Render built (the domain, from the attested agent's
 // blobs and the issued certificates) by the rules the agent also applies (api.CheckNodeFiles).
 // A problem here is fleetd's own.
-func checkNodeFiles(files []fleet.NodeFile) error {
+func checkNodeFiles(files []api.NodeFile) error {
 	if problems := api.CheckNodeFiles(files); len(problems) > 0 {
 		return fmt.Errorf("check the node files: %w", errors.Join(problems...))
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/folly-infra/fleetd/api"
 	"github.com/folly-infra/fleetd/fleet"
 	"github.com/folly-infra/fleetd/render"
 )
@@ -89,7 +90,7 @@ var (
 		CloudInit: &fleet.CloudInitClass{UserData: "#cloud-config\npackages: [htop]\n"}}
 	// renderFiles are node files as a provision passes them: the LAK chain as PEM and the AK blob,
 	// which go-attestation's AK.Marshal() writes as JSON.
-	renderFiles = []fleet.NodeFile{
+	renderFiles = []api.NodeFile{
 		{Name: fleet.NodeFileLAKCert, Mode: 0o644, Data: []byte("-----BEGIN CERTIFICATE-----\nMIIBkTCCATegAwIBAgIQ: #x\n-----END CERTIFICATE-----\n")},
 		{Name: fleet.NodeFileLAKBlob, Mode: 0o600, Data: []byte(`{"KeyEncoding":1,"TPMVersion":2,"Public":"AAEACwAFBHIAAAAQ","KeyBlob":"ACAg/w==","Name":""}`)},
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/constants"
 	"gopkg.in/yaml.v3"
 
+	"github.com/folly-infra/fleetd/api"
 	"github.com/folly-infra/fleetd/fleet"
 )
 
@@ -88,7 +89,7 @@ func newTalosGenerator(cfg Config) (*talosGenerator, []error) {
 //
 // Without wantBody (Check), a config whose template has been loaded back once is validated
 // without being encoded.
-func (r *Renderer) renderTalos(d fleet.Device, c fleet.Class, files []fleet.NodeFile, wantBody bool) (fleet.NodeConfig, error) {
+func (r *Renderer) renderTalos(d fleet.Device, c fleet.Class, files []api.NodeFile, wantBody bool) (fleet.NodeConfig, error) {
 	if r.talos == nil {
 		return fleet.NodeConfig{}, errors.New("no Talos secrets bundle is configured: name one in fleetd.yaml")
 	}
@@ -198,7 +199,7 @@ func checkTalosFile(path, op string) error {
 // talosNodePatch is the node's own patch (see talosNodeFields), built as the typed v1alpha1
 // document Talos's loader would make of it, so no YAML is parsed per node
 // (TestNodePatchAsTalosLoadsIt holds it to what configpatcher.LoadPatch makes of the same patch).
-func (r *Renderer) talosNodePatch(d fleet.Device, files []fleet.NodeFile) (configpatcher.Patch, error) {
+func (r *Renderer) talosNodePatch(d fleet.Device, files []api.NodeFile) (configpatcher.Patch, error) {
 	node, err := r.talosNodeFields(d, files)
 	if err != nil {
 		return nil, err
@@ -211,7 +212,7 @@ func (r *Renderer) talosNodePatch(d fleet.Device, files []fleet.NodeFile) (confi
 // files. Talos writes each machine file at every boot (op create replaces it) with its content
 // as a string, so a file must be UTF-8 text to survive the YAML (the agent's AK blob is JSON); the
 // LDevID files go in their text form (TalosTextForm), which `fleetd boot-check` installs from.
-func (r *Renderer) talosNodeFields(d fleet.Device, files []fleet.NodeFile) (*v1alpha1.Config, error) {
+func (r *Renderer) talosNodeFields(d fleet.Device, files []api.NodeFile) (*v1alpha1.Config, error) {
 	dhcp := false
 	m := &v1alpha1.MachineConfig{
 		MachineInstall: &v1alpha1.InstallConfig{InstallDiskSelector: &v1alpha1.InstallDiskSelector{Serial: d.Declared.DiskSerial}},

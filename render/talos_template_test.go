@@ -11,6 +11,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config/encoder"
 	"github.com/siderolabs/talos/pkg/machinery/config/machine"
 
+	"github.com/folly-infra/fleetd/api"
 	"github.com/folly-infra/fleetd/fleet"
 )
 
@@ -81,7 +82,7 @@ func TestValidateTalosInMemory(t *testing.T) {
 // class's template exactly as Talos's own loader makes of the same patch written as a document
 // (configpatcher.LoadPatch), byte for byte in the encoded config, with and without time servers.
 func TestNodePatchAsTalosLoadsIt(t *testing.T) {
-	files := []fleet.NodeFile{
+	files := []api.NodeFile{
 		{Name: fleet.NodeFileLAKBlob, Mode: 0o600, Data: []byte(`{"KeyEncoding":1,"TPMVersion":2}`)},
 		{Name: fleet.NodeFileLDevIDPriv, Mode: 0o600, Data: []byte{0, 1, 2, 0xff}},
 	}

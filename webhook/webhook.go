@@ -29,7 +29,7 @@ import (
 )
 
 // Reconciler is the part of the fleet service a webhook triggers. Errors wrapping
-// fleet.ErrInventory mean NetBox's REST API could not be read; any other error means the request
+// fleet.ErrNetBoxUnavailable mean NetBox's REST API could not be read; any other error means the request
 // is recorded and will be completed by a later reconcile.
 type Reconciler interface {
 	Reconcile(ctx context.Context, id int64) (fleet.Outcome, error)
@@ -75,10 +75,10 @@ type job struct {
 
 // Deps are the intake's collaborators.
 type Deps struct {
-	Reconciler Reconciler
-	Inventory  func(ctx context.Context) // hint that the inventory changed (Kea reservations); must not block; may be nil
-	Logger     zerolog.Logger
-	Registry   prometheus.Registerer
+	Reconciler          Reconciler
+	RefreshReservations func(ctx context.Context) // a device's addresses or MACs may have changed: rewrite the Kea reservations; must not block; may be nil
+	Logger              zerolog.Logger
+	Registry            prometheus.Registerer
 }
 
 // Intake serves NetBox's webhooks.
@@ -220,8 +220,8 @@ func (in *Intake) serve(w http.ResponseWriter, r *http.Request, route string) {
 	// were may change a reservation (a name, a MAC, an address, a device appearing or going): hint
 	// the Kea refresh, which coalesces hints. A storm of owner requests is not a storm of
 	// refreshes, each of which reads the whole fleet.
-	if in.deps.Inventory != nil && !echo && !p.leavesReservations() {
-		in.deps.Inventory(context.WithoutCancel(r.Context()))
+	if in.deps.RefreshReservations != nil && !echo && !p.leavesReservations() {
+		in.deps.RefreshReservations(context.WithoutCancel(r.Context()))
 	}
 	switch {
 	case id == 0 || p.Event == "deleted" && p.objectType() == "dcim.device":
@@ -284,7 +284,7 @@ func (in *Intake) do(ctx context.Context, j job) {
 	defer cancel()
 	out, err := in.decide(ctx, j.id)
 	switch {
-	case errors.Is(err, fleet.ErrInventory):
+	case errors.Is(err, fleet.ErrNetBoxUnavailable):
 		in.work.WithLabelValues(j.route, api.CodeNetBoxUnavailable).Inc()
 		j.ev.Error().Err(err).EmbedObject(out).Str("detail", "NetBox could not be read; the periodic reconcile retries").Msg("decision")
 	case err != nil:

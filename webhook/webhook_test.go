@@ -87,7 +87,7 @@ func TestWebhook(t *testing.T) {
 		{name: "ok/an address assigned to no device is ignored", body: ipOrphan, wantStatus: 202, wantCode: "ignored", wantInvHint: true},
 		{name: "ok/a deleted device is ignored and refreshes the reservations", body: deleted, wantStatus: 202, wantCode: "ignored", wantInvHint: true},
 		{name: "ok/Kubernetes failure is still accepted (reconcile completes it)", body: body46, reconErr: fmt.Errorf("create Workflow: connection refused"), wantStatus: 202, wantIDs: []int64{12}, wantCode: "accepted", wantInvHint: true},
-		{name: "ok/NetBox unreachable: answered 202 when queued, the worker counts the failed re-read", body: body46, reconErr: fmt.Errorf("read device 12: %w: dial tcp: refused", fleet.ErrInventory), wantStatus: 202, wantIDs: []int64{12}, wantCode: "accepted", wantInvHint: true, wantWork: "netbox_unavailable"},
+		{name: "ok/NetBox unreachable: answered 202 when queued, the worker counts the failed re-read", body: body46, reconErr: fmt.Errorf("read device 12: %w: dial tcp: refused", fleet.ErrNetBoxUnavailable), wantStatus: 202, wantIDs: []int64{12}, wantCode: "accepted", wantInvHint: true, wantWork: "netbox_unavailable"},
 		{name: "refuse/no signature", body: body46, sig: func([]byte) string { return "" }, wantStatus: 401, wantCode: "bad_signature"},
 		{name: "refuse/signature of other bytes", body: body46, sig: func(b []byte) string { return sign(append(b, ' ')) }, wantStatus: 401, wantCode: "bad_signature"},
 		{name: "refuse/signature with sha512= prefix", body: body46, sig: func(b []byte) string { return "sha512=" + sign(b) }, wantStatus: 401, wantCode: "bad_signature"},
@@ -102,7 +102,7 @@ func TestWebhook(t *testing.T) {
 			hints := 0
 			reg := prometheus.NewRegistry()
 			in, err := New(Config{Secret: []byte(secret), ServiceUser: "fleetd"},
-				Deps{Reconciler: rec, Inventory: func(context.Context) { hints++ }, Logger: zerolog.Nop(), Registry: reg})
+				Deps{Reconciler: rec, RefreshReservations: func(context.Context) { hints++ }, Logger: zerolog.Nop(), Registry: reg})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -85,7 +85,7 @@ func startStack(ctx context.Context, cmd, dir string, args []string, stdout, std
 	log := zerolog.New(zerolog.ConsoleWriter{Out: stderr, TimeFormat: time.TimeOnly}).Level(zerolog.InfoLevel).
 		With().Timestamp().Str("component", "fleetsim").Logger()
 	fmt.Fprintf(stdout, "fleetsim: starting the stack in %s (NetBox emulator, Kubernetes API, Tinkerbell %s, %d machines' TPMs, fleetd)...\n",
-		dir, version, len(stack.Inventory(*extra)))
+		dir, version, len(stack.SeedDevices(*extra)))
 	s, err := stack.Start(ctx, stack.Options{Dir: dir, Root: *root, FleetdBinary: bin, ExtraDevices: *extra, Tinkerbell: version,
 		ReconcileInterval: *interval, LogLevel: *level, NetBoxLatency: *latency, CertLifetime: *lifetime, FleetdInstances: *instances, Logger: log})
 	if err != nil {

@@ -17,7 +17,7 @@ import (
 // renderer accepts each validly declared device of every class kind with the stack's gateway
 // 127.0.0.1 (Talos validates its config in metal mode), so phase 2's configurations render.
 func TestInventoryAddressing(t *testing.T) {
-	devices := Inventory(300)
+	devices := SeedDevices(300)
 	seen := map[string]string{}
 	for i := range devices {
 		a := address(i)
@@ -62,7 +62,7 @@ func TestInventoryAddressing(t *testing.T) {
 		t.Fatal(err)
 	}
 	kinds := map[fleet.Kind]bool{}
-	for i, sd := range Inventory(0) {
+	for i, sd := range SeedDevices(0) {
 		class, ok := catalog.Class(sd.Class)
 		if sd.Faulty != "" || !ok {
 			continue

@@ -102,7 +102,7 @@ func reconcileService(b *testing.B, s *stack.Stack, f benchFleet) (*fleet.Servic
 	if err != nil {
 		b.Fatal(err)
 	}
-	svc, err := fleet.NewService(fleet.Config{FleetdURL: "http://127.0.0.1:9"}, fleet.Deps{Seal: fleettest.SealKeys(), Inventory: nb, Installer: installer,
+	svc, err := fleet.NewService(fleet.Config{FleetdURL: "http://127.0.0.1:9"}, fleet.Deps{Seal: fleettest.SealKeys(), NetBox: nb, Installer: installer,
 		Catalog: catalog, Clock: fleet.SystemClock{}, Random: rand.Reader, Logger: zerolog.Nop()})
 	if err != nil {
 		b.Fatal(err)

@@ -208,7 +208,7 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 	if err := s.startNetBox(ctx, httpURL, gen); err != nil {
 		return nil, err
 	}
-	devices := Inventory(o.ExtraDevices, o.MoreDevices...)
+	devices := SeedDevices(o.ExtraDevices, o.MoreDevices...)
 	seeded, machines, err := s.startKubeAndMachines(ctx, devices)
 	if err != nil {
 		return nil, err

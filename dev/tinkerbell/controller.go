@@ -44,9 +44,6 @@ type ControllerOptions struct {
 	Log string
 }
 
-// Controller is a running tink-controller process.
-type Controller = Process
-
 // Process is a running Tinkerbell program (tinkerbell, tink-agent; tink-controller, tink-server
 // or tink-worker).
 type Process struct {
@@ -69,7 +66,7 @@ const controllerReady = `"msg":"Starting workers"`
 // off (the harness serves no Leases), its debug log on, and no metrics or probe listeners (several stacks run on
 // one machine), and returns once it reconciles Workflows. Its environment holds only what it
 // needs: the controller reads its flags from any environment variable of the same name.
-func StartController(ctx context.Context, o ControllerOptions) (*Controller, error) {
+func StartController(ctx context.Context, o ControllerOptions) (*Process, error) {
 	if o.Binary == "" || o.Kubeconfig == "" || o.Log == "" {
 		return nil, errors.New("start tink-controller: Binary, Kubeconfig and Log are required")
 	}

@@ -19,14 +19,14 @@ import (
 	"github.com/folly-infra/fleetd/fleet"
 )
 
-// ServiceUser is the NetBox user the Inventory records fleetd's writes (Update) under, and the
+// ServiceUser is the NetBox user the in-memory NetBox records fleetd's writes (Update) under, and the
 // one the tests' services are configured with (fleet.Config.ServiceUser).
 const ServiceUser = "fleetd"
 
-// Owner is the NetBox user the Inventory records the owner's edits under.
+// Owner is the NetBox user the in-memory NetBox records the owner's edits under.
 const Owner = "owner"
 
-// SealKeys is the seal key ring of the tests' fleetd (one key, "test"): the Inventory seals the
+// SealKeys is the seal key ring of the tests' fleetd (one key, "test"): the in-memory NetBox seals the
 // devices it is given with it, as fleetd would have written them.
 func SealKeys() *fleet.SealKeys {
 	k, err := fleet.NewSealKeys(SealKey())
@@ -41,10 +41,10 @@ func SealKey() fleet.SealKey {
 	return fleet.SealKey{ID: "test", Secret: []byte("fleettest seal key: 32 bytes or more, never a secret")}
 }
 
-// Inventory is an in-memory fleet.Inventory. It keeps NetBox's change log of each device as
+// NetBox is an in-memory fleet.NetBox. It keeps NetBox's change log of each device as
 // NetBox does (every save, by whom, before and after), so that the service's trust check reads
 // it: Update is fleetd's save (ServiceUser), WriteAs another user's.
-type Inventory struct {
+type NetBox struct {
 	mu       sync.Mutex
 	devices  map[int64]fleet.Device
 	versions map[int64]int
@@ -55,7 +55,7 @@ type Inventory struct {
 	Clock fleet.Clock
 	// HistoryErr, when set, is returned by DeviceHistory (NetBox's change log unreadable).
 	HistoryErr error
-	// Calls counts every call of the fleet.Inventory methods (a benchmark reports the NetBox
+	// Calls counts every call of the fleet.NetBox methods (a benchmark reports the NetBox
 	// requests a decision costs with it).
 	Calls atomic.Int64
 	// ReadLatency is how long each device read takes, in nanoseconds (0: none): NetBox's
@@ -73,17 +73,17 @@ type Inventory struct {
 // FailUpdates sets (nil: clears) what is asked before each update: a non-nil error is returned
 // for it, after the update is applied when applied is true (NetBox wrote it and its answer was
 // lost) or without applying it (a 5xx).
-func (m *Inventory) FailUpdates(f func(id int64, p fleet.Patch) (applied bool, err error)) {
+func (m *NetBox) FailUpdates(f func(id int64, p fleet.Patch) (applied bool, err error)) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.failUpdate = f
 }
 
-// NewInventory holds the given devices as fleetd wrote them: sealed with SealKeys (a device given
+// NewNetBox holds the given devices as fleetd wrote them: sealed with SealKeys (a device given
 // with a Seal keeps it), with nothing in their change log (as NetBox seeded without a request, or
 // saved longer ago than it keeps its log).
-func NewInventory(ds ...fleet.Device) *Inventory {
-	m := &Inventory{devices: map[int64]fleet.Device{}, versions: map[int64]int{}, journal: map[int64][]string{},
+func NewNetBox(ds ...fleet.Device) *NetBox {
+	m := &NetBox{devices: map[int64]fleet.Device{}, versions: map[int64]int{}, journal: map[int64][]string{},
 		history: map[int64][]fleet.DeviceChange{}, ConflictOnce: map[int64]func(*fleet.Device){}, ConflictBy: map[int64]string{}}
 	keys := SealKeys()
 	for _, d := range ds {
@@ -97,14 +97,14 @@ func NewInventory(ds ...fleet.Device) *Inventory {
 }
 
 // read waits ReadLatency, as a NetBox read would.
-func (m *Inventory) read() {
+func (m *NetBox) read() {
 	if d := m.ReadLatency.Load(); d > 0 {
 		time.Sleep(time.Duration(d))
 	}
 }
 
 // now is the time of a save: the clock's, and always after the last save's.
-func (m *Inventory) now() time.Time {
+func (m *NetBox) now() time.Time {
 	t := time.Now()
 	if m.Clock != nil {
 		t = m.Clock.Now()
@@ -118,7 +118,7 @@ func (m *Inventory) now() time.Time {
 
 // save stores a device's new state as user saved it, and records the save in its change log
 // (NetBox records no save that changed nothing).
-func (m *Inventory) save(user string, before, after fleet.Device) {
+func (m *NetBox) save(user string, before, after fleet.Device) {
 	at := m.now()
 	after.LastUpdated = at
 	m.devices[after.ID] = after
@@ -146,7 +146,7 @@ func sameSaved(a, b fleet.Device) bool {
 	return reflect.DeepEqual(a, b)
 }
 
-func (m *Inventory) get(id int64) (fleet.Device, error) {
+func (m *NetBox) get(id int64) (fleet.Device, error) {
 	d, ok := m.devices[id]
 	if !ok {
 		return fleet.Device{}, fmt.Errorf("device %d: %w", id, fleet.ErrNotFound)
@@ -155,8 +155,8 @@ func (m *Inventory) get(id int64) (fleet.Device, error) {
 	return d, nil
 }
 
-// Device implements fleet.Inventory.
-func (m *Inventory) Device(_ context.Context, id int64) (fleet.Device, error) {
+// Device implements fleet.NetBox.
+func (m *NetBox) Device(_ context.Context, id int64) (fleet.Device, error) {
 	m.Calls.Add(1)
 	m.read()
 	m.mu.Lock()
@@ -164,8 +164,8 @@ func (m *Inventory) Device(_ context.Context, id int64) (fleet.Device, error) {
 	return m.get(id)
 }
 
-// DeviceFields implements fleet.Inventory.
-func (m *Inventory) DeviceFields(_ context.Context, id int64) (fleet.Device, error) {
+// DeviceFields implements fleet.NetBox.
+func (m *NetBox) DeviceFields(_ context.Context, id int64) (fleet.Device, error) {
 	m.Calls.Add(1)
 	m.read()
 	m.mu.Lock()
@@ -175,8 +175,8 @@ func (m *Inventory) DeviceFields(_ context.Context, id int64) (fleet.Device, err
 	return d, err
 }
 
-// DeviceByName implements fleet.Inventory.
-func (m *Inventory) DeviceByName(_ context.Context, name string) (fleet.Device, error) {
+// DeviceByName implements fleet.NetBox.
+func (m *NetBox) DeviceByName(_ context.Context, name string) (fleet.Device, error) {
 	m.Calls.Add(1)
 	m.read()
 	m.mu.Lock()
@@ -189,8 +189,8 @@ func (m *Inventory) DeviceByName(_ context.Context, name string) (fleet.Device, 
 	return fleet.Device{}, fmt.Errorf("device %q: %w", name, fleet.ErrNotFound)
 }
 
-// Devices implements fleet.Inventory. Like NetBox's list, it carries no versions.
-func (m *Inventory) Devices(context.Context) ([]fleet.Device, error) {
+// Devices implements fleet.NetBox. Like NetBox's list, it carries no versions.
+func (m *NetBox) Devices(context.Context) ([]fleet.Device, error) {
 	m.Calls.Add(1)
 	m.read()
 	m.mu.Lock()
@@ -204,8 +204,8 @@ func (m *Inventory) Devices(context.Context) ([]fleet.Device, error) {
 	return out, nil
 }
 
-// Update implements fleet.Inventory.
-func (m *Inventory) Update(_ context.Context, id int64, p fleet.Patch) (fleet.Device, error) {
+// Update implements fleet.NetBox.
+func (m *NetBox) Update(_ context.Context, id int64, p fleet.Patch) (fleet.Device, error) {
 	m.Calls.Add(1)
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -262,8 +262,8 @@ func Apply(d *fleet.Device, p fleet.Patch) {
 	}
 }
 
-// Journal implements fleet.Inventory.
-func (m *Inventory) Journal(_ context.Context, id int64, kind fleet.JournalKind, text string) error {
+// Journal implements fleet.NetBox.
+func (m *NetBox) Journal(_ context.Context, id int64, kind fleet.JournalKind, text string) error {
 	m.Calls.Add(1)
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -272,7 +272,7 @@ func (m *Inventory) Journal(_ context.Context, id int64, kind fleet.JournalKind,
 }
 
 // Get returns the device as stored.
-func (m *Inventory) Get(id int64) fleet.Device {
+func (m *NetBox) Get(id int64) fleet.Device {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	d, _ := m.get(id)
@@ -281,7 +281,7 @@ func (m *Inventory) Get(id int64) fleet.Device {
 
 // Set replaces a device as fleetd would have written it (sealed with SealKeys, recorded as
 // ServiceUser's save).
-func (m *Inventory) Set(d fleet.Device) {
+func (m *NetBox) Set(d fleet.Device) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	d.Seal = SealKeys().Seal(d.ID, d.Owned, m.now())
@@ -291,7 +291,7 @@ func (m *Inventory) Set(d fleet.Device) {
 // WriteAs saves the device as user: edit changes it as that user's client would (any field,
 // fleet_seal included: a user who may edit devices can write any of them), and the change log
 // records the save under user.
-func (m *Inventory) WriteAs(user string, id int64, edit func(d *fleet.Device)) {
+func (m *NetBox) WriteAs(user string, id int64, edit func(d *fleet.Device)) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	d := m.devices[id]
@@ -301,7 +301,7 @@ func (m *Inventory) WriteAs(user string, id int64, edit func(d *fleet.Device)) {
 }
 
 // Changes is the device's change log, oldest first.
-func (m *Inventory) Changes(id int64) []fleet.DeviceChange {
+func (m *NetBox) Changes(id int64) []fleet.DeviceChange {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return append([]fleet.DeviceChange(nil), m.history[id]...)
@@ -309,7 +309,7 @@ func (m *Inventory) Changes(id int64) []fleet.DeviceChange {
 
 // TrimHistory drops every change log entry older than before (NetBox's housekeeping of
 // CHANGELOG_RETENTION).
-func (m *Inventory) TrimHistory(before time.Time) {
+func (m *NetBox) TrimHistory(before time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for id, h := range m.history {
@@ -317,8 +317,8 @@ func (m *Inventory) TrimHistory(before time.Time) {
 	}
 }
 
-// DeviceID implements fleet.Inventory.
-func (m *Inventory) DeviceID(_ context.Context, name string) (int64, error) {
+// DeviceID implements fleet.NetBox.
+func (m *NetBox) DeviceID(_ context.Context, name string) (int64, error) {
 	m.Calls.Add(1)
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -330,9 +330,9 @@ func (m *Inventory) DeviceID(_ context.Context, name string) (int64, error) {
 	return 0, fmt.Errorf("device %q: %w", name, fleet.ErrNotFound)
 }
 
-// DeviceHistory implements fleet.Inventory: the device's saves newest first, up to the first
+// DeviceHistory implements fleet.NetBox: the device's saves newest first, up to the first
 // until reports.
-func (m *Inventory) DeviceHistory(_ context.Context, id int64, until func(fleet.DeviceChange) bool) ([]fleet.DeviceChange, error) {
+func (m *NetBox) DeviceHistory(_ context.Context, id int64, until func(fleet.DeviceChange) bool) ([]fleet.DeviceChange, error) {
 	m.Calls.Add(1)
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -350,9 +350,9 @@ func (m *Inventory) DeviceHistory(_ context.Context, id int64, until func(fleet.
 	return out, nil
 }
 
-// DeviceChanges implements fleet.ChangeLog over the Inventory's change log: the saves of every
+// DeviceChanges implements fleet.ChangeLog over the in-memory NetBox's change log: the saves of every
 // device (or q.DeviceID's) since q.Since by anyone but q.ExceptUser, oldest first.
-func (m *Inventory) DeviceChanges(_ context.Context, q fleet.ChangeQuery) ([]fleet.DeviceChange, error) {
+func (m *NetBox) DeviceChanges(_ context.Context, q fleet.ChangeQuery) ([]fleet.DeviceChange, error) {
 	m.mu.Lock()
 	var all []fleet.DeviceChange
 	for id, h := range m.history {
@@ -372,13 +372,13 @@ func (m *Inventory) DeviceChanges(_ context.Context, q fleet.ChangeQuery) ([]fle
 	return out, nil
 }
 
-// MACChanges implements fleet.ChangeLog: the Inventory records no MAC address saves.
-func (m *Inventory) MACChanges(context.Context, fleet.ChangeQuery) ([]fleet.MACChange, error) {
+// MACChanges implements fleet.ChangeLog: the in-memory NetBox records no MAC address saves.
+func (m *NetBox) MACChanges(context.Context, fleet.ChangeQuery) ([]fleet.MACChange, error) {
 	return nil, nil
 }
 
 // JournalOf returns the device's journal entries, each "<kind>: <text>".
-func (m *Inventory) JournalOf(id int64) []string {
+func (m *NetBox) JournalOf(id int64) []string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return append([]string(nil), m.journal[id]...)

@@ -76,7 +76,7 @@ func (c clockFunc) Now() time.Time { return c() }
 
 // Fleetd is the running fleetd under test.
 type Fleetd struct {
-	Inv       *fleettest.Inventory
+	Inv       *fleettest.NetBox
 	Installer *fleettest.Installer
 	ChangeLog *fleettest.ChangeLog // NetBox's change log, empty unless a test writes it
 	Service   *fleet.Service
@@ -124,7 +124,7 @@ func New(tb testing.TB, cfg Config) *Fleetd {
 		cfg.CertLifetime = time.Hour
 	}
 	clock := clockFunc(cfg.Now)
-	f := &Fleetd{Inv: fleettest.NewInventory(cfg.Devices...), Installer: fleettest.NewInstaller(), ChangeLog: &fleettest.ChangeLog{}, Registry: prometheus.NewRegistry(),
+	f := &Fleetd{Inv: fleettest.NewNetBox(cfg.Devices...), Installer: fleettest.NewInstaller(), ChangeLog: &fleettest.ChangeLog{}, Registry: prometheus.NewRegistry(),
 		DeviceRegistry: prometheus.NewRegistry()}
 	var err error
 	f.LDevIDCA, _, err = pki.NewCA(pki.NewCAConfig{Name: "fleetd LDevID", Lifetime: 24 * time.Hour, Rand: rand.Reader, Now: cfg.Now})
@@ -162,7 +162,7 @@ func New(tb testing.TB, cfg Config) *Fleetd {
 		DNS: []netip.Addr{netip.MustParseAddr("10.0.0.1")}, Gateway: cfg.Gateway, Clock: clock, Random: rand.Reader})
 	must(err)
 	f.Inv.Clock = clock
-	f.Service, err = fleet.NewService(fleet.Config{FleetdURL: "http://spore", ServiceUser: fleettest.ServiceUser}, fleet.Deps{Seal: fleettest.SealKeys(), Inventory: f.Inv, ChangeLog: f.ChangeLog, Installer: f.Installer,
+	f.Service, err = fleet.NewService(fleet.Config{FleetdURL: "http://spore", ServiceUser: fleettest.ServiceUser}, fleet.Deps{Seal: fleettest.SealKeys(), NetBox: f.Inv, ChangeLog: f.ChangeLog, Installer: f.Installer,
 		Catalog: cfg.Catalog, Renderer: renderer, Attest: f.Attest,
 		Clock: clock, Random: rand.Reader, Logger: zerolog.Nop(), Registry: f.Registry, DeviceRegistry: f.DeviceRegistry})
 	must(err)

@@ -42,7 +42,7 @@ var bootLog = eventlogs.RHEL8SecureBoot
 // hash+cert with the swtpm EK CA, as for a fleet whose TPMs carry EK certificates. It records
 // the last body of each enrollment route, so a benchmark can replay the exchange without the TPM.
 type fleetd struct {
-	inv           *fleettest.Inventory
+	inv           *fleettest.NetBox
 	device        fleet.Device // as declared before the enrollment
 	ldevidCA      *pki.CA
 	ldevidCAFiles pki.CAFiles // ldevidCAFiles.Root is SPIRE's devid_ca_path

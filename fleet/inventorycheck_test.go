@@ -39,17 +39,17 @@ func agreeing(id int64, name string) Device {
 	return d
 }
 
-func inventoryService(t *testing.T, log *fleettest.ChangeLog, ds ...Device) (*Service, *fleettest.Inventory) {
+func inventoryService(t *testing.T, log *fleettest.ChangeLog, ds ...Device) (*Service, *fleettest.NetBox) {
 	s, inv, _ := inventoryServiceReg(t, log, ds...)
 	return s, inv
 }
 
-func inventoryServiceReg(t *testing.T, log *fleettest.ChangeLog, ds ...Device) (*Service, *fleettest.Inventory, *prometheus.Registry) {
+func inventoryServiceReg(t *testing.T, log *fleettest.ChangeLog, ds ...Device) (*Service, *fleettest.NetBox, *prometheus.Registry) {
 	t.Helper()
-	inv := fleettest.NewInventory(ds...)
+	inv := fleettest.NewNetBox(ds...)
 	reg := prometheus.NewRegistry()
 	s, err := NewService(Config{FleetdURL: "http://spore:8080", ServiceUser: "fleetd"},
-		Deps{Seal: fleettest.SealKeys(), Inventory: inv, ChangeLog: log, Registry: reg, Installer: fleettest.NewInstaller(), Catalog: fleettest.Catalog(),
+		Deps{Seal: fleettest.SealKeys(), NetBox: inv, ChangeLog: log, Registry: reg, Installer: fleettest.NewInstaller(), Catalog: fleettest.Catalog(),
 			Clock: fleettest.NewClock(testEpoch), Renderer: sharedRenderer(), Random: rand.New(rand.NewSource(1))})
 	if err != nil {
 		t.Fatal(err)
@@ -92,9 +92,9 @@ func TestInventoryMetric(t *testing.T) {
 	}
 }
 
-// TestRunInventory: fleetd serve's loop checks the whole fleet first after its first delay, not
+// TestRunInventoryCheck: fleetd serve's loop checks the whole fleet first after its first delay, not
 // at start, where it would add to the start's own NetBox reads (docs/operate.md).
-func TestRunInventory(t *testing.T) {
+func TestRunInventoryCheck(t *testing.T) {
 	log := &fleettest.ChangeLog{}
 	s, _, reg := inventoryServiceReg(t, log, agreeing(1, "node-a"))
 	series := func() float64 {
@@ -106,14 +106,14 @@ func TestRunInventory(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
-	go func() { done <- s.Review.RunInventory(ctx, time.Hour, time.Hour) }()
+	go func() { done <- s.Review.RunInventoryCheck(ctx, time.Hour, time.Hour) }()
 	cancel()
 	if err := <-done; err != nil || len(log.Queries) != 0 || series() != 0 {
 		t.Fatalf("stopped before its first delay: %v, %d change-log reads, %v gauge series; want no check", err, len(log.Queries), series())
 	}
 	ctx, cancel = context.WithCancel(context.Background())
 	defer cancel()
-	go func() { done <- s.Review.RunInventory(ctx, time.Millisecond, time.Hour) }()
+	go func() { done <- s.Review.RunInventoryCheck(ctx, time.Millisecond, time.Hour) }()
 	for end := time.Now().Add(10 * time.Second); series() == 0; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(end) {
 			t.Fatal("no check of the whole fleet after the first delay")
@@ -124,7 +124,7 @@ func TestRunInventory(t *testing.T) {
 	}
 	cancel()
 	if err := <-done; err != nil {
-		t.Errorf("RunInventory = %v after its context ended", err)
+		t.Errorf("RunInventoryCheck = %v after its context ended", err)
 	}
 }
 
@@ -254,7 +254,7 @@ func TestInventoryStale(t *testing.T) {
 	}
 }
 
-type downInventory struct{ *fleettest.Inventory }
+type downInventory struct{ *fleettest.NetBox }
 
 var errDown = errors.New("dial tcp netbox:443: connection refused")
 
@@ -266,16 +266,16 @@ func (downInventory) DeviceByName(context.Context, string) (Device, error) {
 // TestInventoryCannotCheck: NetBox down, its change log unreadable, an unknown device.
 func TestInventoryCannotCheck(t *testing.T) {
 	s, err := NewService(Config{FleetdURL: "http://spore:8080"},
-		Deps{Seal: fleettest.SealKeys(), Inventory: downInventory{fleettest.NewInventory()}, ChangeLog: &fleettest.ChangeLog{}, Installer: fleettest.NewInstaller(),
+		Deps{Seal: fleettest.SealKeys(), NetBox: downInventory{fleettest.NewNetBox()}, ChangeLog: &fleettest.ChangeLog{}, Installer: fleettest.NewInstaller(),
 			Catalog: fleettest.Catalog(), Clock: fleettest.NewClock(testEpoch), Random: rand.New(rand.NewSource(1))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Review.InventoryCheck(context.Background(), nil); !errors.Is(err, ErrInventory) || errors.Is(err, ErrChangeLog) {
-		t.Errorf("NetBox down: %v, want ErrInventory, not ErrChangeLog", err)
+	if _, err := s.Review.InventoryCheck(context.Background(), nil); !errors.Is(err, ErrNetBoxUnavailable) || errors.Is(err, ErrChangeLog) {
+		t.Errorf("NetBox down: %v, want ErrNetBoxUnavailable, not ErrChangeLog", err)
 	}
 	s2, _ := inventoryService(t, &fleettest.ChangeLog{Err: errDown}, agreeing(1, "node-a"))
-	if _, err := s2.Review.InventoryCheck(context.Background(), nil); !errors.Is(err, ErrInventory) || !errors.Is(err, ErrChangeLog) || !strings.Contains(err.Error(), "change log") {
+	if _, err := s2.Review.InventoryCheck(context.Background(), nil); !errors.Is(err, ErrNetBoxUnavailable) || !errors.Is(err, ErrChangeLog) || !strings.Contains(err.Error(), "change log") {
 		t.Errorf("change log down: %v", err)
 	}
 	if _, err := s2.Review.InventoryCheck(context.Background(), []string{"nobody"}); err == nil || !strings.Contains(err.Error(), `no device named "nobody"`) {
@@ -284,7 +284,7 @@ func TestInventoryCannotCheck(t *testing.T) {
 }
 
 // TestAfterSweep: Config.AfterSweep runs after each pass over the whole fleet, once the pass is
-// done with its listing: a reconcile after its onInventory, and an inventory check; never before.
+// done with its listing: a reconcile after its onListing, and an inventory check; never before.
 func TestAfterSweep(t *testing.T) {
 	var mu sync.Mutex
 	var events []string
@@ -304,7 +304,7 @@ func TestAfterSweep(t *testing.T) {
 		}
 	}
 	s, err := NewService(Config{FleetdURL: "http://spore:8080", ServiceUser: "fleetd", AfterSweep: func() { note("after sweep") }},
-		Deps{Seal: fleettest.SealKeys(), Inventory: fleettest.NewInventory(agreeing(1, "node-a"), agreeing(2, "node-b")), ChangeLog: &fleettest.ChangeLog{},
+		Deps{Seal: fleettest.SealKeys(), NetBox: fleettest.NewNetBox(agreeing(1, "node-a"), agreeing(2, "node-b")), ChangeLog: &fleettest.ChangeLog{},
 			Installer: fleettest.NewInstaller(), Catalog: fleettest.Catalog(), Clock: fleettest.NewClock(testEpoch),
 			Renderer: sharedRenderer(), Random: rand.New(rand.NewSource(1))})
 	if err != nil {
@@ -323,7 +323,7 @@ func TestAfterSweep(t *testing.T) {
 	}
 	ctx, cancel = context.WithCancel(context.Background())
 	defer cancel()
-	go func() { done <- s.Review.RunInventory(ctx, time.Millisecond, time.Hour) }()
+	go func() { done <- s.Review.RunInventoryCheck(ctx, time.Millisecond, time.Hour) }()
 	got = seen(3)
 	cancel()
 	<-done

@@ -63,8 +63,8 @@ type StaleFacts struct {
 	By         string    // the NetBox user who made it
 }
 
-// DeviceInventory is the check of one device.
-type DeviceInventory struct {
+// InventoryDevice is the check of one device.
+type InventoryDevice struct {
 	Device      string
 	Class       string
 	Result      InventoryResult
@@ -79,12 +79,12 @@ type DeviceInventory struct {
 type InventoryReport struct {
 	CheckedAt       time.Time
 	BootCheckWindow time.Duration
-	Devices         []DeviceInventory
+	Devices         []InventoryDevice
 }
 
 // Differs reports whether any device differs.
 func (r InventoryReport) Differs() bool {
-	return slices.ContainsFunc(r.Devices, func(d DeviceInventory) bool { return len(d.Differences) > 0 })
+	return slices.ContainsFunc(r.Devices, func(d InventoryDevice) bool { return len(d.Differences) > 0 })
 }
 
 // Count is how many differences of each kind the report holds (every kind, zero included).
@@ -110,16 +110,16 @@ const (
 	DefaultChangeLogRetention = 90 * 24 * time.Hour
 )
 
-// ErrChangeLog is NetBox's change log that could not be read (an ErrInventory): the inventory
+// ErrChangeLog is NetBox's change log that could not be read (an ErrNetBoxUnavailable): the inventory
 // check cannot tell stale facts from differences without it, so it does not check.
-var ErrChangeLog = fmt.Errorf("%w: its change log could not be read", ErrInventory)
+var ErrChangeLog = fmt.Errorf("%w: its change log could not be read", ErrNetBoxUnavailable)
 
 // ErrNoChangeLog is fleetd wired without NetBox's change log: the check cannot tell stale facts
 // from differences, so it does not check.
 var ErrNoChangeLog = errors.New("fleetd reads no change log, so it cannot tell facts older than a declaration change")
 
 // InventoryCheck checks the named devices, or with none every fleet device (one with a
-// fleet_class). An unknown name is refused; a NetBox that cannot be read is ErrInventory.
+// fleet_class). An unknown name is refused; a NetBox that cannot be read is ErrNetBoxUnavailable.
 func (s *Review) InventoryCheck(ctx context.Context, names []string) (rep InventoryReport, err error) {
 	if len(names) == 0 {
 		defer func() { s.observeInventory(rep, err) }()
@@ -161,10 +161,10 @@ const (
 	InventoryFirstCheck = time.Minute
 )
 
-// RunInventory checks the whole fleet first after first, then every interval until ctx ends,
+// RunInventoryCheck checks the whole fleet first after first, then every interval until ctx ends,
 // for fleetd_inventory_differences; a check that fails is counted and logged, and the gauge
 // keeps the last check's counts (it has no series before this process's first check).
-func (s *Review) RunInventory(ctx context.Context, first, interval time.Duration) error {
+func (s *Review) RunInventoryCheck(ctx context.Context, first, interval time.Duration) error {
 	for wait := first; ; wait = interval {
 		select {
 		case <-ctx.Done():
@@ -196,9 +196,9 @@ func (s *Review) observeInventory(rep InventoryReport, err error) {
 // inventoryDevices reads the named devices, or every fleet device, sorted by name.
 func (s *Review) inventoryDevices(ctx context.Context, names []string) ([]Device, error) {
 	if len(names) == 0 {
-		all, err := s.core.inv.Devices(ctx)
+		all, err := s.core.netbox.Devices(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("list devices: %w: %w", ErrInventory, err)
+			return nil, fmt.Errorf("list devices: %w: %w", ErrNetBoxUnavailable, err)
 		}
 		out := slices.DeleteFunc(all, func(d Device) bool { return d.Declared.Class == "" })
 		slices.SortFunc(out, func(a, b Device) int { return strings.Compare(a.Name, b.Name) })
@@ -206,12 +206,12 @@ func (s *Review) inventoryDevices(ctx context.Context, names []string) ([]Device
 	}
 	var out []Device
 	for _, name := range names {
-		d, err := s.core.inv.DeviceByNameSealed(ctx, name)
+		d, err := s.core.netbox.DeviceByNameSealed(ctx, name)
 		if errors.Is(err, ErrNotFound) {
 			return nil, Refuse(RefusedNotFound, "unknown_device", "NetBox has no device named %q", name)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("read device %q: %w: %w", name, ErrInventory, err)
+			return nil, fmt.Errorf("read device %q: %w: %w", name, ErrNetBoxUnavailable, err)
 		}
 		out = append(out, d)
 	}
@@ -219,8 +219,8 @@ func (s *Review) inventoryDevices(ctx context.Context, names []string) ([]Device
 }
 
 // checkInventory is one device's check at now, given its declaration's last change.
-func (s *Review) checkInventory(d Device, decl declarationChange, now time.Time) DeviceInventory {
-	out := DeviceInventory{Device: d.Name, Class: d.Declared.Class, DeclaredAt: decl.at}
+func (s *Review) checkInventory(d Device, decl declarationChange, now time.Time) InventoryDevice {
+	out := InventoryDevice{Device: d.Name, Class: d.Declared.Class, DeclaredAt: decl.at}
 	f := d.Owned.Facts
 	if d.Owned.FactsUnreadable != "" {
 		out.Differences = append(out.Differences, Difference{Kind: DiffFactsUnreadable, Source: "fleet_facts",

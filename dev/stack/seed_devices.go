@@ -42,9 +42,9 @@ type SeedDevice struct {
 // Machine reports whether the device has a simulated machine: every TPM 2.0 device does.
 func (d SeedDevice) Machine() bool { return !d.TPM12 }
 
-// exampleInventory covers every class kind of examples/classes.json, the class worker-g2, and
+// exampleSeed covers every class kind of examples/classes.json, the class worker-g2, and
 // one faulty declaration per refusal a person should be able to see (docs/design.md §8).
-var exampleInventory = []SeedDevice{
+var exampleSeed = []SeedDevice{
 	{Name: "cp-1", Class: "talos-cp"},
 	{Name: "worker-1", Class: "talos-worker"},
 	{Name: "builder-1", Class: "nixos-builder"},
@@ -58,10 +58,10 @@ var exampleInventory = []SeedDevice{
 	{Name: "fault-no-mac", Class: "talos-worker", NoMAC: true, Faulty: "no MAC address"},
 }
 
-// Inventory is the example inventory followed by extra generated devices extra-001, extra-002, …
+// SeedDevices is the example fleet NetBox is seeded with, followed by extra generated devices extra-001, extra-002, …
 // (talos-worker, validly declared, each with a machine), then more (Options.MoreDevices).
-func Inventory(extra int, more ...SeedDevice) []SeedDevice {
-	out := append([]SeedDevice(nil), exampleInventory...)
+func SeedDevices(extra int, more ...SeedDevice) []SeedDevice {
+	out := append([]SeedDevice(nil), exampleSeed...)
 	for i := 1; i <= extra; i++ {
 		out = append(out, SeedDevice{Name: fmt.Sprintf("extra-%03d", i), Class: "talos-worker"})
 	}
