@@ -6,7 +6,7 @@ import (
 	"net/netip"
 	"testing"
 
-	. "github.com/folly-infra/fleetd/fleet"
+	"github.com/folly-infra/fleetd/fleet"
 	"github.com/folly-infra/fleetd/fleet/fleettest"
 )
 
@@ -15,7 +15,7 @@ import (
 // request; only the first fetch of a fleetd that has not listed the devices yet lists them,
 // once (docs/security.md, "A hostile host on the lab network").
 func TestFetchFromUnknownAddressCostsNetBoxNothing(t *testing.T) {
-	var devices []Device
+	var devices []fleet.Device
 	for i := 1; i <= 200; i++ {
 		d := fleettest.Declared(int64(i), fmt.Sprintf("node-%03d", i))
 		d.Address = netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)}), 16)
@@ -24,8 +24,8 @@ func TestFetchFromUnknownAddressCostsNetBoxNothing(t *testing.T) {
 	inv := fleettest.NewNetBox(devices...)
 	s := newTestService(inv, fleettest.NewInstaller())
 	fetch := func(addr string) string {
-		_, _, err := s.Delivery.FetchConfig(context.Background(), ConfigFetch{Kind: KindTalos, ClaimedUUID: attestedUUID, RemoteAddr: netip.MustParseAddr(addr)})
-		if r, ok := AsRefusal(err); ok {
+		_, _, err := s.Delivery.FetchConfig(context.Background(), fleet.ConfigFetch{Kind: fleet.KindTalos, ClaimedUUID: attestedUUID, RemoteAddr: netip.MustParseAddr(addr)})
+		if r, ok := fleet.AsRefusal(err); ok {
 			return r.Code
 		}
 		return fmt.Sprint(err)
@@ -65,8 +65,8 @@ func TestAddressIndexFollowsNetBox(t *testing.T) {
 	inv := fleettest.NewNetBox(a, b)
 	one, two := newTestService(inv, fleettest.NewInstaller()), newTestService(inv, fleettest.NewInstaller())
 	code := func(s testService, addr string) string {
-		_, _, err := s.Delivery.FetchConfig(context.Background(), ConfigFetch{Kind: KindTalos, ClaimedUUID: attestedUUID, RemoteAddr: netip.MustParseAddr(addr)})
-		if r, ok := AsRefusal(err); ok {
+		_, _, err := s.Delivery.FetchConfig(context.Background(), fleet.ConfigFetch{Kind: fleet.KindTalos, ClaimedUUID: attestedUUID, RemoteAddr: netip.MustParseAddr(addr)})
+		if r, ok := fleet.AsRefusal(err); ok {
 			return r.Code
 		}
 		return fmt.Sprint(err)

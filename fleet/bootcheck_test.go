@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/folly-infra/fleetd/attest"
-	. "github.com/folly-infra/fleetd/fleet"
+	"github.com/folly-infra/fleetd/fleet"
 	"github.com/folly-infra/fleetd/fleet/fleettest"
 	"github.com/folly-infra/fleetd/pki"
 )
@@ -44,7 +44,7 @@ func newBootChecks(t *testing.T) bootChecks {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var a Attestation
+	var a fleet.Attestation
 	if a.LAK, err = attest.NewLAKVerifier(attest.LAKVerifierConfig{Issuer: ca.Cert, Above: ca.Above, Now: clock.Now}); err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +53,7 @@ func newBootChecks(t *testing.T) bootChecks {
 		t.Fatal(err)
 	}
 	d := fleettest.Declared(12, "node-a")
-	d.Status, d.Owned = StatusActive, Owned{State: StateActive, LAKSerial: lak.SerialHex(), LastBootCheck: testEpoch.Add(-time.Hour)}
+	d.Status, d.Owned = fleet.StatusActive, fleet.Owned{State: fleet.StateActive, LAKSerial: lak.SerialHex(), LastBootCheck: testEpoch.Add(-time.Hour)}
 	inv := fleettest.NewNetBox(d)
 	return bootChecks{testService: newTestServiceWith(inv, fleettest.NewInstaller(), clock, a), inv: inv, lak: lak, nonces: a.BootNonces}
 }
@@ -68,30 +68,32 @@ func newBootChecks(t *testing.T) bootChecks {
 func TestBootCheckBeforeTheQuote(t *testing.T) {
 	rows := []struct {
 		name     string
-		edit     func(n attest.BootNonce, d *Device, in *BootCheckInput)
+		edit     func(n attest.BootNonce, d *fleet.Device, in *fleet.BootCheckInput)
 		wantCode string
 	}{
-		{"ok/every check before the quote passes: the quote is the next, and fails", func(attest.BootNonce, *Device, *BootCheckInput) {}, "lak_mismatch"},
-		{"ok/the nonce issued a nanosecond after the last accepted check", func(n attest.BootNonce, d *Device, _ *BootCheckInput) {
+		{"ok/every check before the quote passes: the quote is the next, and fails", func(attest.BootNonce, *fleet.Device, *fleet.BootCheckInput) {}, "lak_mismatch"},
+		{"ok/the nonce issued a nanosecond after the last accepted check", func(n attest.BootNonce, d *fleet.Device, _ *fleet.BootCheckInput) {
 			d.Owned.LastBootCheck = n.IssuedAt.Add(-time.Nanosecond)
 		}, "lak_mismatch"},
-		{"refuse/the nonce issued at the very instant of the last accepted check", func(n attest.BootNonce, d *Device, _ *BootCheckInput) {
+		{"refuse/the nonce issued at the very instant of the last accepted check", func(n attest.BootNonce, d *fleet.Device, _ *fleet.BootCheckInput) {
 			d.Owned.LastBootCheck = n.IssuedAt
 		}, "replayed"},
-		{"refuse/the nonce issued before the last accepted check", func(n attest.BootNonce, d *Device, _ *BootCheckInput) {
+		{"refuse/the nonce issued before the last accepted check", func(n attest.BootNonce, d *fleet.Device, _ *fleet.BootCheckInput) {
 			d.Owned.LastBootCheck = n.IssuedAt.Add(time.Millisecond)
 		}, "replayed"},
-		{"refuse/a device with a request running", func(_ attest.BootNonce, d *Device, _ *BootCheckInput) { d.Owned.State = StatePending }, "not_active"},
-		{"refuse/a decommissioning device", func(_ attest.BootNonce, d *Device, _ *BootCheckInput) { d.Status = StatusDecommissioning }, "not_active"},
-		{"refuse/a LAK that is no longer the device's", func(_ attest.BootNonce, d *Device, _ *BootCheckInput) { d.Owned.LAKSerial = "00c0ffee" }, "lak_not_current"},
-		{"refuse/a wiped device: no LAK at all", func(_ attest.BootNonce, d *Device, _ *BootCheckInput) {
-			d.Owned.LAKSerial, d.Owned.State = "", StateWiped
+		{"refuse/a device with a request running", func(_ attest.BootNonce, d *fleet.Device, _ *fleet.BootCheckInput) { d.Owned.State = fleet.StatePending }, "not_active"},
+		{"refuse/a decommissioning device", func(_ attest.BootNonce, d *fleet.Device, _ *fleet.BootCheckInput) {
+			d.Status = fleet.StatusDecommissioning
+		}, "not_active"},
+		{"refuse/a LAK that is no longer the device's", func(_ attest.BootNonce, d *fleet.Device, _ *fleet.BootCheckInput) { d.Owned.LAKSerial = "00c0ffee" }, "lak_not_current"},
+		{"refuse/a wiped device: no LAK at all", func(_ attest.BootNonce, d *fleet.Device, _ *fleet.BootCheckInput) {
+			d.Owned.LAKSerial, d.Owned.State = "", fleet.StateWiped
 		}, "lak_not_current"},
-		{"refuse/a LAK naming a device NetBox does not have", func(_ attest.BootNonce, d *Device, _ *BootCheckInput) { d.Name = "node-b" }, "unknown_device"},
-		{"refuse/a LAK certificate fleetd's LAK CA did not issue", func(_ attest.BootNonce, _ *Device, in *BootCheckInput) {
+		{"refuse/a LAK naming a device NetBox does not have", func(_ attest.BootNonce, d *fleet.Device, _ *fleet.BootCheckInput) { d.Name = "node-b" }, "unknown_device"},
+		{"refuse/a LAK certificate fleetd's LAK CA did not issue", func(_ attest.BootNonce, _ *fleet.Device, in *fleet.BootCheckInput) {
 			in.LAKChain = [][]byte{in.LAKChain[1]}
 		}, "lak_untrusted"},
-		{"refuse/a nonce token fleetd did not seal", func(_ attest.BootNonce, _ *Device, in *BootCheckInput) { in.Token = "v1.not-a-token" }, "nonce_invalid"},
+		{"refuse/a nonce token fleetd did not seal", func(_ attest.BootNonce, _ *fleet.Device, in *fleet.BootCheckInput) { in.Token = "v1.not-a-token" }, "nonce_invalid"},
 	}
 	for _, r := range rows {
 		t.Run(r.name, func(t *testing.T) {
@@ -101,13 +103,13 @@ func TestBootCheckBeforeTheQuote(t *testing.T) {
 				t.Fatal(err)
 			}
 			b.clock.Advance(time.Second) // the node quotes
-			in := BootCheckInput{Token: n.Token, LAKChain: b.lak.DER()}
+			in := fleet.BootCheckInput{Token: n.Token, LAKChain: b.lak.DER()}
 			d := b.inv.Get(12)
 			r.edit(n, &d, &in)
 			b.inv.Set(d)
 			before := b.inv.Get(12)
 			_, out, err := b.BootChecks.BootCheck(context.Background(), in)
-			if ref, ok := AsRefusal(err); !ok || ref.Code != r.wantCode || out.Result != "refused" {
+			if ref, ok := fleet.AsRefusal(err); !ok || ref.Code != r.wantCode || out.Result != "refused" {
 				t.Fatalf("BootCheck = %+v, %v; want refused %s", out, err, r.wantCode)
 			}
 			if after := b.inv.Get(12); after.Version != before.Version || len(b.inv.JournalOf(12)) != 0 {

@@ -8,16 +8,16 @@ import (
 	"testing"
 	"time"
 
-	. "github.com/folly-infra/fleetd/fleet"
+	"github.com/folly-infra/fleetd/fleet"
 	"github.com/folly-infra/fleetd/fleet/fleettest"
 )
 
 // newLoggedService is a test service whose change-log backstop reads log.
-func newLoggedService(inv *fleettest.NetBox, log ChangeLog) testService {
+func newLoggedService(inv *fleettest.NetBox, log fleet.ChangeLog) testService {
 	clock := fleettest.NewClock(testEpoch)
 	inv.Clock = clock
-	s, err := NewService(Config{FleetdURL: "http://spore:8080", ConfigTTL: time.Hour, ServiceUser: fleettest.ServiceUser},
-		Deps{Seal: fleettest.SealKeys(), NetBox: inv, ChangeLog: log, Installer: fleettest.NewInstaller(), Catalog: fleettest.Catalog(), Clock: clock,
+	s, err := fleet.NewService(fleet.Config{FleetdURL: "http://spore:8080", ConfigTTL: time.Hour, ServiceUser: fleettest.ServiceUser},
+		fleet.Deps{Seal: fleettest.SealKeys(), NetBox: inv, ChangeLog: log, Installer: fleettest.NewInstaller(), Catalog: fleettest.Catalog(), Clock: clock,
 			Renderer: sharedRenderer(), Random: rand.New(rand.NewSource(1))})
 	if err != nil {
 		panic(err)
@@ -27,12 +27,12 @@ func newLoggedService(inv *fleettest.NetBox, log ChangeLog) testService {
 
 // queryLog is a ChangeLog that keeps the queries it answers.
 type queryLog struct {
-	ChangeLog
+	fleet.ChangeLog
 	mu      sync.Mutex
-	queries []ChangeQuery
+	queries []fleet.ChangeQuery
 }
 
-func (l *queryLog) DeviceChanges(ctx context.Context, q ChangeQuery) ([]DeviceChange, error) {
+func (l *queryLog) DeviceChanges(ctx context.Context, q fleet.ChangeQuery) ([]fleet.DeviceChange, error) {
 	l.mu.Lock()
 	l.queries = append(l.queries, q)
 	l.mu.Unlock()
@@ -46,12 +46,12 @@ func (l *queryLog) DeviceChanges(ctx context.Context, q ChangeQuery) ([]DeviceCh
 // (a replay) is caught there, not by the listing's seal check.
 func TestReconcileRepairsLoggedWrites(t *testing.T) {
 	base := fleettest.Declared(12, "node-a")
-	base.Status = StatusActive
+	base.Status = fleet.StatusActive
 	old := base // the owner's copy, read before the claim: the old request and its desired_action
-	old.Owned = Owned{State: StateActive, Request: "provision-zzzzzzzz", Workflow: "node-a-provision-zzzzzzzz", LAKSerial: "0b1a"}
-	old.Declared.DesiredAction = ActionProvision
+	old.Owned = fleet.Owned{State: fleet.StateActive, Request: "provision-zzzzzzzz", Workflow: "node-a-provision-zzzzzzzz", LAKSerial: "0b1a"}
+	old.Declared.DesiredAction = fleet.ActionProvision
 	claimed := base // fleetd's claim of the owner's provision: desired_action cleared, a new request
-	claimed.Owned = Owned{State: StateActive, Request: "provision-aaaaaaaa", Workflow: "node-a-provision-aaaaaaaa", LAKSerial: "0c2d"}
+	claimed.Owned = fleet.Owned{State: fleet.StateActive, Request: "provision-aaaaaaaa", Workflow: "node-a-provision-aaaaaaaa", LAKSerial: "0c2d"}
 
 	t.Run("ok/stale copy whose webhook was lost: fleetd's fields back, its desired_action not a request", func(t *testing.T) {
 		inv := fleettest.NewNetBox(old)
@@ -65,7 +65,7 @@ func TestReconcileRepairsLoggedWrites(t *testing.T) {
 			t.Fatalf("ReconcileAll: %v", err)
 		}
 		got := inv.Get(12)
-		if got.Owned.Request != "provision-aaaaaaaa" || got.Owned.LAKSerial != "0c2d" || got.Declared.DesiredAction != ActionNone {
+		if got.Owned.Request != "provision-aaaaaaaa" || got.Owned.LAKSerial != "0c2d" || got.Declared.DesiredAction != fleet.ActionNone {
 			t.Errorf("after the reconcile: request %q lak_serial %q desired_action %q, want fleetd's claim back and no request",
 				got.Owned.Request, got.Owned.LAKSerial, got.Declared.DesiredAction)
 		}
@@ -73,7 +73,7 @@ func TestReconcileRepairsLoggedWrites(t *testing.T) {
 		if len(j) != 1 || !strings.Contains(j[0], "were written by owner") || !strings.Contains(j[0], "set desired_action=provision from a copy read before request provision-aaaaaaaa") {
 			t.Errorf("journal %q, want the restore with the written-back desired_action cleared", j)
 		}
-		if q := log.queries[0]; !q.Since.Equal(s.clock.Now().Add(-DefaultChangeLogRetention)) || q.ExceptUser != fleettest.ServiceUser || q.DeviceID != 0 {
+		if q := log.queries[0]; !q.Since.Equal(s.clock.Now().Add(-fleet.DefaultChangeLogRetention)) || q.ExceptUser != fleettest.ServiceUser || q.DeviceID != 0 {
 			t.Errorf("first query %+v, want every device's saves by others over NetBox's whole retention", q)
 		}
 	})

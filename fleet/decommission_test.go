@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	. "github.com/folly-infra/fleetd/fleet"
+	"github.com/folly-infra/fleetd/fleet"
 	"github.com/folly-infra/fleetd/fleet/fleettest"
 )
 
@@ -17,21 +17,21 @@ func TestDecommissionDuringRequest(t *testing.T) {
 	ctx := context.Background()
 	rows := []struct {
 		name      string
-		state     State
+		state     fleet.State
 		request   string
-		workflow  WorkflowStatus
-		wantState State
+		workflow  fleet.WorkflowStatus
+		wantState fleet.State
 	}{
-		{"ok/provision fails", StateInstalling, "provision-aaaaaaaa", WorkflowStatus{Phase: WorkflowFailed, FailedAction: "write-image"}, StateFailed},
-		{"ok/provision's configuration lost", StateConfiguring, "provision-aaaaaaaa", WorkflowStatus{Phase: WorkflowSucceeded}, StateFailed},
-		{"ok/wipe's Workflow succeeds with no receipt", StateWiping, "wipe-aaaaaaaa", WorkflowStatus{Phase: WorkflowSucceeded}, StateUnconfirmed},
-		{"ok/wipe fails", StateWiping, "wipe-aaaaaaaa", WorkflowStatus{Phase: WorkflowFailed}, StateFailed},
+		{"ok/provision fails", fleet.StateInstalling, "provision-aaaaaaaa", fleet.WorkflowStatus{Phase: fleet.WorkflowFailed, FailedAction: "write-image"}, fleet.StateFailed},
+		{"ok/provision's configuration lost", fleet.StateConfiguring, "provision-aaaaaaaa", fleet.WorkflowStatus{Phase: fleet.WorkflowSucceeded}, fleet.StateFailed},
+		{"ok/wipe's Workflow succeeds with no receipt", fleet.StateWiping, "wipe-aaaaaaaa", fleet.WorkflowStatus{Phase: fleet.WorkflowSucceeded}, fleet.StateUnconfirmed},
+		{"ok/wipe fails", fleet.StateWiping, "wipe-aaaaaaaa", fleet.WorkflowStatus{Phase: fleet.WorkflowFailed}, fleet.StateFailed},
 	}
 	for _, r := range rows {
 		t.Run(r.name, func(t *testing.T) {
 			d := fleettest.Declared(12, "node-a")
-			d.Status, d.Owned.State, d.Owned.Request = StatusDecommissioning, r.state, r.request
-			d.Owned.Workflow = WorkflowName("node-a", r.request)
+			d.Status, d.Owned.State, d.Owned.Request = fleet.StatusDecommissioning, r.state, r.request
+			d.Owned.Workflow = fleet.WorkflowName("node-a", r.request)
 			inv, inst := fleettest.NewNetBox(d), fleettest.NewInstaller()
 			r.workflow.Name = d.Owned.Workflow
 			inst.Set(d.Owned.Workflow, r.workflow)
@@ -40,7 +40,7 @@ func TestDecommissionDuringRequest(t *testing.T) {
 				t.Fatal(err)
 			}
 			got := inv.Get(12)
-			if got.Owned.State != r.wantState || got.Status != StatusDecommissioning {
+			if got.Owned.State != r.wantState || got.Status != fleet.StatusDecommissioning {
 				t.Fatalf("after the request ended: fleet_state %q status %q, want %q with decommissioning kept (%s)",
 					got.Owned.State, got.Status, r.wantState, got.Owned.Message)
 			}
@@ -48,7 +48,7 @@ func TestDecommissionDuringRequest(t *testing.T) {
 				t.Fatal(err)
 			}
 			got = inv.Get(12)
-			if got.Owned.State != StatePending || RequestAction(got.Owned.Request) != ActionRetire || got.Status != StatusDecommissioning {
+			if got.Owned.State != fleet.StatePending || fleet.RequestAction(got.Owned.Request) != fleet.ActionRetire || got.Status != fleet.StatusDecommissioning {
 				t.Errorf("the next reconcile: fleet_state %q request %q status %q, want the retirement taken", got.Owned.State, got.Owned.Request, got.Status)
 			}
 		})
@@ -64,34 +64,34 @@ func TestDecommissioningAfterRetirement(t *testing.T) {
 	ctx := context.Background()
 	rows := []struct {
 		name        string
-		state       State
-		desired     Action
+		state       fleet.State
+		desired     fleet.Action
 		wantRetired bool // a new retirement is taken
 	}{
-		{"ok/retired stays retired", StateRetired, ActionNone, false},
-		{"ok/a failed retirement is not retried by the status", StateFailed, ActionNone, false},
-		{"ok/desired_action wipe retries the retirement", StateFailed, ActionWipe, true},
-		{"ok/an unconfirmed retirement is not retried by the status", StateUnconfirmed, ActionNone, false},
-		{"ok/desired_action wipe retries an unconfirmed retirement", StateUnconfirmed, ActionWipe, true},
+		{"ok/retired stays retired", fleet.StateRetired, fleet.ActionNone, false},
+		{"ok/a failed retirement is not retried by the status", fleet.StateFailed, fleet.ActionNone, false},
+		{"ok/desired_action wipe retries the retirement", fleet.StateFailed, fleet.ActionWipe, true},
+		{"ok/an unconfirmed retirement is not retried by the status", fleet.StateUnconfirmed, fleet.ActionNone, false},
+		{"ok/desired_action wipe retries an unconfirmed retirement", fleet.StateUnconfirmed, fleet.ActionWipe, true},
 	}
 	for _, r := range rows {
 		t.Run(r.name, func(t *testing.T) {
 			d := fleettest.Declared(12, "node-a")
 			const last = "retire-aaaaaaaa"
-			d.Status, d.Owned.State, d.Owned.Request, d.Declared.DesiredAction = StatusDecommissioning, r.state, last, r.desired
-			d.Owned.Workflow = WorkflowName("node-a", last)
+			d.Status, d.Owned.State, d.Owned.Request, d.Declared.DesiredAction = fleet.StatusDecommissioning, r.state, last, r.desired
+			d.Owned.Workflow = fleet.WorkflowName("node-a", last)
 			inv, inst := fleettest.NewNetBox(d), fleettest.NewInstaller()
 			s := newTestService(inv, inst)
 			if _, err := s.Requests.Reconcile(ctx, 12); err != nil {
 				t.Fatal(err)
 			}
 			got := inv.Get(12)
-			retired := got.Owned.Request != last && RequestAction(got.Owned.Request) == ActionRetire && got.Owned.State == StatePending
+			retired := got.Owned.Request != last && fleet.RequestAction(got.Owned.Request) == fleet.ActionRetire && got.Owned.State == fleet.StatePending
 			if retired != r.wantRetired || (!r.wantRetired && (got.Owned.State != r.state || got.Owned.Request != last)) {
 				t.Errorf("fleet_state %q request %q; want a new retirement taken: %t", got.Owned.State, got.Owned.Request, r.wantRetired)
 			}
-			if NeedsAttention(d) != r.wantRetired {
-				t.Errorf("NeedsAttention = %t, want %t", NeedsAttention(d), r.wantRetired)
+			if fleet.NeedsAttention(d) != r.wantRetired {
+				t.Errorf("NeedsAttention = %t, want %t", fleet.NeedsAttention(d), r.wantRetired)
 			}
 		})
 	}

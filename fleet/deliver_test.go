@@ -15,89 +15,89 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	. "github.com/folly-infra/fleetd/fleet"
+	"github.com/folly-infra/fleetd/fleet"
 	"github.com/folly-infra/fleetd/fleet/fleettest"
 	"github.com/folly-infra/fleetd/render"
 )
 
 func TestFetchConfig(t *testing.T) {
 	home := netip.MustParseAddr("10.0.0.5")
-	talos := func(uuid string) ConfigFetch {
-		return ConfigFetch{Kind: KindTalos, ClaimedUUID: uuid, RemoteAddr: home}
+	talos := func(uuid string) fleet.ConfigFetch {
+		return fleet.ConfigFetch{Kind: fleet.KindTalos, ClaimedUUID: uuid, RemoteAddr: home}
 	}
 	type row struct {
 		name       string
-		state      State
+		state      fleet.State
 		attested   bool // fleet_identity holds the request's identity material
-		mod        func(*Device)
+		mod        func(*fleet.Device)
 		advance    time.Duration // the clock's move before the fetch (the configuration's TTL is an hour)
-		fetch      ConfigFetch
+		fetch      fleet.ConfigFetch
 		wantCode   string // "" = delivered
-		wantState  State
-		wantStatus Status
+		wantState  fleet.State
+		wantStatus fleet.Status
 		wantJourn  string
 	}
 	rows := []row{
-		{name: "ok/delivered once: active, journal names what, to whom and for which request", state: StateConfiguring, attested: true,
+		{name: "ok/delivered once: active, journal names what, to whom and for which request", state: fleet.StateConfiguring, attested: true,
 			fetch:     talos(strings.ToUpper(attestedUUID)),
-			wantState: StateActive, wantStatus: StatusActive, wantJourn: "success: Delivered Talos worker config for node-a"},
-		{name: "refuse/wrong UUID: not consumed", state: StateConfiguring, attested: true,
+			wantState: fleet.StateActive, wantStatus: fleet.StatusActive, wantJourn: "success: Delivered Talos worker config for node-a"},
+		{name: "refuse/wrong UUID: not consumed", state: fleet.StateConfiguring, attested: true,
 			fetch:    talos("00000000-0000-0000-0000-000000000000"),
-			wantCode: "wrong_uuid", wantState: StateConfiguring, wantStatus: StatusStaged},
-		{name: "refuse/no uuid in the query", state: StateConfiguring, attested: true,
-			fetch:    ConfigFetch{Kind: KindTalos, RemoteAddr: home},
-			wantCode: "missing_uuid", wantState: StateConfiguring, wantStatus: StatusStaged},
-		{name: "refuse/seed route for a Talos configuration", state: StateConfiguring, attested: true,
-			fetch:    ConfigFetch{Kind: KindNixOS, ClaimedUUID: attestedUUID, RemoteAddr: home},
-			wantCode: "wrong_kind", wantState: StateConfiguring, wantStatus: StatusStaged},
-		{name: "ok/fetched before Tinkerbell reported the install Workflow's success (or NoCloud during it)", state: StateInstalling, attested: true,
-			fetch: talos(attestedUUID), wantState: StateActive, wantStatus: StatusActive, wantJourn: "success: Delivered"},
-		{name: "refuse/unknown address", state: StateConfiguring, attested: true,
-			fetch:    ConfigFetch{Kind: KindTalos, ClaimedUUID: attestedUUID, RemoteAddr: netip.MustParseAddr("10.9.9.9")},
-			wantCode: "unknown_address", wantState: StateConfiguring, wantStatus: StatusStaged},
-		{name: "refuse/attested by an older fleetd (nothing in NetBox): distinct 410, request failed, journal", state: StateConfiguring,
+			wantCode: "wrong_uuid", wantState: fleet.StateConfiguring, wantStatus: fleet.StatusStaged},
+		{name: "refuse/no uuid in the query", state: fleet.StateConfiguring, attested: true,
+			fetch:    fleet.ConfigFetch{Kind: fleet.KindTalos, RemoteAddr: home},
+			wantCode: "missing_uuid", wantState: fleet.StateConfiguring, wantStatus: fleet.StatusStaged},
+		{name: "refuse/seed route for a Talos configuration", state: fleet.StateConfiguring, attested: true,
+			fetch:    fleet.ConfigFetch{Kind: fleet.KindNixOS, ClaimedUUID: attestedUUID, RemoteAddr: home},
+			wantCode: "wrong_kind", wantState: fleet.StateConfiguring, wantStatus: fleet.StatusStaged},
+		{name: "ok/fetched before Tinkerbell reported the install Workflow's success (or NoCloud during it)", state: fleet.StateInstalling, attested: true,
+			fetch: talos(attestedUUID), wantState: fleet.StateActive, wantStatus: fleet.StatusActive, wantJourn: "success: Delivered"},
+		{name: "refuse/unknown address", state: fleet.StateConfiguring, attested: true,
+			fetch:    fleet.ConfigFetch{Kind: fleet.KindTalos, ClaimedUUID: attestedUUID, RemoteAddr: netip.MustParseAddr("10.9.9.9")},
+			wantCode: "unknown_address", wantState: fleet.StateConfiguring, wantStatus: fleet.StatusStaged},
+		{name: "refuse/attested by an older fleetd (nothing in NetBox): distinct 410, request failed, journal", state: fleet.StateConfiguring,
 			fetch:    talos(attestedUUID),
-			wantCode: "config_lost", wantState: StateFailed, wantStatus: StatusFailed,
+			wantCode: "config_lost", wantState: fleet.StateFailed, wantStatus: fleet.StatusFailed,
 			wantJourn: "danger: provision request provision-aaaaaaaa failed: its configuration was rendered by an older fleetd"},
-		{name: "refuse/expired before the fetch: 410, request failed", state: StateConfiguring, attested: true, advance: 2 * time.Hour,
+		{name: "refuse/expired before the fetch: 410, request failed", state: fleet.StateConfiguring, attested: true, advance: 2 * time.Hour,
 			fetch:    talos(attestedUUID),
-			wantCode: "config_expired", wantState: StateFailed, wantStatus: StatusFailed, wantJourn: "danger: provision request provision-aaaaaaaa failed: the node did not fetch"},
-		{name: "refuse/fetched at the very instant it expires: expired", state: StateConfiguring, attested: true, advance: time.Hour,
+			wantCode: "config_expired", wantState: fleet.StateFailed, wantStatus: fleet.StatusFailed, wantJourn: "danger: provision request provision-aaaaaaaa failed: the node did not fetch"},
+		{name: "refuse/fetched at the very instant it expires: expired", state: fleet.StateConfiguring, attested: true, advance: time.Hour,
 			fetch:    talos(attestedUUID),
-			wantCode: "config_expired", wantState: StateFailed, wantStatus: StatusFailed, wantJourn: "danger: provision request provision-aaaaaaaa failed: the node did not fetch"},
-		{name: "ok/fetched a nanosecond before it expires: delivered", state: StateConfiguring, attested: true, advance: time.Hour - time.Nanosecond,
-			fetch: talos(attestedUUID), wantState: StateActive, wantStatus: StatusActive, wantJourn: "success: Delivered Talos worker config for node-a"},
-		{name: "refuse/an active device asks again", state: StateActive, attested: true,
-			fetch: talos(attestedUUID), wantCode: "config_delivered", wantState: StateActive, wantStatus: StatusStaged},
+			wantCode: "config_expired", wantState: fleet.StateFailed, wantStatus: fleet.StatusFailed, wantJourn: "danger: provision request provision-aaaaaaaa failed: the node did not fetch"},
+		{name: "ok/fetched a nanosecond before it expires: delivered", state: fleet.StateConfiguring, attested: true, advance: time.Hour - time.Nanosecond,
+			fetch: talos(attestedUUID), wantState: fleet.StateActive, wantStatus: fleet.StatusActive, wantJourn: "success: Delivered Talos worker config for node-a"},
+		{name: "refuse/an active device asks again", state: fleet.StateActive, attested: true,
+			fetch: talos(attestedUUID), wantCode: "config_delivered", wantState: fleet.StateActive, wantStatus: fleet.StatusStaged},
 		{name: "refuse/fleet_state written back to configuring after the delivery: the status says delivered, not served twice",
-			state: StateConfiguring, attested: true, mod: func(d *Device) { d.Status = StatusActive },
-			fetch: talos(attestedUUID), wantCode: "config_delivered", wantState: StateConfiguring, wantStatus: StatusActive},
-		{name: "refuse/identity of an earlier request: nothing to serve", state: StateConfiguring, attested: true,
-			mod:   func(d *Device) { d.Owned.Identity.Request = "provision-zzzzzzzz" },
-			fetch: talos(attestedUUID), wantCode: "no_pending_config", wantState: StateConfiguring, wantStatus: StatusStaged},
-		{name: "refuse/identity written by a newer fleetd: named, not served", state: StateConfiguring, attested: true,
-			mod:   func(d *Device) { d.Owned.Identity.Version = 2 },
-			fetch: talos(attestedUUID), wantCode: "identity_unreadable", wantState: StateConfiguring, wantStatus: StatusStaged},
-		{name: "ok/with the fetch secret the attestation handed out", state: StateConfiguring, attested: true,
-			mod:       func(d *Device) { d.Owned.Identity.FetchSecretSHA256 = FetchSecretHash("s3cr3t") },
-			fetch:     ConfigFetch{Kind: KindTalos, ClaimedUUID: attestedUUID, ClaimedSecret: "s3cr3t", RemoteAddr: home},
-			wantState: StateActive, wantStatus: StatusActive, wantJourn: "bound by the attested SMBIOS UUID and the one-time fetch secret."},
-		{name: "refuse/no fetch secret where one was handed out: not consumed", state: StateConfiguring, attested: true,
-			mod:   func(d *Device) { d.Owned.Identity.FetchSecretSHA256 = FetchSecretHash("s3cr3t") },
-			fetch: talos(attestedUUID), wantCode: "fetch_secret_missing", wantState: StateConfiguring, wantStatus: StatusStaged},
-		{name: "refuse/another fetch secret: not consumed", state: StateConfiguring, attested: true,
-			mod:      func(d *Device) { d.Owned.Identity.FetchSecretSHA256 = FetchSecretHash("s3cr3t") },
-			fetch:    ConfigFetch{Kind: KindTalos, ClaimedUUID: attestedUUID, ClaimedSecret: "s3cr3T", RemoteAddr: home},
-			wantCode: "wrong_fetch_secret", wantState: StateConfiguring, wantStatus: StatusStaged},
-		{name: "refuse/no request", state: StateNone,
-			fetch: talos(attestedUUID), wantCode: "no_pending_config", wantState: StateNone, wantStatus: StatusStaged},
+			state: fleet.StateConfiguring, attested: true, mod: func(d *fleet.Device) { d.Status = fleet.StatusActive },
+			fetch: talos(attestedUUID), wantCode: "config_delivered", wantState: fleet.StateConfiguring, wantStatus: fleet.StatusActive},
+		{name: "refuse/identity of an earlier request: nothing to serve", state: fleet.StateConfiguring, attested: true,
+			mod:   func(d *fleet.Device) { d.Owned.Identity.Request = "provision-zzzzzzzz" },
+			fetch: talos(attestedUUID), wantCode: "no_pending_config", wantState: fleet.StateConfiguring, wantStatus: fleet.StatusStaged},
+		{name: "refuse/identity written by a newer fleetd: named, not served", state: fleet.StateConfiguring, attested: true,
+			mod:   func(d *fleet.Device) { d.Owned.Identity.Version = 2 },
+			fetch: talos(attestedUUID), wantCode: "identity_unreadable", wantState: fleet.StateConfiguring, wantStatus: fleet.StatusStaged},
+		{name: "ok/with the fetch secret the attestation handed out", state: fleet.StateConfiguring, attested: true,
+			mod:       func(d *fleet.Device) { d.Owned.Identity.FetchSecretSHA256 = fleet.FetchSecretHash("s3cr3t") },
+			fetch:     fleet.ConfigFetch{Kind: fleet.KindTalos, ClaimedUUID: attestedUUID, ClaimedSecret: "s3cr3t", RemoteAddr: home},
+			wantState: fleet.StateActive, wantStatus: fleet.StatusActive, wantJourn: "bound by the attested SMBIOS UUID and the one-time fetch secret."},
+		{name: "refuse/no fetch secret where one was handed out: not consumed", state: fleet.StateConfiguring, attested: true,
+			mod:   func(d *fleet.Device) { d.Owned.Identity.FetchSecretSHA256 = fleet.FetchSecretHash("s3cr3t") },
+			fetch: talos(attestedUUID), wantCode: "fetch_secret_missing", wantState: fleet.StateConfiguring, wantStatus: fleet.StatusStaged},
+		{name: "refuse/another fetch secret: not consumed", state: fleet.StateConfiguring, attested: true,
+			mod:      func(d *fleet.Device) { d.Owned.Identity.FetchSecretSHA256 = fleet.FetchSecretHash("s3cr3t") },
+			fetch:    fleet.ConfigFetch{Kind: fleet.KindTalos, ClaimedUUID: attestedUUID, ClaimedSecret: "s3cr3T", RemoteAddr: home},
+			wantCode: "wrong_fetch_secret", wantState: fleet.StateConfiguring, wantStatus: fleet.StatusStaged},
+		{name: "refuse/no request", state: fleet.StateNone,
+			fetch: talos(attestedUUID), wantCode: "no_pending_config", wantState: fleet.StateNone, wantStatus: fleet.StatusStaged},
 	}
 	for _, r := range rows {
 		t.Run(r.name, func(t *testing.T) {
 			d := fleettest.Declared(12, "node-a")
-			d.Status = StatusStaged
-			d.Owned = Owned{State: r.state, Request: "provision-aaaaaaaa", Workflow: "node-a-provision-aaaaaaaa"}
-			if r.state == StateNone {
+			d.Status = fleet.StatusStaged
+			d.Owned = fleet.Owned{State: r.state, Request: "provision-aaaaaaaa", Workflow: "node-a-provision-aaaaaaaa"}
+			if r.state == fleet.StateNone {
 				d.Owned.Request, d.Owned.Workflow = "", ""
 			}
 			if r.attested {
@@ -114,12 +114,12 @@ func TestFetchConfig(t *testing.T) {
 				if err != nil || !strings.Contains(string(cfg.Body), "machine:") {
 					t.Fatalf("FetchConfig = %.40q, %v; want the rendered Talos config", cfg.Body, err)
 				}
-				files, err := render.DeliveredFiles(KindTalos, cfg.Body)
+				files, err := render.DeliveredFiles(fleet.KindTalos, cfg.Body)
 				if err != nil || len(files) != 2 || string(files[1].Data) != `{"KeyEncoding":1}` {
 					t.Errorf("node files of the delivered config: %+v, %v; want lak.pem and lak.blob from fleet_identity", files, err)
 				}
 			} else {
-				ref, ok := AsRefusal(err)
+				ref, ok := fleet.AsRefusal(err)
 				if !ok || ref.Code != r.wantCode {
 					t.Fatalf("FetchConfig error %v, want refusal %s", err, r.wantCode)
 				}
@@ -149,40 +149,40 @@ func TestFetchConfig(t *testing.T) {
 // config_delivered; and a fetch whose conditional write loses to another's delivery is told so.
 func TestFetchConfigOnce(t *testing.T) {
 	d := fleettest.Declared(12, "node-a")
-	d.Status = StatusStaged
-	d.Owned = Owned{State: StateConfiguring, Request: "provision-aaaaaaaa", Workflow: "node-a-provision-aaaaaaaa"}
+	d.Status = fleet.StatusStaged
+	d.Owned = fleet.Owned{State: fleet.StateConfiguring, Request: "provision-aaaaaaaa", Workflow: "node-a-provision-aaaaaaaa"}
 	inv := fleettest.NewNetBox(attested(d))
-	f := ConfigFetch{Kind: KindTalos, ClaimedUUID: attestedUUID, RemoteAddr: netip.MustParseAddr("10.0.0.5")}
+	f := fleet.ConfigFetch{Kind: fleet.KindTalos, ClaimedUUID: attestedUUID, RemoteAddr: netip.MustParseAddr("10.0.0.5")}
 	first, _, err := newTestService(inv, fleettest.NewInstaller()).Delivery.FetchConfig(context.Background(), f)
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, _, err = newTestService(inv, fleettest.NewInstaller()).Delivery.FetchConfig(context.Background(), f)
-	if ref, ok := AsRefusal(err); !ok || ref.Code != "config_delivered" || ref.Class != RefusedGone {
+	if ref, ok := fleet.AsRefusal(err); !ok || ref.Code != "config_delivered" || ref.Class != fleet.RefusedGone {
 		t.Fatalf("second fetch: %v, want 410 config_delivered", err)
 	}
 	// The same configuration again from another service, while another fetch wins the write.
 	d2 := attested(d)
 	d2.ID, d2.Name, d2.Address = 13, "node-b", netip.MustParsePrefix("10.0.0.6/24")
 	inv.Set(d2)
-	inv.ConflictOnce[13] = func(d *Device) { d.Owned.State, d.Status = StateActive, StatusActive } // the other fetch's delivery
+	inv.ConflictOnce[13] = func(d *fleet.Device) { d.Owned.State, d.Status = fleet.StateActive, fleet.StatusActive } // the other fetch's delivery
 	f.RemoteAddr = netip.MustParseAddr("10.0.0.6")
 	_, _, err = newTestService(inv, fleettest.NewInstaller()).Delivery.FetchConfig(context.Background(), f)
-	if ref, ok := AsRefusal(err); !ok || ref.Code != "config_delivered" {
+	if ref, ok := fleet.AsRefusal(err); !ok || ref.Code != "config_delivered" {
 		t.Fatalf("fetch that lost the conditional write: %v, want config_delivered", err)
 	}
 	if j := inv.JournalOf(13); len(j) != 0 {
 		t.Errorf("the losing fetch journaled %q", j)
 	}
 	// Rendered again from NetBox, the configuration is the one the first fetch got.
-	again, err := sharedRenderer().Render(attested(d), mustClass(t, "talos-worker"), NodeIdentity{UUID: attestedUUID, Serial: "SYS123",
+	again, err := sharedRenderer().Render(attested(d), mustClass(t, "talos-worker"), fleet.NodeIdentity{UUID: attestedUUID, Serial: "SYS123",
 		Files: attested(d).Owned.Identity.NodeFiles()})
 	if err != nil || string(again.Body) != string(first.Body) {
 		t.Errorf("a second render of the same fields differs from the delivered one (%v)", err)
 	}
 }
 
-func mustClass(t *testing.T, name string) Class {
+func mustClass(t *testing.T, name string) fleet.Class {
 	t.Helper()
 	c, ok := fleettest.Catalog().Class(name)
 	if !ok {
@@ -204,7 +204,7 @@ func (g *gatedInventory) arm() {
 	g.armed.Store(true)
 }
 
-func (g *gatedInventory) Device(ctx context.Context, id int64) (Device, error) {
+func (g *gatedInventory) Device(ctx context.Context, id int64) (fleet.Device, error) {
 	if g.armed.CompareAndSwap(true, false) {
 		close(g.entered)
 		<-g.released
@@ -217,8 +217,8 @@ func (g *gatedInventory) Device(ctx context.Context, id int64) (Device, error) {
 // the device stays usable.
 func TestFetchConfigWhileTheRequestEnds(t *testing.T) {
 	d := fleettest.Declared(12, "node-a")
-	d.Status = StatusStaged
-	d.Owned = Owned{State: StateConfiguring, Request: "provision-aaaaaaaa", Workflow: "node-a-provision-aaaaaaaa"}
+	d.Status = fleet.StatusStaged
+	d.Owned = fleet.Owned{State: fleet.StateConfiguring, Request: "provision-aaaaaaaa", Workflow: "node-a-provision-aaaaaaaa"}
 	inv := &gatedInventory{NetBox: fleettest.NewNetBox(attested(d))}
 	s := newTestService(inv, fleettest.NewInstaller())
 
@@ -226,32 +226,32 @@ func TestFetchConfigWhileTheRequestEnds(t *testing.T) {
 	inv.arm()
 	ended := make(chan error, 1)
 	go func() {
-		_, err := s.Requests.WorkflowChanged(context.Background(), 12, WorkflowStatus{Name: d.Owned.Workflow, Phase: WorkflowFailed,
+		_, err := s.Requests.WorkflowChanged(context.Background(), 12, fleet.WorkflowStatus{Name: d.Owned.Workflow, Phase: fleet.WorkflowFailed,
 			FailedAction: "write-image", Message: "simulated"})
 		ended <- err
 	}()
 	<-inv.entered
 	fetched := make(chan error, 1)
 	go func() {
-		_, _, err := s.Delivery.FetchConfig(context.Background(), ConfigFetch{Kind: KindTalos, ClaimedUUID: attestedUUID,
+		_, _, err := s.Delivery.FetchConfig(context.Background(), fleet.ConfigFetch{Kind: fleet.KindTalos, ClaimedUUID: attestedUUID,
 			RemoteAddr: netip.MustParseAddr("10.0.0.5")})
 		fetched <- err
 	}()
 	waitForGoroutine(t, "fleet.(*Delivery).FetchConfig", "fleet.(*deviceLocks).lock")
-	inv.NetBox.Set(func() Device { x := inv.Get(12); x.Owned.State = StateInstalling; return x }()) // the failure applies to an installing provision
+	inv.NetBox.Set(func() fleet.Device { x := inv.Get(12); x.Owned.State = fleet.StateInstalling; return x }()) // the failure applies to an installing provision
 	close(inv.released)
 	if err := <-ended; err != nil {
 		t.Fatalf("the Workflow's failure: %v", err)
 	}
 	select {
 	case err := <-fetched:
-		if ref, ok := AsRefusal(err); !ok || ref.Code != "no_pending_config" {
+		if ref, ok := fleet.AsRefusal(err); !ok || ref.Code != "no_pending_config" {
 			t.Errorf("the fetch after the request ended: %v, want no_pending_config", err)
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the fetch never returned")
 	}
-	if got := inv.Get(12); got.Owned.State != StateFailed {
+	if got := inv.Get(12); got.Owned.State != fleet.StateFailed {
 		t.Errorf("fleet_state %s, want failed (the Workflow's failure)", got.Owned.State)
 	}
 	if _, err := s.Requests.Reconcile(context.Background(), 12); err != nil { // the device's lock is free again
@@ -288,13 +288,13 @@ func all(s string, subs []string) bool {
 // configuration waits for its fetch in NetBox: one after the attestation, none once fetched.
 func TestPendingConfigsGauge(t *testing.T) {
 	d := fleettest.Declared(12, "node-a")
-	d.Status = StatusStaged
-	d.Owned = Owned{State: StateConfiguring, Request: "provision-aaaaaaaa", Workflow: "node-a-provision-aaaaaaaa"}
+	d.Status = fleet.StatusStaged
+	d.Owned = fleet.Owned{State: fleet.StateConfiguring, Request: "provision-aaaaaaaa", Workflow: "node-a-provision-aaaaaaaa"}
 	inv, inst := fleettest.NewNetBox(attested(d)), fleettest.NewInstaller()
-	inst.Set(d.Owned.Workflow, WorkflowStatus{Phase: WorkflowSucceeded})
+	inst.Set(d.Owned.Workflow, fleet.WorkflowStatus{Phase: fleet.WorkflowSucceeded})
 	clock := fleettest.NewClock(testEpoch)
 	reg := prometheus.NewRegistry()
-	s, err := NewService(Config{FleetdURL: "http://spore:8080"}, Deps{Seal: fleettest.SealKeys(), NetBox: inv, Installer: inst,
+	s, err := fleet.NewService(fleet.Config{FleetdURL: "http://spore:8080"}, fleet.Deps{Seal: fleettest.SealKeys(), NetBox: inv, Installer: inst,
 		Catalog: fleettest.Catalog(), Clock: clock, Renderer: sharedRenderer(), Random: rand.New(rand.NewSource(1)), Registry: reg})
 	if err != nil {
 		t.Fatal(err)
@@ -311,7 +311,7 @@ func TestPendingConfigsGauge(t *testing.T) {
 		}
 	}
 	gauge(1)
-	if _, _, err := s.Delivery.FetchConfig(context.Background(), ConfigFetch{Kind: KindTalos, ClaimedUUID: attestedUUID, RemoteAddr: netip.MustParseAddr("10.0.0.5")}); err != nil {
+	if _, _, err := s.Delivery.FetchConfig(context.Background(), fleet.ConfigFetch{Kind: fleet.KindTalos, ClaimedUUID: attestedUUID, RemoteAddr: netip.MustParseAddr("10.0.0.5")}); err != nil {
 		t.Fatal(err)
 	}
 	gauge(0)
@@ -326,32 +326,32 @@ func TestPendingConfigsGauge(t *testing.T) {
 // change log that cannot be read is a 5xx the node asks again after, not a refusal.
 func TestFetchConfigJudgedOnOwnFields(t *testing.T) {
 	d := fleettest.Declared(12, "node-a")
-	d.Status = StatusStaged
-	d.Owned = Owned{State: StateConfiguring, Request: "provision-aaaaaaaa", Workflow: "node-a-provision-aaaaaaaa", LAKSerial: "0c2d"}
+	d.Status = fleet.StatusStaged
+	d.Owned = fleet.Owned{State: fleet.StateConfiguring, Request: "provision-aaaaaaaa", Workflow: "node-a-provision-aaaaaaaa", LAKSerial: "0c2d"}
 	fleetds := attested(d)
 	old := fleetds // the copy: the request before, delivered; the status is not written back
-	old.Owned = Owned{State: StateActive, Request: "provision-zzzzzzzz", Workflow: "node-a-provision-zzzzzzzz", LAKSerial: "0b1a"}
+	old.Owned = fleet.Owned{State: fleet.StateActive, Request: "provision-zzzzzzzz", Workflow: "node-a-provision-zzzzzzzz", LAKSerial: "0b1a"}
 	delivered := fleetds
-	delivered.Owned.State, delivered.Status = StateActive, StatusActive
-	f := ConfigFetch{Kind: KindTalos, ClaimedUUID: attestedUUID, RemoteAddr: netip.MustParseAddr("10.0.0.5")}
+	delivered.Owned.State, delivered.Status = fleet.StateActive, fleet.StatusActive
+	f := fleet.ConfigFetch{Kind: fleet.KindTalos, ClaimedUUID: attestedUUID, RemoteAddr: netip.MustParseAddr("10.0.0.5")}
 	rows := []struct {
 		name      string
-		copyRead  Device // fleetd's write the owner's copy was read after, saved back after now
-		now       Device // fleetd's last write
+		copyRead  fleet.Device // fleetd's write the owner's copy was read after, saved back after now
+		now       fleet.Device // fleetd's last write
 		logErr    error
 		wantCode  string // "" = delivered
 		wantError bool   // an error that is no refusal (a 5xx)
-		wantState State
+		wantState fleet.State
 		wantJourn []string
 	}{
 		{name: "ok/a copy written back before the fetch: fleetd's fields back, delivered", copyRead: old, now: fleetds,
-			wantState: StateActive,
+			wantState: fleet.StateActive,
 			wantJourn: []string{"warning: Fields owned by fleetd (fleet_state, fleet_request, fleet_workflow, lak_serial, fleet_identity, fleet_seal) were written by owner",
 				"success: Delivered Talos worker config for node-a"}},
 		{name: "refuse/delivered on fleetd's own values: 410 stands", now: delivered,
-			wantCode: "config_delivered", wantState: StateActive},
+			wantCode: "config_delivered", wantState: fleet.StateActive},
 		{name: "error/the change log cannot be read: 5xx, nothing written", copyRead: old, now: fleetds, logErr: errors.New("netbox down"),
-			wantError: true, wantState: StateActive},
+			wantError: true, wantState: fleet.StateActive},
 	}
 	for _, r := range rows {
 		t.Run(r.name, func(t *testing.T) {
@@ -365,7 +365,7 @@ func TestFetchConfigJudgedOnOwnFields(t *testing.T) {
 			s := newTestService(inv, fleettest.NewInstaller())
 			inv.HistoryErr = r.logErr
 			cfg, _, err := s.Delivery.FetchConfig(context.Background(), f)
-			ref, refused := AsRefusal(err)
+			ref, refused := fleet.AsRefusal(err)
 			switch {
 			case r.wantError:
 				if err == nil || refused {

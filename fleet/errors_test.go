@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/folly-infra/fleetd/attest"
-	. "github.com/folly-infra/fleetd/fleet"
+	"github.com/folly-infra/fleetd/fleet"
 )
 
 // TestAsRefusal: the one conversion of the domain's refusals (issue 15.3). An attest check's
@@ -14,21 +14,21 @@ import (
 // reads as itself, also when it wraps an attest one; anything else is no refusal (a 5xx).
 func TestAsRefusal(t *testing.T) {
 	checked := &attest.Refusal{Check: attest.CheckQuote, Msg: "the quote's nonce is not the token's"}
-	own := &Refusal{Class: RefusedConflict, Code: "config_rejected", Msg: "rejected", Err: checked}
+	own := &fleet.Refusal{Class: fleet.RefusedConflict, Code: "config_rejected", Msg: "rejected", Err: checked}
 	for _, r := range []struct {
 		name      string
 		err       error
 		wantOK    bool
-		wantClass RefusalClass
+		wantClass fleet.RefusalClass
 		wantCode  string
 	}{
-		{"refuse/an attest check's refusal, wrapped", fmt.Errorf("verify: %w", checked), true, RefusedInvalid, string(attest.CheckQuote)},
-		{"refuse/a fleet refusal wrapping an attest one is itself", own, true, RefusedConflict, "config_rejected"},
-		{"ok/fleetd's own failure is no refusal", fmt.Errorf("read device: %w", ErrNetBoxUnavailable), false, 0, ""},
+		{"refuse/an attest check's refusal, wrapped", fmt.Errorf("verify: %w", checked), true, fleet.RefusedInvalid, string(attest.CheckQuote)},
+		{"refuse/a fleet refusal wrapping an attest one is itself", own, true, fleet.RefusedConflict, "config_rejected"},
+		{"ok/fleetd's own failure is no refusal", fmt.Errorf("read device: %w", fleet.ErrNetBoxUnavailable), false, 0, ""},
 		{"ok/no error", nil, false, 0, ""},
 	} {
 		t.Run(r.name, func(t *testing.T) {
-			got, ok := AsRefusal(r.err)
+			got, ok := fleet.AsRefusal(r.err)
 			if ok != r.wantOK || ok && (got.Class != r.wantClass || got.Code != r.wantCode || !errors.Is(got, r.err)) {
 				t.Fatalf("AsRefusal(%v) = %+v, %v; want class %d code %q: %v", r.err, got, ok, r.wantClass, r.wantCode, r.wantOK)
 			}

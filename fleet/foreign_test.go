@@ -7,14 +7,14 @@ import (
 	"time"
 
 	"github.com/folly-infra/fleetd/api"
-	. "github.com/folly-infra/fleetd/fleet"
+	"github.com/folly-infra/fleetd/fleet"
 	"github.com/folly-infra/fleetd/fleet/fleettest"
 )
 
 // saveCopy is a client's save of a copy of the device it read earlier (pynetbox's save()): every
 // custom field as it was read, fleet_seal included, by user.
-func saveCopy(inv *fleettest.NetBox, user string, copyRead Device) {
-	inv.WriteAs(user, copyRead.ID, func(d *Device) {
+func saveCopy(inv *fleettest.NetBox, user string, copyRead fleet.Device) {
+	inv.WriteAs(user, copyRead.ID, func(d *fleet.Device) {
 		d.Owned, d.Seal, d.Declared = copyRead.Owned, copyRead.Seal, copyRead.Declared
 	})
 }
@@ -26,15 +26,15 @@ func saveCopy(inv *fleettest.NetBox, user string, copyRead Device) {
 // current request is not taken as a new request.
 func TestWrittenBackCopy(t *testing.T) {
 	base := fleettest.Declared(12, "node-a")
-	base.Status = StatusStaged
+	base.Status = fleet.StatusStaged
 	configuring := base
-	configuring.Owned = Owned{State: StateConfiguring, Request: "provision-aaaaaaaa", Workflow: "node-a-provision-aaaaaaaa", LAKSerial: "0c2d"}
+	configuring.Owned = fleet.Owned{State: fleet.StateConfiguring, Request: "provision-aaaaaaaa", Workflow: "node-a-provision-aaaaaaaa", LAKSerial: "0c2d"}
 	configuring = attested(configuring)
 	active := configuring
-	active.Owned.State, active.Owned.Message = StateActive, "Delivered."
+	active.Owned.State, active.Owned.Message = fleet.StateActive, "Delivered."
 	idle := base
-	idle.Owned = Owned{State: StateActive, Request: "provision-zzzzzzzz", Workflow: "node-a-provision-zzzzzzzz"}
-	idle.Declared.DesiredAction = ActionProvision // the copy was read while the owner's provision waited
+	idle.Owned = fleet.Owned{State: fleet.StateActive, Request: "provision-zzzzzzzz", Workflow: "node-a-provision-zzzzzzzz"}
+	idle.Declared.DesiredAction = fleet.ActionProvision // the copy was read while the owner's provision waited
 	since := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
 	older, newer := active, active
 	older.Owned.Facts = api.Facts{Version: api.FactsVersion, Claimed: api.ClaimedFacts{Disks: []api.FactDisk{{Serial: "SER-A"}}, DisksFound: 1,
@@ -44,18 +44,18 @@ func TestWrittenBackCopy(t *testing.T) {
 		Learned: api.Learned{Since: since.Add(time.Hour), Source: api.FactsFromBootCheck}}
 	rows := []struct {
 		name        string
-		read, now   Device        // fleetd's write the copy was read after, and fleetd's last write
-		edit        func(*Device) // the client's change to its copy, if any
-		want        Owned
-		wantAction  Action
+		read, now   fleet.Device        // fleetd's write the copy was read after, and fleetd's last write
+		edit        func(*fleet.Device) // the client's change to its copy, if any
+		want        fleet.Owned
+		wantAction  fleet.Action
 		wantJournal string
 	}{
 		{name: "ok/stale configuring after delivery: active put back, the owner's new desired_action kept",
-			read: configuring, now: active, edit: func(d *Device) { d.Declared.DesiredAction = ActionAttest },
-			want: active.Owned, wantAction: ActionAttest,
+			read: configuring, now: active, edit: func(d *fleet.Device) { d.Declared.DesiredAction = fleet.ActionAttest },
+			want: active.Owned, wantAction: fleet.ActionAttest,
 			wantJournal: "warning: Fields owned by fleetd (fleet_state, fleet_message, fleet_seal) were written by admin at "},
 		{name: "ok/copy from before the claim: request put back, its desired_action not a new request",
-			read: idle, now: configuring, want: configuring.Owned, wantAction: ActionNone,
+			read: idle, now: configuring, want: configuring.Owned, wantAction: fleet.ActionNone,
 			wantJournal: "set desired_action=provision from a copy read before request provision-aaaaaaaa was claimed"},
 		{name: "ok/older fleet_facts written back: the newer facts put back",
 			read: older, now: newer, want: newer.Owned, wantJournal: "(fleet_facts, fleet_seal) were written by admin"},
@@ -71,7 +71,7 @@ func TestWrittenBackCopy(t *testing.T) {
 			inv.Set(r.now) // fleetd's next write
 			saveCopy(inv, "admin", copyRead)
 			out, err := s.CheckOwnedFields(context.Background(), 12)
-			if err != nil || out.Result != string(VerdictTrusted) {
+			if err != nil || out.Result != string(fleet.VerdictTrusted) {
 				t.Fatalf("CheckOwnedFields = %+v, %v", out, err)
 			}
 			got := inv.Get(12)
@@ -92,7 +92,7 @@ func TestWrittenBackCopy(t *testing.T) {
 		inv := fleettest.NewNetBox(active)
 		s := newTestService(inv, fleettest.NewInstaller())
 		inv.Set(active)
-		inv.WriteAs("admin", 12, func(d *Device) { d.Owned.FactsUnreadable = "fleet_facts: version 2, this fleetd reads version 1" })
+		inv.WriteAs("admin", 12, func(d *fleet.Device) { d.Owned.FactsUnreadable = "fleet_facts: version 2, this fleetd reads version 1" })
 		if out, err := s.CheckOwnedFields(context.Background(), 12); err != nil {
 			t.Fatalf("CheckOwnedFields = %+v, %v", out, err)
 		}
@@ -107,10 +107,10 @@ func TestWrittenBackCopy(t *testing.T) {
 		inv := fleettest.NewNetBox(active)
 		s := newTestService(inv, fleettest.NewInstaller())
 		inv.Set(active)
-		inv.WriteAs("admin", 12, func(d *Device) { d.Declared.DiskSerial = "S-NEW" }) // the owner's own field
+		inv.WriteAs("admin", 12, func(d *fleet.Device) { d.Declared.DiskSerial = "S-NEW" }) // the owner's own field
 		calls := inv.Calls.Load()
 		out, err := s.CheckOwnedFields(context.Background(), 12)
-		if err != nil || out.Result != string(VerdictTrusted) || len(inv.JournalOf(12)) != 0 || inv.Calls.Load()-calls != 2 {
+		if err != nil || out.Result != string(fleet.VerdictTrusted) || len(inv.JournalOf(12)) != 0 || inv.Calls.Load()-calls != 2 {
 			t.Errorf("CheckOwnedFields = %+v, %v; journal %q; %d inventory calls, want the device and its change log read",
 				out, err, inv.JournalOf(12), inv.Calls.Load()-calls)
 		}
@@ -118,7 +118,7 @@ func TestWrittenBackCopy(t *testing.T) {
 }
 
 // sameValues compares the values of two Owned as fleetd reads them (its JSON fields by value).
-func sameValues(a, b Owned) bool {
+func sameValues(a, b fleet.Owned) bool {
 	return a.State == b.State && a.Message == b.Message && a.Request == b.Request && a.Workflow == b.Workflow &&
 		a.LAKSerial == b.LAKSerial && a.LDevIDSerial == b.LDevIDSerial && a.Identity.Request == b.Identity.Request &&
 		a.Facts.Equal(b.Facts) && a.FactsUnreadable == b.FactsUnreadable && a.LastBootCheck.Equal(b.LastBootCheck)
@@ -130,7 +130,7 @@ func sameValues(a, b Owned) bool {
 // request keeps its one Workflow, and no second request starts.
 func TestWrittenBackRequestNotCarriedOutTwice(t *testing.T) {
 	d := fleettest.Declared(12, "node-a")
-	d.Declared.DesiredAction = ActionProvision
+	d.Declared.DesiredAction = fleet.ActionProvision
 	inv := fleettest.NewNetBox(d)
 	inst := fleettest.NewInstaller()
 	s := newTestService(inv, inst)
@@ -140,7 +140,7 @@ func TestWrittenBackRequestNotCarriedOutTwice(t *testing.T) {
 		t.Fatal(err)
 	}
 	claimed := inv.Get(12)
-	if inst.Creates() != 1 || claimed.Owned.Request == "" || claimed.Declared.DesiredAction != ActionNone {
+	if inst.Creates() != 1 || claimed.Owned.Request == "" || claimed.Declared.DesiredAction != fleet.ActionNone {
 		t.Fatalf("after the claim: %d Workflows, request %q, desired_action %q", inst.Creates(), claimed.Owned.Request, claimed.Declared.DesiredAction)
 	}
 	saveCopy(inv, fleettest.Owner, copyRead) // every custom field as it was read
@@ -150,7 +150,7 @@ func TestWrittenBackRequestNotCarriedOutTwice(t *testing.T) {
 		}
 	}
 	got := inv.Get(12)
-	if inst.Creates() != 1 || got.Owned.Request != claimed.Owned.Request || got.Declared.DesiredAction != ActionNone {
+	if inst.Creates() != 1 || got.Owned.Request != claimed.Owned.Request || got.Declared.DesiredAction != fleet.ActionNone {
 		t.Errorf("after the written-back copy: %d Workflows, request %q (want %q), desired_action %q; want the one request, not a second",
 			inst.Creates(), got.Owned.Request, claimed.Owned.Request, got.Declared.DesiredAction)
 	}
@@ -166,21 +166,21 @@ func TestWrittenBackRequestNotCarriedOutTwice(t *testing.T) {
 func TestCopyWrittenBackDuringTheWrite(t *testing.T) {
 	ctx := context.Background()
 	d := fleettest.Declared(12, "node-a")
-	d.Status = StatusActive
-	d.Owned = Owned{State: StatePending, Request: "wipe-aaaaaaaa", Workflow: "node-a-wipe-aaaaaaaa", Message: "wipe accepted as request wipe-aaaaaaaa."}
+	d.Status = fleet.StatusActive
+	d.Owned = fleet.Owned{State: fleet.StatePending, Request: "wipe-aaaaaaaa", Workflow: "node-a-wipe-aaaaaaaa", Message: "wipe accepted as request wipe-aaaaaaaa."}
 	inv := fleettest.NewNetBox(d)
 	s := newTestService(inv, fleettest.NewInstaller())
 	copyRead := inv.Get(12) // read before the attestation
-	d.Owned.State, d.Owned.Message = StateWiping, "Attested node-a for wipe request wipe-aaaaaaaa."
+	d.Owned.State, d.Owned.Message = fleet.StateWiping, "Attested node-a for wipe request wipe-aaaaaaaa."
 	inv.Set(d)
 	inv.ConflictBy[12] = fleettest.Owner
-	inv.ConflictOnce[12] = func(cur *Device) { cur.Owned, cur.Seal = copyRead.Owned, copyRead.Seal } // lands between the read and the write
-	if _, err := s.Requests.WorkflowChanged(ctx, 12, WorkflowStatus{Name: d.Owned.Workflow, Phase: WorkflowSucceeded}); err != nil {
+	inv.ConflictOnce[12] = func(cur *fleet.Device) { cur.Owned, cur.Seal = copyRead.Owned, copyRead.Seal } // lands between the read and the write
+	if _, err := s.Requests.WorkflowChanged(ctx, 12, fleet.WorkflowStatus{Name: d.Owned.Workflow, Phase: fleet.WorkflowSucceeded}); err != nil {
 		t.Fatal(err)
 	}
 	got := inv.Get(12)
 	// No receipt was recorded: the Workflow's success ends the wipe unconfirmed (receipt.go).
-	if got.Owned.State != StateUnconfirmed || got.Status != StatusFailed {
+	if got.Owned.State != fleet.StateUnconfirmed || got.Status != fleet.StatusFailed {
 		t.Errorf("after the Workflow's success: fleet_state %q status %q (%s), want unconfirmed failed", got.Owned.State, got.Status, got.Owned.Message)
 	}
 	j := inv.JournalOf(12)

@@ -6,14 +6,14 @@ import (
 	"sync"
 	"time"
 
-	. "github.com/folly-infra/fleetd/fleet"
+	"github.com/folly-infra/fleetd/fleet"
 	"github.com/folly-infra/fleetd/fleet/fleettest"
 	"github.com/folly-infra/fleetd/render"
 )
 
 // testService is a service on in-memory ports with a clock the test controls.
 type testService struct {
-	*Service
+	*fleet.Service
 	clock *fleettest.Clock
 }
 
@@ -38,16 +38,16 @@ var sharedRenderer = sync.OnceValue(func() *render.Renderer {
 
 // newTestService is a service on inv (its saves stamped by the service's clock, when it is the
 // in-memory inventory), with fleettest's seal keys and NetBox user.
-func newTestService(inv NetBox, inst Installer) testService {
-	return newTestServiceWith(inv, inst, fleettest.NewClock(testEpoch), Attestation{})
+func newTestService(inv fleet.NetBox, inst fleet.Installer) testService {
+	return newTestServiceWith(inv, inst, fleettest.NewClock(testEpoch), fleet.Attestation{})
 }
 
 // newTestServiceWith is newTestService on the given clock, with the given attestation wiring.
-func newTestServiceWith(inv NetBox, inst Installer, clock *fleettest.Clock, a Attestation) testService {
+func newTestServiceWith(inv fleet.NetBox, inst fleet.Installer, clock *fleettest.Clock, a fleet.Attestation) testService {
 	if m, ok := inv.(*fleettest.NetBox); ok && m.Clock == nil {
 		m.Clock = clock
 	}
-	s, err := NewService(Config{FleetdURL: "http://spore:8080", ConfigTTL: time.Hour, ServiceUser: fleettest.ServiceUser}, Deps{Seal: fleettest.SealKeys(), NetBox: inv, Installer: inst,
+	s, err := fleet.NewService(fleet.Config{FleetdURL: "http://spore:8080", ConfigTTL: time.Hour, ServiceUser: fleettest.ServiceUser}, fleet.Deps{Seal: fleettest.SealKeys(), NetBox: inv, Installer: inst,
 		Catalog: fleettest.Catalog(), Clock: clock, Renderer: sharedRenderer(), Random: rand.New(rand.NewSource(1)), Attest: a})
 	if err != nil {
 		panic(err)
@@ -59,4 +59,6 @@ const attestedUUID = "4c4c4544-0042-3510-8052-b4c04f4e3232"
 
 // attested gives a provision's device the identity material its attestation records, issued at
 // testEpoch for the service's one-hour TTL.
-func attested(d Device) Device { return fleettest.Attested(d, attestedUUID, testEpoch, time.Hour) }
+func attested(d fleet.Device) fleet.Device {
+	return fleettest.Attested(d, attestedUUID, testEpoch, time.Hour)
+}

@@ -16,7 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/folly-infra/fleetd/api"
-	. "github.com/folly-infra/fleetd/fleet"
+	"github.com/folly-infra/fleetd/fleet"
 	"github.com/folly-infra/fleetd/fleet/fleettest"
 )
 
@@ -24,32 +24,32 @@ const otherEK = "111111111111111111111111111111111111111111111111111111111111111
 
 // agreeing is an active node whose facts, learned at its attestation an hour ago and seen again
 // at its boot check ten minutes ago, are what NetBox declares.
-func agreeing(id int64, name string) Device {
+func agreeing(id int64, name string) fleet.Device {
 	d := fleettest.Declared(id, name)
-	d.Status, d.Owned.State, d.Owned.Request = StatusActive, StateActive, "provision-abcdefgh"
+	d.Status, d.Owned.State, d.Owned.Request = fleet.StatusActive, fleet.StateActive, "provision-abcdefgh"
 	d = fleettest.Attested(d, "4c4c4544-0042-3510-8052-b4c04f4e5a31", testEpoch.Add(-time.Hour), time.Hour)
 	d.Owned.Identity.EKSHA256 = fleettest.EKHash
 	d.Owned.LastBootCheck = testEpoch.Add(-10 * time.Minute)
 	at := testEpoch.Add(-time.Hour)
 	d.Owned.Facts = api.Facts{Version: api.FactsVersion,
 		Proved: api.ProvedFacts{EKSHA256: fleettest.EKHash, Learned: api.Learned{Since: at, Source: api.FactsFromEnrollment}},
-		Claimed: api.ClaimedFacts{SMBIOSUUIDSHA256: UUIDHash("4c4c4544-0042-3510-8052-b4c04f4e5a31"), MAC: "3c:ec:ef:4c:4f:54",
+		Claimed: api.ClaimedFacts{SMBIOSUUIDSHA256: fleet.UUIDHash("4c4c4544-0042-3510-8052-b4c04f4e5a31"), MAC: "3c:ec:ef:4c:4f:54",
 			Disks:      []api.FactDisk{{Serial: "S4EWNX0R123456", Path: "/dev/disk/by-id/ata-X_S4EWNX0R123456"}, {Serial: "DATA1", Path: "/dev/disk/by-id/ata-X_DATA1"}},
 			DisksFound: 2, Learned: api.Learned{Since: at, Source: api.FactsFromEnrollment}}}
 	return d
 }
 
-func inventoryService(t *testing.T, log *fleettest.ChangeLog, ds ...Device) (*Service, *fleettest.NetBox) {
+func inventoryService(t *testing.T, log *fleettest.ChangeLog, ds ...fleet.Device) (*fleet.Service, *fleettest.NetBox) {
 	s, inv, _ := inventoryServiceReg(t, log, ds...)
 	return s, inv
 }
 
-func inventoryServiceReg(t *testing.T, log *fleettest.ChangeLog, ds ...Device) (*Service, *fleettest.NetBox, *prometheus.Registry) {
+func inventoryServiceReg(t *testing.T, log *fleettest.ChangeLog, ds ...fleet.Device) (*fleet.Service, *fleettest.NetBox, *prometheus.Registry) {
 	t.Helper()
 	inv := fleettest.NewNetBox(ds...)
 	reg := prometheus.NewRegistry()
-	s, err := NewService(Config{FleetdURL: "http://spore:8080", ServiceUser: "fleetd"},
-		Deps{Seal: fleettest.SealKeys(), NetBox: inv, ChangeLog: log, Registry: reg, Installer: fleettest.NewInstaller(), Catalog: fleettest.Catalog(),
+	s, err := fleet.NewService(fleet.Config{FleetdURL: "http://spore:8080", ServiceUser: "fleetd"},
+		fleet.Deps{Seal: fleettest.SealKeys(), NetBox: inv, ChangeLog: log, Registry: reg, Installer: fleettest.NewInstaller(), Catalog: fleettest.Catalog(),
 			Clock: fleettest.NewClock(testEpoch), Renderer: sharedRenderer(), Random: rand.New(rand.NewSource(1))})
 	if err != nil {
 		t.Fatal(err)
@@ -119,8 +119,8 @@ func TestRunInventoryCheck(t *testing.T) {
 			t.Fatal("no check of the whole fleet after the first delay")
 		}
 	}
-	if n := series(); n != float64(len(DifferenceKinds)) {
-		t.Errorf("%v gauge series after the first check, want every kind (%d)", n, len(DifferenceKinds))
+	if n := series(); n != float64(len(fleet.DifferenceKinds)) {
+		t.Errorf("%v gauge series after the first check, want every kind (%d)", n, len(fleet.DifferenceKinds))
 	}
 	cancel()
 	if err := <-done; err != nil {
@@ -133,33 +133,33 @@ func TestRunInventoryCheck(t *testing.T) {
 func TestInventoryDifferences(t *testing.T) {
 	type row struct {
 		name   string
-		change func(*Device)
-		kind   DifferenceKind
+		change func(*fleet.Device)
+		kind   fleet.DifferenceKind
 		at     time.Time
 		detail string
 	}
 	seen := testEpoch.Add(-10 * time.Minute) // the boot check saw the facts again
 	rows := []row{
-		{"differ/disk-not-found", func(d *Device) { d.Owned.Facts.Claimed.Disks[0].Serial = "NEWDISK1" }, DiffDiskNotFound, seen, `disk_serial "S4EWNX0R123456" is not among the 2 disks`},
-		{"differ/disk-found-twice", func(d *Device) { d.Owned.Facts.Claimed.Disks[1].Serial = "S4EWNX0R123456" }, DiffDiskTwice, seen, "is on 2 of the machine's disks"},
-		{"differ/mac", func(d *Device) { d.Owned.Facts.Claimed.MAC = "02:f6:00:00:00:01" }, DiffMAC, seen, "reported MAC 02:f6:00:00:00:01, which NetBox does not declare (3c:ec:ef:4c:4f:54)"},
-		{"differ/uuid", func(d *Device) {
-			d.Owned.Facts.Claimed.SMBIOSUUIDSHA256 = UUIDHash("00000000-0000-4000-8000-000000000001")
-		}, DiffUUID, seen, "is not the one attested when its identity was issued"},
-		{"differ/ek-undeclared", func(d *Device) { d.Owned.Facts.Proved.EKSHA256 = otherEK }, DiffEK, seen, "which ek_sha256 does not declare"},
-		{"differ/ek-not-the-identity's", func(d *Device) {
+		{"differ/disk-not-found", func(d *fleet.Device) { d.Owned.Facts.Claimed.Disks[0].Serial = "NEWDISK1" }, fleet.DiffDiskNotFound, seen, `disk_serial "S4EWNX0R123456" is not among the 2 disks`},
+		{"differ/disk-found-twice", func(d *fleet.Device) { d.Owned.Facts.Claimed.Disks[1].Serial = "S4EWNX0R123456" }, fleet.DiffDiskTwice, seen, "is on 2 of the machine's disks"},
+		{"differ/mac", func(d *fleet.Device) { d.Owned.Facts.Claimed.MAC = "02:f6:00:00:00:01" }, fleet.DiffMAC, seen, "reported MAC 02:f6:00:00:00:01, which NetBox does not declare (3c:ec:ef:4c:4f:54)"},
+		{"differ/uuid", func(d *fleet.Device) {
+			d.Owned.Facts.Claimed.SMBIOSUUIDSHA256 = fleet.UUIDHash("00000000-0000-4000-8000-000000000001")
+		}, fleet.DiffUUID, seen, "is not the one attested when its identity was issued"},
+		{"differ/ek-undeclared", func(d *fleet.Device) { d.Owned.Facts.Proved.EKSHA256 = otherEK }, fleet.DiffEK, seen, "which ek_sha256 does not declare"},
+		{"differ/ek-not-the-identity's", func(d *fleet.Device) {
 			d.Owned.Facts.Proved.EKSHA256 = otherEK
 			d.Declared.EKHashes = append(d.Declared.EKHashes, otherEK)
-		}, DiffEK, seen, "they belong to another TPM"},
-		{"differ/tpm-12", func(d *Device) { d.Declared.TPM = TPM12 }, DiffTPM, seen, "tpm declares 1.2"},
-		{"differ/ek-certificate", func(d *Device) {
-			d.Declared.EKCert = EKCertNone
+		}, fleet.DiffEK, seen, "they belong to another TPM"},
+		{"differ/tpm-12", func(d *fleet.Device) { d.Declared.TPM = fleet.TPM12 }, fleet.DiffTPM, seen, "tpm declares 1.2"},
+		{"differ/ek-certificate", func(d *fleet.Device) {
+			d.Declared.EKCert = fleet.EKCertNone
 			d.Owned.Facts.Proved.EKIssuer = "CN=swtpm-localca"
-		}, DiffTPM, seen, `ek_certificate declares none, and the machine's TPM has an EK certificate issued by "CN=swtpm-localca"`},
-		{"differ/boot-checks-stopped", func(d *Device) { d.Owned.LastBootCheck = testEpoch.Add(-4 * time.Hour) }, DiffBootChecksStopped, testEpoch.Add(-4 * time.Hour), "its last accepted boot check was 4h0m0s ago, longer than 3h0m0s"},
-		{"differ/facts-unreadable", func(d *Device) {
+		}, fleet.DiffTPM, seen, `ek_certificate declares none, and the machine's TPM has an EK certificate issued by "CN=swtpm-localca"`},
+		{"differ/boot-checks-stopped", func(d *fleet.Device) { d.Owned.LastBootCheck = testEpoch.Add(-4 * time.Hour) }, fleet.DiffBootChecksStopped, testEpoch.Add(-4 * time.Hour), "its last accepted boot check was 4h0m0s ago, longer than 3h0m0s"},
+		{"differ/facts-unreadable", func(d *fleet.Device) {
 			d.Owned.Facts, d.Owned.FactsUnreadable = api.Facts{}, "fleet_facts is not fleetd's facts"
-		}, DiffFactsUnreadable, time.Time{}, "fleet_facts cannot be read"},
+		}, fleet.DiffFactsUnreadable, time.Time{}, "fleet_facts cannot be read"},
 	}
 	for i, r := range rows {
 		t.Run(r.name, func(t *testing.T) {
@@ -167,16 +167,16 @@ func TestInventoryDifferences(t *testing.T) {
 			r.change(&d)
 			ok := agreeing(1, "node-ok")
 			s, inv := inventoryService(t, &fleettest.ChangeLog{}, ok, d)
-			before := []Device{inv.Get(1), inv.Get(d.ID)}
+			before := []fleet.Device{inv.Get(1), inv.Get(d.ID)}
 			rep, err := s.Review.InventoryCheck(context.Background(), nil)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(rep.Devices) != 2 || rep.Devices[0].Device != "node-ok" || rep.Devices[0].Result != InventoryAgrees || len(rep.Devices[0].Differences) != 0 {
+			if len(rep.Devices) != 2 || rep.Devices[0].Device != "node-ok" || rep.Devices[0].Result != fleet.InventoryAgrees || len(rep.Devices[0].Differences) != 0 {
 				t.Fatalf("the agreeing device: %+v", rep.Devices)
 			}
 			got := rep.Devices[1]
-			if got.Result != InventoryDiffers || len(got.Differences) != 1 {
+			if got.Result != fleet.InventoryDiffers || len(got.Differences) != 1 {
 				t.Fatalf("%s: %+v, want one %s", d.Name, got, r.kind)
 			}
 			diff := got.Differences[0]
@@ -186,7 +186,7 @@ func TestInventoryDifferences(t *testing.T) {
 			if !rep.Differs() || rep.Count()[r.kind] != 1 {
 				t.Errorf("Differs %v, count %v", rep.Differs(), rep.Count())
 			}
-			after := []Device{inv.Get(1), inv.Get(d.ID)}
+			after := []fleet.Device{inv.Get(1), inv.Get(d.ID)}
 			if !reflect.DeepEqual(before, after) || len(inv.JournalOf(1))+len(inv.JournalOf(d.ID)) != 0 {
 				t.Errorf("the check wrote: %+v", after)
 			}
@@ -202,7 +202,7 @@ func TestInventoryAgrees(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]InventoryResult{"node-a": InventoryAgrees, "node-b": InventoryAgrees, "node-new": InventoryNoFacts}
+	want := map[string]fleet.InventoryResult{"node-a": fleet.InventoryAgrees, "node-b": fleet.InventoryAgrees, "node-new": fleet.InventoryNoFacts}
 	for _, d := range rep.Devices {
 		if d.Result != want[d.Device] || len(d.Differences)+len(d.Stale) != 0 {
 			t.Errorf("%s: %+v, want %s and no line", d.Device, d, want[d.Device])
@@ -223,8 +223,8 @@ func TestInventoryStale(t *testing.T) {
 	before, after := d, d
 	before.Declared.DiskSerial = "S4EWNX0R123456"
 	request := d
-	request.Declared.DesiredAction = ActionAttest
-	log := &fleettest.ChangeLog{Changes: []DeviceChange{
+	request.Declared.DesiredAction = fleet.ActionAttest
+	log := &fleettest.ChangeLog{Changes: []fleet.DeviceChange{
 		{DeviceID: 1, User: "admin", Time: testEpoch.Add(-30 * time.Minute), Before: d, After: request}, // a request only
 		{DeviceID: 1, User: "owner", Time: testEpoch.Add(-time.Hour), Before: before, After: after},
 		{DeviceID: 1, User: "fleetd", Time: testEpoch.Add(-20 * time.Minute), Before: before, After: after},
@@ -235,7 +235,7 @@ func TestInventoryStale(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := rep.Devices[0]
-	if got.Result != InventoryStale || len(got.Differences) != 0 || len(got.Stale) != 2 ||
+	if got.Result != fleet.InventoryStale || len(got.Differences) != 0 || len(got.Stale) != 2 ||
 		!got.DeclaredAt.Equal(testEpoch.Add(-time.Hour)) || got.Stale[0].By != "owner" {
 		t.Errorf("stale facts: %+v", got)
 	}
@@ -245,11 +245,11 @@ func TestInventoryStale(t *testing.T) {
 
 	// A MAC the owner changed after the facts is a declaration change too.
 	m := agreeing(2, "node-b")
-	m.MACs = []MAC{"02:aa:00:00:00:01"}
-	log = &fleettest.ChangeLog{MACs: []MACChange{{User: "owner", Time: testEpoch.Add(-5 * time.Minute), Before: "3c:ec:ef:4c:4f:54", After: "02:aa:00:00:00:01"}}}
+	m.MACs = []fleet.MAC{"02:aa:00:00:00:01"}
+	log = &fleettest.ChangeLog{MACs: []fleet.MACChange{{User: "owner", Time: testEpoch.Add(-5 * time.Minute), Before: "3c:ec:ef:4c:4f:54", After: "02:aa:00:00:00:01"}}}
 	s, _ = inventoryService(t, log, m)
 	rep, err = s.Review.InventoryCheck(context.Background(), nil)
-	if err != nil || rep.Devices[0].Result != InventoryStale || len(rep.Devices[0].Differences) != 0 {
+	if err != nil || rep.Devices[0].Result != fleet.InventoryStale || len(rep.Devices[0].Differences) != 0 {
 		t.Errorf("MAC changed by the owner: %+v, %v", rep.Devices, err)
 	}
 }
@@ -258,24 +258,24 @@ type downInventory struct{ *fleettest.NetBox }
 
 var errDown = errors.New("dial tcp netbox:443: connection refused")
 
-func (downInventory) Devices(context.Context) ([]Device, error) { return nil, errDown }
-func (downInventory) DeviceByName(context.Context, string) (Device, error) {
-	return Device{}, errDown
+func (downInventory) Devices(context.Context) ([]fleet.Device, error) { return nil, errDown }
+func (downInventory) DeviceByName(context.Context, string) (fleet.Device, error) {
+	return fleet.Device{}, errDown
 }
 
 // TestInventoryCannotCheck: NetBox down, its change log unreadable, an unknown device.
 func TestInventoryCannotCheck(t *testing.T) {
-	s, err := NewService(Config{FleetdURL: "http://spore:8080"},
-		Deps{Seal: fleettest.SealKeys(), NetBox: downInventory{fleettest.NewNetBox()}, ChangeLog: &fleettest.ChangeLog{}, Installer: fleettest.NewInstaller(),
+	s, err := fleet.NewService(fleet.Config{FleetdURL: "http://spore:8080"},
+		fleet.Deps{Seal: fleettest.SealKeys(), NetBox: downInventory{fleettest.NewNetBox()}, ChangeLog: &fleettest.ChangeLog{}, Installer: fleettest.NewInstaller(),
 			Catalog: fleettest.Catalog(), Clock: fleettest.NewClock(testEpoch), Random: rand.New(rand.NewSource(1))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Review.InventoryCheck(context.Background(), nil); !errors.Is(err, ErrNetBoxUnavailable) || errors.Is(err, ErrChangeLog) {
+	if _, err := s.Review.InventoryCheck(context.Background(), nil); !errors.Is(err, fleet.ErrNetBoxUnavailable) || errors.Is(err, fleet.ErrChangeLog) {
 		t.Errorf("NetBox down: %v, want ErrNetBoxUnavailable, not ErrChangeLog", err)
 	}
 	s2, _ := inventoryService(t, &fleettest.ChangeLog{Err: errDown}, agreeing(1, "node-a"))
-	if _, err := s2.Review.InventoryCheck(context.Background(), nil); !errors.Is(err, ErrNetBoxUnavailable) || !errors.Is(err, ErrChangeLog) || !strings.Contains(err.Error(), "change log") {
+	if _, err := s2.Review.InventoryCheck(context.Background(), nil); !errors.Is(err, fleet.ErrNetBoxUnavailable) || !errors.Is(err, fleet.ErrChangeLog) || !strings.Contains(err.Error(), "change log") {
 		t.Errorf("change log down: %v", err)
 	}
 	if _, err := s2.Review.InventoryCheck(context.Background(), []string{"nobody"}); err == nil || !strings.Contains(err.Error(), `no device named "nobody"`) {
@@ -303,8 +303,8 @@ func TestAfterSweep(t *testing.T) {
 			}
 		}
 	}
-	s, err := NewService(Config{FleetdURL: "http://spore:8080", ServiceUser: "fleetd", AfterSweep: func() { note("after sweep") }},
-		Deps{Seal: fleettest.SealKeys(), NetBox: fleettest.NewNetBox(agreeing(1, "node-a"), agreeing(2, "node-b")), ChangeLog: &fleettest.ChangeLog{},
+	s, err := fleet.NewService(fleet.Config{FleetdURL: "http://spore:8080", ServiceUser: "fleetd", AfterSweep: func() { note("after sweep") }},
+		fleet.Deps{Seal: fleettest.SealKeys(), NetBox: fleettest.NewNetBox(agreeing(1, "node-a"), agreeing(2, "node-b")), ChangeLog: &fleettest.ChangeLog{},
 			Installer: fleettest.NewInstaller(), Catalog: fleettest.Catalog(), Clock: fleettest.NewClock(testEpoch),
 			Renderer: sharedRenderer(), Random: rand.New(rand.NewSource(1))})
 	if err != nil {
@@ -313,7 +313,7 @@ func TestAfterSweep(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() {
-		done <- s.Requests.Run(ctx, time.Hour, func(_ context.Context, ds []Device) { note(fmt.Sprintf("listing of %d", len(ds))) })
+		done <- s.Requests.Run(ctx, time.Hour, func(_ context.Context, ds []fleet.Device) { note(fmt.Sprintf("listing of %d", len(ds))) })
 	}()
 	got := seen(2)
 	cancel()

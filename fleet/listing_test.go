@@ -7,7 +7,7 @@ import (
 	"sync"
 	"testing"
 
-	. "github.com/folly-infra/fleetd/fleet"
+	"github.com/folly-infra/fleetd/fleet"
 	"github.com/folly-infra/fleetd/fleet/fleettest"
 )
 
@@ -17,20 +17,20 @@ import (
 type listingInstaller struct {
 	*fleettest.Installer
 	mu       sync.Mutex
-	Listed   map[string]WorkflowStatus
+	Listed   map[string]fleet.WorkflowStatus
 	ListFail error
 	reads    int
 	lists    int
 }
 
-func (l *listingInstaller) Workflow(ctx context.Context, name string) (WorkflowStatus, error) {
+func (l *listingInstaller) Workflow(ctx context.Context, name string) (fleet.WorkflowStatus, error) {
 	l.mu.Lock()
 	l.reads++
 	l.mu.Unlock()
 	return l.Installer.Workflow(ctx, name)
 }
 
-func (l *listingInstaller) Workflows(context.Context) (map[string]WorkflowStatus, error) {
+func (l *listingInstaller) Workflows(context.Context) (map[string]fleet.WorkflowStatus, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.lists++
@@ -44,14 +44,14 @@ func (l *listingInstaller) Workflows(context.Context) (map[string]WorkflowStatus
 func TestReconcileAllListsWorkflows(t *testing.T) {
 	rows := []struct {
 		name                 string
-		listed               func(all map[string]WorkflowStatus) map[string]WorkflowStatus
+		listed               func(all map[string]fleet.WorkflowStatus) map[string]fleet.WorkflowStatus
 		listFail             error
 		wantLists, wantReads int
 		wantViewReads        int // ViewAll after the reconcile: the wipe has ended, two Workflows run
 	}{
-		{"ok/one listing, no single read", func(all map[string]WorkflowStatus) map[string]WorkflowStatus { return all }, nil, 1, 0, 0},
-		{"ok/a Workflow created after the listing is read on its own", func(all map[string]WorkflowStatus) map[string]WorkflowStatus {
-			out := map[string]WorkflowStatus{}
+		{"ok/one listing, no single read", func(all map[string]fleet.WorkflowStatus) map[string]fleet.WorkflowStatus { return all }, nil, 1, 0, 0},
+		{"ok/a Workflow created after the listing is read on its own", func(all map[string]fleet.WorkflowStatus) map[string]fleet.WorkflowStatus {
+			out := map[string]fleet.WorkflowStatus{}
 			for k, v := range all {
 				if k != "node-2-provision-aaaaaaaa" {
 					out[k] = v
@@ -63,22 +63,22 @@ func TestReconcileAllListsWorkflows(t *testing.T) {
 	}
 	for _, r := range rows {
 		t.Run(r.name, func(t *testing.T) {
-			var devs []Device
+			var devs []fleet.Device
 			inst := &listingInstaller{Installer: fleettest.NewInstaller(), ListFail: r.listFail}
-			all := map[string]WorkflowStatus{}
-			for i, st := range []State{StateInstalling, StatePending, StateWiping} {
+			all := map[string]fleet.WorkflowStatus{}
+			for i, st := range []fleet.State{fleet.StateInstalling, fleet.StatePending, fleet.StateWiping} {
 				d := fleettest.Declared(int64(i+1), fmt.Sprintf("node-%d", i+1))
-				d.Owned.State, d.Owned.Request = st, map[State]string{StateWiping: "wipe-aaaaaaaa"}[st]
+				d.Owned.State, d.Owned.Request = st, map[fleet.State]string{fleet.StateWiping: "wipe-aaaaaaaa"}[st]
 				if d.Owned.Request == "" {
 					d.Owned.Request = "provision-aaaaaaaa"
 				}
-				d.Owned.Workflow = WorkflowName(d.Name, d.Owned.Request)
+				d.Owned.Workflow = fleet.WorkflowName(d.Name, d.Owned.Request)
 				if d.Owned.Request == "provision-aaaaaaaa" {
 					d = attested(d) // the running provisions' configurations wait
 				}
-				ws := WorkflowStatus{Name: d.Owned.Workflow, Phase: WorkflowRunning}
-				if st == StateWiping {
-					ws.Phase = WorkflowSucceeded
+				ws := fleet.WorkflowStatus{Name: d.Owned.Workflow, Phase: fleet.WorkflowRunning}
+				if st == fleet.StateWiping {
+					ws.Phase = fleet.WorkflowSucceeded
 				}
 				inst.Set(ws.Name, ws)
 				all[ws.Name] = ws
@@ -95,7 +95,7 @@ func TestReconcileAllListsWorkflows(t *testing.T) {
 			if inst.lists != r.wantLists || inst.reads != r.wantReads {
 				t.Errorf("%d listings and %d single reads, want %d and %d", inst.lists, inst.reads, r.wantLists, r.wantReads)
 			}
-			if got := inv.Get(3); got.Owned.State != StateUnconfirmed {
+			if got := inv.Get(3); got.Owned.State != fleet.StateUnconfirmed {
 				t.Errorf("the wipe whose Workflow succeeded (no receipt) is %q, want unconfirmed", got.Owned.State)
 			}
 			for _, id := range []int64{1, 2} {
@@ -113,7 +113,7 @@ func TestReconcileAllListsWorkflows(t *testing.T) {
 				t.Errorf("ViewAll: %d listings and %d single reads, want %d and %d", inst.lists, inst.reads, r.wantLists, r.wantViewReads)
 			}
 			for _, v := range views {
-				if running := v.Device.ID != 3; running && (v.Workflow == nil || v.Workflow.Phase != WorkflowRunning) {
+				if running := v.Device.ID != 3; running && (v.Workflow == nil || v.Workflow.Phase != fleet.WorkflowRunning) {
 					t.Errorf("ViewAll: %s's Workflow %+v, want it running", v.Device.Name, v.Workflow)
 				}
 			}

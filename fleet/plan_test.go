@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	. "github.com/folly-infra/fleetd/fleet"
+	"github.com/folly-infra/fleetd/fleet"
 	"github.com/folly-infra/fleetd/fleet/fleettest"
 )
 
@@ -18,29 +18,32 @@ import (
 // status, fleet_message and journal entry, the request id and Workflow name matching the plan's
 // pattern.
 func TestPlanIsTheRealDecision(t *testing.T) {
-	active := func(d Device) Device { d.Status, d.Owned.State = StatusActive, StateActive; return d }
+	active := func(d fleet.Device) fleet.Device {
+		d.Status, d.Owned.State = fleet.StatusActive, fleet.StateActive
+		return d
+	}
 	rows := []struct {
 		name    string
-		edit    func(Device) Device
-		action  Action // asked; the real path is given it as desired_action (retire: decommissioning)
-		fail    error  // the Template check's refusal
-		outcome PlanOutcome
+		edit    func(fleet.Device) fleet.Device
+		action  fleet.Action // asked; the real path is given it as desired_action (retire: decommissioning)
+		fail    error        // the Template check's refusal
+		outcome fleet.PlanOutcome
 		want    string // in the plan's message
 	}{
-		{"ok/provision", nil, ActionProvision, nil, PlanAccepted, "provision accepted as request provision-<8 chars>: Workflow node-a-provision-<8 chars> from Template talos-install."},
-		{"ok/attest", active, ActionAttest, nil, PlanAccepted, "attest accepted"},
-		{"ok/wipe", nil, ActionWipe, nil, PlanAccepted, "Workflow node-a-wipe-<8 chars> from Template fleet-wipe"},
-		{"ok/retire", active, ActionRetire, nil, PlanAccepted, "retire accepted"},
-		{"refuse/disk-serial", func(d Device) Device { d.Declared.DiskSerial = " "; return d }, ActionWipe, nil, PlanRejected, "wipe refused: disk_serial is empty"},
-		{"refuse/unknown-class", func(d Device) Device { d.Declared.Class = "nope"; return d }, ActionProvision, nil, PlanRejected, `fleet_class "nope" is not in classes.json`},
-		{"refuse/class-not-installable", func(d Device) Device { d.Declared.Class = "worker-g2"; return d }, ActionProvision, nil, PlanRejected, "class worker-g2 cannot be installed"},
-		{"refuse/tpm-1.2", func(d Device) Device { d.Declared.TPM = TPM12; return d }, ActionProvision, nil, PlanRejected, "tpm is 1.2"},
-		{"refuse/no-mac", func(d Device) Device { d.MACs = nil; return d }, ActionWipe, nil, PlanRejected, "no MAC address"},
-		{"refuse/no-address", func(d Device) Device { d.Address = netip.Prefix{}; return d }, ActionWipe, nil, PlanRejected, "no primary IPv4"},
-		{"refuse/ek-hash", func(d Device) Device { d.Declared.EKHashes = []string{"abc"}; return d }, ActionProvision, nil, PlanRejected, `ek_sha256 entry "abc"`},
-		{"refuse/attest-not-active", nil, ActionAttest, nil, PlanRejected, "attest re-proves a running node, but the device status is planned"},
-		{"refuse/every-problem", func(d Device) Device { d.MACs, d.Declared.DiskSerial = nil, ""; return d }, ActionWipe, nil, PlanRejected, "disk_serial is empty: declare the serial of the one disk that may be wiped and installed; the device has no MAC"},
-		{"refuse/template", nil, ActionWipe, fmt.Errorf("Template fleet-wipe: action wipe-disk has timeout 0: %w", ErrTemplate), PlanTemplateFails, "wipe request wipe-<8 chars> failed before anything ran: Template fleet-wipe: action wipe-disk has timeout 0"},
+		{"ok/provision", nil, fleet.ActionProvision, nil, fleet.PlanAccepted, "provision accepted as request provision-<8 chars>: Workflow node-a-provision-<8 chars> from Template talos-install."},
+		{"ok/attest", active, fleet.ActionAttest, nil, fleet.PlanAccepted, "attest accepted"},
+		{"ok/wipe", nil, fleet.ActionWipe, nil, fleet.PlanAccepted, "Workflow node-a-wipe-<8 chars> from Template fleet-wipe"},
+		{"ok/retire", active, fleet.ActionRetire, nil, fleet.PlanAccepted, "retire accepted"},
+		{"refuse/disk-serial", func(d fleet.Device) fleet.Device { d.Declared.DiskSerial = " "; return d }, fleet.ActionWipe, nil, fleet.PlanRejected, "wipe refused: disk_serial is empty"},
+		{"refuse/unknown-class", func(d fleet.Device) fleet.Device { d.Declared.Class = "nope"; return d }, fleet.ActionProvision, nil, fleet.PlanRejected, `fleet_class "nope" is not in classes.json`},
+		{"refuse/class-not-installable", func(d fleet.Device) fleet.Device { d.Declared.Class = "worker-g2"; return d }, fleet.ActionProvision, nil, fleet.PlanRejected, "class worker-g2 cannot be installed"},
+		{"refuse/tpm-1.2", func(d fleet.Device) fleet.Device { d.Declared.TPM = fleet.TPM12; return d }, fleet.ActionProvision, nil, fleet.PlanRejected, "tpm is 1.2"},
+		{"refuse/no-mac", func(d fleet.Device) fleet.Device { d.MACs = nil; return d }, fleet.ActionWipe, nil, fleet.PlanRejected, "no MAC address"},
+		{"refuse/no-address", func(d fleet.Device) fleet.Device { d.Address = netip.Prefix{}; return d }, fleet.ActionWipe, nil, fleet.PlanRejected, "no primary IPv4"},
+		{"refuse/ek-hash", func(d fleet.Device) fleet.Device { d.Declared.EKHashes = []string{"abc"}; return d }, fleet.ActionProvision, nil, fleet.PlanRejected, `ek_sha256 entry "abc"`},
+		{"refuse/attest-not-active", nil, fleet.ActionAttest, nil, fleet.PlanRejected, "attest re-proves a running node, but the device status is planned"},
+		{"refuse/every-problem", func(d fleet.Device) fleet.Device { d.MACs, d.Declared.DiskSerial = nil, ""; return d }, fleet.ActionWipe, nil, fleet.PlanRejected, "disk_serial is empty: declare the serial of the one disk that may be wiped and installed; the device has no MAC"},
+		{"refuse/template", nil, fleet.ActionWipe, fmt.Errorf("Template fleet-wipe: action wipe-disk has timeout 0: %w", fleet.ErrTemplate), fleet.PlanTemplateFails, "wipe request wipe-<8 chars> failed before anything ran: Template fleet-wipe: action wipe-disk has timeout 0"},
 	}
 	for _, r := range rows {
 		t.Run(r.name, func(t *testing.T) {
@@ -81,8 +84,8 @@ func TestPlanIsTheRealDecision(t *testing.T) {
 
 			// The real path, asked the same.
 			asked := inv.Get(12)
-			if r.action == ActionRetire {
-				asked.Status = StatusDecommissioning
+			if r.action == fleet.ActionRetire {
+				asked.Status = fleet.StatusDecommissioning
 			} else {
 				asked.Declared.DesiredAction = r.action
 			}
@@ -96,11 +99,11 @@ func TestPlanIsTheRealDecision(t *testing.T) {
 					return s
 				}
 				_, suffix, _ := strings.Cut(got.Owned.Request, "-")
-				return strings.ReplaceAll(s, suffix, PlanRequestSuffix)
+				return strings.ReplaceAll(s, suffix, fleet.PlanRequestSuffix)
 			}
 			j := inv.JournalOf(12)
 			switch r.outcome {
-			case PlanTemplateFails:
+			case fleet.PlanTemplateFails:
 				if got.Owned.State != p.Then[0].State || pattern(got.Owned.Message) != p.Workflow.Problem {
 					t.Errorf("real path: %s %q, plan: %s %q", got.Owned.State, pattern(got.Owned.Message), p.Then[0].State, p.Workflow.Problem)
 				}
@@ -112,13 +115,13 @@ func TestPlanIsTheRealDecision(t *testing.T) {
 				if got.Owned.State != w.State || (w.Status != "" && got.Status != w.Status) || pattern(got.Owned.Message) != w.Message {
 					t.Errorf("real path: %s/%s %q; plan: %s/%s %q", got.Owned.State, got.Status, pattern(got.Owned.Message), w.State, w.Status, w.Message)
 				}
-				if got.Declared.DesiredAction != ActionNone {
+				if got.Declared.DesiredAction != fleet.ActionNone {
 					t.Errorf("desired_action %q left", got.Declared.DesiredAction)
 				}
 				if len(j) != 1 || pattern(j[0]) != string(w.Journal)+": "+w.Message {
 					t.Errorf("journal %q, plan %s: %s", j, w.Journal, w.Message)
 				}
-				if r.outcome == PlanAccepted && (pattern(got.Owned.Request) != w.Request || pattern(got.Owned.Workflow) != w.Workflow || inst.Creates() != 1) {
+				if r.outcome == fleet.PlanAccepted && (pattern(got.Owned.Request) != w.Request || pattern(got.Owned.Workflow) != w.Workflow || inst.Creates() != 1) {
 					t.Errorf("request %s Workflow %s (%d created), plan %s %s", got.Owned.Request, got.Owned.Workflow, inst.Creates(), w.Request, w.Workflow)
 				}
 			}
@@ -132,15 +135,15 @@ func TestPlanSteps(t *testing.T) {
 	ctx := context.Background()
 	d := fleettest.Declared(12, "node-a")
 	running := fleettest.Declared(13, "node-b")
-	running.Owned.State, running.Owned.Request, running.Owned.Workflow = StateInstalling, "provision-abcdefgh", "node-b-provision-abcdefgh"
+	running.Owned.State, running.Owned.Request, running.Owned.Workflow = fleet.StateInstalling, "provision-abcdefgh", "node-b-provision-abcdefgh"
 	retired := fleettest.Declared(14, "node-c")
-	retired.Status, retired.Owned.State, retired.Owned.Request = StatusDecommissioning, StateRetired, "retire-abcdefgh"
+	retired.Status, retired.Owned.State, retired.Owned.Request = fleet.StatusDecommissioning, fleet.StateRetired, "retire-abcdefgh"
 	node := fleettest.Declared(15, "node-d")
-	node.Status, node.Owned.State = StatusActive, StateActive
+	node.Status, node.Owned.State = fleet.StatusActive, fleet.StateActive
 	inv := fleettest.NewNetBox(d, running, retired, node)
 	s := newTestService(inv, fleettest.NewInstaller())
 
-	p, err := s.Review.Plan(ctx, "node-a", ActionProvision)
+	p, err := s.Review.Plan(ctx, "node-a", fleet.ActionProvision)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,42 +157,42 @@ func TestPlanSteps(t *testing.T) {
 	if got := strings.Join(states, " "); got != "installing configuring active" {
 		t.Errorf("provision's steps %q", got)
 	}
-	if p.OnRefusal == nil || p.OnRefusal.State != StateFailed || p.OnRefusal.Status != StatusFailed {
+	if p.OnRefusal == nil || p.OnRefusal.State != fleet.StateFailed || p.OnRefusal.Status != fleet.StatusFailed {
 		t.Errorf("on refusal %+v", p.OnRefusal)
 	}
-	if p, _ = s.Review.Plan(ctx, "node-d", ActionAttest); p.Disk == nil || p.Disk.Erased {
+	if p, _ = s.Review.Plan(ctx, "node-d", fleet.ActionAttest); p.Disk == nil || p.Disk.Erased {
 		t.Errorf("an attest erases nothing: %+v", p.Disk)
 	}
 	if p.OnNoReceipt != nil {
 		t.Errorf("a provision has no receipt, yet its plan ends %+v without one", *p.OnNoReceipt)
 	}
 	// A wipe is done on its receipt; its Workflow's success without one ends it unconfirmed.
-	if p, _ = s.Review.Plan(ctx, "node-a", ActionWipe); len(p.Then) != 2 || p.Then[1].Event != EventReceiptVerified || p.Then[1].State != StateWiped ||
-		p.Then[1].Status != StatusOffline || !p.Then[1].ClearCerts {
+	if p, _ = s.Review.Plan(ctx, "node-a", fleet.ActionWipe); len(p.Then) != 2 || p.Then[1].Event != fleet.EventReceiptVerified || p.Then[1].State != fleet.StateWiped ||
+		p.Then[1].Status != fleet.StatusOffline || !p.Then[1].ClearCerts {
 		t.Errorf("wipe's steps %+v", p.Then)
 	}
-	if n := p.OnNoReceipt; n == nil || n.Event != EventWorkflowSucceeded || n.State != StateUnconfirmed || n.Status != StatusFailed || !n.ClearCerts {
+	if n := p.OnNoReceipt; n == nil || n.Event != fleet.EventWorkflowSucceeded || n.State != fleet.StateUnconfirmed || n.Status != fleet.StatusFailed || !n.ClearCerts {
 		t.Errorf("wipe without a receipt %+v, want workflow-succeeded → unconfirmed, status failed, certificates cleared", n)
 	}
-	if p, _ = s.Review.Plan(ctx, "node-a", ActionNone); p.Outcome != PlanNothing {
+	if p, _ = s.Review.Plan(ctx, "node-a", fleet.ActionNone); p.Outcome != fleet.PlanNothing {
 		t.Errorf("no request: %s", p.Outcome)
 	}
-	if p, _ = s.Review.Plan(ctx, "node-b", ActionWipe); p.Outcome != PlanWaits || !strings.Contains(p.Why, "wipe waits for provision request provision-abcdefgh") {
+	if p, _ = s.Review.Plan(ctx, "node-b", fleet.ActionWipe); p.Outcome != fleet.PlanWaits || !strings.Contains(p.Why, "wipe waits for provision request provision-abcdefgh") {
 		t.Errorf("queued: %s %q", p.Outcome, p.Why)
 	}
-	if p, _ = s.Review.Plan(ctx, "node-b", ActionNone); p.Outcome != PlanRunning || p.Workflow.Name != "node-b-provision-abcdefgh" || len(p.Then) != 2 {
+	if p, _ = s.Review.Plan(ctx, "node-b", fleet.ActionNone); p.Outcome != fleet.PlanRunning || p.Workflow.Name != "node-b-provision-abcdefgh" || len(p.Then) != 2 {
 		t.Errorf("running: %s %+v %+v", p.Outcome, p.Workflow, p.Then)
 	}
-	if p, _ = s.Review.Plan(ctx, "node-c", ActionRetire); p.Outcome != PlanNothing || !strings.Contains(p.Why, "retired already") {
+	if p, _ = s.Review.Plan(ctx, "node-c", fleet.ActionRetire); p.Outcome != fleet.PlanNothing || !strings.Contains(p.Why, "retired already") {
 		t.Errorf("retired: %s %q", p.Outcome, p.Why)
 	}
 	for _, c := range []struct {
 		name   string
-		action Action
+		action fleet.Action
 		code   string
-	}{{"nobody", ActionWipe, "unknown_device"}, {"node-a", "format", "unknown_action"}} {
+	}{{"nobody", fleet.ActionWipe, "unknown_device"}, {"node-a", "format", "unknown_action"}} {
 		_, err := s.Review.Plan(ctx, c.name, c.action)
-		if r, ok := AsRefusal(err); !ok || r.Code != c.code {
+		if r, ok := fleet.AsRefusal(err); !ok || r.Code != c.code {
 			t.Errorf("plan %s %s: %v, want %s", c.name, c.action, err, c.code)
 		}
 	}

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"testing"
 
-	. "github.com/folly-infra/fleetd/fleet"
+	"github.com/folly-infra/fleetd/fleet"
 	"github.com/folly-infra/fleetd/fleet/fleettest"
 )
 
@@ -28,19 +28,19 @@ func (p *pruner) PruneWorkflows(_ context.Context, keep map[string]bool) error {
 // (pending, installing, wiping) and no other: a configuring, active, wiped or failed device's
 // Workflow ended and was recorded. A prune that fails fails no reconcile.
 func TestPruneKeepsWaitingWorkflows(t *testing.T) {
-	var devices []Device
-	for i, st := range []State{StatePending, StateInstalling, StateWiping, StateConfiguring, StateActive, StateWiped, StateFailed, StateNone} {
+	var devices []fleet.Device
+	for i, st := range []fleet.State{fleet.StatePending, fleet.StateInstalling, fleet.StateWiping, fleet.StateConfiguring, fleet.StateActive, fleet.StateWiped, fleet.StateFailed, fleet.StateNone} {
 		d := fleettest.Declared(int64(20+i), "node-"+string(rune('a'+i)))
 		req := "wipe-aaaaaaa" + string(rune('a'+i))
-		d.Owned = Owned{State: st, Request: req, Workflow: WorkflowName(d.Name, req)}
-		if st == StateNone {
-			d.Owned = Owned{}
+		d.Owned = fleet.Owned{State: st, Request: req, Workflow: fleet.WorkflowName(d.Name, req)}
+		if st == fleet.StateNone {
+			d.Owned = fleet.Owned{}
 		}
 		devices = append(devices, d)
 	}
 	inst := fleettest.NewInstaller()
 	for _, d := range devices[:3] {
-		inst.Set(d.Owned.Workflow, WorkflowStatus{Phase: WorkflowRunning})
+		inst.Set(d.Owned.Workflow, fleet.WorkflowStatus{Phase: fleet.WorkflowRunning})
 	}
 	p := &pruner{Installer: inst, err: errors.New("API down")}
 	s := newTestService(fleettest.NewNetBox(devices...), p)

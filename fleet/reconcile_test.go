@@ -7,7 +7,7 @@ import (
 	"sync"
 	"testing"
 
-	. "github.com/folly-infra/fleetd/fleet"
+	"github.com/folly-infra/fleetd/fleet"
 	"github.com/folly-infra/fleetd/fleet/fleettest"
 )
 
@@ -15,101 +15,117 @@ func TestReconcileClaims(t *testing.T) {
 	ctx := context.Background()
 	type row struct {
 		name        string
-		device      func(Device) Device
-		wantState   State
-		wantStatus  Status
+		device      func(fleet.Device) fleet.Device
+		wantState   fleet.State
+		wantStatus  fleet.Status
 		wantCreates int
 		wantJournal string // substring of the one journal entry expected
 		wantMessage string // substring of fleet_message
 	}
 	rows := []row{
 		{name: "ok/provision accepted: pending, staged, Workflow created, desired_action cleared",
-			device:    func(d Device) Device { d.Declared.DesiredAction = ActionProvision; return d },
-			wantState: StatePending, wantStatus: StatusStaged, wantCreates: 1,
+			device:    func(d fleet.Device) fleet.Device { d.Declared.DesiredAction = fleet.ActionProvision; return d },
+			wantState: fleet.StatePending, wantStatus: fleet.StatusStaged, wantCreates: 1,
 			wantJournal: "info: provision accepted as request provision-", wantMessage: "from Template talos-install"},
 		{name: "ok/wipe accepted with its own Template",
-			device:    func(d Device) Device { d.Declared.DesiredAction = ActionWipe; return d },
-			wantState: StatePending, wantStatus: StatusPlanned, wantCreates: 1,
+			device:    func(d fleet.Device) fleet.Device { d.Declared.DesiredAction = fleet.ActionWipe; return d },
+			wantState: fleet.StatePending, wantStatus: fleet.StatusPlanned, wantCreates: 1,
 			wantJournal: "info: wipe accepted", wantMessage: "Template fleet-wipe"},
 		{name: "ok/decommissioning starts a retirement",
-			device:    func(d Device) Device { d.Status = StatusDecommissioning; d.Owned.State = StateActive; return d },
-			wantState: StatePending, wantStatus: StatusDecommissioning, wantCreates: 1,
+			device: func(d fleet.Device) fleet.Device {
+				d.Status = fleet.StatusDecommissioning
+				d.Owned.State = fleet.StateActive
+				return d
+			},
+			wantState: fleet.StatePending, wantStatus: fleet.StatusDecommissioning, wantCreates: 1,
 			wantJournal: "info: retire accepted", wantMessage: "Template fleet-retire"},
 		{name: "ok/wipe on a decommissioning device retries the retirement",
-			device: func(d Device) Device {
-				d.Status, d.Owned.State, d.Owned.Request = StatusDecommissioning, StateFailed, "retire-aaaaaaaa"
-				d.Declared.DesiredAction = ActionWipe
+			device: func(d fleet.Device) fleet.Device {
+				d.Status, d.Owned.State, d.Owned.Request = fleet.StatusDecommissioning, fleet.StateFailed, "retire-aaaaaaaa"
+				d.Declared.DesiredAction = fleet.ActionWipe
 				return d
 			},
-			wantState: StatePending, wantStatus: StatusDecommissioning, wantCreates: 1, wantJournal: "info: retire accepted"},
+			wantState: fleet.StatePending, wantStatus: fleet.StatusDecommissioning, wantCreates: 1, wantJournal: "info: retire accepted"},
 		{name: "ok/a failed retirement is not retried on its own",
-			device: func(d Device) Device {
-				d.Status, d.Owned.State, d.Owned.Request = StatusDecommissioning, StateFailed, "retire-aaaaaaaa"
+			device: func(d fleet.Device) fleet.Device {
+				d.Status, d.Owned.State, d.Owned.Request = fleet.StatusDecommissioning, fleet.StateFailed, "retire-aaaaaaaa"
 				return d
 			},
-			wantState: StateFailed, wantStatus: StatusDecommissioning},
+			wantState: fleet.StateFailed, wantStatus: fleet.StatusDecommissioning},
 		{name: "ok/nothing requested: nothing written",
-			device:    func(d Device) Device { return d },
-			wantState: StateNone, wantStatus: StatusPlanned},
+			device:    func(d fleet.Device) fleet.Device { return d },
+			wantState: fleet.StateNone, wantStatus: fleet.StatusPlanned},
 		{name: "refuse/no disk serial",
-			device: func(d Device) Device {
-				d.Declared.DesiredAction = ActionProvision
+			device: func(d fleet.Device) fleet.Device {
+				d.Declared.DesiredAction = fleet.ActionProvision
 				d.Declared.DiskSerial = ""
 				return d
 			},
-			wantState: StateRejected, wantStatus: StatusPlanned,
+			wantState: fleet.StateRejected, wantStatus: fleet.StatusPlanned,
 			wantJournal: "warning: provision refused: disk_serial is empty", wantMessage: "disk_serial is empty"},
 		{name: "refuse/unknown class names the known ones",
-			device:    func(d Device) Device { d.Declared.DesiredAction = ActionProvision; d.Declared.Class = "nope"; return d },
-			wantState: StateRejected, wantStatus: StatusPlanned,
+			device: func(d fleet.Device) fleet.Device {
+				d.Declared.DesiredAction = fleet.ActionProvision
+				d.Declared.Class = "nope"
+				return d
+			},
+			wantState: fleet.StateRejected, wantStatus: fleet.StatusPlanned,
 			wantJournal: `fleet_class "nope" is not in classes.json (known: talos-worker, worker-g2)`},
 		{name: "refuse/worker-g2 with its reason",
-			device: func(d Device) Device {
-				d.Declared.DesiredAction = ActionProvision
+			device: func(d fleet.Device) fleet.Device {
+				d.Declared.DesiredAction = fleet.ActionProvision
 				d.Declared.Class = "worker-g2"
 				return d
 			},
-			wantState: StateRejected, wantJournal: "class worker-g2 cannot be installed: G2 boards have no TPM 2.0"},
+			wantState: fleet.StateRejected, wantJournal: "class worker-g2 cannot be installed: G2 boards have no TPM 2.0"},
 		{name: "refuse/TPM 1.2 declared",
-			device:    func(d Device) Device { d.Declared.DesiredAction = ActionProvision; d.Declared.TPM = TPM12; return d },
-			wantState: StateRejected, wantJournal: "tpm is 1.2"},
+			device: func(d fleet.Device) fleet.Device {
+				d.Declared.DesiredAction = fleet.ActionProvision
+				d.Declared.TPM = fleet.TPM12
+				return d
+			},
+			wantState: fleet.StateRejected, wantJournal: "tpm is 1.2"},
 		{name: "refuse/no MAC",
-			device:    func(d Device) Device { d.Declared.DesiredAction = ActionWipe; d.MACs = nil; return d },
-			wantState: StateRejected, wantJournal: "no MAC address"},
+			device:    func(d fleet.Device) fleet.Device { d.Declared.DesiredAction = fleet.ActionWipe; d.MACs = nil; return d },
+			wantState: fleet.StateRejected, wantJournal: "no MAC address"},
 		{name: "refuse/no EK hash",
-			device:    func(d Device) Device { d.Declared.DesiredAction = ActionProvision; d.Declared.EKHashes = nil; return d },
-			wantState: StateRejected, wantJournal: "ek_sha256 is empty"},
+			device: func(d fleet.Device) fleet.Device {
+				d.Declared.DesiredAction = fleet.ActionProvision
+				d.Declared.EKHashes = nil
+				return d
+			},
+			wantState: fleet.StateRejected, wantJournal: "ek_sha256 is empty"},
 		{name: "refuse/malformed EK hash",
-			device: func(d Device) Device {
-				d.Declared.DesiredAction = ActionProvision
+			device: func(d fleet.Device) fleet.Device {
+				d.Declared.DesiredAction = fleet.ActionProvision
 				d.Declared.EKHashes = []string{"abc"}
 				return d
 			},
-			wantState: StateRejected, wantJournal: `ek_sha256 entry "abc" is not a hex SHA-256`},
+			wantState: fleet.StateRejected, wantJournal: `ek_sha256 entry "abc" is not a hex SHA-256`},
 		{name: "refuse/every problem is listed at once",
-			device: func(d Device) Device {
-				d.Declared.DesiredAction = ActionProvision
+			device: func(d fleet.Device) fleet.Device {
+				d.Declared.DesiredAction = fleet.ActionProvision
 				d.Declared.DiskSerial, d.Declared.EKHashes, d.MACs = "", nil, nil
 				return d
 			},
-			wantState: StateRejected, wantJournal: "disk_serial is empty: declare the serial of the one disk that may be wiped and installed; the device has no MAC address"},
+			wantState: fleet.StateRejected, wantJournal: "disk_serial is empty: declare the serial of the one disk that may be wiped and installed; the device has no MAC address"},
 		{name: "refuse/attest on a device that is not active",
-			device:    func(d Device) Device { d.Declared.DesiredAction = ActionAttest; return d },
-			wantState: StateRejected, wantJournal: "attest re-proves a running node, but the device status is planned"},
+			device:    func(d fleet.Device) fleet.Device { d.Declared.DesiredAction = fleet.ActionAttest; return d },
+			wantState: fleet.StateRejected, wantJournal: "attest re-proves a running node, but the device status is planned"},
 		{name: "refuse/provision on a decommissioning device",
-			device: func(d Device) Device {
-				d.Declared.DesiredAction, d.Status, d.Owned.Request = ActionProvision, StatusDecommissioning, "retire-aaaaaaaa"
-				d.Owned.State = StateRetired
+			device: func(d fleet.Device) fleet.Device {
+				d.Declared.DesiredAction, d.Status, d.Owned.Request = fleet.ActionProvision, fleet.StatusDecommissioning, "retire-aaaaaaaa"
+				d.Owned.State = fleet.StateRetired
 				return d
 			},
-			wantState: StateRejected, wantStatus: StatusDecommissioning, wantJournal: "set its status back to planned"},
+			wantState: fleet.StateRejected, wantStatus: fleet.StatusDecommissioning, wantJournal: "set its status back to planned"},
 		{name: "ok/a request waits while another runs, and the journal says so",
-			device: func(d Device) Device {
-				d.Declared.DesiredAction, d.Owned.State = ActionProvision, StateWiping
+			device: func(d fleet.Device) fleet.Device {
+				d.Declared.DesiredAction, d.Owned.State = fleet.ActionProvision, fleet.StateWiping
 				d.Owned.Request, d.Owned.Workflow = "wipe-aaaaaaaa", "node-a-wipe-aaaaaaaa"
 				return d
 			},
-			wantState: StateWiping, wantStatus: StatusPlanned,
+			wantState: fleet.StateWiping, wantStatus: fleet.StatusPlanned,
 			wantJournal: "info: provision waits for wipe request wipe-aaaaaaaa (fleet_state wiping): it starts when that request ends; clear desired_action to cancel it"},
 	}
 	for _, r := range rows {
@@ -117,7 +133,7 @@ func TestReconcileClaims(t *testing.T) {
 			d := r.device(fleettest.Declared(12, "node-a"))
 			inv, inst := fleettest.NewNetBox(d), fleettest.NewInstaller()
 			if d.Owned.Workflow != "" {
-				inst.Set(d.Owned.Workflow, WorkflowStatus{Phase: WorkflowRunning})
+				inst.Set(d.Owned.Workflow, fleet.WorkflowStatus{Phase: fleet.WorkflowRunning})
 			}
 			s := newTestService(inv, inst)
 			if _, err := s.Requests.Reconcile(ctx, 12); err != nil {
@@ -143,14 +159,14 @@ func TestReconcileClaims(t *testing.T) {
 			if !strings.Contains(got.Owned.Message, r.wantMessage) {
 				t.Errorf("fleet_message %q, want it to contain %q", got.Owned.Message, r.wantMessage)
 			}
-			if r.wantState == StatePending || r.wantState == StateRejected {
-				if got.Declared.DesiredAction != ActionNone {
+			if r.wantState == fleet.StatePending || r.wantState == fleet.StateRejected {
+				if got.Declared.DesiredAction != fleet.ActionNone {
 					t.Errorf("desired_action %q left set after the request was taken", got.Declared.DesiredAction)
 				}
 			}
 			if r.wantCreates == 1 {
 				spec := inst.Spec(got.Owned.Workflow)
-				if spec.Request != got.Owned.Request || spec.Name != WorkflowName("node-a", got.Owned.Request) {
+				if spec.Request != got.Owned.Request || spec.Name != fleet.WorkflowName("node-a", got.Owned.Request) {
 					t.Errorf("Workflow %+v does not carry the claimed request %q", spec, got.Owned.Request)
 				}
 				if spec.Device.PrimaryMAC() == "" || spec.Device.PrimaryMAC() != got.PrimaryMAC() {
@@ -172,7 +188,7 @@ func TestReconcileClaims(t *testing.T) {
 // webhooks, the reconcile, an operator) claim it once and create one Workflow.
 func TestConcurrentTriggersCreateOneWorkflow(t *testing.T) {
 	d := fleettest.Declared(12, "node-a")
-	d.Declared.DesiredAction = ActionProvision
+	d.Declared.DesiredAction = fleet.ActionProvision
 	inv, inst := fleettest.NewNetBox(d), fleettest.NewInstaller()
 	s := newTestService(inv, inst)
 	var wg sync.WaitGroup
@@ -198,15 +214,15 @@ func TestConcurrentTriggersCreateOneWorkflow(t *testing.T) {
 // on the new version, and the owner's concurrent change is kept.
 func TestClaimConflict(t *testing.T) {
 	d := fleettest.Declared(12, "node-a")
-	d.Declared.DesiredAction = ActionProvision
+	d.Declared.DesiredAction = fleet.ActionProvision
 	inv, inst := fleettest.NewNetBox(d), fleettest.NewInstaller()
-	inv.ConflictOnce[12] = func(d *Device) { d.Declared.DiskSerial = "S-NEW" }
+	inv.ConflictOnce[12] = func(d *fleet.Device) { d.Declared.DiskSerial = "S-NEW" }
 	s := newTestService(inv, inst)
 	if _, err := s.Requests.Reconcile(context.Background(), 12); err != nil {
 		t.Fatal(err)
 	}
 	got := inv.Get(12)
-	if got.Owned.State != StatePending || inst.Creates() != 1 {
+	if got.Owned.State != fleet.StatePending || inst.Creates() != 1 {
 		t.Fatalf("state %q, %d Workflows; want pending and 1", got.Owned.State, inst.Creates())
 	}
 	if spec := inst.Spec(got.Owned.Workflow); spec.Device.Declared.DiskSerial != "S-NEW" {
@@ -219,7 +235,7 @@ func TestClaimConflict(t *testing.T) {
 // completes a request after a fleetd crash between claim and Workflow creation.
 func TestInstallDeferredThenCompleted(t *testing.T) {
 	d := fleettest.Declared(12, "node-a")
-	d.Declared.DesiredAction = ActionProvision
+	d.Declared.DesiredAction = fleet.ActionProvision
 	inv, inst := fleettest.NewNetBox(d), fleettest.NewInstaller()
 	inst.Fail = fmt.Errorf("dial tcp 127.0.0.1:6443: connection refused")
 	s := newTestService(inv, inst)
@@ -227,7 +243,7 @@ func TestInstallDeferredThenCompleted(t *testing.T) {
 		t.Fatal("Reconcile with the API down: no error")
 	}
 	got := inv.Get(12)
-	if got.Owned.State != StatePending || got.Owned.Workflow == "" || inst.Creates() != 0 {
+	if got.Owned.State != fleet.StatePending || got.Owned.Workflow == "" || inst.Creates() != 0 {
 		t.Fatalf("after a failed create: state %q workflow %q creates %d", got.Owned.State, got.Owned.Workflow, inst.Creates())
 	}
 	inst.Fail = nil
@@ -246,15 +262,15 @@ func TestInstallDeferredThenCompleted(t *testing.T) {
 // installer's reason, and nothing runs.
 func TestTemplateRefusalFailsRequest(t *testing.T) {
 	d := fleettest.Declared(12, "node-a")
-	d.Declared.DesiredAction = ActionWipe
+	d.Declared.DesiredAction = fleet.ActionWipe
 	inv, inst := fleettest.NewNetBox(d), fleettest.NewInstaller()
-	inst.Fail = fmt.Errorf("Template fleet-wipe: action wipe-disk has timeout 0: %w", ErrTemplate)
+	inst.Fail = fmt.Errorf("Template fleet-wipe: action wipe-disk has timeout 0: %w", fleet.ErrTemplate)
 	s := newTestService(inv, inst)
 	if _, err := s.Requests.Reconcile(context.Background(), 12); err != nil {
 		t.Fatal(err)
 	}
 	got := inv.Get(12)
-	if got.Owned.State != StateFailed || got.Status != StatusFailed {
+	if got.Owned.State != fleet.StateFailed || got.Status != fleet.StatusFailed {
 		t.Fatalf("state %q status %q, want failed/failed", got.Owned.State, got.Status)
 	}
 	if !strings.Contains(got.Owned.Message, "timeout 0") {

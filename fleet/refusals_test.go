@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	. "github.com/folly-infra/fleetd/fleet"
+	"github.com/folly-infra/fleetd/fleet"
 	"github.com/folly-infra/fleetd/fleet/fleettest"
 )
 
@@ -15,14 +15,14 @@ import (
 // (issue 11.1). A refusal kept for an older request is not quoted for a newer one.
 func TestRefusalsBeforeActivationWriteNothing(t *testing.T) {
 	d := fleettest.Declared(12, "node-a")
-	d.Status = StatusStaged
-	d.Owned = Owned{State: StatePending, Request: "provision-aaaaaaaa", Workflow: WorkflowName("node-a", "provision-aaaaaaaa")}
+	d.Status = fleet.StatusStaged
+	d.Owned = fleet.Owned{State: fleet.StatePending, Request: "provision-aaaaaaaa", Workflow: fleet.WorkflowName("node-a", "provision-aaaaaaaa")}
 	inv, inst := fleettest.NewNetBox(d), fleettest.NewInstaller()
 	s := newTestService(inv, inst)
 	ctx := context.Background()
 	before := inv.Get(12).Version
 	for i := range 200 {
-		in := ChallengeInput{ClaimedDevice: "node-a", ClaimedRequest: d.Owned.Request, ClaimedTPMVersion: "1.2"}
+		in := fleet.ChallengeInput{ClaimedDevice: "node-a", ClaimedRequest: d.Owned.Request, ClaimedTPMVersion: "1.2"}
 		if i%2 == 1 {
 			in.ClaimedRequest = "wipe-bbbbbbbb" // refused as request_mismatch: not a refusal of this request's machine
 		}
@@ -34,14 +34,14 @@ func TestRefusalsBeforeActivationWriteNothing(t *testing.T) {
 		t.Fatalf("after 200 refused challenges NetBox changed: version %s → %s, message %q, journal %q",
 			before, got.Version, got.Owned.Message, inv.JournalOf(12))
 	}
-	inst.Set(d.Owned.Workflow, WorkflowStatus{Phase: WorkflowFailed, FailedAction: "fleetd-enroll"})
+	inst.Set(d.Owned.Workflow, fleet.WorkflowStatus{Phase: fleet.WorkflowFailed, FailedAction: "fleetd-enroll"})
 	if _, err := s.Requests.Reconcile(ctx, 12); err != nil {
 		t.Fatal(err)
 	}
 	got := inv.Get(12)
-	want := "Attestation of node-a refused (tpm_unsupported): " + PublicSentence("tpm_unsupported")
-	if got.Owned.State != StateFailed || !strings.Contains(got.Owned.Message, want) || len(got.Owned.Message) > MaxMessage {
-		t.Errorf("failed request: state %q message %q, want failed with %q within %d bytes", got.Owned.State, got.Owned.Message, want, MaxMessage)
+	want := "Attestation of node-a refused (tpm_unsupported): " + fleet.PublicSentence("tpm_unsupported")
+	if got.Owned.State != fleet.StateFailed || !strings.Contains(got.Owned.Message, want) || len(got.Owned.Message) > fleet.MaxMessage {
+		t.Errorf("failed request: state %q message %q, want failed with %q within %d bytes", got.Owned.State, got.Owned.Message, want, fleet.MaxMessage)
 	}
 	if j := inv.JournalOf(12); len(j) != 1 || !strings.Contains(j[0], want) {
 		t.Errorf("journal %q, want the failure with the refusal's sentence", j)
@@ -49,18 +49,18 @@ func TestRefusalsBeforeActivationWriteNothing(t *testing.T) {
 
 	// A refusal noted for request a is not quoted when request b's Workflow fails.
 	d2 := fleettest.Declared(13, "node-b")
-	d2.Owned = Owned{State: StatePending, Request: "provision-aaaaaaaa", Workflow: WorkflowName("node-b", "provision-aaaaaaaa")}
+	d2.Owned = fleet.Owned{State: fleet.StatePending, Request: "provision-aaaaaaaa", Workflow: fleet.WorkflowName("node-b", "provision-aaaaaaaa")}
 	inv.Set(d2)
-	if _, _, err := s.Enrollment.EnrollChallenge(ctx, ChallengeInput{ClaimedDevice: "node-b", ClaimedRequest: d2.Owned.Request, ClaimedTPMVersion: "1.2"}); err == nil {
+	if _, _, err := s.Enrollment.EnrollChallenge(ctx, fleet.ChallengeInput{ClaimedDevice: "node-b", ClaimedRequest: d2.Owned.Request, ClaimedTPMVersion: "1.2"}); err == nil {
 		t.Fatal("a TPM 1.2 was not refused")
 	}
-	d2.Owned.Request, d2.Owned.Workflow = "provision-cccccccc", WorkflowName("node-b", "provision-cccccccc")
+	d2.Owned.Request, d2.Owned.Workflow = "provision-cccccccc", fleet.WorkflowName("node-b", "provision-cccccccc")
 	inv.Set(d2)
-	inst.Set(d2.Owned.Workflow, WorkflowStatus{Phase: WorkflowFailed, FailedAction: "fleetd-enroll"})
+	inst.Set(d2.Owned.Workflow, fleet.WorkflowStatus{Phase: fleet.WorkflowFailed, FailedAction: "fleetd-enroll"})
 	if _, err := s.Requests.Reconcile(ctx, 13); err != nil {
 		t.Fatal(err)
 	}
-	if got := inv.Get(13); got.Owned.State != StateFailed || strings.Contains(got.Owned.Message, "refused (") {
+	if got := inv.Get(13); got.Owned.State != fleet.StateFailed || strings.Contains(got.Owned.Message, "refused (") {
 		t.Errorf("request c failed with %q (state %q): an older request's refusal is quoted", got.Owned.Message, got.Owned.State)
 	}
 }
@@ -71,21 +71,21 @@ func TestRefusalsBeforeActivationWriteNothing(t *testing.T) {
 func TestLifecycleWriteConflicts(t *testing.T) {
 	for _, r := range []struct {
 		name      string
-		other     func(*Device)
-		wantState State
+		other     func(*fleet.Device)
+		wantState fleet.State
 		wantJourn int
 	}{
-		{"ok/the owner edited another field: re-read, applied", func(d *Device) { d.Serial = "CHASSIS-2" }, StateFailed, 1},
-		{"ok/the request moved on: nothing applied", func(d *Device) {
-			d.Owned.Request, d.Owned.Workflow, d.Owned.State = "wipe-bbbbbbbb", WorkflowName("node-a", "wipe-bbbbbbbb"), StatePending
-		}, StatePending, 0},
+		{"ok/the owner edited another field: re-read, applied", func(d *fleet.Device) { d.Serial = "CHASSIS-2" }, fleet.StateFailed, 1},
+		{"ok/the request moved on: nothing applied", func(d *fleet.Device) {
+			d.Owned.Request, d.Owned.Workflow, d.Owned.State = "wipe-bbbbbbbb", fleet.WorkflowName("node-a", "wipe-bbbbbbbb"), fleet.StatePending
+		}, fleet.StatePending, 0},
 	} {
 		t.Run(r.name, func(t *testing.T) {
 			d := fleettest.Declared(12, "node-a")
-			d.Owned = Owned{State: StatePending, Request: "provision-aaaaaaaa", Workflow: WorkflowName("node-a", "provision-aaaaaaaa")}
+			d.Owned = fleet.Owned{State: fleet.StatePending, Request: "provision-aaaaaaaa", Workflow: fleet.WorkflowName("node-a", "provision-aaaaaaaa")}
 			inv, inst := fleettest.NewNetBox(d), fleettest.NewInstaller()
 			s := newTestService(inv, inst)
-			inst.Set(d.Owned.Workflow, WorkflowStatus{Phase: WorkflowFailed, FailedAction: "fleetd-enroll"})
+			inst.Set(d.Owned.Workflow, fleet.WorkflowStatus{Phase: fleet.WorkflowFailed, FailedAction: "fleetd-enroll"})
 			inv.ConflictOnce[12] = r.other
 			if _, err := s.Requests.Reconcile(context.Background(), 12); err != nil {
 				t.Fatal(err)
@@ -105,7 +105,7 @@ func TestLifecycleWriteConflicts(t *testing.T) {
 // code quotes nothing.
 func TestRecordedRefusalReadAsItsCode(t *testing.T) {
 	const code = "boot_policy"
-	quoted := "Attestation of node-a refused (" + code + "): " + PublicSentence(code)
+	quoted := "Attestation of node-a refused (" + code + "): " + fleet.PublicSentence(code)
 	var first string
 	for _, r := range []struct {
 		name, message string
@@ -120,15 +120,15 @@ func TestRecordedRefusalReadAsItsCode(t *testing.T) {
 	} {
 		t.Run(r.name, func(t *testing.T) {
 			d := fleettest.Declared(12, "node-a")
-			d.Owned = Owned{State: StatePending, Request: "provision-aaaaaaaa", Workflow: WorkflowName("node-a", "provision-aaaaaaaa"), Message: r.message}
+			d.Owned = fleet.Owned{State: fleet.StatePending, Request: "provision-aaaaaaaa", Workflow: fleet.WorkflowName("node-a", "provision-aaaaaaaa"), Message: r.message}
 			inv, inst := fleettest.NewNetBox(d), fleettest.NewInstaller()
 			s := newTestService(inv, inst)
-			inst.Set(d.Owned.Workflow, WorkflowStatus{Phase: WorkflowFailed, FailedAction: "fleetd-enroll"})
+			inst.Set(d.Owned.Workflow, fleet.WorkflowStatus{Phase: fleet.WorkflowFailed, FailedAction: "fleetd-enroll"})
 			if _, err := s.Requests.Reconcile(context.Background(), 12); err != nil {
 				t.Fatal(err)
 			}
 			got := inv.Get(12).Owned
-			if got.State != StateFailed {
+			if got.State != fleet.StateFailed {
 				t.Fatalf("state %q, want failed", got.State)
 			}
 			if strings.Contains(got.Message, "555-0100") || strings.Contains(got.Message, "call_555") {

@@ -7,7 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	. "github.com/folly-infra/fleetd/fleet"
+	"github.com/folly-infra/fleetd/fleet"
 	"github.com/folly-infra/fleetd/fleet/fleettest"
 )
 
@@ -32,11 +32,11 @@ func gauge(t *testing.T, reg *prometheus.Registry, name string, labels ...string
 }
 
 // newRegisteredService is newTestService with its metrics on reg.
-func newRegisteredService(inv *fleettest.NetBox, reg *prometheus.Registry, keys *SealKeys) testService {
+func newRegisteredService(inv *fleettest.NetBox, reg *prometheus.Registry, keys *fleet.SealKeys) testService {
 	clock := fleettest.NewClock(testEpoch)
 	inv.Clock = clock
-	s, err := NewService(Config{FleetdURL: "http://spore:8080", ServiceUser: fleettest.ServiceUser},
-		Deps{Seal: keys, NetBox: inv, ChangeLog: inv, Installer: fleettest.NewInstaller(), Catalog: fleettest.Catalog(),
+	s, err := fleet.NewService(fleet.Config{FleetdURL: "http://spore:8080", ServiceUser: fleettest.ServiceUser},
+		fleet.Deps{Seal: keys, NetBox: inv, ChangeLog: inv, Installer: fleettest.NewInstaller(), Catalog: fleettest.Catalog(),
 			Clock: clock, Renderer: sharedRenderer(), Random: strings.NewReader(strings.Repeat("r", 4096)), Registry: reg})
 	if err != nil {
 		panic(err)
@@ -51,7 +51,7 @@ func newRegisteredService(inv *fleettest.NetBox, reg *prometheus.Registry, keys 
 // nothing is written). Its boot checks are refused; only an owner's new request brings it back.
 func TestUntrusted(t *testing.T) {
 	forge := func(inv *fleettest.NetBox) { // no write of fleetd's in the log: forged from the start
-		inv.WriteAs("admin", 12, func(d *Device) { d.Owned.LAKSerial, d.Owned.State = "0bad", StateActive })
+		inv.WriteAs("admin", 12, func(d *fleet.Device) { d.Owned.LAKSerial, d.Owned.State = "0bad", fleet.StateActive })
 	}
 	t.Run("refuse/before the first listing the brake holds: nothing written", func(t *testing.T) {
 		inv := fleettest.NewNetBox(wipedNode())
@@ -59,7 +59,7 @@ func TestUntrusted(t *testing.T) {
 		forge(inv)
 		saves := len(inv.Changes(12))
 		_, err := s.CheckOwnedFields(context.Background(), 12)
-		if r, ok := AsRefusal(err); !ok || r.Code != "owned_fields_untrusted" || !strings.Contains(err.Error(), "seal brake holds") {
+		if r, ok := fleet.AsRefusal(err); !ok || r.Code != "owned_fields_untrusted" || !strings.Contains(err.Error(), "seal brake holds") {
 			t.Fatalf("check: %v, want owned_fields_untrusted with the brake named", err)
 		}
 		if len(inv.Changes(12)) != saves || len(inv.JournalOf(12)) != 0 {
@@ -76,7 +76,7 @@ func TestUntrusted(t *testing.T) {
 			t.Fatal(err)
 		}
 		got := inv.Get(12)
-		if got.Owned.State != StateUntrusted || got.Owned.LAKSerial != "" || got.Owned.Request != "" || !strings.Contains(got.Owned.Message, "cannot vouch") {
+		if got.Owned.State != fleet.StateUntrusted || got.Owned.LAKSerial != "" || got.Owned.Request != "" || !strings.Contains(got.Owned.Message, "cannot vouch") {
 			t.Fatalf("after the reconcile: %+v, want untrusted with everything else cleared", got.Owned)
 		}
 		if j := inv.JournalOf(12); len(j) != 1 || !strings.HasPrefix(j[0], "danger: fleetd cannot vouch for the fields it owns on node-a: ") ||
@@ -92,17 +92,17 @@ func TestUntrusted(t *testing.T) {
 		if n := gauge(t, reg, "fleetd_owned_field_writes_total", "untrusted"); n != 1 {
 			t.Errorf("fleetd_owned_field_writes_total{outcome=untrusted} = %v, want 1", n)
 		}
-		inv.WriteAs(fleettest.Owner, 12, func(d *Device) { d.Declared.DesiredAction = ActionProvision })
+		inv.WriteAs(fleettest.Owner, 12, func(d *fleet.Device) { d.Declared.DesiredAction = fleet.ActionProvision })
 		if out, err := s.Requests.Reconcile(ctx, 12); err != nil || out.Result != "accepted" {
 			t.Fatalf("the owner's provision: %+v, %v", out, err)
 		}
-		if got := inv.Get(12); got.Owned.State != StatePending {
+		if got := inv.Get(12); got.Owned.State != fleet.StatePending {
 			t.Errorf("after the owner's provision: fleet_state %s, want pending", got.Owned.State)
 		}
 	})
 	t.Run("refuse/while many seals fail the brake holds", func(t *testing.T) {
 		reg := prometheus.NewRegistry()
-		var ds []Device
+		var ds []fleet.Device
 		for i := range 4 {
 			d := wipedNode()
 			d.ID, d.Name = int64(20+i), "node-"+string(rune('a'+i))
@@ -111,13 +111,13 @@ func TestUntrusted(t *testing.T) {
 		inv := fleettest.NewNetBox(ds...)
 		s := newRegisteredService(inv, reg, fleettest.SealKeys())
 		for i := range 3 { // three of four: a key deployed wrong looks like this, not a forgery
-			inv.WriteAs("admin", int64(20+i), func(d *Device) { d.Owned.Message = "forged" })
+			inv.WriteAs("admin", int64(20+i), func(d *fleet.Device) { d.Owned.Message = "forged" })
 		}
 		for range 2 {
 			_, _ = s.Requests.ReconcileAll(context.Background())
 		}
 		for i := range 3 {
-			if got := inv.Get(int64(20 + i)); got.Owned.State == StateUntrusted {
+			if got := inv.Get(int64(20 + i)); got.Owned.State == fleet.StateUntrusted {
 				t.Errorf("node %d marked untrusted while the brake holds", 20+i)
 			}
 		}
@@ -141,27 +141,27 @@ func TestUpgradeSealsWhatFleetdWroteLast(t *testing.T) {
 	b.ID, b.Name, c.ID, c.Name = 13, "node-b", 14, "node-c"
 	inv := fleettest.NewNetBox(a, b, c)
 	s := newRegisteredService(inv, reg, fleettest.SealKeys())
-	unsealed := func(d *Device) { d.Seal = "" } // an older fleetd's write
+	unsealed := func(d *fleet.Device) { d.Seal = "" } // an older fleetd's write
 	inv.WriteAs(fleettest.ServiceUser, 13, unsealed)
 	inv.TrimHistory(s.clock.Now().Add(1)) // node-b's saves are older than NetBox keeps its log
 	s.clock.Advance(1)
 	inv.WriteAs(fleettest.ServiceUser, 12, unsealed)
 	inv.WriteAs(fleettest.ServiceUser, 14, unsealed)
-	inv.WriteAs("admin", 14, func(d *Device) { d.Owned.LAKSerial = "0bad" }) // while the hole was open
+	inv.WriteAs("admin", 14, func(d *fleet.Device) { d.Owned.LAKSerial = "0bad" }) // while the hole was open
 	if _, err := s.Requests.ReconcileAll(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	keys := fleettest.SealKeys()
 	for id, want := range map[int64]string{12: "fleetd wrote them last", 13: "no save within NetBox's change log touched them"} {
 		got := inv.Get(id)
-		if c := keys.Verify(id, got.Owned, got.Seal); c.Result != SealValid || got.Owned.LAKSerial != "0b01" {
+		if c := keys.Verify(id, got.Owned, got.Seal); c.Result != fleet.SealValid || got.Owned.LAKSerial != "0b01" {
 			t.Errorf("device %d after the upgrade: seal %s, lak_serial %q; want its values sealed as they were", id, c.Result, got.Owned.LAKSerial)
 		}
 		if j := inv.JournalOf(id); len(j) != 1 || !strings.HasPrefix(j[0], "info: fleetd sealed the values of its fields") || !strings.Contains(j[0], want) {
 			t.Errorf("device %d journal %q, want one entry saying %q", id, j, want)
 		}
 	}
-	if got := inv.Get(14); got.Owned.State != StateUntrusted || got.Owned.LAKSerial != "" {
+	if got := inv.Get(14); got.Owned.State != fleet.StateUntrusted || got.Owned.LAKSerial != "" {
 		t.Errorf("node-c, saved by admin before the upgrade: %+v, want untrusted, cleared", got.Owned)
 	}
 	if n := gauge(t, reg, "fleetd_owned_field_writes_total", "sealed"); n != 2 {
@@ -183,9 +183,9 @@ func TestUpgradeSealsWhatFleetdWroteLast(t *testing.T) {
 func TestKeyRotation(t *testing.T) {
 	ctx := context.Background()
 	old := fleettest.SealKey()
-	next := SealKey{ID: "k2", Secret: []byte(strings.Repeat("2", 32))}
-	ring := func(keys ...SealKey) *SealKeys {
-		k, err := NewSealKeys(keys...)
+	next := fleet.SealKey{ID: "k2", Secret: []byte(strings.Repeat("2", 32))}
+	ring := func(keys ...fleet.SealKey) *fleet.SealKeys {
+		k, err := fleet.NewSealKeys(keys...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -197,13 +197,13 @@ func TestKeyRotation(t *testing.T) {
 		s := newRegisteredService(inv, reg, ring(next))
 		saves := len(inv.Changes(12))
 		_, err := s.Requests.Reconcile(ctx, 12)
-		if r, ok := AsRefusal(err); !ok || r.Code != "seal_key_unknown" || !strings.Contains(err.Error(), "names key test") {
+		if r, ok := fleet.AsRefusal(err); !ok || r.Code != "seal_key_unknown" || !strings.Contains(err.Error(), "names key test") {
 			t.Errorf("reconcile: %v, want seal_key_unknown naming key test", err)
 		}
 		for range 2 {
 			_, _ = s.Requests.ReconcileAll(ctx)
 		}
-		if len(inv.Changes(12)) != saves || inv.Get(12).Owned.State != StateWiped {
+		if len(inv.Changes(12)) != saves || inv.Get(12).Owned.State != fleet.StateWiped {
 			t.Errorf("fleetd wrote a device sealed with a key it lacks: %d saves, state %s", len(inv.Changes(12))-saves, inv.Get(12).Owned.State)
 		}
 		if n := gauge(t, reg, "fleetd_seal_unknown_key_devices"); n != 1 {
@@ -215,7 +215,7 @@ func TestKeyRotation(t *testing.T) {
 	if _, err := s.Requests.ReconcileAll(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if c := ring(old).Verify(12, inv.Get(12).Owned, inv.Get(12).Seal); c.Result != SealValid {
+	if c := ring(old).Verify(12, inv.Get(12).Owned, inv.Get(12).Seal); c.Result != fleet.SealValid {
 		t.Fatalf("step 1 resealed the device: %+v", c)
 	}
 	// 2. The new key signs: the reconcile seals the idle device again with it.
@@ -235,7 +235,7 @@ func TestKeyRotation(t *testing.T) {
 	// 3. The old key dropped: the idle device is still fleetd's.
 	s = newRegisteredService(inv, prometheus.NewRegistry(), ring(next))
 	d, err := s.ReadDevice(ctx, 12)
-	if err != nil || d.Trust.Verdict != VerdictTrusted || d.Owned.State != StateWiped {
+	if err != nil || d.Trust.Verdict != fleet.VerdictTrusted || d.Owned.State != fleet.StateWiped {
 		t.Errorf("after the rotation: %s (%s), state %s, %v; want trusted", d.Trust.Verdict, d.Trust.Reason, d.Owned.State, err)
 	}
 	// A key lost for good (docs/operate.md, "Backup and recovery"): the owner clears fleet_seal,
@@ -248,18 +248,18 @@ func TestKeyRotation(t *testing.T) {
 		if _, err := s.Requests.Reconcile(ctx, 12); !isRefusal(err, "seal_key_unknown") {
 			t.Fatalf("before the seal is cleared: %v, want seal_key_unknown", err)
 		}
-		inv.WriteAs(fleettest.Owner, 12, func(d *Device) { d.Seal = "" })
+		inv.WriteAs(fleettest.Owner, 12, func(d *fleet.Device) { d.Seal = "" })
 		if _, err := s.Requests.ReconcileAll(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if got := inv.Get(12); got.Owned.State != StateUntrusted || got.Owned.Request != "" {
+		if got := inv.Get(12); got.Owned.State != fleet.StateUntrusted || got.Owned.Request != "" {
 			t.Fatalf("after the seal was cleared: %+v, want untrusted with everything else cleared", got.Owned)
 		}
-		inv.WriteAs(fleettest.Owner, 12, func(d *Device) { d.Declared.DesiredAction = ActionProvision })
+		inv.WriteAs(fleettest.Owner, 12, func(d *fleet.Device) { d.Declared.DesiredAction = fleet.ActionProvision })
 		if out, err := s.Requests.Reconcile(ctx, 12); err != nil || out.Result != "accepted" {
 			t.Fatalf("the owner's provision: %+v, %v", out, err)
 		}
-		if got := inv.Get(12); got.Owned.State != StatePending || ring(next).Verify(12, got.Owned, got.Seal).Result != SealValid {
+		if got := inv.Get(12); got.Owned.State != fleet.StatePending || ring(next).Verify(12, got.Owned, got.Seal).Result != fleet.SealValid {
 			t.Errorf("after the owner's provision: fleet_state %s, seal %q; want pending, sealed with k2", got.Owned.State, got.Seal)
 		}
 	})
@@ -267,7 +267,7 @@ func TestKeyRotation(t *testing.T) {
 
 // isRefusal reports whether err is a refusal with code.
 func isRefusal(err error, code string) bool {
-	r, ok := AsRefusal(err)
+	r, ok := fleet.AsRefusal(err)
 	return ok && r.Code == code
 }
 
@@ -284,8 +284,8 @@ func TestEveryWriteChangesTheSeal(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, wrote, err := s.UpdateIfMatch(context.Background(), d, func(Device) (Patch, bool, error) {
-			return Patch{Message: &msg}, true, nil
+		if _, wrote, err := s.UpdateIfMatch(context.Background(), d, func(fleet.Device) (fleet.Patch, bool, error) {
+			return fleet.Patch{Message: &msg}, true, nil
 		}); err != nil || !wrote {
 			t.Fatalf("write: %v, %v", wrote, err)
 		}

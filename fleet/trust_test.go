@@ -8,24 +8,24 @@ import (
 	"testing"
 	"time"
 
-	. "github.com/folly-infra/fleetd/fleet"
+	"github.com/folly-infra/fleetd/fleet"
 	"github.com/folly-infra/fleetd/fleet/fleettest"
 )
 
 // activeNode is an active provision's owned values: what a wiped machine's copy would bring back.
-func activeNode() Device {
+func activeNode() fleet.Device {
 	d := fleettest.Declared(12, "node-a")
-	d.Status = StatusActive
-	d.Owned = Owned{State: StateActive, Request: "provision-aaaaaaaa", Workflow: "node-a-provision-aaaaaaaa",
+	d.Status = fleet.StatusActive
+	d.Owned = fleet.Owned{State: fleet.StateActive, Request: "provision-aaaaaaaa", Workflow: "node-a-provision-aaaaaaaa",
 		LDevIDSerial: "0a01", LAKSerial: "0b01", Message: "Delivered."}
 	return attested(d)
 }
 
 // wipedNode is the same device after its wipe: the identity and the serials cleared.
-func wipedNode() Device {
+func wipedNode() fleet.Device {
 	d := fleettest.Declared(12, "node-a")
-	d.Status = StatusOffline
-	d.Owned = Owned{State: StateWiped, Request: "wipe-bbbbbbbb", Workflow: "node-a-wipe-bbbbbbbb", Message: "Workflow succeeded: disk wiped."}
+	d.Status = fleet.StatusOffline
+	d.Owned = fleet.Owned{State: fleet.StateWiped, Request: "wipe-bbbbbbbb", Workflow: "node-a-wipe-bbbbbbbb", Message: "Workflow succeeded: disk wiped."}
 	return d
 }
 
@@ -35,44 +35,46 @@ func wipedNode() Device {
 // (Trust.Read) and Owned is zero — and fleetd's newest own write in the log, its seal verified, is
 // what a repair would put back.
 func TestTrust(t *testing.T) {
-	other, _ := NewSealKeys(SealKey{ID: "k9", Secret: []byte(strings.Repeat("9", 32))})
+	other, _ := fleet.NewSealKeys(fleet.SealKey{ID: "k9", Secret: []byte(strings.Repeat("9", 32))})
 	rows := []struct {
 		name        string
 		setup       func(inv *fleettest.NetBox)
-		want        Verdict
-		wantRestore State  // "" = no restore source
-		wantWriter  string // "" = none named
+		want        fleet.Verdict
+		wantRestore fleet.State // "" = no restore source
+		wantWriter  string      // "" = none named
 		wantReason  string
 	}{
 		{name: "ok/sealed, and fleetd saved it last", setup: func(inv *fleettest.NetBox) { inv.Set(wipedNode()) },
-			want: VerdictTrusted, wantReason: "sealed by fleetd, which wrote them last"},
+			want: fleet.VerdictTrusted, wantReason: "sealed by fleetd, which wrote them last"},
 		{name: "ok/sealed, and no save within the change log touched it", setup: func(inv *fleettest.NetBox) {},
-			want: VerdictTrusted, wantReason: "no save within NetBox's change log touched them"},
+			want: fleet.VerdictTrusted, wantReason: "no save within NetBox's change log touched them"},
 		{name: "ok/the owner's own fields saved since", setup: func(inv *fleettest.NetBox) {
 			inv.Set(wipedNode())
-			inv.WriteAs("admin", 12, func(d *Device) { d.Declared.DesiredAction, d.Declared.DiskSerial = ActionProvision, "S-NEW" })
-		}, want: VerdictTrusted},
+			inv.WriteAs("admin", 12, func(d *fleet.Device) {
+				d.Declared.DesiredAction, d.Declared.DiskSerial = fleet.ActionProvision, "S-NEW"
+			})
+		}, want: fleet.VerdictTrusted},
 		{name: "ok/unsealed values fleetd saved last (before the upgrade)", setup: func(inv *fleettest.NetBox) {
-			inv.WriteAs(fleettest.ServiceUser, 12, func(d *Device) { d.Seal = "" })
-		}, want: VerdictUnsealed, wantReason: "fleetd wrote them last"},
+			inv.WriteAs(fleettest.ServiceUser, 12, func(d *fleet.Device) { d.Seal = "" })
+		}, want: fleet.VerdictUnsealed, wantReason: "fleetd wrote them last"},
 		{name: "ok/unsealed values older than the change log", setup: func(inv *fleettest.NetBox) {
-			inv.WriteAs(fleettest.ServiceUser, 12, func(d *Device) { d.Seal = "" })
+			inv.WriteAs(fleettest.ServiceUser, 12, func(d *fleet.Device) { d.Seal = "" })
 			inv.TrimHistory(testEpoch.Add(time.Hour))
-		}, want: VerdictUnsealed, wantReason: "no save within NetBox's change log touched them"},
+		}, want: fleet.VerdictUnsealed, wantReason: "no save within NetBox's change log touched them"},
 		{name: "refuse/unsealed values another user saved last (forged before the upgrade)", setup: func(inv *fleettest.NetBox) {
-			inv.WriteAs(fleettest.ServiceUser, 12, func(d *Device) { d.Seal = "" })
-			inv.WriteAs("admin", 12, func(d *Device) { d.Owned.LAKSerial = "0bad" })
-		}, want: VerdictUntrusted, wantWriter: "admin"},
+			inv.WriteAs(fleettest.ServiceUser, 12, func(d *fleet.Device) { d.Seal = "" })
+			inv.WriteAs("admin", 12, func(d *fleet.Device) { d.Owned.LAKSerial = "0bad" })
+		}, want: fleet.VerdictUntrusted, wantWriter: "admin"},
 		{name: "refuse/a value changed under fleetd's seal", setup: func(inv *fleettest.NetBox) {
 			inv.Set(activeNode())
-			inv.WriteAs("admin", 12, func(d *Device) { d.Owned.LAKSerial = "0bad" })
-		}, want: VerdictUntrusted, wantRestore: StateActive, wantWriter: "admin", wantReason: "written by admin"},
+			inv.WriteAs("admin", 12, func(d *fleet.Device) { d.Owned.LAKSerial = "0bad" })
+		}, want: fleet.VerdictUntrusted, wantRestore: fleet.StateActive, wantWriter: "admin", wantReason: "written by admin"},
 		{name: "refuse/a seal fleetd once wrote, copied back with its values (a replay)", setup: func(inv *fleettest.NetBox) {
 			inv.Set(activeNode())
 			old := inv.Get(12)
 			inv.Set(wipedNode())
 			saveCopy(inv, "admin", old)
-		}, want: VerdictUntrusted, wantRestore: StateWiped, wantWriter: "admin"},
+		}, want: fleet.VerdictUntrusted, wantRestore: fleet.StateWiped, wantWriter: "admin"},
 		{name: "refuse/fleetd's current values saved back by another user (the second of two saves)", setup: func(inv *fleettest.NetBox) {
 			inv.Set(activeNode())
 			old := inv.Get(12)
@@ -80,14 +82,14 @@ func TestTrust(t *testing.T) {
 			cur := inv.Get(12)
 			saveCopy(inv, "admin", old)
 			saveCopy(inv, "admin", cur)
-		}, want: VerdictUntrusted, wantRestore: StateWiped, wantWriter: "admin"},
+		}, want: fleet.VerdictUntrusted, wantRestore: fleet.StateWiped, wantWriter: "admin"},
 		{name: "refuse/another device's seal and values", setup: func(inv *fleettest.NetBox) {
 			o := inv.Get(13)
-			inv.WriteAs("admin", 12, func(d *Device) { d.Owned, d.Seal = o.Owned, o.Seal })
-		}, want: VerdictUntrusted, wantWriter: "admin", wantReason: "fleet_seal is not fleetd's seal of these values"},
+			inv.WriteAs("admin", 12, func(d *fleet.Device) { d.Owned, d.Seal = o.Owned, o.Seal })
+		}, want: fleet.VerdictUntrusted, wantWriter: "admin", wantReason: "fleet_seal is not fleetd's seal of these values"},
 		{name: "refuse/a key this fleetd does not have", setup: func(inv *fleettest.NetBox) {
-			inv.WriteAs(fleettest.ServiceUser, 12, func(d *Device) { d.Seal = other.Seal(12, d.Owned, testEpoch) })
-		}, want: VerdictUnknownKey, wantReason: "names key k9, which this fleetd is not configured with"},
+			inv.WriteAs(fleettest.ServiceUser, 12, func(d *fleet.Device) { d.Seal = other.Seal(12, d.Owned, testEpoch) })
+		}, want: fleet.VerdictUnknownKey, wantReason: "names key k9, which this fleetd is not configured with"},
 	}
 	for _, r := range rows {
 		t.Run(r.name, func(t *testing.T) {
@@ -125,7 +127,7 @@ func TestTrust(t *testing.T) {
 	})
 }
 
-func ownedIsEmpty(o Owned) bool {
+func ownedIsEmpty(o fleet.Owned) bool {
 	return o.State == "" && o.Request == "" && o.LAKSerial == "" && o.Identity.Empty()
 }
 
@@ -137,13 +139,13 @@ type staleHistory struct {
 	reads atomic.Int32
 }
 
-func (s *staleHistory) DeviceHistory(ctx context.Context, id int64, until func(DeviceChange) bool) ([]DeviceChange, error) {
+func (s *staleHistory) DeviceHistory(ctx context.Context, id int64, until func(fleet.DeviceChange) bool) ([]fleet.DeviceChange, error) {
 	if s.reads.Add(1) > 1 {
 		return s.NetBox.DeviceHistory(ctx, id, until)
 	}
 	all := s.NetBox.Changes(id)
 	all = all[:len(all)-s.drop]
-	var out []DeviceChange
+	var out []fleet.DeviceChange
 	for i := len(all) - 1; i >= 0; i-- {
 		if out = append(out, all[i]); until(all[i]) {
 			break
@@ -171,7 +173,7 @@ func TestTrustReadsTheLogAgain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.Trust.Verdict != VerdictUntrusted || d.Trust.Writer != "admin" || stale.reads.Load() != 2 {
+	if d.Trust.Verdict != fleet.VerdictUntrusted || d.Trust.Writer != "admin" || stale.reads.Load() != 2 {
 		t.Errorf("after a log read that missed the last saves: %s by %q with %d log reads, want untrusted by admin after a second read",
 			d.Trust.Verdict, d.Trust.Writer, stale.reads.Load())
 	}

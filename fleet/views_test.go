@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	. "github.com/folly-infra/fleetd/fleet"
+	"github.com/folly-infra/fleetd/fleet"
 	"github.com/folly-infra/fleetd/fleet/fleettest"
 )
 
@@ -15,16 +15,16 @@ func TestViewReportsMissingBootChecks(t *testing.T) {
 	now := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
 	rows := []struct {
 		name    string
-		state   State
-		status  Status
+		state   fleet.State
+		status  fleet.Status
 		last    time.Duration // how long ago the last check was; 0 = never
 		missing bool
 	}{
-		{"ok/checked an hour ago", StateActive, StatusActive, time.Hour, false},
-		{"refuse/checked three hours ago: missing", StateActive, StatusActive, 3 * time.Hour, true},
-		{"ok/decommissioning nodes are not expected to check", StateActive, StatusDecommissioning, 3 * time.Hour, false},
-		{"ok/not active", StateWiped, StatusOffline, 3 * time.Hour, false},
-		{"ok/never checked (the none-status alert covers it)", StateActive, StatusActive, 0, false},
+		{"ok/checked an hour ago", fleet.StateActive, fleet.StatusActive, time.Hour, false},
+		{"refuse/checked three hours ago: missing", fleet.StateActive, fleet.StatusActive, 3 * time.Hour, true},
+		{"ok/decommissioning nodes are not expected to check", fleet.StateActive, fleet.StatusDecommissioning, 3 * time.Hour, false},
+		{"ok/not active", fleet.StateWiped, fleet.StatusOffline, 3 * time.Hour, false},
+		{"ok/never checked (the none-status alert covers it)", fleet.StateActive, fleet.StatusActive, 0, false},
 	}
 	for _, r := range rows {
 		t.Run(r.name, func(t *testing.T) {
