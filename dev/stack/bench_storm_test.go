@@ -21,7 +21,7 @@ const (
 
 // BenchmarkProvisionStorm is the decision side of the provision storm in one process: 500
 // devices whose owner asked for a provision at once are decided by 16 workers, as fleetd's
-// webhook workers decide the queued webhooks (fleet.Service.Reconcile: the device read, the
+// webhook workers decide the queued webhooks (fleet.Requests.Reconcile: the device read, the
 // change log, the claim, the journal entry, the Hardware and the Workflow), against a NetBox
 // emulator that answers each request after 25 ms and the stack's Kubernetes API, with fleetd's
 // own Kubernetes client limits. It reports the p50 and p99 of the time from the storm's start to

@@ -115,7 +115,7 @@ func waitCreated(b *testing.B, ch <-chan created, id int64) time.Time {
 	}
 }
 
-// BenchmarkReconcile1000 measures one full periodic reconcile (fleet.Service.ReconcileAll, what
+// BenchmarkReconcile1000 measures one full periodic reconcile (fleet.Requests.ReconcileAll, what
 // fleetd runs every reconcile.interval) over 1,000 declared devices, in-process against a NetBox
 // emulator of its own and the stack's Kubernetes API. In-process, because one run is timed
 // exactly; fleetd's metrics count runs (fleetd_reconcile_runs_total) but do not time them.
