@@ -65,11 +65,11 @@ type Deps struct {
 	DeviceRegistry prometheus.Registerer
 }
 
-// Service is the orchestration of docs/design.md §1, one type per use case (the map is in
-// docs/design.md, "Packages"): it takes requests from NetBox, drives them through the lifecycle,
-// and records every decision in NetBox. The use cases share one core (core.go) and each holds
-// only the ports it calls; callers take the use case they need, not the whole. It keeps no state
-// of its own beyond the per-device locks, which only spare it conflicting writes, and caches of
+// Service is the orchestration of docs/design.md §1, one type per use case (docs/design.md, "The
+// domain by use case"): it takes requests from NetBox, drives them through the lifecycle, and
+// records every decision in NetBox. The use cases share one core (core.go) and each holds only
+// the ports it calls; callers take the use case they need, not the whole. It keeps no state of
+// its own beyond the per-device locks, which only spare it conflicting writes, and caches of
 // NetBox that decide nothing (the address index, the last replayed boots): every decision is a
 // conditional write in NetBox, so several instances may serve at once (docs/design.md §9).
 type Service struct {
@@ -86,7 +86,7 @@ type Service struct {
 func NewService(cfg Config, deps Deps) (*Service, error) {
 	switch {
 	case deps.NetBox == nil:
-		return nil, errors.New("new service: no inventory")
+		return nil, errors.New("new service: no NetBox (Deps.NetBox)")
 	case deps.Installer == nil:
 		return nil, errors.New("new service: no installer")
 	case deps.Clock == nil:
@@ -119,8 +119,8 @@ func NewService(cfg Config, deps Deps) (*Service, error) {
 		return nil, fmt.Errorf("new service: %w", err)
 	}
 	addrs := newAddrIndex()
-	inv := trustedNetBox{NetBox: cappedNetBox{indexedNetBox{NetBox: deps.NetBox, idx: addrs}}, keys: deps.Seal, self: cfg.ServiceUser}
-	c := &core{netbox: inv, clock: deps.Clock, log: deps.Logger, metrics: m, keys: deps.Seal}
+	nb := trustedNetBox{NetBox: cappedNetBox{indexedNetBox{NetBox: deps.NetBox, idx: addrs}}, keys: deps.Seal, self: cfg.ServiceUser}
+	c := &core{netbox: nb, clock: deps.Clock, log: deps.Logger, metrics: m, keys: deps.Seal}
 	rnd := &lockedReader{r: deps.Random}
 	refusals := &lastRefusals{}
 	afterSweep := cfg.AfterSweep
