@@ -10,7 +10,7 @@ import (
 // core is what every use case shares: NetBox's devices, read judged and written sealed
 // (trust.go, repair.go), the conditional write (conditional.go), the per-device locks, the clock,
 // and the decision log, the journal and the metrics every decision feeds. It holds no port a use
-// case alone calls: each use-case type adds its own (docs/design.md, "Packages").
+// case alone calls: each use-case type adds its own (docs/design.md, "The domain by use case").
 type core struct {
 	netbox   trustedNetBox // every read judged (trust.go), every write sealed (repair.go)
 	clock    Clock

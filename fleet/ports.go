@@ -107,7 +107,7 @@ type Installer interface {
 }
 
 // WorkflowLister is an Installer that can read all of fleetd's Workflows at once. When the
-// Installer has it, the periodic reconcile (ReconcileAll) reads every Workflow in one listing
+// Installer has it, the periodic reconcile (Requests.ReconcileAll) reads every Workflow in one listing
 // instead of one read per running request; a Workflow missing from the listing (created since)
 // is read on its own.
 //

@@ -277,11 +277,11 @@ func (t trustedNetBox) Devices(ctx context.Context) ([]Device, error) {
 	return ds, err
 }
 
-// Update refuses an unsealed write: every write of fleetd's carries its seal (Service.update).
+// Update refuses an unsealed write: every write of fleetd's carries its seal (core.update).
 // The answer is fleetd's own write, judged on its seal.
 func (t trustedNetBox) Update(ctx context.Context, id int64, p Patch) (Device, error) {
 	if p.Seal == "" {
-		return Device{}, fmt.Errorf("update device %d: the write carries no seal (a fleetd bug: every write goes through Service.update)", id)
+		return Device{}, fmt.Errorf("update device %d: the write carries no seal (a fleetd bug: every write goes through core.update)", id)
 	}
 	d, err := t.NetBox.Update(ctx, id, p)
 	if err != nil {
