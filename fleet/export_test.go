@@ -6,12 +6,12 @@ import "context"
 
 // UpdateIfMatch is the service's conditional, sealed write (conditional.go).
 func (s *Service) UpdateIfMatch(ctx context.Context, d Device, decide Decide) (Device, bool, error) {
-	return s.core.updateIfMatch(ctx, d, decide)
+	return s.Requests.core.updateIfMatch(ctx, d, decide)
 }
 
 // ReadDevice reads a device as every decision does: with its change log, judged (trust.go).
 func (s *Service) ReadDevice(ctx context.Context, id int64) (Device, error) {
-	return s.core.netbox.Device(ctx, id)
+	return s.Requests.core.netbox.Device(ctx, id)
 }
 
 // CheckOwnedFields is the change-log backstop's check of one device (foreign.go).

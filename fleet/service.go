@@ -79,7 +79,6 @@ type Service struct {
 	Requests   *Requests
 	Review     *Review
 	Views      *Views
-	core       *core // what the use cases share (the package's tests read devices through it)
 }
 
 // NewService checks the dependencies and builds every use case on one core.
@@ -127,7 +126,7 @@ func NewService(cfg Config, deps Deps) (*Service, error) {
 	if afterSweep == nil {
 		afterSweep = func() {}
 	}
-	s := &Service{core: c}
+	s := &Service{}
 	s.Enrollment = &Enrollment{core: c, catalog: deps.Catalog, attest: deps.Attest, rnd: rnd, renderer: deps.Renderer,
 		refusals: refusals, configTTL: cfg.ConfigTTL}
 	s.Delivery = &Delivery{core: c, catalog: deps.Catalog, renderer: deps.Renderer, addrs: addrs}
