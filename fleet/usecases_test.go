@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -16,16 +17,22 @@ import (
 // case"): a type past it is doing more than one use case's work.
 const maxMethods = 25
 
+// useCase is one line of docs/design.md's use-case map.
+type useCase struct {
+	deps    []string
+	methods int
+}
+
 // readUseCaseMap reads the text block under docs/design.md's "### The domain by use case": one
-// line per type, "Type → dependency ... description".
-func readUseCaseMap(t *testing.T, path string) map[string][]string {
+// line per type, "Type → dependency ... description (methods)".
+func readUseCaseMap(t *testing.T, path string) map[string]useCase {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	m := map[string][]string{}
+	m := map[string]useCase{}
 	section, block := false, false
 	for sc := bufio.NewScanner(f); sc.Scan(); {
 		line := sc.Text()
@@ -48,7 +55,12 @@ func readUseCaseMap(t *testing.T, path string) map[string][]string {
 				}
 				deps = append(deps, w)
 			}
-			m[strings.TrimSpace(name)] = deps
+			open := strings.LastIndex(rest, "(")
+			n, err := strconv.Atoi(strings.TrimSuffix(rest[open+1:], ")"))
+			if open < 0 || err != nil {
+				t.Fatalf("%s: use-case line %q does not end with its count of methods in parentheses", path, line)
+			}
+			m[strings.TrimSpace(name)] = useCase{deps: deps, methods: n}
 		}
 	}
 	t.Fatalf("%s has no use-case map (a ```text block under \"### The domain by use case\")", path)
@@ -135,7 +147,7 @@ func TestUseCaseMap(t *testing.T) {
 		}
 		return "", false
 	}
-	for typ, deps := range want {
+	for typ, uc := range want {
 		fs, ok := fields[typ]
 		if !ok {
 			t.Errorf("docs/design.md's use-case map names %s, which is not a struct of package fleet", typ)
@@ -151,9 +163,12 @@ func TestUseCaseMap(t *testing.T) {
 			}
 		}
 		slices.Sort(got)
-		w := slices.Sorted(slices.Values(deps))
+		w := slices.Sorted(slices.Values(uc.deps))
 		if !slices.Equal(got, w) {
 			t.Errorf("%s holds %v, docs/design.md's use-case map says %v: change the one that is wrong", typ, got, w)
+		}
+		if n := len(methods[typ]); n != uc.methods {
+			t.Errorf("%s has %d methods, docs/design.md's use-case map says %d", typ, n, uc.methods)
 		}
 	}
 	for typ, ms := range methods {
