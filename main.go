@@ -5,6 +5,7 @@
 //	fleetd check --config fleetd.yaml     validate the config, classes.json and netbox-webhooks.yaml
 //	fleetd enroll [flags]                 the HookOS agent (first action of every Workflow)
 //	fleetd wipe-receipt [flags]           the HookOS agent after a wipe's erase: the TPM's receipt
+//	fleetd talos-meta [flags]             the HookOS agent after a Talos image write: the fetch secret into META
 //	fleetd boot-check [flags]             the running node's hourly boot check
 //	fleetd plan DEVICE [--action A]       what fleetd would do for a device's request, writing nothing
 //	fleetd inventory check [DEVICE...]    NetBox's declaration against the machines' attested facts
@@ -39,6 +40,7 @@ commands:
   check --config FILE       validate the config, classes.json and netbox-webhooks.yaml, then exit
   enroll [flags]            HookOS agent: prove the machine's identity and fetch its certificates
   wipe-receipt [flags]      HookOS agent: after a wipe's erase, send the TPM's receipt of it
+  talos-meta [flags]        HookOS agent: after a Talos image write, put the fetch secret into its META
   boot-check [flags]        running node: send the hourly boot check
   policy learn [flags]      add a known-good HookOS netboot to the boot policy
   plan [flags] DEVICE       what fleetd would do for the device's request (or --action); writes nothing
@@ -67,6 +69,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cli.Enroll(ctx, args[1:], stdout, stderr)
 	case "wipe-receipt":
 		return cli.WipeReceipt(ctx, args[1:], stdout, stderr)
+	case "talos-meta":
+		return cli.TalosMeta(ctx, args[1:], stdout, stderr)
 	case "boot-check":
 		return cli.BootCheck(ctx, args[1:], stdout, stderr)
 	case "policy":

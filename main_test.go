@@ -15,6 +15,7 @@ var commands = []struct {
 	{[]string{"check"}, "-skip-files"},
 	{[]string{"enroll"}, "-device"},
 	{[]string{"wipe-receipt"}, "-workflow-dir"},
+	{[]string{"talos-meta"}, "-devfs"},
 	{[]string{"boot-check"}, "-install-only"},
 	{[]string{"policy"}, "usage: fleetd policy learn"},
 	{[]string{"policy", "learn"}, "-event-log"},
@@ -82,6 +83,7 @@ func TestMisuse(t *testing.T) {
 		{[]string{"inventory", "list"}, `unknown subcommand "list"`},
 		{[]string{"enroll", "surplus"}, `unexpected arguments [\"surplus\"]`},
 		{[]string{"wipe-receipt", "surplus"}, `unexpected arguments [\"surplus\"]`},
+		{[]string{"talos-meta", "surplus"}, `unexpected arguments [\"surplus\"]`},
 	} {
 		t.Run("refuse/"+strings.Join(tc.args, " "), func(t *testing.T) {
 			var out, errOut bytes.Buffer

@@ -51,13 +51,15 @@ type ReceiptResponse struct {
 
 // The agent image's entrypoint is `fleetd enroll`, and a Tinkerbell action cannot change an
 // image's entrypoint: an action says what the agent does in its environment. AgentActionEnv is
-// AgentActionEnroll on the first action of every Template (fleetd's Template check requires it)
-// and AgentActionWipeReceipt on a wipe's or retirement's receipt step, which `fleetd enroll`
-// hands to `fleetd wipe-receipt`.
+// AgentActionEnroll on the first action of every Template (fleetd's Template check requires it),
+// AgentActionWipeReceipt on a wipe's or retirement's receipt step, which `fleetd enroll` hands to
+// `fleetd wipe-receipt`, and AgentActionTalosMeta on a Talos provision's step after the image
+// write, which it hands to `fleetd talos-meta`.
 const (
 	AgentActionEnv         = "FLEETD_ACTION"
 	AgentActionEnroll      = "enroll"
 	AgentActionWipeReceipt = "wipe-receipt"
+	AgentActionTalosMeta   = "talos-meta"
 )
 
 // WipeResultFile is the file of the Workflow's shared directory where the wipe program reports

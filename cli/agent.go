@@ -17,17 +17,20 @@ import (
 
 // Enroll is the HookOS agent, the first action of every Workflow (agent/README.md has its flags,
 // environment and exit codes). It is the agent image's entrypoint, so an action whose
-// FLEETD_ACTION is wipe-receipt runs `fleetd wipe-receipt` through it; any other FLEETD_ACTION
-// but enroll (or none) is refused, so a misspelt receipt step fails loudly instead of enrolling.
+// FLEETD_ACTION is wipe-receipt runs `fleetd wipe-receipt` through it, and one whose
+// FLEETD_ACTION is talos-meta `fleetd talos-meta`; any other FLEETD_ACTION but enroll (or none)
+// is refused, so a misspelt step fails loudly instead of enrolling.
 func Enroll(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch a := os.Getenv(api.AgentActionEnv); a {
 	case api.AgentActionWipeReceipt:
 		return WipeReceipt(ctx, args, stdout, stderr)
+	case api.AgentActionTalosMeta:
+		return TalosMeta(ctx, args, stdout, stderr)
 	case "", api.AgentActionEnroll:
 	default:
 		log := agentLog(stderr, "enroll")
-		return agentExit(log, "enroll", &agent.UsageError{Msg: fmt.Sprintf("%s=%.40q: the agent runs %s or %s",
-			api.AgentActionEnv, a, api.AgentActionEnroll, api.AgentActionWipeReceipt)})
+		return agentExit(log, "enroll", &agent.UsageError{Msg: fmt.Sprintf("%s=%.40q: the agent runs %s, %s or %s",
+			api.AgentActionEnv, a, api.AgentActionEnroll, api.AgentActionWipeReceipt, api.AgentActionTalosMeta)})
 	}
 	log := agentLog(stderr, "enroll")
 	var usage bytes.Buffer
@@ -56,6 +59,22 @@ func WipeReceipt(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		err = agent.WipeReceipt(ctx, cfg)
 	}
 	return agentExit(log, "wipe-receipt", err)
+}
+
+// TalosMeta puts a Talos provision's fetch secret into the written disk's META, after the image
+// write (agent/README.md, docs/operate.md "The Talos META step").
+func TalosMeta(_ context.Context, args []string, stdout, stderr io.Writer) int {
+	log := agentLog(stderr, "talos-meta")
+	var usage bytes.Buffer
+	cfg, err := agent.ParseTalosMetaArgs(args, os.Getenv, &usage)
+	if code, done := agentUsage(err, &usage, stdout, stderr); done {
+		return code
+	}
+	if err == nil {
+		cfg.Log = log
+		err = agent.TalosMeta(cfg)
+	}
+	return agentExit(log, "talos-meta", err)
 }
 
 // BootCheck is the node's hourly boot check (docs/boot-checks.md has its flags and exit codes).

@@ -31,13 +31,17 @@ func TestAgentFailureLineIsJSON(t *testing.T) {
 		// through FLEETD_ACTION, and a misspelt action is refused instead of enrolling again.
 		{name: "enroll/as the receipt step", args: []string{"enroll", "--fleetd-url", "https://127.0.0.1:1", "--workflow-dir", t.TempDir()},
 			action: "wipe-receipt", cmd: "wipe-receipt", want: "receipt.json is missing", allJSON: true, code: 1},
+		{name: "talos-meta/no authorized disk", args: []string{"talos-meta", "--workflow-dir", t.TempDir()},
+			want: "fleetd enroll authorized no disk", allJSON: true, code: 1},
+		{name: "enroll/as the Talos META step", args: []string{"enroll", "--workflow-dir", t.TempDir()},
+			action: "talos-meta", cmd: "talos-meta", want: "fleetd enroll authorized no disk", allJSON: true, code: 1},
 		{name: "enroll/a misspelt action", args: []string{"enroll"}, action: "wipe_receipt", want: `FLEETD_ACTION="wipe_receipt"`, allJSON: true, code: 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv("FLEETD_ACTION", tc.action)
 			var stdout, stderr bytes.Buffer
 			agent := map[string]func(context.Context, []string, io.Writer, io.Writer) int{
-				"enroll": Enroll, "boot-check": BootCheck, "wipe-receipt": WipeReceipt}[tc.args[0]]
+				"enroll": Enroll, "boot-check": BootCheck, "wipe-receipt": WipeReceipt, "talos-meta": TalosMeta}[tc.args[0]]
 			code := agent(context.Background(), tc.args[1:], &stdout, &stderr)
 			if code == 0 || tc.code != 0 && code != tc.code {
 				t.Fatalf("fleetd %v exited %d, want %d; stderr:\n%s", tc.args, code, tc.code, stderr.String())

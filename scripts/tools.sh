@@ -35,6 +35,7 @@ versions() {
 	tink-worker v0.12.2 opt-in
 	golangci-lint v2.15.0 opt-in
 	gremlins v0.6.0 opt-in
+	talos-meta v1.11.5-fleetd1
 	EOF
 }
 
@@ -109,6 +110,24 @@ build_one() {
 		modcopy github.com/go-gremlins/gremlins "$2" "$work"
 		(cd "$work" && CGO_ENABLED=0 "$GO" build -trimpath -buildvcs=false \
 			-ldflags "-s -w -X main.version=${2#v}" -o "$3/gremlins" ./cmd/gremlins)
+		;;
+	talos-meta)
+		# Talos's own META reader (interop/talosmeta/main.go), which the tests hold fleetd's META
+		# writer against. Go lets only a package under internal/pkg/meta/ import Talos's ADV
+		# package, so the program is built inside a copy of the talos module; that module's
+		# go.mod replaces pkg/machinery with ./pkg/machinery, a module of its own that the talos
+		# module's zip leaves out, so its copy goes there. The module's go.work names Talos's
+		# development modules, which the zip leaves out too: the build runs without it. The
+		# version's -fleetdN suffix is the program's own revision (the cache is keyed by the
+		# version): raise it with every change of interop/talosmeta/main.go.
+		tv=${2%%-fleetd*}
+		modcopy github.com/siderolabs/talos "$tv" "$work"
+		rm -rf "$work/pkg/machinery"
+		mkdir -p "$work/pkg/machinery" "$work/internal/pkg/meta/fleetdread"
+		modcopy github.com/siderolabs/talos/pkg/machinery "$tv" "$work/pkg/machinery"
+		cp "$root/interop/talosmeta/main.go" "$work/internal/pkg/meta/fleetdread/main.go"
+		(cd "$work" && GOWORK=off CGO_ENABLED=0 "$GO" build -trimpath -buildvcs=false -ldflags "-s -w" \
+			-o "$3/talos-meta" ./internal/pkg/meta/fleetdread)
 		;;
 	*) echo "tools.sh: no build recipe for '$1'" >&2; exit 2 ;;
 	esac
