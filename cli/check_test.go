@@ -107,7 +107,9 @@ func TestCheckWithoutCloudInit(t *testing.T) {
 // TestCheckTemplates: with --templates, fleetd check renders every Template a class names as
 // fleetd renders it for a request and applies the Template checks; a wipe or retirement Template
 // without the receipt step is named with what to add, so that an upgrade does not leave every
-// wipe unconfirmed (docs/operate.md, "The wipe receipt step"). It renders them as the Tinkerbell
+// wipe unconfirmed (docs/operate.md, "The wipe receipt step"), and a Talos provision Template
+// without its META step, whose nodes would never be served their configuration (docs/operate.md,
+// "The Talos META step"). It renders them as the Tinkerbell
 // the config names does (kubernetes.tinkerbell_version): a function v0.25's controller lacks is
 // refused with that controller's reason, and passes for a site on v0.12 (docs/operate.md,
 // "Tinkerbell").
@@ -185,6 +187,10 @@ func TestCheckTemplates(t *testing.T) {
 			1, []string{`class "alpine-edge", "nixos-builder", "talos-cp", "talos-worker", "ubuntu-lab": wipe: Template wipe: ` + strings.ReplaceAll(noReceipt, "%s", "wipe")}},
 		{"refuse/a retirement Template whose receipt step is misspelt", "", site(t, edit("retire.yaml", "FLEETD_ACTION: wipe-receipt", "FLEETD_ACTION: wipe_receipt")),
 			1, []string{`"talos-worker", "ubuntu-lab": retire: Template retire: ` + strings.ReplaceAll(noReceipt, "%s", "retire")}},
+		{"refuse/a Talos provision Template without the META step (a site's from before it)", "", site(t, edit("talos-provision.yaml", "FLEETD_ACTION: talos-meta", "FLEETD_ACTION_UNUSED: talos-meta")),
+			1, []string{`class "talos-cp", "talos-worker": provision: Template talos-provision: no action after the agent has FLEETD_ACTION=talos-meta in the agent's image: ` +
+				"a Talos node fetches its configuration with the fetch secret as its URL's code, which Talos reads from the disk's META; " +
+				"add right after the image write the action {name: talos-meta, image: ghcr.io/folly-infra/fleetd-agent:v0.1.0, timeout: 120, environment: {FLEETD_ACTION: talos-meta}}"}},
 		{"refuse/a Template a class names is not there", "", site(t, func(dir string) { _ = os.Remove(filepath.Join(dir, "attest.yaml")) }),
 			1, []string{`"talos-cp", "talos-worker", "ubuntu-lab": its attest Template attest is not in`}},
 		{"refuse/a Template fleetd would refuse for a request", "", site(t, edit("attest.yaml", `FLEETD_REQUEST: "{{.request}}"`, `FLEETD_REQUEST: "attest-old"`)),

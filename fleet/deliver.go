@@ -22,7 +22,7 @@ type ConfigFetch struct {
 	Kind          Kind
 	ClaimedUUID   string
 	ClaimedSerial string // Talos sends ${serial}; logged, not checked (SMBIOS serials are often blank)
-	ClaimedSecret string // the fetch secret the attestation handed out (Fleetd-Fetch-Secret), "" when none is sent
+	ClaimedSecret string // the fetch secret the attestation handed out (Fleetd-Fetch-Secret, or Talos's code=), "" when none is sent
 	RemoteAddr    netip.Addr
 }
 

@@ -82,7 +82,7 @@ func fetchRefusal(d Device, class Class, f ConfigFetch, now time.Time) *Refusal 
 			"the uuid in the query is not the SMBIOS UUID the machine at %s attested with", f.RemoteAddr)
 	case d.Owned.Identity.FetchSecretSHA256 != "" && strings.TrimSpace(f.ClaimedSecret) == "":
 		return Refuse(RefusedForbidden, "fetch_secret_missing",
-			"the fetch from %s presents no fetch secret, and the attestation of %s handed one out: the install must pass the agent's fetch-secret file to the fetch", f.RemoteAddr, d.Name)
+			"the fetch from %s presents no fetch secret, and the attestation of %s handed one out: %s", f.RemoteAddr, d.Name, f.Kind.carrySecret())
 	case d.Owned.Identity.FetchSecretSHA256 != "" && !d.Owned.Identity.MatchesFetchSecret(f.ClaimedSecret):
 		return Refuse(RefusedForbidden, "wrong_fetch_secret",
 			"the fetch secret presented from %s is not the one the attestation of %s handed out", f.RemoteAddr, d.Name)

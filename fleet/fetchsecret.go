@@ -23,15 +23,23 @@ const fetchSecretBytes = 32
 
 // CarriesFetchSecret reports whether a class kind's install can carry a fetch secret to its
 // fetch: a NoCloud seed is fetched in HookOS by the install Workflow itself, right after the
-// agent; a seed image's install writes the secret into the image for its first-boot fetch. A
-// Talos node fetches from the talos.config= URL of its boot image, which every node of the image
-// shares, so no per-node secret can be in it (docs/security.md says what that leaves open).
+// agent; a seed image's install writes the secret into the image for its first-boot fetch; a
+// Talos install writes it into the disk's META partition (`fleetd talos-meta`), from which Talos
+// fills the ${code} of its talos.config= URL. Every kind carries one.
 func (k Kind) CarriesFetchSecret() bool {
 	switch k {
-	case KindCloudInit, KindNixOS, KindAlpine:
+	case KindCloudInit, KindNixOS, KindAlpine, KindTalos:
 		return true
 	}
 	return false
+}
+
+// carrySecret says how a kind's fetch presents the secret, for the refusal of a fetch without one.
+func (k Kind) carrySecret() string {
+	if k == KindTalos {
+		return "the talos.config= URL must carry code=${code}, and the install Template the talos-meta step that writes the secret into the disk's META (docs/operate.md)"
+	}
+	return "the install must pass the agent's fetch-secret file to the fetch"
 }
 
 // newFetchSecret is a fresh secret: 32 random bytes, unpadded base64url (43 characters), so it

@@ -64,7 +64,7 @@ var publicSentences = map[string]string{
 	"address_shared":       "More than one NetBox device has this address as its primary IPv4: give each machine its own address.",
 	"wrong_kind":           "The configuration pending for this machine is of another class kind: fetch it from its own route.",
 	"wrong_uuid":           "The uuid in the query is not the SMBIOS UUID the machine attested with.",
-	"fetch_secret_missing": "The fetch presents no fetch secret, and the machine's attestation handed one out: pass the agent's fetch-secret file to the fetch.",
+	"fetch_secret_missing": "The fetch presents no fetch secret, and the machine's attestation handed one out: pass the agent's fetch-secret file to the fetch (Talos: code=${code} in its talos.config= URL, and the talos-meta step in the Template).",
 	"wrong_fetch_secret":   "The fetch secret is not the one the machine's attestation handed out.",
 	"config_expired":       "The configuration expired before it was fetched: provision the device again.",
 	"config_lost":          "The pending configuration was lost when fleetd restarted: provision the device again.",

@@ -12,7 +12,9 @@ import (
 
 // config serves GET /v1/config/{talos,seed,nocloud.tar}: the node's configuration, once, to the
 // machine that attested with the query's SMBIOS UUID, only from its NetBox address, and with the
-// fetch secret its attestation handed out in the Fleetd-Fetch-Secret header (docs/design.md §6).
+// fetch secret its attestation handed out in the Fleetd-Fetch-Secret header, or, for Talos, which
+// sends no header of its own, in the query's code (Talos fills ${code} from its META, where the
+// install wrote the secret) (docs/design.md §6). The query is not logged.
 // The source address is the TCP peer's; fleetd serves nodes directly, so no forwarding header is
 // trusted.
 func (s *Server) config(kind fleet.Kind) http.Handler {
@@ -24,8 +26,12 @@ func (s *Server) config(kind fleet.Kind) http.Handler {
 			s.nodeError(w, out, fleet.Refuse(fleet.RefusedInvalid, "bad_peer", "fleetd cannot read the request's source address"))
 			return
 		}
+		secret := r.Header.Get(api.HeaderFetchSecret)
+		if kind == fleet.KindTalos && secret == "" {
+			secret = q.Get("code")
+		}
 		f := fleet.ConfigFetch{Kind: kind, ClaimedUUID: q.Get("uuid"), ClaimedSerial: q.Get("serial"),
-			ClaimedSecret: r.Header.Get(api.HeaderFetchSecret), RemoteAddr: remote}
+			ClaimedSecret: secret, RemoteAddr: remote}
 		cfg, out, err := s.deps.Delivery.FetchConfig(r.Context(), f)
 		if err != nil {
 			s.nodeError(w, out, err)

@@ -86,28 +86,48 @@ func provisionNode(t *testing.T, class fleet.Class) provisioned {
 }
 
 // fetchConfig fetches the pending configuration over HTTP, as the node (or, for NoCloud, the
-// install Workflow in HookOS) does, with the fetch secret the agent wrote when there is one.
+// install Workflow in HookOS) does, with the fetch secret the agent wrote: in the
+// Fleetd-Fetch-Secret header, or, for Talos, in the query's code, where Talos puts the value of
+// ${code} its install wrote into META. A Talos fetch without its code is refused first, and
+// consumes nothing.
 func fetchConfig(t *testing.T, base string, kind fleet.Kind, secretFile string) []byte {
 	t.Helper()
+	secret, err := os.ReadFile(secretFile)
+	if err != nil {
+		t.Fatalf("the agent wrote no fetch secret: %v", err)
+	}
 	q := url.Values{"uuid": {machineUUID}}
+	get := func(q url.Values, header string) (int, []byte) {
+		req, err := http.NewRequest(http.MethodGet, base+"/v1/config/"+kind.Route()+"?"+q.Encode(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if header != "" {
+			req.Header.Set(api.HeaderFetchSecret, header)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, body
+	}
+	header := strings.TrimSpace(string(secret))
 	if kind == fleet.KindTalos {
 		q.Set("serial", "SN-1")
+		if code, body := get(q, ""); code != http.StatusForbidden || !strings.Contains(string(body), `"fetch_secret_missing"`) {
+			t.Fatalf("a Talos fetch without code=: %d %s, want 403 fetch_secret_missing", code, body)
+		}
+		q.Set("code", header)
+		header = ""
 	}
-	req, err := http.NewRequest(http.MethodGet, base+"/v1/config/"+kind.Route()+"?"+q.Encode(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if secret, err := os.ReadFile(secretFile); err == nil {
-		req.Header.Set(api.HeaderFetchSecret, strings.TrimSpace(string(secret)))
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("fetch the %s configuration: %d %s %v", kind, resp.StatusCode, body, err)
+	code, body := get(q, header)
+	if code != http.StatusOK {
+		t.Fatalf("fetch the %s configuration: %d %s", kind, code, body)
 	}
 	return body
 }

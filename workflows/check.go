@@ -209,17 +209,35 @@ const (
 	FetchSecretFile = "fetch-secret"
 )
 
+// TalosMetaActionValue marks a Talos provision's META step: the agent image with
+// AgentActionEnv=TalosMetaActionValue runs `fleetd talos-meta`, which writes the fetch secret
+// into the written disk's META, whence Talos fills the ${code} of its talos.config= URL
+// (docs/operate.md, "The Talos META step"). It reads the secret from FetchSecretFile itself.
+const TalosMetaActionValue = api.AgentActionTalosMeta
+
 // CheckFetchSecret refuses a provision Template of a kind whose install carries the fetch
-// secret when no action after the agent has FetchSecretEnv=FetchSecretFile.
+// secret when no action after the agent carries it: for Talos, the agent's image with
+// AgentActionEnv=TalosMetaActionValue; for the other kinds, an action with
+// FetchSecretEnv=FetchSecretFile.
 func CheckFetchSecret(name string, r Rendered, action fleet.Action, kind fleet.Kind) error {
-	if action != fleet.ActionProvision || !kind.CarriesFetchSecret() || len(r.Tasks) != 1 {
+	if action != fleet.ActionProvision || !kind.CarriesFetchSecret() || len(r.Tasks) != 1 || len(r.Tasks[0].Actions) == 0 {
 		return nil
 	}
 	task := r.Tasks[0]
+	agent := task.Actions[0]
 	for _, a := range task.Actions[1:] {
-		if MergedEnv(task, a)[FetchSecretEnv] == FetchSecretFile {
+		env := MergedEnv(task, a)
+		if kind == fleet.KindTalos && env[AgentActionEnv] == TalosMetaActionValue && a.Image == agent.Image {
 			return nil
 		}
+		if kind != fleet.KindTalos && env[FetchSecretEnv] == FetchSecretFile {
+			return nil
+		}
+	}
+	if kind == fleet.KindTalos {
+		return refuse(name, "no action after the agent has %s=%s in the agent's image: a Talos node fetches its configuration with the fetch secret as its URL's code, which Talos reads from the disk's META; add right after the image write "+
+			"the action {name: talos-meta, image: %s, timeout: 120, environment: {%s: %s}}",
+			AgentActionEnv, TalosMetaActionValue, agent.Image, AgentActionEnv, TalosMetaActionValue)
 	}
 	return refuse(name, "no action after the agent has %s=%s: a %s node fetches its configuration with the fetch secret the agent writes there, so an action must carry it to the fetch",
 		FetchSecretEnv, FetchSecretFile, kind)

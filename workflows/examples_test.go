@@ -28,7 +28,7 @@ func TestExampleTemplates(t *testing.T) {
 		action   fleet.Action
 		actions  []string
 	}{
-		{"talos-provision", fleet.KindTalos, fleet.ActionProvision, []string{"fleetd-enroll", "wipe-disk", "write-image", "reboot"}},
+		{"talos-provision", fleet.KindTalos, fleet.ActionProvision, []string{"fleetd-enroll", "wipe-disk", "write-image", "talos-meta", "reboot"}},
 		{"nixos-image-provision", fleet.KindNixOS, fleet.ActionProvision, []string{"fleetd-enroll", "wipe-disk", "write-image", "write-fetch-secret", "reboot"}},
 		{"alpine-image-provision", fleet.KindAlpine, fleet.ActionProvision, []string{"fleetd-enroll", "wipe-disk", "write-image", "write-fetch-secret", "reboot"}},
 		{"cloud-init-nocloud-provision", fleet.KindCloudInit, fleet.ActionProvision, []string{"fleetd-enroll", "wipe-disk", "write-image", "write-nocloud-seed", "reboot"}},

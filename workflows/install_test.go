@@ -23,7 +23,7 @@ import (
 func TestInstallCreatesHardwareAndWorkflow(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
-	e.template(t, "talos-provision", agentTemplate)
+	e.template(t, "talos-provision", talosTemplate)
 	d := device(42, "node-a")
 	d.MACs = []fleet.MAC{"3c:ec:ef:4c:4f:54", "3c:ec:ef:4c:4f:55"}
 	s := spec(d, "talos-provision", fleet.ActionProvision, "provision-k3f9x2mq")
@@ -162,7 +162,7 @@ func TestInstallNetbootWithoutBMCToggles(t *testing.T) {
 func TestInstallConcurrentCreatesOneWorkflow(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
-	e.template(t, "talos-provision", agentTemplate)
+	e.template(t, "talos-provision", talosTemplate)
 	s := spec(device(9, "node-d"), "talos-provision", fleet.ActionProvision, "provision-cccccccc")
 	var wg sync.WaitGroup
 	errs := make([]error, 20)
@@ -223,6 +223,12 @@ func TestInstallAPIUnreachableIsNotARefusal(t *testing.T) {
 	}
 }
 
+// talosProvision makes a refusal's request a provision of the Talos class.
+func talosProvision(s *fleet.WorkflowSpec) {
+	s.Action, s.Request = fleet.ActionProvision, "provision-rrrrrrrr"
+	s.Name = fleet.WorkflowName(s.Device.Name, s.Request)
+}
+
 func TestInstallRefusals(t *testing.T) {
 	replace := func(old, new string) string { return strings.Replace(agentTemplate, old, new, 1) }
 	tests := []struct {
@@ -251,6 +257,10 @@ func TestInstallRefusals(t *testing.T) {
 			s.Name = fleet.WorkflowName(s.Device.Name, s.Request)
 		}, want: `device name "Node_A" is not a valid Kubernetes object name`},
 		{name: "refuse/no-mac", template: agentTemplate, modify: func(s *fleet.WorkflowSpec) { s.Device.MACs = nil }, want: "has no MAC"},
+		{name: "refuse/talos-provision-without-meta-step", template: agentTemplate, modify: talosProvision,
+			want: "no action after the agent has FLEETD_ACTION=talos-meta in the agent's image"},
+		{name: "refuse/talos-meta-step-in-another-image", template: strings.Replace(talosTemplate, "fleetd-agent:v0.1.0\n        timeout: 120", "fleetd-agent:v0.0.9\n        timeout: 120", 1),
+			modify: talosProvision, want: "add right after the image write the action {name: talos-meta, image: ghcr.io/folly-infra/fleetd-agent:v0.1.0"},
 		{name: "refuse/iso-without-bmc", template: agentTemplate, modify: func(s *fleet.WorkflowSpec) {
 			s.Class.Netboot = fleet.Netboot{BootMode: "iso", ISOURL: "https://boot/hook.iso"}
 		}, want: "boots by ISO, which needs a BMC"},

@@ -224,6 +224,15 @@ tasks:
           DISK_SERIAL: "{{.disk_serial}}"
 `
 
+// talosTemplate is agentTemplate with a Talos provision's META step, in the agent's image, which
+// a talos-provision Template must have (workflows.CheckFetchSecret).
+const talosTemplate = agentTemplate + `      - name: talos-meta
+        image: ghcr.io/folly-infra/fleetd-agent:v0.1.0
+        timeout: 120
+        environment:
+          FLEETD_ACTION: talos-meta
+`
+
 func (e *env) template(t *testing.T, name, data string) {
 	t.Helper()
 	tpl := &tinkv1.Template{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns},

@@ -81,7 +81,7 @@ func TestInstallRequests(t *testing.T) {
 	rc := rest.CopyConfig(server.RESTConfig())
 	rc.Wrap(func(next http.RoundTripper) http.RoundTripper { tg.next = next; return c })
 	e := newEnvOn(t, rc)
-	e.template(t, "talos-provision", agentTemplate)
+	e.template(t, "talos-provision", talosTemplate)
 	d := device(43, "node-requests")
 	d.MACs = []fleet.MAC{"3c:ec:ef:4c:4f:60"}
 	c.take(true)

@@ -173,32 +173,42 @@ func (m machine) run(s script, env map[string]string) (string, error) {
 }
 
 // TestFetchSecretCarried: a provision Template of a kind whose install carries the fetch secret
-// is refused when no action takes the agent's fetch-secret file to the fetch (the Talos
-// Template, which has none, for a nixos-image class); a Talos class needs none (issue 11.4).
+// is refused when no action takes the agent's fetch-secret file to the fetch: the Talos
+// Template, whose talos-meta step writes it into META, for a nixos-image class; the nixos-image
+// Template, which has no talos-meta step, for a Talos class. Each passes for its own kind.
 func TestFetchSecretCarried(t *testing.T) {
 	tpls, err := tinkerbell.LoadTemplates(exampletemplates.FS)
 	if err != nil {
 		t.Fatal(err)
 	}
 	hm := exampleHardwareMap()
+	checked := 0
 	for _, tpl := range tpls {
-		if tpl.Name != "talos-provision" {
+		var own, other fleet.Kind
+		var want string
+		switch tpl.Name {
+		case "talos-provision":
+			own, other, want = fleet.KindTalos, fleet.KindNixOS, "no action after the agent has FLEETD_FETCH_SECRET_FILE=fetch-secret"
+		case "nixos-image-provision":
+			own, other, want = fleet.KindNixOS, fleet.KindTalos, "no action after the agent has FLEETD_ACTION=talos-meta in the agent's image"
+		default:
 			continue
 		}
+		checked++
 		r, err := workflows.RenderTemplate(workflows.DefaultVersion, *tpl.Spec.Data, hm, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		err = workflows.CheckFetchSecret(tpl.Name, r, fleet.ActionProvision, fleet.KindNixOS)
-		if err == nil || !strings.Contains(err.Error(), "no action after the agent has FLEETD_FETCH_SECRET_FILE=fetch-secret") {
-			t.Errorf("talos-provision for a nixos-image class: %v, want the missing fetch secret refused", err)
+		if err := workflows.CheckFetchSecret(tpl.Name, r, fleet.ActionProvision, other); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("refuse/%s for a %s class: %v, want %q", tpl.Name, other, err, want)
 		}
-		if err := workflows.CheckFetchSecret(tpl.Name, r, fleet.ActionProvision, fleet.KindTalos); err != nil {
-			t.Errorf("talos-provision for a talos class: %v", err)
+		if err := workflows.CheckFetchSecret(tpl.Name, r, fleet.ActionProvision, own); err != nil {
+			t.Errorf("ok/%s for a %s class: %v", tpl.Name, own, err)
 		}
-		return
 	}
-	t.Fatal("no talos-provision Template")
+	if checked != 2 {
+		t.Errorf("checked %d Templates, want talos-provision and nixos-image-provision", checked)
+	}
 }
 
 // BenchmarkRenderTemplate renders the Talos provision Template as fleetd does for every new
