@@ -15,7 +15,7 @@ var commands = []struct {
 	{[]string{"check"}, "-skip-files"},
 	{[]string{"enroll"}, "-device"},
 	{[]string{"wipe-receipt"}, "-workflow-dir"},
-	{[]string{"talos-meta"}, "-devfs"},
+	{[]string{"talos-meta"}, "-workflow-dir"},
 	{[]string{"boot-check"}, "-install-only"},
 	{[]string{"policy"}, "usage: fleetd policy learn"},
 	{[]string{"policy", "learn"}, "-event-log"},

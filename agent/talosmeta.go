@@ -50,7 +50,6 @@ const (
 // each field, which are what a HookOS Workflow action has.
 type TalosMetaConfig struct {
 	WorkflowDir string // "" is /workflow (FLEETD_WORKFLOW_DIR): the disk and the fetch secret
-	DevRoot     string // "" is /dev (FLEETD_DEVFS): where the disk's /dev path is
 	Log         zerolog.Logger
 }
 
@@ -61,7 +60,6 @@ func ParseTalosMetaArgs(args []string, getenv func(string) string, stderr io.Wri
 	fs := flag.NewFlagSet("fleetd talos-meta", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.WorkflowDir, "workflow-dir", getenv("FLEETD_WORKFLOW_DIR"), "where fleetd enroll wrote the disk it authorized and the fetch secret, /workflow when empty (FLEETD_WORKFLOW_DIR)")
-	fs.StringVar(&c.DevRoot, "devfs", getenv("FLEETD_DEVFS"), "device root, /dev when empty (FLEETD_DEVFS)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return c, err
@@ -74,7 +72,8 @@ func ParseTalosMetaArgs(args []string, getenv func(string) string, stderr io.Wri
 	return c, nil
 }
 
-// TalosMeta runs `fleetd talos-meta`: it reads the disk `fleetd enroll` authorized and the fetch
+// TalosMeta runs `fleetd talos-meta`: it reads the disk `fleetd enroll` authorized (its by-id
+// path, under the devfs enroll ran with) and the fetch
 // secret it was handed from the Workflow's shared directory, sets DownloadURLCode in the disk's
 // META to the secret, keeping every other key, writes both copies, reads them back, and removes
 // the secret from the shared directory. A missing file, a disk without Talos's META partition, or
@@ -82,9 +81,6 @@ func ParseTalosMetaArgs(args []string, getenv func(string) string, stderr io.Wri
 func TalosMeta(cfg TalosMetaConfig) error {
 	if cfg.WorkflowDir == "" {
 		cfg.WorkflowDir = "/workflow"
-	}
-	if cfg.DevRoot == "" {
-		cfg.DevRoot = "/dev"
 	}
 	diskPath, err := readLine(filepath.Join(cfg.WorkflowDir, FileDisk))
 	if err != nil {
@@ -95,8 +91,7 @@ func TalosMeta(cfg TalosMetaConfig) error {
 	if err != nil {
 		return fmt.Errorf("%w: fleetd enroll was handed no fetch secret (is the device's class a Talos class, and does every action share the request's directory?); fleetd serves a Talos configuration only with it; nothing written", err)
 	}
-	dev := filepath.Join(cfg.DevRoot, strings.TrimPrefix(diskPath, "/dev/"))
-	f, err := os.OpenFile(dev, os.O_RDWR, 0)
+	f, err := os.OpenFile(diskPath, os.O_RDWR, 0) // the by-id path enroll resolved under its devfs
 	if err != nil {
 		return fmt.Errorf("open the authorized disk %s: %w", diskPath, err)
 	}

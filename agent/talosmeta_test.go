@@ -5,90 +5,32 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
-	"hash/crc32"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"unicode/utf16"
 
 	"github.com/rs/zerolog"
+
+	"github.com/folly-infra/fleetd/dev/fakehw"
 )
 
-// testPart is a partition of a test disk, in sectors.
-type testPart struct {
-	name        string
-	first, last int64
-}
+// talosLayout is a Talos metal image's partitions (META is the fourth).
+func talosLayout(sector int64) []fakehw.Partition { return fakehw.TalosImage(sector) }
 
-// talosLayout is a Talos metal image's partitions as its imager lays them out (EFI, BIOS, BOOT,
-// META of 1 MiB, then STATE), in 512-byte sectors, on a disk of 16 MiB.
-func talosLayout(sector int64) []testPart {
-	mib := (1 << 20) / sector
-	return []testPart{
-		{"EFI", 1 * mib, 4*mib - 1},
-		{"BIOS", 4 * mib, 5*mib - 1},
-		{"BOOT", 5 * mib, 8*mib - 1},
-		{"META", 8 * mib, 9*mib - 1},
-		{"STATE", 9 * mib, 12*mib - 1},
-	}
-}
-
-// gptDisk writes a disk image with a protective MBR and a primary and backup GPT listing parts,
-// laid out by the UEFI specification (not by the code under test), and returns its path.
-func gptDisk(t *testing.T, sector int64, parts []testPart) string {
+// gptDisk writes a 16 MiB GPT disk image listing parts, and returns its path.
+func gptDisk(t *testing.T, sector int64, parts []fakehw.Partition) string {
 	t.Helper()
-	const size = 16 << 20
-	lastLBA := size/sector - 1
-	img := make([]byte, size)
-	// protective MBR: one partition of type 0xEE over the disk
-	img[446+4] = 0xee
-	binary.LittleEndian.PutUint32(img[446+8:], 1)
-	binary.LittleEndian.PutUint32(img[446+12:], uint32(lastLBA))
-	img[510], img[511] = 0x55, 0xaa
-	entries := make([]byte, 128*128)
-	for i, p := range parts {
-		e := entries[i*128:]
-		copy(e[0:16], []byte{0xaf, 0x3d, 0xc6, 0x0f, 0x83, 0x84, 0x72, 0x47, 0x8e, 0x79, 0x3d, 0x69, 0xd8, 0x47, 0x7d, 0xe4}) // Linux filesystem data
-		e[16] = byte(i + 1)                                                                                                   // a unique GUID
-		binary.LittleEndian.PutUint64(e[32:], uint64(p.first))
-		binary.LittleEndian.PutUint64(e[40:], uint64(p.last))
-		for j, c := range utf16.Encode([]rune(p.name)) {
-			binary.LittleEndian.PutUint16(e[56+2*j:], c)
-		}
-	}
-	entrySectors := int64(len(entries)) / sector
-	header := func(my, alt, entriesLBA int64) []byte {
-		h := make([]byte, 92)
-		copy(h, "EFI PART")
-		binary.LittleEndian.PutUint32(h[8:], 0x00010000)
-		binary.LittleEndian.PutUint32(h[12:], 92)
-		binary.LittleEndian.PutUint64(h[24:], uint64(my))
-		binary.LittleEndian.PutUint64(h[32:], uint64(alt))
-		binary.LittleEndian.PutUint64(h[40:], uint64(2+entrySectors))
-		binary.LittleEndian.PutUint64(h[48:], uint64(lastLBA-1-entrySectors))
-		h[56] = 0x42 // the disk GUID
-		binary.LittleEndian.PutUint64(h[72:], uint64(entriesLBA))
-		binary.LittleEndian.PutUint32(h[80:], 128)
-		binary.LittleEndian.PutUint32(h[84:], 128)
-		binary.LittleEndian.PutUint32(h[88:], crc32.ChecksumIEEE(entries))
-		binary.LittleEndian.PutUint32(h[16:], crc32.ChecksumIEEE(h))
-		return h
-	}
-	copy(img[sector:], header(1, lastLBA, 2))
-	copy(img[2*sector:], entries)
-	copy(img[(lastLBA-entrySectors)*sector:], entries)
-	copy(img[lastLBA*sector:], header(lastLBA, 1, lastLBA-entrySectors))
 	path := filepath.Join(t.TempDir(), "disk.img")
-	if err := os.WriteFile(path, img, 0o600); err != nil {
+	if err := fakehw.WriteGPT(path, fakehw.TalosImageSize, sector, parts); err != nil {
 		t.Fatal(err)
 	}
 	return path
 }
 
 // metaAt is the byte offset of the META partition of talosLayout.
-func metaAt(sector int64) int64 { return talosLayout(sector)[3].first * sector }
+func metaAt(sector int64) int64 { return talosLayout(sector)[3].First * sector }
 
 // writeAt changes bytes of the image at path.
 func writeAt(t *testing.T, path string, off int64, b []byte) {
@@ -172,7 +114,7 @@ func TestWriteTalosCode(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		sector int64
-		parts  []testPart
+		parts  []fakehw.Partition
 		meta   []byte // written twice at META's start; nil leaves it zeroed
 		change func(t *testing.T, path string)
 		want   talosADV // the keys after the write
@@ -189,9 +131,9 @@ func TestWriteTalosCode(t *testing.T) {
 		{name: "refuse/no-gpt", sector: 512, parts: talosLayout(512),
 			change: func(t *testing.T, p string) { writeAt(t, p, 512, make([]byte, 512)) }, err: "has no GPT"},
 		{name: "refuse/no-meta-partition", sector: 512, parts: talosLayout(512)[:3], err: "has no partition named META"},
-		{name: "refuse/two-meta-partitions", sector: 512, parts: append(talosLayout(512), testPart{"META", 12 << 11, 13<<11 - 1}),
+		{name: "refuse/two-meta-partitions", sector: 512, parts: append(talosLayout(512), fakehw.Partition{Name: "META", First: 12 << 11, Last: 13<<11 - 1}),
 			err: "has 2 partitions named META (4, 6); refusing to choose"},
-		{name: "refuse/meta-of-another-size", sector: 512, parts: []testPart{{"META", 2048, 3 << 11}},
+		{name: "refuse/meta-of-another-size", sector: 512, parts: []fakehw.Partition{{Name: "META", First: 2048, Last: 3 << 11}},
 			err: "partition 1 is named META but is 2097664 bytes"},
 		{name: "refuse/gpt-header-crc", sector: 512, parts: talosLayout(512),
 			change: func(t *testing.T, p string) { writeAt(t, p, 512+40, []byte{0x99}) }, err: "GPT header's CRC32 does not match"},
@@ -219,9 +161,9 @@ func TestWriteTalosCode(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := gptDisk(t, tc.sector, tc.parts)
-			off := tc.parts[len(tc.parts)-1].first * tc.sector
+			off := tc.parts[len(tc.parts)-1].First * tc.sector
 			if len(tc.parts) >= 4 {
-				off = tc.parts[3].first * tc.sector
+				off = tc.parts[3].First * tc.sector
 			}
 			if tc.meta != nil {
 				writeAt(t, path, off, append(bytes.Clone(tc.meta), tc.meta...))
@@ -350,7 +292,7 @@ func TestTalosReadsTheCode(t *testing.T) {
 }
 
 // TestTalosMetaStep runs `fleetd talos-meta` as the Template's step runs it: the disk from the
-// shared directory's disk file (its /dev path under FLEETD_DEVFS), the secret from its
+// shared directory's disk file (the by-id path enroll resolved), the secret from its
 // fetch-secret file, which is removed once META holds it; the log names the disk and never the
 // secret. Without the secret or the disk nothing is written and the secret stays.
 func TestTalosMetaStep(t *testing.T) {
@@ -367,14 +309,14 @@ func TestTalosMetaStep(t *testing.T) {
 		if err := os.Symlink("../../sda", filepath.Join(dev, "disk", "by-id", "ata-DISK_S1")); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(filepath.Join(wf, FileDisk), []byte("/dev/disk/by-id/ata-DISK_S1\n"), 0o600); err != nil {
+		if err := os.WriteFile(filepath.Join(wf, FileDisk), []byte(filepath.Join(dev, "disk", "by-id", "ata-DISK_S1")+"\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		if err := os.WriteFile(filepath.Join(wf, FileFetchSecret), []byte(testSecret+"\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		log = &bytes.Buffer{}
-		return TalosMetaConfig{WorkflowDir: wf, DevRoot: dev, Log: zerolog.New(log)}, disk, log
+		return TalosMetaConfig{WorkflowDir: wf, Log: zerolog.New(log)}, disk, log
 	}
 	t.Run("ok/written", func(t *testing.T) {
 		cfg, disk, log := setup(t)

@@ -13,8 +13,10 @@ import (
 
 	"github.com/folly-infra/fleetd/api"
 	"github.com/folly-infra/fleetd/dev/dockerapi"
+	"github.com/folly-infra/fleetd/dev/fakehw"
 	"github.com/folly-infra/fleetd/dev/swtpm"
 	"github.com/folly-infra/fleetd/dev/tinkerbell"
+	"github.com/folly-infra/fleetd/fleet"
 )
 
 // runAction does what the action's container would have done, by image (docs/design.md §8):
@@ -29,7 +31,11 @@ import (
 //     which hands the step to `fleetd wipe-receipt`, against the same swtpm: the TPM's receipt
 //     of the erase (docs/http.md, "Wipe receipts");
 //   - image2disk/qemuimg2disk: records the image on the disk wipe-disk selected and makes its
-//     partitions appear;
+//     partitions appear; for a Talos class, the disk's device node becomes what a Talos metal
+//     image leaves on a disk: a GPT disk with its partitions, META zeroed;
+//   - the fleetd agent with FLEETD_ACTION=talos-meta: the real `fleetd enroll` entrypoint, which
+//     hands the step to `fleetd talos-meta`, against the machine's devfs: the fetch secret into
+//     the written disk's META;
 //   - write-nocloud-seed: the Template's steps, with the fetch from the machine's address and the
 //     root file system as the machine's disk/ directory;
 //   - write-fetch-secret: the fetch secret copied into the image (the machine's disk/ directory);
@@ -40,12 +46,14 @@ func (mc *machine) runAction(ctx context.Context, wf *tinkerbell.Workflow, a tin
 	switch {
 	case strings.Contains(a.Image, "fleetd-agent") && a.Env[api.AgentActionEnv] == api.AgentActionWipeReceipt:
 		return mc.wipeReceipt(ctx, wf, a, tpm)
+	case strings.Contains(a.Image, "fleetd-agent") && a.Env[api.AgentActionEnv] == api.AgentActionTalosMeta:
+		return mc.talosMeta(ctx, a)
 	case strings.Contains(a.Image, "fleetd-agent"):
 		return mc.enroll(ctx, wf, a, tpm, eventLog)
 	case isShell(a) && a.Name == "wipe-disk":
 		return mc.wipeDisk(ctx, wf, a)
 	case strings.Contains(a.Image, "image2disk") || strings.Contains(a.Image, "qemuimg2disk"):
-		return mc.writeImage(wf, a)
+		return mc.writeImage(ctx, wf, a)
 	case isShell(a) && a.Name == "write-nocloud-seed":
 		return mc.writeNoCloudSeed(ctx, wf, a)
 	case isShell(a) && a.Name == "write-fetch-secret":
@@ -183,8 +191,23 @@ func (mc *machine) wipeReceipt(ctx context.Context, wf *tinkerbell.Workflow, a t
 	return "receipt " + done.Outcome + ": disk " + done.DiskSerial + " " + done.Method, nil
 }
 
-// erase removes the install disk's simulated content and the partitions of block device dev.
+// talosMeta runs the Talos META step as the agent image runs it: the real `fleetd enroll`
+// entrypoint with the action's environment (FLEETD_ACTION=talos-meta), against the machine's
+// devfs, where the written disk's device node holds the image.
+func (mc *machine) talosMeta(ctx context.Context, a tinkerbell.Action) (string, error) {
+	out, err := mc.run(ctx, exec.Command(mc.info.Fleetd.Binary, append([]string{"enroll"}, a.Command...)...), mc.machineEnv(a))
+	if err != nil {
+		return "", fmt.Errorf("fleetd talos-meta: %w: %s", err, lastLine(out))
+	}
+	return "wrote the fetch secret into the disk's META", nil
+}
+
+// erase removes the install disk's simulated content and the partitions of block device dev,
+// and empties its device node (where a Talos image was written).
 func (mc *machine) erase(dev string) error {
+	if err := os.Truncate(mc.path(MachineDevDir, dev), 0); err != nil && !os.IsNotExist(err) {
+		return fmt.Errorf("erase %s: %w", dev, err)
+	}
 	parts, _ := filepath.Glob(mc.path(MachineSysDir, "block", dev, dev+"*"))
 	nodes, _ := filepath.Glob(mc.path(MachineDevDir, dev+"[0-9]*"))
 	for _, p := range append(append(parts, nodes...), mc.path(MachineDiskDir)) {
@@ -199,9 +222,11 @@ func (mc *machine) erase(dev string) error {
 const imagePartitions = 3
 
 // writeImage records what image2disk would write, to the disk wipe-disk selected, and makes the
-// image's partitions appear in sysfs and devfs as the kernel would after re-reading the disk. The
-// write is recorded with the authorization in the shared directory's disk.
-func (mc *machine) writeImage(wf *tinkerbell.Workflow, a tinkerbell.Action) (string, error) {
+// image's partitions appear in sysfs and devfs as the kernel would after re-reading the disk. A
+// Talos class's image is written for real, in the shape of a Talos metal image (a GPT disk with
+// a zeroed META: fakehw.WriteTalosImage), into the disk's device node, where the META step and
+// the first boot read it. The write is recorded with the authorization in the shared directory's disk.
+func (mc *machine) writeImage(ctx context.Context, wf *tinkerbell.Workflow, a tinkerbell.Action) (string, error) {
 	dest := a.Env["DEST_DISK"]
 	target, err := filepath.EvalSymlinks(mc.devPath(dest))
 	if err != nil {
@@ -209,7 +234,18 @@ func (mc *machine) writeImage(wf *tinkerbell.Workflow, a tinkerbell.Action) (str
 	}
 	dev := filepath.Base(target)
 	mc.record(RecordImage, wf, a, "disk", mc.workflowDisk(a), "target", "/dev/"+dev, "serial", mc.blockSerial(dev))
-	for n := 1; n <= imagePartitions; n++ {
+	kind, err := mc.classKind(ctx)
+	if err != nil {
+		return "", fmt.Errorf("write the image: %w", err)
+	}
+	partitions := imagePartitions
+	if kind == fleet.KindTalos {
+		if err := fakehw.WriteTalosImage(target); err != nil {
+			return "", fmt.Errorf("write the Talos image: %w", err)
+		}
+		partitions = len(fakehw.TalosImage(512))
+	}
+	for n := 1; n <= partitions; n++ {
 		part := fmt.Sprintf("%s%d", dev, n)
 		if err := os.MkdirAll(mc.path(MachineSysDir, "block", dev, part), 0o700); err != nil {
 			return "", err

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/folly-infra/fleetd/fleet"
@@ -24,7 +25,8 @@ func (mc *machine) nodeDir() string { return mc.path(MachineDiskDir, fleet.NodeD
 
 // Boot is `fleetsim machine NAME boot` (docs/design.md §8): the installed OS's first boot. It fetches the
 // configuration the way its class does, from the machine's own address — Talos its machine
-// config (talos.config=…?uuid=…&serial=…; one try, where Talos would retry a non-200 for 3 h),
+// config (talos.config=…?uuid=…&serial=…&code=…, the code read from its disk's META with Talos's
+// own reader; one try, where Talos would retry a non-200 for 3 h),
 // a nixos-image or alpine-image node its seed with the fetch secret its install wrote into the
 // image, a cloud-init node nothing (its seed was written onto the disk by the install Workflow) —
 // and writes the node files the configuration carries into /var/lib/fleetd-node on its disk, as
@@ -131,6 +133,11 @@ func (mc *machine) fetchConfig(ctx context.Context, kind fleet.Kind) ([]byte, er
 	switch kind {
 	case fleet.KindTalos:
 		q.Set("serial", mc.m.SMBIOSSerial)
+		code, err := mc.talosCode(ctx)
+		if err != nil {
+			return nil, err
+		}
+		q.Set("code", code)
 		body, err := mc.fetch(ctx, base+"talos?"+q.Encode(), "")
 		if err != nil {
 			return nil, fmt.Errorf("Talos fetched no machine config (it would retry every non-200 for up to 3 h): %w", err)
@@ -155,6 +162,50 @@ func (mc *machine) fetchConfig(ctx context.Context, kind fleet.Kind) ([]byte, er
 		return tarDir(mc.path(MachineDiskDir, nocloudDir))
 	}
 	return nil, fmt.Errorf("class kind %q has no first boot in fleetsim", kind)
+}
+
+// talosCode is the value Talos fills its URL's ${code} with: its META key DownloadURLCode, read
+// from the installed disk's META by Talos's own reader (Info.TalosMeta), not by fleetd's code.
+// Talos waits for the key without end when it is missing; fleetsim says so.
+func (mc *machine) talosCode(ctx context.Context) (string, error) {
+	disk, err := filepath.EvalSymlinks(mc.devPath("/dev/fleetd-disk"))
+	if err != nil {
+		return "", fmt.Errorf("the installed disk is unknown (%w): the install selected no disk", err)
+	}
+	m, err := ReadTalosMeta(ctx, mc.info.TalosMeta, disk)
+	if err != nil {
+		return "", err
+	}
+	code, ok := m.Tags[strconv.Itoa(m.DownloadURLCodeTag)]
+	if !ok || code == "" {
+		return "", fmt.Errorf("Talos would wait for ${code} without end (\"waiting for URL variables: [code]\"): the disk's META holds no DownloadURLCode, so its install did not write the fetch secret (the talos-meta step)")
+	}
+	mc.say("read ${code} from the disk's META with Talos's reader")
+	return code, nil
+}
+
+// TalosMeta is what Talos's META reader (scripts/tools.sh's talos-meta) reports of a disk.
+type TalosMeta struct {
+	Tags               map[string]string `json:"tags"` // by tag number, in decimal
+	Copy1OK            bool              `json:"copy1_ok"`
+	Copy2OK            bool              `json:"copy2_ok"`
+	DownloadURLCodeTag int               `json:"download_url_code_tag"` // the tag Talos's machinery names DownloadURLCode
+}
+
+// ReadTalosMeta reads a disk image's META with Talos's reader, the program at tool.
+func ReadTalosMeta(ctx context.Context, tool, disk string) (TalosMeta, error) {
+	cmd := exec.CommandContext(ctx, tool, disk)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return TalosMeta{}, fmt.Errorf("Talos's META reader on %s: %w: %s", disk, err, strings.TrimSpace(stderr.String()))
+	}
+	var m TalosMeta
+	if err := json.Unmarshal(out, &m); err != nil {
+		return TalosMeta{}, fmt.Errorf("Talos's META reader on %s: %w", disk, err)
+	}
+	return m, nil
 }
 
 // keep stores a fetched configuration on the machine's disk, for a person to read.

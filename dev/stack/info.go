@@ -33,6 +33,10 @@ type Info struct {
 	CA            CAInfo             `json:"ca"`
 	Machines      map[string]Machine `json:"machines"`
 	Devices       []DeviceInfo       `json:"devices"`
+	// TalosMeta is Talos's own META reader (scripts/tools.sh's talos-meta, built from Talos's
+	// module): a Talos machine's first boot reads its disk's META with it, as Talos does, for
+	// the ${code} of its configuration URL.
+	TalosMeta string `json:"talos_meta"`
 }
 
 // TinkerbellInfo is the stack's Tinkerbell (Version: v0.25.0 by default, v0.12.2 in make

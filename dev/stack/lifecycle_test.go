@@ -38,6 +38,7 @@ var lifecycleDevices = []stack.SeedDevice{
 	{Name: "forged-wipe", Class: "talos-worker"},                                                // wiped, then its old fields saved back by an editor
 	{Name: "forged-done", Class: "talos-worker"},                                                // a wipe reported done with nothing erased and no receipt
 	{Name: "fetch-secret", Class: "alpine-edge"},                                                // its seed is fetched only with the fetch secret
+	{Name: "fetch-secret-talos", Class: "talos-worker"},                                         // its machine config is fetched only with the code in its META
 	{Name: "plan-ok", Class: "talos-worker"},                                                    // planned for every action, never asked
 	{Name: "plan-no-disk", Class: "talos-worker", NoDiskSerial: true, Faulty: "no disk_serial"}, // planned, then asked: the same rejection
 }
@@ -196,7 +197,8 @@ func checkLDevIDOnNode(t *testing.T, name string) {
 }
 
 // TestConfigFetchRefusals: the configuration pending for a machine is served only to the
-// request from its NetBox address with its attested SMBIOS UUID, on its kind's route, and only
+// request from its NetBox address with its attested SMBIOS UUID (and its fetch secret:
+// TestTalosFetchSecret), on its kind's route, and only
 // over TLS (fleetd's plain listener answers 403 tls_required); refused requests do not consume
 // it (docs/design.md §6).
 func TestConfigFetchRefusals(t *testing.T) {
@@ -211,7 +213,9 @@ func TestConfigFetchRefusals(t *testing.T) {
 	}{
 		{"refuse/from-an-address-no-device-has", "127.0.0.1", configPath(name, "talos"), http.StatusNotFound, "unknown_address"},
 		{"refuse/another-uuid", "", "/v1/config/talos?uuid=00000000-0000-4000-8000-000000000000&serial=" + m.SMBIOSSerial, http.StatusForbidden, "wrong_uuid"},
-		{"refuse/another-kind", "", configPath(name, "seed"), http.StatusNotFound, "wrong_kind"},
+		// The secret is checked before the kind: another kind's route without it tells nothing
+		// of what is pending (with it: TestTalosFetchSecret's refuse/another-kind).
+		{"refuse/another-kind-without-the-secret", "", configPath(name, "seed"), http.StatusForbidden, "fetch_secret_missing"},
 		{"refuse/no-uuid", "", "/v1/config/talos", http.StatusBadRequest, "missing_uuid"},
 		{"refuse/plain-http", "", configPath(name, "talos"), http.StatusForbidden, "tls_required"},
 	}

@@ -222,6 +222,10 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
+	talosMeta, err := tinkerbell.Tool(o.Root, "talos-meta")
+	if err != nil {
+		return nil, fmt.Errorf("start stack: Talos's META reader, which a Talos machine's first boot reads its META with: %w", err)
+	}
 	s.info = Info{Dir: o.Dir,
 		NetBox: NetBoxInfo{URL: s.emu.URL(), Token: gen.adminToken, ServiceTokenFile: s.paths.netboxToken},
 		Fleetd: FleetdInfo{URL: fleetdURL, HTTPURL: httpURL, OperatorToken: gen.operatorToken, MetricsToken: gen.metricsToken, Config: s.paths.fleetdConfig,
@@ -231,7 +235,7 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 		Kubernetes: KubernetesInfo{URL: s.kubeURL(), Dir: s.paths.kube},
 		Tinkerbell: s.tink,
 		CA:         CAInfo{LDevID: s.paths.ldevidCert, LAK: s.paths.lakCert, EK: s.paths.ekBundle, Fleetd: s.paths.fleetdCA},
-		Machines:   machines, Devices: seeded}
+		Machines:   machines, Devices: seeded, TalosMeta: talosMeta}
 	if err := s.startFleetd(fleetdURL, httpURL); err != nil {
 		return nil, err
 	}
