@@ -70,7 +70,7 @@ func Table() []Route {
 		{"wipe-receipt", "POST", api.PathWipeReceipt, "HookOS agent", "sealed receipt token + quote by the attested AK", "after a wipe's or a retirement's erase: verify the TPM's quote over the wipe program's report, then record the device wiped or retired", api.MaxReceiptBody},
 		{"boot-check-nonce", "POST", api.PathBootCheckNonce, "running node", "none", "boot check round trip 1: a fresh nonce and the sealed token that vouches for it", 0},
 		{"boot-check", "POST", api.PathBootCheck, "running node", "LAK certificate + quote signature", "boot check round trip 2: verify the quote and event log, compare with the baseline, record the outcome in NetBox", api.MaxBootCheckBody},
-		{"config-talos", "GET", "/v1/config/talos", "Talos node", "attested SMBIOS UUID + NetBox address", "the Talos machine config, once (?uuid=${uuid}&serial=${serial})", 0},
+		{"config-talos", "GET", "/v1/config/talos", "Talos node", "attested SMBIOS UUID + NetBox address + fetch secret", "the Talos machine config, once (?uuid=${uuid}&serial=${serial}&code=${code})", 0},
 		{"config-seed", "GET", "/v1/config/seed", "NixOS / Alpine node", "attested SMBIOS UUID + NetBox address + fetch secret", "the seed JSON, once (?uuid=; Fleetd-Fetch-Secret header)", 0},
 		{"config-nocloud", "GET", "/v1/config/nocloud.tar", "Workflow action in HookOS", "attested SMBIOS UUID + NetBox address + fetch secret", "the NoCloud seed tar, once (?uuid=; Fleetd-Fetch-Secret header)", 0},
 		{"devices", "GET", "/v1/devices", "operator", authBearer, "every device: declaration, state, request, Workflow, certificates, boot check, pending configuration", 0},

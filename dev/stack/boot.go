@@ -166,7 +166,8 @@ func (mc *machine) fetchConfig(ctx context.Context, kind fleet.Kind) ([]byte, er
 
 // talosCode is the value Talos fills its URL's ${code} with: its META key DownloadURLCode, read
 // from the installed disk's META by Talos's own reader (Info.TalosMeta), not by fleetd's code.
-// Talos waits for the key without end when it is missing; fleetsim says so.
+// Without the key Talos waits 90 s for it, then fetches with ${code} unfilled, which fleetd
+// refuses, and again for 3 h; fleetsim says so.
 func (mc *machine) talosCode(ctx context.Context) (string, error) {
 	disk, err := filepath.EvalSymlinks(mc.devPath("/dev/fleetd-disk"))
 	if err != nil {
@@ -178,7 +179,7 @@ func (mc *machine) talosCode(ctx context.Context) (string, error) {
 	}
 	code, ok := m.Tags[strconv.Itoa(m.DownloadURLCodeTag)]
 	if !ok || code == "" {
-		return "", fmt.Errorf("Talos would wait for ${code} without end (\"waiting for URL variables: [code]\"): the disk's META holds no DownloadURLCode, so its install did not write the fetch secret (the talos-meta step)")
+		return "", errors.New("the disk's META holds no DownloadURLCode, so its install did not write the fetch secret (the talos-meta step): Talos would wait 90 s for ${code}, then fetch with it unfilled, refused 403 wrong_fetch_secret, for 3 h")
 	}
 	mc.say("read ${code} from the disk's META with Talos's reader")
 	return code, nil
