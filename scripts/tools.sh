@@ -35,7 +35,7 @@ versions() {
 	tink-worker v0.12.2 opt-in
 	golangci-lint v2.15.0 opt-in
 	gremlins v0.6.0 opt-in
-	talos-meta v1.11.5-fleetd1
+	talos-meta v1.11.5-fleetd2
 	EOF
 }
 

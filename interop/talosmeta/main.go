@@ -10,7 +10,8 @@
 // It finds the META partition with the probe Talos's volume manager runs (go-blockdevice's
 // blkid; the partition labelled META, unformatted or holding Talos's META, of 1 MiB), reads it
 // as Talos's META loader does (the first copy of the ADV that checks, else the second), then
-// reads each copy on its own. It prints one JSON object: the partition's offset and size, the
+// reads each copy on its own; it also loads the older syslinux ADV at the partition's end, as
+// Talos's loader does. It prints one JSON object: the partition's offset and size, the
 // tags of what Talos loads (tag number to value), whether each copy checked, and the tag
 // Talos's machinery names DownloadURLCode. It exits 1 when the disk has no such partition or
 // the loader fails. Given TAG=VALUE arguments (TAG a number, 0x for hex), it first sets those
@@ -29,6 +30,7 @@ import (
 	"github.com/siderolabs/go-blockdevice/v2/blkid"
 	metaconst "github.com/siderolabs/talos/pkg/machinery/meta"
 
+	"github.com/siderolabs/talos/internal/pkg/meta/internal/adv/syslinux"
 	"github.com/siderolabs/talos/internal/pkg/meta/internal/adv/talos"
 )
 
@@ -97,6 +99,10 @@ func run(path string, sets []string) error {
 	}
 	if err != nil {
 		r.LoadWarning = err.Error()
+	}
+	// Reload then loads the older syslinux ADV from the partition's end, which must read too.
+	if _, err := syslinux.NewADV(sec); err != nil {
+		return fmt.Errorf("failed to load syslinux adv: %w", err)
 	}
 	for _, t := range adv.ListTags() {
 		v, _ := adv.ReadTag(t)
