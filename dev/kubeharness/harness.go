@@ -107,13 +107,11 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	// (stopping it earlier makes a post-start hook call os.Exit), so waitReady does not give up
 	// when ctx ends.
 	if err := s.waitReady(ctx); err != nil {
-		s.Stop()
-		return nil, err
+		return nil, errors.Join(err, s.Stop())
 	}
 	for _, dir := range append([]string{crdDir}, o.MoreCRDDirs...) {
 		if err := installCRDs(ctx, s.RESTConfig(), dir); err != nil {
-			s.Stop()
-			return nil, err
+			return nil, errors.Join(err, s.Stop())
 		}
 	}
 	return s, nil

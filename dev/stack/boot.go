@@ -253,7 +253,7 @@ var (
 // the real `fleetd boot-check` against the machine's swtpm with the node files its
 // configuration delivered. A check fleetd accepted as drift is an error (exit code 6 of
 // `fleetd boot-check`), as is every refusal.
-func BootCheck(ctx context.Context, info Info, name string, o StepOptions) error {
+func BootCheck(ctx context.Context, info Info, name string, o StepOptions) (err error) {
 	mc, err := openMachine(info, name, "boot-check", o.Out)
 	if err != nil {
 		return err
@@ -266,7 +266,7 @@ func BootCheck(ctx context.Context, info Info, name string, o StepOptions) error
 	if err != nil {
 		return err
 	}
-	defer tpm.Stop()
+	defer func() { err = errors.Join(err, tpm.Stop()) }()
 	relayURL, stop, err := mc.relay()
 	if err != nil {
 		return err

@@ -2,6 +2,7 @@ package stack
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"strconv"
@@ -27,16 +28,13 @@ func (s *Stack) startKube(ctx context.Context, port int) error {
 	}
 	u, err := url.Parse(srv.URL())
 	if err != nil {
-		srv.Stop()
-		return fmt.Errorf("start the Kubernetes API server: its URL %q: %w", srv.URL(), err)
+		return errors.Join(fmt.Errorf("start the Kubernetes API server: its URL %q: %w", srv.URL(), err), srv.Stop())
 	}
 	if s.kubePort, err = strconv.Atoi(u.Port()); err != nil {
-		srv.Stop()
-		return fmt.Errorf("start the Kubernetes API server: its URL %q has no port", srv.URL())
+		return errors.Join(fmt.Errorf("start the Kubernetes API server: its URL %q has no port", srv.URL()), srv.Stop())
 	}
 	if err := srv.WriteKubeconfig(s.paths.kubeconfig); err != nil {
-		srv.Stop()
-		return fmt.Errorf("write the kubeconfig: %w", err)
+		return errors.Join(fmt.Errorf("write the kubeconfig: %w", err), srv.Stop())
 	}
 	s.kubeMu.Lock()
 	s.kube = srv

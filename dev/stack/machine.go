@@ -119,8 +119,7 @@ func (mc *machine) powerOn(ctx context.Context, eventLog []byte) (*swtpm.Instanc
 		return nil, "", fmt.Errorf("power on %s: %w", mc.name, err)
 	}
 	if err := tpm.ReplayEventLog(b); err != nil {
-		tpm.Stop()
-		return nil, "", fmt.Errorf("power on %s: measure the boot: %w", mc.name, err)
+		return nil, "", errors.Join(fmt.Errorf("power on %s: measure the boot: %w", mc.name, err), tpm.Stop())
 	}
 	mc.say("powered on: swtpm at %s, PCRs hold the measured boot (%d bytes of event log)", tpm.Addr(), len(b))
 	return tpm, logPath, nil

@@ -35,7 +35,7 @@ import (
 // naming both (onlyOpenWorkflow), and a container of a Workflow it did not find (one of another
 // device's or none, or opened during the netboot) is not run as the machine's action
 // (tinkerbell.RunWorker).
-func Netboot(ctx context.Context, info Info, name string, o StepOptions) error {
+func Netboot(ctx context.Context, info Info, name string, o StepOptions) (err error) {
 	mc, err := openMachine(info, name, "netboot", o.Out)
 	if err != nil {
 		return err
@@ -72,7 +72,7 @@ func Netboot(ctx context.Context, info Info, name string, o StepOptions) error {
 	if err != nil {
 		return err
 	}
-	defer tpm.Stop()
+	defer func() { err = errors.Join(err, tpm.Stop()) }()
 	// The actions run on the engine's goroutines while runWorker reads the Workflow into wf:
 	// they get the Workflow as the worker was started on it, a copy of their own.
 	rendered := wf.DeepCopy()

@@ -3,6 +3,7 @@ package swtpm
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -97,8 +98,7 @@ func startOnce(ctx context.Context, dir string) (*Instance, error) {
 		close(inst.done)
 	}()
 	if err := inst.waitReady(ctx); err != nil {
-		inst.Stop()
-		return nil, err
+		return nil, errors.Join(err, inst.Stop())
 	}
 	return inst, nil
 }

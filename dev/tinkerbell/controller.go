@@ -53,6 +53,7 @@ type Process struct {
 	done chan struct{}
 	err  error // the process's exit, set before done is closed
 	once sync.Once
+	stop error // Stop's result, the same on every call
 	// ready is the log line that said the process was ready (tink-server's has its address): the
 	// line of the first of the ready texts.
 	ready string
@@ -115,11 +116,9 @@ func startProcess(ctx context.Context, name, bin string, args, env []string, log
 		case <-p.done:
 			return nil, fmt.Errorf("%s exited before it was ready (%v); its log %s ends: %s", name, p.err, log, logTail(log))
 		case <-ctx.Done():
-			p.Stop()
-			return nil, fmt.Errorf("start %s: %w", name, ctx.Err())
+			return nil, errors.Join(fmt.Errorf("start %s: %w", name, ctx.Err()), p.Stop())
 		case <-deadline.C:
-			p.Stop()
-			return nil, fmt.Errorf("%s was not ready within 60 s; its log %s ends: %s", name, log, logTail(log))
+			return nil, errors.Join(fmt.Errorf("%s was not ready within 60 s; its log %s ends: %s", name, log, logTail(log)), p.Stop())
 		case <-tick.C:
 		}
 	}
@@ -147,18 +146,22 @@ func allLogged(out []byte, texts []string) (string, bool) {
 // Log is the process's log file.
 func (p *Process) Log() string { return p.log }
 
-// Stop ends the process (SIGTERM, then SIGKILL after 5 s) and waits for it.
+// Stop ends the process (SIGTERM, then SIGKILL after 5 s) and waits for it. It fails when the
+// process ignored SIGTERM and had to be killed. Stop is idempotent; later calls return the first
+// result.
 func (p *Process) Stop() error {
 	p.once.Do(func() {
+		// Signal fails only when the process has already exited, which the select sees.
 		_ = p.cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-p.done:
 		case <-time.After(5 * time.Second):
-			_ = p.cmd.Process.Kill()
+			_ = p.cmd.Process.Kill() // the same: a process that exited meanwhile needs no kill
 			<-p.done
+			p.stop = fmt.Errorf("stop %s: it ignored SIGTERM and was killed; its log %s ends: %s", p.name, p.log, logTail(p.log))
 		}
 	})
-	return nil
+	return p.stop
 }
 
 func logTail(path string) string {

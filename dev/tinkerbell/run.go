@@ -2,6 +2,7 @@ package tinkerbell
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -73,7 +74,7 @@ type RunOptions struct {
 // serves the first it lists), while o.Run answers for wf alone: a container of another Workflow
 // is left where the worker put it (its action RUNNING, as on a machine switched off), and, when
 // wf has not ended, RunWorker stops the worker and fails naming that Workflow.
-func RunWorker(ctx context.Context, c client.Client, wf *Workflow, o RunOptions) error {
+func RunWorker(ctx context.Context, c client.Client, wf *Workflow, o RunOptions) (err error) {
 	// A unix socket path is at most 107 bytes; the log's directory may be deeper than that.
 	sockDir, err := os.MkdirTemp("", "tink-worker-docker-")
 	if err != nil {
@@ -101,7 +102,7 @@ func RunWorker(ctx context.Context, c client.Client, wf *Workflow, o RunOptions)
 	if err != nil {
 		return err
 	}
-	defer worker.Stop()
+	defer func() { err = errors.Join(err, worker.Stop()) }()
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	started := map[string]string{} // action -> the state it was seen in once it had started

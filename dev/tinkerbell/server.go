@@ -40,8 +40,7 @@ func StartServer(ctx context.Context, o ServerOptions) (*Server, error) {
 	}
 	m := listenerAddress.FindStringSubmatch(p.ready)
 	if m == nil {
-		p.Stop()
-		return nil, fmt.Errorf("tink-server logged no listener address: %s", p.ready)
+		return nil, errors.Join(fmt.Errorf("tink-server logged no listener address: %s", p.ready), p.Stop())
 	}
 	return &Server{Process: p, Addr: m[1]}, nil
 }

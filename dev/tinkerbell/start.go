@@ -74,19 +74,19 @@ func Start(ctx context.Context, o Options) (*Tinkerbell, error) {
 	t.procs = append(t.procs, ctrl)
 	srv, err := StartServer(ctx, ServerOptions{Binary: bins["tink-server"], Kubeconfig: o.Kubeconfig, Namespace: o.Namespace, Log: t.ServerLog})
 	if err != nil {
-		ctrl.Stop()
-		return nil, err
+		return nil, errors.Join(err, ctrl.Stop())
 	}
 	t.Addr, t.procs = srv.Addr, append(t.procs, srv.Process)
 	return t, nil
 }
 
-// Stop ends the processes, the server first.
+// Stop ends the processes, the server first, and fails when any had to be killed.
 func (t *Tinkerbell) Stop() error {
+	var errs []error
 	for i := len(t.procs) - 1; i >= 0; i-- {
-		t.procs[i].Stop()
+		errs = append(errs, t.procs[i].Stop())
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // QuaminaReached is the line interop/quamina writes to standard error (the process's log) each time
