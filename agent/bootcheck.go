@@ -109,7 +109,13 @@ func bootCheck(ctx context.Context, log zerolog.Logger, tpm *TPM, c *client, cha
 		return nil, &TPMError{Op: "load the AK from " + FileLAKBlob, Err: err}
 	}
 	closeAK := sync.OnceValue(func() error { return ak.Close(tpm.Attest()) })
-	defer closeAK()
+	defer func() {
+		// A key left loaded takes one of the TPM's few object slots until the next reboot: say
+		// so, though the check's own result stands.
+		if err := closeAK(); err != nil {
+			log.Warn().Err(err).Msg("the AK could not be unloaded from the TPM: it holds one of the TPM's object slots until the machine reboots")
+		}
+	}()
 	pub, err := tpm2.DecodePublic(ak.AttestationParameters().Public) // a loaded AK's Public() is nil
 	if err != nil {
 		return nil, fmt.Errorf("decode the AK public area of %s: %w", FileLAKBlob, err)
@@ -137,7 +143,7 @@ func bootCheck(ctx context.Context, log zerolog.Logger, tpm *TPM, c *client, cha
 	if ld != nil {
 		req.LDevID = &api.BootCheckLDevID{Chain: ld.chain}
 		if ld.pub != nil {
-			_ = closeAK() // the TPM has room for few objects: the certification loads its own
+			_ = closeAK() // the TPM has room for few objects: the certification loads its own (a failure is logged by the deferred call)
 			cert, err := tpm.CertifyLDevID(blob, ld.pub, ld.priv, n.Nonce)
 			if err != nil {
 				log.Warn().Err(err).Msg("the LDevID key could not be certified: fleetd cannot renew the LDevID")

@@ -91,7 +91,7 @@ func pcrDigest(pcrs []attest.PCR) [sha256.Size]byte {
 	h := sha256.New()
 	var idx [4]byte
 	for _, p := range pcrs {
-		binary.BigEndian.PutUint32(idx[:], uint32(p.Index))
+		binary.BigEndian.PutUint32(idx[:], uint32(p.Index)) //nolint:gosec // G115: a PCR index is 0 to 23
 		h.Write(idx[:])
 		h.Write(p.Digest)
 	}

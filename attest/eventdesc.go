@@ -55,10 +55,11 @@ func imageFileName(d []byte) string {
 		return ""
 	}
 	n := binary.LittleEndian.Uint64(d[24:32])
-	if n > uint64(len(d)-hdr) {
+	// G115 below: len(d) >= hdr, so len(d)-hdr is not negative, and n is at most that int.
+	if n > uint64(len(d)-hdr) { //nolint:gosec // G115: see above
 		return ""
 	}
-	path, name := d[hdr:hdr+int(n)], ""
+	path, name := d[hdr:hdr+int(n)], "" //nolint:gosec // G115: see above
 	for len(path) >= 4 {
 		typ, sub, l := path[0], path[1], int(binary.LittleEndian.Uint16(path[2:4]))
 		if l < 4 || l > len(path) || typ == 0x7f { // end of device path
@@ -82,10 +83,11 @@ func variableName(d []byte) string {
 		return ""
 	}
 	n := binary.LittleEndian.Uint64(d[16:24])
-	if n > uint64(len(d)-hdr)/2 {
+	// G115 below: len(d) >= hdr, so len(d)-hdr is not negative, and 2n is at most that int.
+	if n > uint64(len(d)-hdr)/2 { //nolint:gosec // G115: see above
 		return ""
 	}
-	return utf16String(d[hdr : hdr+2*int(n)])
+	return utf16String(d[hdr : hdr+2*int(n)]) //nolint:gosec // G115: see above
 }
 
 // text returns the data as text when it is printable ASCII or UTF-16LE ASCII, else "".

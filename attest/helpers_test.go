@@ -145,7 +145,11 @@ func tpmKeyParams(t *testing.T, m *machine, attrs tpm2.KeyProp) ga.AttestationPa
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer tpm2.FlushContext(m.rw, h)
+	defer func() {
+		if err := tpm2.FlushContext(m.rw, h); err != nil {
+			t.Errorf("flush the key: %v", err)
+		}
+	}()
 	att, sig, err := tpm2.CertifyCreation(m.rw, "", h, h, nil, chash, *tmpl.RSAParameters.Sign, ticket)
 	if err != nil {
 		t.Fatal(err)

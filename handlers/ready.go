@@ -52,7 +52,7 @@ func (rd *readiness) result(ctx context.Context) (map[string]string, error) {
 	if done == nil {
 		done = make(chan struct{})
 		rd.probing = done
-		go rd.probe(done)
+		go rd.probe(done) //nolint:gosec // G118: the probe serves every request waiting on it, so no one request's context may end it; readyTimeout bounds it
 	}
 	rd.mu.Unlock()
 	select {
