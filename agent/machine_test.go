@@ -111,12 +111,20 @@ func checkSPIRELoads(t *testing.T, rw io.ReadWriter, dir string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer tpm2.FlushContext(rw, srk)
+	defer func() {
+		if err := tpm2.FlushContext(rw, srk); err != nil {
+			t.Errorf("flush the SRK: %v", err)
+		}
+	}()
 	h, _, err := tpm2.Load(rw, srk, "random SRK password", pub, priv)
 	if err != nil {
 		t.Fatalf("load ldevid.pub/ldevid.priv under SPIRE's SRK: %v", err)
 	}
-	defer tpm2.FlushContext(rw, h)
+	defer func() {
+		if err := tpm2.FlushContext(rw, h); err != nil {
+			t.Errorf("flush the LDevID key: %v", err)
+		}
+	}()
 	digest := sha256.Sum256([]byte("SPIRE tpm_devid challenge"))
 	sig, err := tpm2.Sign(rw, h, "", digest[:], nil, &tpm2.SigScheme{Alg: tpm2.AlgECDSA, Hash: tpm2.AlgSHA256})
 	if err != nil {

@@ -336,7 +336,9 @@ func TestQueueFull(t *testing.T) {
 	go func() { ran <- in.Run(ctx) }()
 	defer func() {
 		cancel()
-		<-ran
+		if err := <-ran; err != nil {
+			t.Errorf("Run: %v", err)
+		}
 	}()
 	waitReconciled(t, rec, "[12]")
 	// node-b's event was refused, not queued: its next one is queued and decided.

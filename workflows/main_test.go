@@ -63,9 +63,13 @@ func runMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "start API server:", err)
 		return 1
 	}
-	defer s.Stop()
 	server = s
-	return m.Run()
+	code := m.Run()
+	if err := s.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "stop the shared API server:", err)
+		code = max(code, 1)
+	}
+	return code
 }
 
 // startServer starts an API server of the test's own with the version's CRDs (dir: its data
@@ -82,7 +86,11 @@ func startServerCRDs(t *testing.T, dirs []string, dir string, port int) *kubehar
 	if err != nil {
 		t.Fatalf("start API server: %v", err)
 	}
-	t.Cleanup(func() { s.Stop() })
+	t.Cleanup(func() {
+		if err := s.Stop(); err != nil {
+			t.Errorf("stop the API server: %v", err)
+		}
+	})
 	return s
 }
 
@@ -102,7 +110,9 @@ func withTinkerbell(t *testing.T, srv *kubeharness.Server, e *env) {
 	}
 	e.ctrlLog, e.tinkServer, e.worker = tb.ControllerLog, tb.Addr, tb.Worker
 	t.Cleanup(func() {
-		tb.Stop()
+		if err := tb.Stop(); err != nil {
+			t.Errorf("stop Tinkerbell: %v", err)
+		}
 		if t.Failed() {
 			for _, l := range []string{tb.ControllerLog, tb.ServerLog} {
 				b, _ := os.ReadFile(l)

@@ -29,7 +29,11 @@ func TestResourceNotServed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { srv.Stop() })
+	t.Cleanup(func() {
+		if err := srv.Stop(); err != nil {
+			t.Errorf("stop the API server: %v", err)
+		}
+	})
 	// fleetd's client names the resources' paths itself (no discovery), as a long-lived client
 	// that learnt them while they were served does.
 	in, err := workflows.New(workflows.Config{RESTConfig: srv.RESTConfig(), Namespace: "default"})

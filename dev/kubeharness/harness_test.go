@@ -2,6 +2,7 @@ package kubeharness_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -34,7 +35,10 @@ func TestMain(m *testing.M) {
 	}
 	shared = s
 	code := m.Run()
-	s.Stop()
+	if err := s.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "stop the shared API server:", err)
+		code = max(code, 1)
+	}
 	os.Exit(code)
 }
 
@@ -213,13 +217,11 @@ func TestRestartKeepsObjects(t *testing.T) {
 	cfg := s1.RESTConfig()
 	c := newClient(t, cfg)
 	if err := c.Create(ctx, workflow("restart", "kept")); err != nil {
-		s1.Stop()
-		t.Fatalf("create: %v", err)
+		t.Fatal(errors.Join(fmt.Errorf("create: %w", err), s1.Stop()))
 	}
 	w, err := c.Watch(ctx, &tinkv1.WorkflowList{}, client.InNamespace("restart"))
 	if err != nil {
-		s1.Stop()
-		t.Fatalf("watch: %v", err)
+		t.Fatal(errors.Join(fmt.Errorf("watch: %w", err), s1.Stop()))
 	}
 	defer w.Stop()
 	if err := s1.Stop(); err != nil {
@@ -241,7 +243,11 @@ func TestRestartKeepsObjects(t *testing.T) {
 	if err != nil {
 		t.Fatalf("restart on %s port %d: %v", dir, port, err)
 	}
-	defer s2.Stop()
+	defer func() {
+		if err := s2.Stop(); err != nil {
+			t.Errorf("stop the restarted API server: %v", err)
+		}
+	}()
 	if s2.URL() != s1.URL() {
 		t.Errorf("restarted URL %s, want %s", s2.URL(), s1.URL())
 	}

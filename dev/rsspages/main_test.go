@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,7 +29,7 @@ func TestFloor(t *testing.T) {
 	if err := floor.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { floor.Process.Kill(); floor.Wait() })
+	t.Cleanup(func() { killWait(t, floor) })
 	// It prints its pid once its initialisation is done.
 	if _, err := bufio.NewReader(stdout).ReadString('\n'); err != nil {
 		t.Fatalf("rssfloor printed no pid: %v", err)
@@ -70,7 +71,7 @@ func TestRefusals(t *testing.T) {
 	if err := sleep.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { sleep.Process.Kill(); sleep.Wait() })
+	t.Cleanup(func() { killWait(t, sleep) })
 	tests := []struct {
 		name    string
 		pid     int
@@ -115,4 +116,13 @@ func TestModuleOf(t *testing.T) {
 			t.Errorf("moduleOf(%q) = %q, want %q", name, got, want)
 		}
 	}
+}
+
+// killWait ends a process the test started and reaps it.
+func killWait(t *testing.T, cmd *exec.Cmd) {
+	t.Helper()
+	if err := cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		t.Errorf("kill %s: %v", cmd.Path, err)
+	}
+	_ = cmd.Wait() // killed: its exit status says only that
 }

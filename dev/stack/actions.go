@@ -302,7 +302,7 @@ func startAndWait(ctx context.Context, cmd *exec.Cmd) error {
 		return err
 	case <-ctx.Done():
 		_ = cmd.Process.Kill()
-		<-done
+		_ = <-done // the exit of a killed process says only that it was killed: ctx's error says why
 		return ctx.Err()
 	}
 }

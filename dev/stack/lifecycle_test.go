@@ -435,12 +435,12 @@ func TestMachineRefusedAtEnrollment(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			ask(t, tc.device, "provision")
-			d := accepted(t, tc.device)
+			accepted(t, tc.device)
 			err := step(t, stack.Netboot, tc.device, stack.StepOptions{EventLog: tc.boot})
 			if err == nil || !strings.Contains(err.Error(), "fleetd-enroll FAILED") {
 				t.Fatalf("netboot = %v, want the enrollment to fail", err)
 			}
-			d = waitState(t, tc.device, "failed")
+			d := waitState(t, tc.device, "failed")
 			if msg := d.Field("fleet_message"); !strings.Contains(msg, tc.reason) {
 				t.Errorf("fleet_message %q does not say %q", msg, tc.reason)
 			}

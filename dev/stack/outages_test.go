@@ -103,10 +103,11 @@ func TestKubernetesUnreachable(t *testing.T) {
 		t.Errorf("WaitFleetdReady with the API server stopped: %v, want it to wait for Kubernetes", err)
 	}
 	ask(t, dev, "provision")
-	d := waitState(t, dev, "pending")
+	waitState(t, dev, "pending")
 	runs := reconcileRuns(t)
 	waitReconciles(t, runs, 2)
-	if d = device(t, dev); d.Field("fleet_state") != "pending" {
+	d := device(t, dev)
+	if d.Field("fleet_state") != "pending" {
 		t.Errorf("after reconciles without Kubernetes, fleet_state = %s (%s), want pending", d.Field("fleet_state"), d.Field("fleet_message"))
 	}
 	startKube(t)

@@ -151,7 +151,7 @@ func waitURLs(ctx context.Context, info Info, httpsURL, httpURL, logPath string)
 
 // pollOK GETs u until it answers 200 or ctx ends.
 func pollOK(ctx context.Context, c *http.Client, u, logPath string) error {
-	last := "no answer yet"
+	var last string // every pass sets it before the wait that reports it
 	for {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 		if err != nil {

@@ -37,7 +37,11 @@ func TestStartOnATakenDataPort(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Start after a taken port: %v, want a retry on another port", err)
 	}
-	defer inst.Stop()
+	defer func() {
+		if err := inst.Stop(); err != nil {
+			t.Errorf("stop swtpm: %v", err)
+		}
+	}()
 	if inst.Addr() == net.JoinHostPort("127.0.0.1", strconv.Itoa(taken)) {
 		t.Fatalf("Start called ready the other process's listener at %s", inst.Addr())
 	}

@@ -89,7 +89,11 @@ func TestRealWorkerRunsWorkflow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer srv.Stop()
+	defer func() {
+		if err := srv.Stop(); err != nil {
+			t.Errorf("stop the API server: %v", err)
+		}
+	}()
 	dir := t.TempDir()
 	kubeconfig := filepath.Join(dir, "kubeconfig")
 	if err := srv.WriteKubeconfig(kubeconfig); err != nil {
@@ -100,7 +104,11 @@ func TestRealWorkerRunsWorkflow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer tb.Stop()
+	defer func() {
+		if err := tb.Stop(); err != nil {
+			t.Errorf("stop Tinkerbell: %v", err)
+		}
+	}()
 	defer func() {
 		if t.Failed() {
 			for _, l := range []string{"tinkerbell.log", "tink-controller.log", "tink-server.log", "tink-worker.log", "dockerapi.log"} {
@@ -148,7 +156,11 @@ func TestRealWorkerRunsWorkflow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer worker.Stop()
+	defer func() {
+		if err := worker.Stop(); err != nil {
+			t.Errorf("stop the worker: %v", err)
+		}
+	}()
 
 	scheme, err := tinkerbell.Scheme()
 	if err != nil {

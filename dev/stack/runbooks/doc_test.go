@@ -15,15 +15,14 @@ import (
 // (other output may come between them). "# exit N" says the command fails with status N; a
 // command with no such line must succeed.
 type docCommand struct {
-	file   string
-	line   int
-	cmd    string
-	want   []string
-	exit   int
-	block  int  // index of its block in the file
-	setup  bool // a block that only sets variables and helpers
-	spore  bool // a block that sets up the real fleet ("# on spore: …"); swapped for the stack's
-	inline bool
+	file  string
+	line  int
+	cmd   string
+	want  []string
+	exit  int
+	block int  // index of its block in the file
+	setup bool // a block that only sets variables and helpers
+	spore bool // a block that sets up the real fleet ("# on spore: …"); swapped for the stack's
 }
 
 func (c docCommand) where() string { return c.file + ":" + strconv.Itoa(c.line) }
