@@ -24,7 +24,7 @@ func newLogger(c config.Log, w io.Writer) zerolog.Logger {
 }
 
 // routeLibraryLogs sends what the libraries fleetd links would write on their own through l, so
-// that every line fleetd writes is one JSON object (STYLE habit 19; a plain-text line stops the
+// that every line fleetd writes is one JSON object (docs/operate.md, "Endpoints"; a plain-text line stops the
 // documented `journalctl … | jq` pipeline): client-go's klog (watch interruptions, the API
 // server's warnings), named in "logger" (zerologr's key for logr names, so a library's own
 // WithName extends it rather than repeating the key). It is process-wide, as klog is. So is Go's

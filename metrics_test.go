@@ -120,7 +120,7 @@ func TestPublicMetricsNameNoDevice(t *testing.T) {
 var metricName = regexp.MustCompile(`\bfleetd_[a-z0-9_]+`)
 
 // TestAlertRulesNameRegisteredMetrics: every metric an alert expression names is one fleetd
-// registers (STYLE habit 13), so a renamed metric cannot silently disable an alert.
+// registers, so a renamed metric cannot silently disable an alert.
 func TestAlertRulesNameRegisteredMetrics(t *testing.T) {
 	registered := registeredMetrics(t)
 	raw, err := os.ReadFile("examples/monitoring/fleetd-rules.yaml")

@@ -15,11 +15,11 @@ import (
 	"testing"
 )
 
-// releaseArches are the targets of `make release` (issue 6): spore is linux/arm64; HookOS and the
+// releaseArches are the targets of `make release`: spore is linux/arm64; HookOS and the
 // amd64 nodes run linux/amd64.
 var releaseArches = []string{"arm64", "amd64"}
 
-// notInProduction names what the production binary must not link (STYLE "The shape": the
+// notInProduction names what the production binary must not link (docs/design.md, "Packages": the
 // development stack lives apart so the binary for spore stays lean). Each entry is an import
 // path; it matches the path itself and every package below it.
 var notInProduction = []struct{ path, why string }{

@@ -23,7 +23,7 @@ import (
 // verifier is fleetd's side of an enrollment: the real handlers and fleet service on in-memory
 // NetBox (handlers/handlerstest), reached over HTTP with the wire types the agent sends (package
 // api). Every row of these tests goes through the route, the service's checks in the service's
-// order, and its NetBox writes (issue 15.7): no stand-in of the enrollment decides here.
+// order, and its NetBox writes: no stand-in of the enrollment decides here.
 type verifier struct {
 	f     *handlerstest.Fleetd // the fleetd the next round trip goes to
 	cfg   handlerstest.Config  // how f was made; a row that needs another fleetd starts one from it

@@ -1,6 +1,6 @@
 // Package config reads fleetd.yaml: strict YAML (an unknown key is an error), decoded into typed
 // values and validated as a whole, so that `fleetd serve` and `fleetd check` list every problem at
-// once (docs/design.md §7; STYLE habit 9). Secrets are never in the file: it names files that hold them.
+// once (docs/design.md §7). Secrets are never in the file: it names files that hold them.
 package config
 
 import (

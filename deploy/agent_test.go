@@ -18,7 +18,7 @@ import (
 
 const containerfilePath = "agent/Containerfile"
 
-// agentEntrypoint is the action image's entrypoint (issue 6): tink-worker passes an action's
+// agentEntrypoint is the action image's entrypoint: tink-worker passes an action's
 // `command` as the container's Cmd, which Docker appends to it.
 var agentEntrypoint = []string{"/fleetd", "enroll"}
 

@@ -13,7 +13,7 @@ import (
 	"testing"
 )
 
-// The boot check's command line, as every deploy file for a node writes it (issue 6).
+// The boot check's command line, as every deploy file for a node writes it (docs/boot-checks.md, "`fleetd boot-check`").
 var bootCheckArgs = []string{"boot-check", "--url", "https://spore.lan:8443", "--tpm", "/dev/tpmrm0", "--dir", "/var/lib/fleetd-node"}
 
 // unit is a systemd unit file: section → key → every assignment in order.
@@ -67,7 +67,7 @@ type directive struct {
 	absent             bool
 }
 
-// hardened is what every fleetd service unit keeps from the host (issue 6; systemd.exec(5)).
+// hardened is what every fleetd service unit keeps from the host (systemd.exec(5)).
 var hardened = []directive{
 	{section: "Service", key: "NoNewPrivileges", want: "yes"},
 	{section: "Service", key: "CapabilityBoundingSet", want: ""},

@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// One story across the docs (issue 20.3): every path, port and URL the docs name for spore is the
+// One story across the docs: every path, port and URL the docs name for spore is the
 // one the example configuration and the deploy files use, and operator calls go to https.
 
 const credentialDir = "/run/credentials/fleetd.service/"

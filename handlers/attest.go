@@ -104,7 +104,7 @@ func (s *Server) nodeError(w http.ResponseWriter, out fleet.Outcome, err error) 
 // maxReason caps the reason in a decision line: a refusal's message can quote what the caller sent.
 const maxReason = 2048
 
-// decision writes the request's one decision line (STYLE habit 10).
+// decision writes the request's one decision line (docs/operate.md, "Endpoints").
 func (s *Server) decision(w http.ResponseWriter, out fleet.Outcome, err error) {
 	log := s.log(w)
 	ev := log.Info()

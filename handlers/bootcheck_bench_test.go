@@ -37,7 +37,7 @@ import (
 	"github.com/folly-infra/fleetd/webhook"
 )
 
-// The server-side cost of one boot check (issue 5). The TPM simulator, booted from the RHEL 8
+// The server-side cost of one boot check (docs/boot-checks.md, "Cost"). The TPM simulator, booted from the RHEL 8
 // log (82 events, SHA-1 and SHA-256 banks, so two quotes) and enrolled through the real agent,
 // produces one check; every iteration then verifies that same check again. To accept it more
 // than once, the services under benchmark run on a clock frozen before the nonce's issue time,

@@ -56,7 +56,7 @@ func (m swtpmMachine) boot(t *testing.T, eventLog []byte) (spec, logFile string,
 // TestBootCheckDrift changes a machine's boot between two checks, with swtpm so that the AK
 // survives the reboot: the check after the change is recorded as drift with one journal entry
 // naming the PCRs and events, a second drift writes none, and the baseline boot passes again
-// (docs/design.md §5; issue 5).
+// (docs/design.md §5).
 func TestBootCheckDrift(t *testing.T) {
 	m := newSwtpmMachine(t)
 	baseline, changed := eventlogs.Ubuntu2104NoSecureBoot, eventlogs.Ubuntu2104NoDBX

@@ -67,7 +67,7 @@ func enrollActiveOn(t testing.TB, hc handlerstest.Config, ekSHA256 string, cfg a
 
 // TestBootCheck runs the real `fleetd boot-check` against the real handlers and service on the
 // TPM simulator, enrolled first through the real agent: the first check takes the baseline and
-// writes one journal entry, the next one only moves last_boot_check (docs/design.md §5; issue 5),
+// writes one journal entry, the next one only moves last_boot_check (docs/design.md §5),
 // at the cost of one device read and one write.
 func TestBootCheck(t *testing.T) {
 	sim, ch := simulatorBoot(t)
@@ -76,7 +76,7 @@ func TestBootCheck(t *testing.T) {
 	cfg := agent.BootCheckConfig{Conn: agent.Conn{FleetdURL: f.url, RetryWait: time.Millisecond}, Dir: dir, Channel: ch, Log: zerolog.Nop(),
 		Hardware: agent.Hardware{SysRoot: t.TempDir(), DevRoot: t.TempDir()}}
 	journal := len(f.inv.JournalOf(12)) // the enrollment's
-	// ok/the enrollment kept its facts: proved by the TPM, claimed by the agent (issue 21.2).
+	// ok/the enrollment kept its facts: proved by the TPM, claimed by the agent (docs/design.md, "Attested facts").
 	enrolled := f.inv.Get(12).Owned.Facts
 	if p, c := enrolled.Proved, enrolled.Claimed; p.EKSHA256 != simulatorEK(t, ch) || p.Source != api.FactsFromEnrollment || len(p.BootState) != 64 ||
 		p.BootPolicy == "" || c.SMBIOSUUIDSHA256 != fleet.UUIDHash(machineUUID) || c.DisksFound != 1 || c.Disks[0].Serial != "S4EWNX0R123456" ||

@@ -16,7 +16,7 @@ import (
 // a TPM version of 60 KiB, a device name of 60 KiB, an EK the device does not approve. Each is
 // refused with its code and the code's fixed sentence; nothing the caller sent and nothing of
 // the device's declaration (its approved ek_sha256) is in the answer, in fleet_message or in a
-// journal entry, and what is written into NetBox is within its caps (issue 11.2).
+// journal entry, and what is written into NetBox is within its caps (docs/security.md, "Claimed input").
 func TestClaimedInputIsNotEchoed(t *testing.T) {
 	approved := strings.Repeat("ab", 32)
 	d := fleettest.Declared(12, "node-a")
@@ -61,6 +61,6 @@ func TestClaimedInputIsNotEchoed(t *testing.T) {
 		t.Errorf("fleet_message is %d bytes, over the cap of %d", len(got.Owned.Message), fleet.MaxMessage)
 	}
 	if got.Owned.Message != "" || len(f.inv.JournalOf(12)) != 0 {
-		t.Errorf("fleet_message %q, journal %q: a refusal before credential activation writes nothing (issue 11.1)", got.Owned.Message, f.inv.JournalOf(12))
+		t.Errorf("fleet_message %q, journal %q: a refusal before credential activation writes nothing", got.Owned.Message, f.inv.JournalOf(12))
 	}
 }

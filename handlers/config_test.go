@@ -76,7 +76,7 @@ func TestConfigRoutes(t *testing.T) {
 // TestConfigFetchTellsNothingOfOtherUUIDs fetches from an address no device has (127.0.0.2), once
 // with the UUID the device at 127.0.0.1 attested with and once with a UUID no device has: both
 // answers must be the same, or the answer would tell a prober which UUIDs have a configuration
-// waiting (issue 11.8); nothing is delivered.
+// waiting (docs/security.md, "The configuration fetch"); nothing is delivered.
 func TestConfigFetchTellsNothingOfOtherUUIDs(t *testing.T) {
 	f := attestedTalos(t)
 	dialer := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}}

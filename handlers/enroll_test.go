@@ -94,7 +94,7 @@ func catalog(secureBoot fleet.SecureBoot, patches ...string) fleet.Catalog {
 
 // TestEnrollment runs the real agent against the real handlers and service, with the TPM
 // simulator booted from a recorded event log, and checks what NetBox records, what the agent
-// writes, and that a refusal issues nothing and authorizes no disk (docs/design.md §4; issue 3 refusals).
+// writes, and that a refusal issues nothing and authorizes no disk (docs/design.md §4; docs/enrollment.md, "Refusals").
 func TestEnrollment(t *testing.T) {
 	disk := fakehw.Disk{Dev: "nvme0n1", Serial: "S4EWNX0R123456", Model: "Samsung_SSD_980_1TB", Bus: "nvme"}
 	other := fakehw.Disk{Dev: "sda", Serial: "WD-WCC4N1234", Model: "WDC_WD40EFRX", Bus: "ata"}

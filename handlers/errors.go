@@ -32,7 +32,7 @@ func statusOf(c fleet.RefusalClass) int {
 
 // writeError answers a failed request: a refusal with its class's 4xx and safe message, NetBox
 // unavailable with 503, anything else with 500 and a message that points at the log line (the
-// detail stays in the log: STYLE habit 3).
+// detail stays in the log: a caller learns nothing of fleetd's insides from it).
 func writeError(w http.ResponseWriter, log zerolog.Logger, err error) {
 	if r, ok := fleet.AsRefusal(err); ok {
 		writeJSON(w, statusOf(r.Class), api.Error{Code: r.Code, Message: r.Msg})

@@ -85,7 +85,7 @@ func TestOperatorRoutes(t *testing.T) {
 
 // TestOperatorGuessesAreLimited: every wrong or missing token takes one of the address's 10
 // guesses; once they are spent the address is answered 429 before its token is looked at (the
-// right one included), while another address still gets in (issue 11.8).
+// right one included), while another address still gets in (docs/security.md, "Operators → fleetd").
 func TestOperatorGuessesAreLimited(t *testing.T) {
 	f := handlerstest.New(t, handlerstest.Config{})
 	get := func(from, token string) int {

@@ -246,7 +246,7 @@ func serialOfDER(t *testing.T, der []byte) string {
 // both certificates for the same TPM keys, installs them, moves the old serials into
 // ldevid_serial_previous and lak_serial_previous and journals it once; the next check clears
 // them; then every cut of a renewal leaves a node that passes its next check and is renewed by
-// it (docs/enrollment.md, "Renewal"; issue 10.2, 10.3).
+// it (docs/enrollment.md, "Renewal").
 func TestRenewal(t *testing.T) {
 	sim, ch := simulatorBoot(t)
 	defer sim.Close()
@@ -371,7 +371,7 @@ func testRenewalCuts(t *testing.T, n *renewalNode) {
 
 // TestRenewalRefusals: a due certificate is not renewed for a node that should not run, and the
 // node's exit code and log say why; NetBox's serials and files stay, and no journal entry is
-// written for it. A check that is itself refused renews nothing (issue 10.4). Each row has a node
+// written for it. A check that is itself refused renews nothing. Each row has a node
 // of its own (its own TPM, enrollment, fleetd and NetBox), enrolled, checked once and past its
 // renewal point, so no row can pass on what another left; the first row, on such a node with
 // nothing altered, is renewed.

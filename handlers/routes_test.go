@@ -15,7 +15,7 @@ import (
 
 var docRow = regexp.MustCompile("^\\| (GET|POST|PUT|PATCH|DELETE) \\| `([^`]+)` \\|")
 
-// TestRoutesDocumented keeps docs/http.md and the route table in agreement (STYLE habit 13).
+// TestRoutesDocumented keeps docs/http.md and the route table in agreement: the documented routes are a contract.
 func TestRoutesDocumented(t *testing.T) {
 	f, err := os.Open("../docs/http.md")
 	if err != nil {

@@ -96,7 +96,7 @@ func NewWriter(cfg Config) (*Writer, error) {
 			return nil, fmt.Errorf("new Kea writer: register metrics: %w", err)
 		}
 	}
-	for _, o := range []string{ReloadOK, ReloadRefused, ReloadUnreachable} { // at 0 from start (STYLE habit 19)
+	for _, o := range []string{ReloadOK, ReloadRefused, ReloadUnreachable} { // at 0 from the start, so the first reload of each outcome is an increase
 		w.reloads.WithLabelValues(o)
 	}
 	for _, o := range []string{ReloadOK, ReloadRefused, ReloadUnreachable} {

@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// TestDeps keeps pki pure (STYLE "The shape"): no HTTP, no NetBox, no Kubernetes, nothing of fleetd.
+// TestDeps keeps pki pure (docs/design.md, "Packages"): no HTTP, no NetBox, no Kubernetes, nothing of fleetd.
 func TestDeps(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", "github.com/folly-infra/fleetd/pki").CombinedOutput()
 	if err != nil {

@@ -14,7 +14,7 @@ import (
 	"github.com/folly-infra/fleetd/fleet"
 )
 
-// What every node of a class shares is built once (issue 13.2: an enrollment spent a third of its
+// What every node of a class shares is built once (an enrollment spent a third of its
 // time generating the machine config, loading the class's patches, and loading its own encoded
 // config back): the generated config of the class's machine type with the class's patches
 // applied, and the proof that a config made from it survives the trip through its bytes.

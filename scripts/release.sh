@@ -1,5 +1,5 @@
 #!/bin/sh
-# Builds fleetd's release binaries (issue 6): static (no cgo), -trimpath, no VCS stamp, an empty
+# Builds fleetd's release binaries: static (no cgo), -trimpath, no VCS stamp, an empty
 # build id and the version from git, for linux/arm64 (spore) and linux/amd64 (the HookOS action
 # image and amd64 nodes). Writes to $DIST: fleetd-linux-arm64, fleetd-linux-amd64, SHA256SUMS.
 # The same commit built with the same Go toolchain gives the same bytes, on any machine and in any

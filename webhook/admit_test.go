@@ -45,8 +45,8 @@ func (c *lineCounter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// parseable checks that every line is one JSON object with no key twice (STYLE's habit of logs an
-// operator's tools can read).
+// parseable checks that every line is one JSON object with no key twice (docs/operate.md, "Endpoints":
+// the logs an operator's tools read).
 func (c *lineCounter) parseable(t *testing.T) {
 	t.Helper()
 	c.mu.Lock()

@@ -145,8 +145,8 @@ func New(cfg Config, deps Deps) (*Intake, error) {
 		refusals: &refusalLog{log: deps.Logger, now: cfg.Now, every: cfg.RefusalLogEvery, seen: map[refusalKey]*refusalCount{}}}, nil
 }
 
-// outcomes are every answer fleetd_webhooks_total counts, created at 0 for each route (STYLE's
-// habit of series that exist before their first event, so that increase() sees it).
+// outcomes are every answer fleetd_webhooks_total counts, created at 0 for each route (a series
+// that exists before its first event, so that increase() sees that event).
 var outcomes = []string{"accepted", "coalesced", "echo", "ignored", api.CodeBadSignature, api.CodeMalformed, api.CodeTooLarge,
 	api.CodeTimeout, api.CodeBusy, api.CodeQueueFull}
 

@@ -1,4 +1,4 @@
-// Command benchtable writes the table of `make bench` (issue 13.5): each figure of
+// Command benchtable writes the table of `make bench` (docs/performance.md, "Benchmarks"): each figure of
 // docs/performance.md beside its floor or peer and their ratio, from the output of
 // `go test -bench -benchmem`. It replaces the part of the document between the two markers and
 // keeps the rest (the load test's figures, written from `make load`).

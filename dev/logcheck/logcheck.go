@@ -1,4 +1,4 @@
-// Package logcheck checks a log the way an operator's tools read it (STYLE habit 19, docs/operate.md
+// Package logcheck checks a log the way an operator's tools read it (docs/operate.md
 // "Endpoints"): every line one JSON object, and no object with a key twice. encoding/json and jq
 // keep the last of two equal keys without a word, so a repeated key silently loses a value; and a
 // line that is not JSON stops `journalctl … | jq` there. The tests of the development stack feed it

@@ -12,7 +12,7 @@ import (
 	"github.com/folly-infra/fleetd/render"
 )
 
-// TestInventoryAddressing checks the addressing of issue 4: every machine has its own loopback
+// TestInventoryAddressing checks the machines' addressing (docs/design.md §8): every machine has its own loopback
 // address 127.0.1.N/8 (N = index + 10), MACs and disk serials are unique, and fleetd's
 // renderer accepts each validly declared device of every class kind with the stack's gateway
 // 127.0.0.1 (Talos validates its config in metal mode), so phase 2's configurations render.

@@ -9,7 +9,7 @@ import (
 	"github.com/folly-infra/fleetd/dev/stack"
 )
 
-// BenchmarkNetboot is `fleetsim machine NAME netboot` end to end on a swtpm (issue 3): the
+// BenchmarkNetboot is `fleetsim machine NAME netboot` end to end on a swtpm: the
 // swtpm started and its PCRs replayed from the recorded boot, the real `fleetd enroll` (both
 // round trips to the real fleetd over TLS, an AK and an LDevID made in the swtpm), the Template's
 // other actions simulated, every action's state reported to the Kubernetes API, the swtpm stopped.

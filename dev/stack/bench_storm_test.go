@@ -12,7 +12,7 @@ import (
 	"github.com/folly-infra/fleetd/dev/benchcpu"
 )
 
-// Issue 13's provision storm: 500 requests at once, NetBox at a real NetBox's pace.
+// The provision storm of docs/performance.md, "Load": 500 requests at once, NetBox at a real NetBox's pace.
 const (
 	stormDevices = 500
 	stormWorkers = 16 // netbox.webhook_workers' default

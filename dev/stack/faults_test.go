@@ -11,7 +11,7 @@ import (
 	"github.com/folly-infra/fleetd/dev/netboxemu"
 )
 
-// The faults of issue 1 (docs/design.md §2, §6): forged and broken webhooks, unknown devices, duplicate
+// The faults fleetd must survive (docs/design.md §2, §6): forged and broken webhooks, unknown devices, duplicate
 // and echoed deliveries, NetBox and Kubernetes unreachable, and a fleetd restart between the
 // claim and the Workflow. These tests inject faults into shared parts (the emulator, the API
 // server, fleetd), so they run one after the other, never in parallel with other tests.

@@ -15,7 +15,7 @@ import (
 )
 
 // TestFetchSecret: a seed image's configuration is served only with the one-time fetch secret
-// the attested exchange handed the agent and the install wrote into the image (issue 11.4): a
+// the attested exchange handed the agent and the install wrote into the image (docs/security.md, "The configuration fetch"): a
 // fetch from the machine's own address with its attested UUID but without the secret, or with
 // another, is refused 403 and consumes nothing; the machine's own first boot then fetches it;
 // the same secret again is 410. Neither the UUID nor the secret is in NetBox's journal or

@@ -23,7 +23,7 @@ import (
 	"github.com/folly-infra/fleetd/dev/stack"
 )
 
-// TestForgedRefusalsDuringEnrollment is the attack of issue 11.1: while the real machine enrolls
+// TestForgedRefusalsDuringEnrollment is the attack docs/security.md names ("A hostile host on the lab network"): while the real machine enrolls
 // (the real agent with its swtpm), a host on the lab network floods fleetd with challenges for
 // the same device and request — the device name and the request id are readable in NetBox —
 // from 128 source addresses (each within the node rate limit's burst, so most reach the

@@ -126,7 +126,7 @@ func (mc *machine) powerOn(ctx context.Context, eventLog []byte) (*swtpm.Instanc
 }
 
 // httpClient is an HTTP client whose connections come from the machine's NetBox address: fleetd
-// serves a configuration only to a request from the device's address (docs/design.md §6, issue 4). It
+// serves a configuration only to a request from the device's address (docs/design.md §6). It
 // trusts the stack's fleetd CA, as the machine's OS image does.
 func (mc *machine) httpClient() (*http.Client, error) {
 	p, err := netip.ParsePrefix(mc.m.Address)

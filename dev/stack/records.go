@@ -19,7 +19,7 @@ import (
 )
 
 // Records: besides its words, a simulated machine's log holds one machine-readable line for each
-// act that authorizes or touches its disks, saying what authorized it (issue 7), so that a
+// act that authorizes or touches its disks, saying what authorized it, so that a
 // checker can tell, from the machine alone, whether every wipe and install followed a successful
 // enrollment for the same request with the declared disk:
 //

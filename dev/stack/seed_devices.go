@@ -8,7 +8,7 @@ import (
 	"github.com/folly-infra/fleetd/dev/netboxemu"
 )
 
-// Addressing of the simulated machines (issue 4): each machine's NetBox address is a loopback
+// Addressing of the simulated machines (docs/design.md §8): each machine's NetBox address is a loopback
 // address of its own, 127.0.1.N/8 with N = index + 10, and it sends its requests from it, so
 // fleetd's "the request comes from the device's address" check is real. Linux routes all of
 // 127.0.0.0/8 to lo, so no setup is needed. The gateway 127.0.0.1 lies inside every machine's

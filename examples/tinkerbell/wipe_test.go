@@ -136,7 +136,7 @@ func TestNoCloudSeedFindsItsInputs(t *testing.T) {
 
 // TestFetchSecretIntoImage runs write-fetch-secret (DRY_RUN) up to the write: the root partition
 // of the selected disk and the agent's fetch secret; without the secret it fails before anything
-// is mounted (issue 11.4).
+// is mounted (docs/security.md, "The configuration fetch").
 func TestFetchSecretIntoImage(t *testing.T) {
 	action := find(t, scripts(t), "alpine-image-provision", "write-fetch-secret")
 	disk := func(t *testing.T, m machine) {

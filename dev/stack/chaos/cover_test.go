@@ -10,7 +10,7 @@ import (
 	"github.com/folly-infra/fleetd/dev/stack/chaos"
 )
 
-// TestKeys: the kinds table names every step, fault and kill point of issue 7 (a kind dropped
+// TestKeys: the kinds table names every step, fault and kill point of the chaos run (a kind dropped
 // from the table would no longer be counted or covered).
 func TestKeys(t *testing.T) {
 	for _, want := range []string{"ask provision", "ask attest", "ask wipe", "decommission", "redeclare", "netboot", "boot",

@@ -1,5 +1,5 @@
 // Package chaos runs seeded fault schedules against the development stack and checks fleetd's
-// promise after each (issue 7; docs/security.md "What must hold"):
+// promise after each (docs/security.md, "What must hold" and "Proof under faults"):
 //
 //	(a) every request fleetd accepted reaches a terminal state once the faults clear;
 //	(b) exactly one Workflow is created per request, and one request per owner request;

@@ -13,7 +13,7 @@ import (
 	"github.com/folly-infra/fleetd/dev/stack"
 )
 
-// An owner's client that writes back what it read (issue 18; docs/netbox.md "The fields written
+// An owner's client that writes back what it read (docs/netbox.md "The fields written
 // by fleetd are fleetd's"): before every step the Runner keeps each schedule machine's
 // custom_fields as a GET of the device shows them, and a StaleWrite step saves the copy kept N
 // steps earlier with one key changed, as pynetbox's Record.save() does: the whole custom_fields

@@ -1,4 +1,4 @@
-// Package load_test is fleetd's load test on the development stack (issue 7): 1,000 declared
+// Package load_test is fleetd's load test on the development stack (docs/performance.md, "Load"): 1,000 declared
 // devices with simulated machines, webhook storms of 500 provision requests, the enrollment of
 // every machine, and boot checks from 1,000 nodes, with latencies, fleetd's memory and a check
 // that nothing was dropped. It is heavy (tens of minutes on two cores), so it runs only when
