@@ -317,7 +317,9 @@ func TestAfterSweep(t *testing.T) {
 	}()
 	got := seen(2)
 	cancel()
-	<-done
+	if err := <-done; err != nil {
+		t.Errorf("Run ended by its context: %v, want nil", err)
+	}
 	if want := []string{"listing of 2", "after sweep"}; !slices.Equal(got, want) {
 		t.Fatalf("reconcile pass: %q, want %q", got, want)
 	}
@@ -326,7 +328,9 @@ func TestAfterSweep(t *testing.T) {
 	go func() { done <- s.Review.RunInventoryCheck(ctx, time.Millisecond, time.Hour) }()
 	got = seen(3)
 	cancel()
-	<-done
+	if err := <-done; err != nil {
+		t.Errorf("RunInventory ended by its context: %v, want nil", err)
+	}
 	if want := []string{"listing of 2", "after sweep", "after sweep"}; !slices.Equal(got, want) {
 		t.Fatalf("after an inventory check: %q, want %q", got, want)
 	}
