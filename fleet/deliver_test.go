@@ -137,7 +137,7 @@ func TestFetchConfig(t *testing.T) {
 			}
 			for _, w := range append(j, got.Owned.Message) {
 				if strings.Contains(strings.ToLower(w), attestedUUID) {
-					t.Errorf("NetBox holds the SMBIOS UUID: %q (issue 11.4: it is not published)", w)
+					t.Errorf("NetBox holds the SMBIOS UUID: %q (it is not published: NetBox keeps its hash only)", w)
 				}
 			}
 		})

@@ -12,7 +12,7 @@ import (
 )
 
 // The domain talks to the outside only through its ports (ports.go); the adapters import fleet,
-// never the other way round (STYLE "The shape": main → adapters → fleet → attest, pki).
+// never the other way round (docs/design.md, "Packages": main → adapters → fleet → attest, pki).
 
 // forbiddenImports are the imports no file of fleet may have, directly or through another package:
 // the adapters' protocols and clients, and every fleetd package but attest and pki.

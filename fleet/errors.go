@@ -7,7 +7,7 @@ import (
 	"github.com/folly-infra/fleetd/attest"
 )
 
-// Two kinds of error leave the domain (STYLE habit 3): a refusal, when the device or the caller
+// Two kinds of error leave the domain (docs/http.md, "Conventions"): a refusal, when the device or the caller
 // is wrong (the adapters answer 4xx with its safe message, and a journal entry records it where it
 // concerns a device), and any other error, when fleetd or what it depends on failed (5xx, full
 // detail in the log only). A refusal is a *Refusal, or an *attest.Refusal as attest's check

@@ -9,7 +9,7 @@ import (
 	"github.com/folly-infra/fleetd/fleet"
 )
 
-// TestAsRefusal: the one conversion of the domain's refusals (issue 15.3). An attest check's
+// TestAsRefusal: the one conversion of the domain's refusals. An attest check's
 // refusal, however deep in the chain, reads as the 400 whose code is its check; a fleet refusal
 // reads as itself, also when it wraps an attest one; anything else is no refusal (a 5xx).
 func TestAsRefusal(t *testing.T) {

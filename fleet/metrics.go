@@ -115,7 +115,7 @@ func newMetrics(reg, devices prometheus.Registerer, clock Clock) (*metrics, erro
 }
 
 // startAtZero creates every series of the labelled counters whose labels fleetd knows in
-// advance, at 0 (STYLE habit 19): a series that first appears at 1, as after a restart, gives
+// advance, at 0: a series that first appears at 1, as after a restart, gives
 // increase() nothing to see, so an alert on it would never fire for the first event. Open label
 // sets (refusal codes) appear when they first happen. fleetd_inventory_differences is a gauge of
 // what a check found: it has no series until this process's first check of the whole fleet, so

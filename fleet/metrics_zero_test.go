@@ -9,8 +9,8 @@ import (
 )
 
 // TestCountersStartAtZero: a fresh fleetd already exposes the series its alerts take increase()
-// of, at 0, so that the first failure after a (re)start is an increase (STYLE habit 19;
-// examples/monitoring/fleetd-rules.test.yaml replays the shapes).
+// of, at 0, so that the first failure after a (re)start is an increase (docs/operate.md,
+// "Metrics and alerts"; examples/monitoring/fleetd-rules.test.yaml replays the shapes).
 func TestCountersStartAtZero(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	if _, err := newMetrics(reg, nil, SystemClock{}); err != nil {

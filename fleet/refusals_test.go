@@ -12,7 +12,7 @@ import (
 // TestRefusalsBeforeActivationWriteNothing: challenges refused before credential activation —
 // a TPM 1.2, a stale Workflow's request — write nothing to NetBox however many come, and when the
 // request's Workflow fails its message names the last refusal's code in its fixed sentence
-// (issue 11.1). A refusal kept for an older request is not quoted for a newer one.
+// (docs/enrollment.md, "Refusals"). A refusal kept for an older request is not quoted for a newer one.
 func TestRefusalsBeforeActivationWriteNothing(t *testing.T) {
 	d := fleettest.Declared(12, "node-a")
 	d.Status = fleet.StatusStaged
@@ -67,7 +67,7 @@ func TestRefusalsBeforeActivationWriteNothing(t *testing.T) {
 
 // TestLifecycleWriteConflicts: a lifecycle event's write that meets another writer's change
 // (NetBox answers 412) is re-read and applied again while the device is on the same request, and
-// dropped once the request moved on (issue 11.1: every enrollment write is conditional).
+// dropped once the request moved on (every enrollment write is conditional: docs/design.md §9, "Several instances").
 func TestLifecycleWriteConflicts(t *testing.T) {
 	for _, r := range []struct {
 		name      string
@@ -99,7 +99,7 @@ func TestLifecycleWriteConflicts(t *testing.T) {
 }
 
 // TestRecordedRefusalReadAsItsCode: when a pending request's Workflow fails, the refusal that
-// fleet_message records is read back as its code alone (issue 15.2): the message fleetd wrote, a
+// fleet_message records is read back as its code alone: the message fleetd wrote, a
 // rewording of it, and an edit that keeps the code all end the request with the same message, the
 // code's fixed sentence; text around the code is never quoted, and a message that names no known
 // code quotes nothing.

@@ -168,7 +168,7 @@ func (l *lockedReader) Read(p []byte) (int, error) {
 	return l.r.Read(p)
 }
 
-// Outcome is what one decision did, for the decision log line the adapter writes (STYLE habit 10).
+// Outcome is what one decision did, for the decision log line the adapter writes (docs/operate.md, "Endpoints").
 type Outcome struct {
 	DeviceID int64
 	Device   string
