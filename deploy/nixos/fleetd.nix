@@ -1,4 +1,4 @@
-# NixOS module for fleetd (issue 6; docs/design.md §7).
+# NixOS module for fleetd (docs/design.md §7).
 #
 #   services.fleetd            the service on spore (`fleetd serve`), hardened: its own system
 #                              user, no capabilities, the file system read-only except the Kea
