@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -275,7 +276,7 @@ func unmarshalTalosADV(block []byte) (talosADV, error) {
 			break
 		}
 		size := binary.BigEndian.Uint32(data[4:])
-		if uint64(size) > uint64(len(data)-8) {
+		if int64(size) > int64(len(data))-8 {
 			return nil, fmt.Errorf("key %#x's value of %d bytes runs past the copy's end", tag, size)
 		}
 		a = append(a, talosEntry{tag, bytes.Clone(data[8 : 8+size])})
@@ -305,7 +306,7 @@ func (a talosADV) marshal() ([]byte, error) {
 			return nil, fmt.Errorf("its keys do not fit in a copy's %d bytes", talosADVLength-4-talosADVTrailer)
 		}
 		binary.BigEndian.PutUint32(data, e.tag)
-		binary.BigEndian.PutUint32(data[4:], uint32(len(e.value)))
+		binary.BigEndian.PutUint32(data[4:], uint32(len(e.value))) //nolint:gosec // G115: under len(data), 256 KiB (checked above)
 		copy(data[8:], e.value)
 		data = data[8+len(e.value):]
 	}
@@ -353,14 +354,17 @@ func findGPTPartition(d io.ReaderAt, name string) (gptPartition, error) {
 	if crc32.ChecksumIEEE(h) != want {
 		return gptPartition{}, errors.New("the GPT header's CRC32 does not match: the partition table is damaged")
 	}
-	entriesLBA := int64(binary.LittleEndian.Uint64(hdr[72:]))
+	// An LBA is a uint64 on disk; one whose byte offset does not fit in an int64 would wrap to
+	// another place on the disk, so it is refused rather than converted.
+	maxLBA := uint64(math.MaxInt64 / sector) //nolint:gosec // G115: sector is 512 or 4096
+	entriesLBA := binary.LittleEndian.Uint64(hdr[72:])
 	count := binary.LittleEndian.Uint32(hdr[80:])
 	entrySize := binary.LittleEndian.Uint32(hdr[84:])
-	if entrySize < 128 || entrySize%8 != 0 || count == 0 || count > 4096 || entriesLBA < 2 {
+	if entrySize < 128 || entrySize%8 != 0 || count == 0 || count > 4096 || entriesLBA < 2 || entriesLBA > maxLBA {
 		return gptPartition{}, fmt.Errorf("the GPT lists %d entries of %d bytes at LBA %d: not a valid table", count, entrySize, entriesLBA)
 	}
 	entries := make([]byte, int(count)*int(entrySize))
-	if _, err := d.ReadAt(entries, entriesLBA*sector); err != nil {
+	if _, err := d.ReadAt(entries, int64(entriesLBA)*sector); err != nil { //nolint:gosec // G115: entriesLBA <= maxLBA
 		return gptPartition{}, fmt.Errorf("read the GPT entries: %w", err)
 	}
 	if crc32.ChecksumIEEE(entries) != binary.LittleEndian.Uint32(hdr[88:]) {
@@ -375,11 +379,15 @@ func findGPTPartition(d io.ReaderAt, name string) (gptPartition, error) {
 		if gptName(e[56:128]) != name {
 			continue
 		}
-		first, last := int64(binary.LittleEndian.Uint64(e[32:])), int64(binary.LittleEndian.Uint64(e[40:]))
+		first, last := binary.LittleEndian.Uint64(e[32:]), binary.LittleEndian.Uint64(e[40:])
 		if last < first {
 			return gptPartition{}, fmt.Errorf("partition %d (%s) ends at LBA %d before it begins at %d", i+1, name, last, first)
 		}
-		found = append(found, gptPartition{number: i + 1, offset: first * sector, size: (last - first + 1) * sector})
+		if last >= maxLBA {
+			return gptPartition{}, fmt.Errorf("partition %d (%s) lies past LBA %d, more than a disk of %d-byte sectors addresses: the partition table is damaged", i+1, name, maxLBA, sector)
+		}
+		off, end := int64(first)*sector, int64(last+1)*sector //nolint:gosec // G115: first <= last < maxLBA
+		found = append(found, gptPartition{number: i + 1, offset: off, size: end - off})
 	}
 	switch len(found) {
 	case 0:

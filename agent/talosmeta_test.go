@@ -135,6 +135,11 @@ func TestWriteTalosCode(t *testing.T) {
 			err: "has 2 partitions named META (4, 6); refusing to choose"},
 		{name: "refuse/meta-of-another-size", sector: 512, parts: []fakehw.Partition{{Name: "META", First: 2048, Last: 3 << 11}},
 			err: "partition 1 is named META but is 2097664 bytes"},
+		// An LBA whose byte offset does not fit in an int64: 2^55 sectors of 512 bytes are 2^64
+		// bytes, so a multiplication that wrapped would put this META at 4 MiB, inside BIOS.
+		{name: "refuse/meta-past-what-a-disk-addresses", sector: 512,
+			parts: append(talosLayout(512)[:3], fakehw.Partition{Name: "META", First: 1<<55 + 4<<11, Last: 1<<55 + 5<<11 - 1}),
+			err:   "partition 4 (META) lies past LBA"},
 		{name: "refuse/gpt-header-crc", sector: 512, parts: talosLayout(512),
 			change: func(t *testing.T, p string) { writeAt(t, p, 512+40, []byte{0x99}) }, err: "GPT header's CRC32 does not match"},
 		{name: "refuse/gpt-entries-crc", sector: 512, parts: talosLayout(512),
