@@ -21,7 +21,8 @@ deps: ## install the Debian packages the tests and the dev stack need (only thos
 	@./scripts/install-deps.sh
 
 # The opt-in tools (scripts/tools.sh list) are built by the targets that run them: make
-# test-compat (Tinkerbell v0.12.2), make mutants (gremlins).
+# test-compat (Tinkerbell v0.12.2), make mutants (gremlins), make lint (golangci-lint, which make
+# test runs: make run does not wait for its build).
 .PHONY: tools
 tools: ## build the third-party tools the tests run (scripts/tools.sh list) once per machine, into a cache outside the checkout
 	@for t in $$(./scripts/tools.sh list | awk '$$3 != "opt-in" {print $$1}'); do ./scripts/tools.sh build $$t >/dev/null || exit 1; done

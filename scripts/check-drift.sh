@@ -6,7 +6,7 @@ GO=${GO:-go}
 cd "$(dirname "$0")/.."
 # The files git tracks (not a build's leftovers); a git that cannot list them (a clone another
 # user owns, without safe.directory) fails the check instead of leaving gofmt nothing to read.
-files=$(git ls-files '*.go') || { echo "check-drift: git ls-files failed (above): cannot list the Go files"; exit 1; }
+files=$(git -c safe.directory="$PWD" ls-files '*.go') || { echo "check-drift: git ls-files failed (above): cannot list the Go files"; exit 1; }
 [ -n "$files" ] || { echo "check-drift: git lists no Go files"; exit 1; }
 out=$(gofmt -l $files)
 if [ -n "$out" ]; then

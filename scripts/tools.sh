@@ -22,8 +22,9 @@ GO="${GO:-go}"
 root=$(cd "$(dirname "$0")/.." && pwd)
 
 # NAME VERSION [opt-in], one a line. An opt-in tool is built the first time its make target runs
-# (Tinkerbell v0.12.2's: make test-compat; gremlins: make mutants), not by make tools, so make
-# test never waits for it.
+# (Tinkerbell v0.12.2's: make test-compat; gremlins: make mutants; golangci-lint: make lint, which
+# make test runs), not by make tools, so make test never waits for the first two and make run
+# never waits for golangci-lint.
 versions() {
 	cat <<-EOF
 	tofu v1.12.6
@@ -33,7 +34,7 @@ versions() {
 	tink-controller v0.12.2 opt-in
 	tink-server v0.12.2 opt-in
 	tink-worker v0.12.2 opt-in
-	golangci-lint v2.15.0
+	golangci-lint v2.15.0 opt-in
 	gremlins v0.6.0 opt-in
 	talos-meta v1.11.5-fleetd2
 	EOF

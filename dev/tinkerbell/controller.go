@@ -146,16 +146,17 @@ func allLogged(out []byte, texts []string) (string, bool) {
 // Log is the process's log file.
 func (p *Process) Log() string { return p.log }
 
-// Stop ends the process (SIGTERM, then SIGKILL after 5 s) and waits for it. It fails when the
-// process ignored SIGTERM and had to be killed. Stop is idempotent; later calls return the first
-// result.
+// Stop ends the process (SIGTERM, then SIGKILL after 30 s) and waits for it. It fails when the
+// process ignored SIGTERM and had to be killed: a program that shuts down gracefully can take
+// seconds on a loaded 2-core machine, one still running after 30 s did not. Stop is idempotent;
+// later calls return the first result.
 func (p *Process) Stop() error {
 	p.once.Do(func() {
 		// Signal fails only when the process has already exited, which the select sees.
 		_ = p.cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-p.done:
-		case <-time.After(5 * time.Second):
+		case <-time.After(30 * time.Second):
 			_ = p.cmd.Process.Kill() // the same: a process that exited meanwhile needs no kill
 			<-p.done
 			p.stop = fmt.Errorf("stop %s: it ignored SIGTERM and was killed; its log %s ends: %s", p.name, p.log, logTail(p.log))
