@@ -41,7 +41,7 @@ type BootCheckRequest struct {
 	// Claimed is what the node says of its hardware, gathered as the enrollment gathers it, so a
 	// swapped disk or interface on an installed node shows in fleet_facts; absent from an agent
 	// older than fleet_facts (fleetd then keeps the facts it has). Untrusted and capped like the
-	// enrollment's (api.Facts).
+	// enrollment's (layout.Facts).
 	Claimed *BootCheckClaims `json:"claimed,omitempty"`
 }
 

@@ -31,7 +31,7 @@ const (
 	CheckDiskAbsent    Check = "disk_absent"         // no disk with the declared serial
 	CheckDiskAmbiguous Check = "disk_ambiguous"      // more than one disk with the declared serial
 	CheckDiskMalformed Check = "disk_malformed"      // a claimed disk path is not an absolute path
-	// CheckClaimMalformed is a claimed fact fleetd would not keep (api.Facts): a MAC that is not
+	// CheckClaimMalformed is a claimed fact fleetd would not keep (layout.Facts): a MAC that is not
 	// one, a disk serial or path beyond its cap or with control characters.
 	CheckClaimMalformed Check = "claim_malformed"
 )

@@ -53,7 +53,7 @@ type TokenClaims struct {
 	HWSerialNum []byte `json:"hw"` // VerifiedEK.HWSerialNum, for the certificates' SAN
 	// EKIssuer is the issuer DN of an EK certificate whose chain was verified, and
 	// TPMManufacturer the manufacturer code its SAN names: proved facts the evidence records
-	// (api.ProvedFacts). Both empty when the EK was approved by its hash alone.
+	// (layout.ProvedFacts). Both empty when the EK was approved by its hash alone.
 	EKIssuer        string `json:"eki,omitempty"`
 	TPMManufacturer string `json:"tpmm,omitempty"`
 	// TPMVersion is VerifiedEK.TPMVersion: what the evidence proves of the TPM's version, once its

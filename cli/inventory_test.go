@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/folly-infra/fleetd/netbox/layout"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -24,9 +25,9 @@ import (
 func TestInventoryCommand(t *testing.T) {
 	now := time.Now().UTC()
 	facts := func(d fleet.Device, diskSerial string) fleet.Device {
-		d.Owned.Facts = api.Facts{Version: api.FactsVersion,
-			Proved:  api.ProvedFacts{EKSHA256: fleettest.EKHash, Learned: api.Learned{Since: now.Add(-time.Hour), Source: api.FactsFromEnrollment}},
-			Claimed: api.ClaimedFacts{MAC: string(d.MACs[0]), Disks: []api.FactDisk{{Serial: diskSerial, Path: "/dev/disk/by-id/ata-X_" + diskSerial}}, DisksFound: 1, Learned: api.Learned{Since: now.Add(-time.Hour), Source: api.FactsFromEnrollment}}}
+		d.Owned.Facts = layout.Facts{Version: layout.FactsVersion,
+			Proved:  layout.ProvedFacts{EKSHA256: fleettest.EKHash, Learned: layout.Learned{Since: now.Add(-time.Hour), Source: layout.FactsFromEnrollment}},
+			Claimed: layout.ClaimedFacts{MAC: string(d.MACs[0]), Disks: []layout.FactDisk{{Serial: diskSerial, Path: "/dev/disk/by-id/ata-X_" + diskSerial}}, DisksFound: 1, Learned: layout.Learned{Since: now.Add(-time.Hour), Source: layout.FactsFromEnrollment}}}
 		return d
 	}
 	ok := facts(fleettest.Declared(1, "node-a"), "S4EWNX0R123456")

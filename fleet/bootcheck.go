@@ -6,12 +6,12 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"github.com/folly-infra/fleetd/netbox/layout"
 	"strings"
 	"time"
 
 	goattest "github.com/google/go-attestation/attest"
 
-	"github.com/folly-infra/fleetd/api"
 	"github.com/folly-infra/fleetd/attest"
 	"github.com/folly-infra/fleetd/pki"
 )
@@ -101,7 +101,7 @@ func (s *BootChecks) BootCheck(ctx context.Context, in BootCheckInput) (BootChec
 	if err != nil {
 		return BootCheckResult{}, s.bootCheckRefused(out, err), err
 	}
-	var claimed *api.ClaimedFacts
+	var claimed *layout.ClaimedFacts
 	if in.Claimed != nil {
 		cf, err := claimedFacts(*in.Claimed)
 		if err != nil {
@@ -180,7 +180,7 @@ type bootCheck struct {
 	boot     *attest.VerifiedBoot
 	failure  error // a verification failure of the identified device
 	renewed  map[pki.Profile]*pki.Certificate
-	claimed  *api.ClaimedFacts // checked and capped; nil when the node claimed nothing
+	claimed  *layout.ClaimedFacts // checked and capped; nil when the node claimed nothing
 }
 
 // bootCheckDevice runs the checks that depend on the device as NetBox has it now, then records

@@ -3,11 +3,11 @@ package fleet
 import (
 	"context"
 	"fmt"
+	"github.com/folly-infra/fleetd/netbox/layout"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/folly-infra/fleetd/api"
 	"github.com/folly-infra/fleetd/attest"
 )
 
@@ -50,7 +50,7 @@ func (s *BootChecks) recordBootCheck(ctx context.Context, d Device, out Outcome,
 			kind, msg = bootCheckChanged(d, res)
 		}
 	}
-	if f, changed := nextFacts(d.Owned.Facts, bootCheckProved(d, c.boot), c.claimed, now, api.FactsFromBootCheck); changed {
+	if f, changed := nextFacts(d.Owned.Facts, bootCheckProved(d, c.boot), c.claimed, now, layout.FactsFromBootCheck); changed {
 		p.Facts = &f // in the check's one write, only when a fact changed
 	}
 	renewal, renewMsg := s.renew(d, c, res.Outcome, &p)

@@ -2,11 +2,10 @@ package fleet
 
 import (
 	"fmt"
+	"github.com/folly-infra/fleetd/netbox/layout"
 	"net/netip"
 	"strings"
 	"time"
-
-	"github.com/folly-infra/fleetd/api"
 )
 
 // Device is one NetBox device (dcim.device) as fleetd reads it: the owner's declaration, the
@@ -70,9 +69,9 @@ type Owned struct {
 	// outside a provision and after a wipe or retirement.
 	Identity IdentityMaterial
 	// Facts are what fleetd last learned about the machine at an accepted enrollment or boot
-	// check (fleet_facts, api.Facts); empty when none are recorded or the field could not be read,
+	// check (fleet_facts, layout.Facts); empty when none are recorded or the field could not be read,
 	// and FactsUnreadable then says why (a value fleetd did not write, or a newer fleetd's).
-	Facts           api.Facts
+	Facts           layout.Facts
 	FactsUnreadable string
 }
 

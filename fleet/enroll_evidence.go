@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/folly-infra/fleetd/netbox/layout"
 
-	"github.com/folly-infra/fleetd/api"
 	"github.com/folly-infra/fleetd/attest"
 	"github.com/folly-infra/fleetd/pki"
 )
@@ -65,7 +65,7 @@ func (s *Enrollment) EnrollEvidence(ctx context.Context, in EvidenceInput) (Enro
 		patch.Identity = &m
 	}
 	proved, claimed := enrollmentFacts(v, v.claimed)
-	if f, changed := nextFacts(d.Owned.Facts, &proved, &claimed, s.core.clock.Now().UTC(), api.FactsFromEnrollment); changed {
+	if f, changed := nextFacts(d.Owned.Facts, &proved, &claimed, s.core.clock.Now().UTC(), layout.FactsFromEnrollment); changed {
 		patch.Facts = &f
 	}
 	out, wrote, err := s.core.applyRecorded(ctx, d, action, EventAttested, msg, patch)
@@ -179,7 +179,7 @@ type verified struct {
 	// bootPolicy names the boot policy entry the boot matched; claimed is what the agent claimed
 	// of the machine, checked and capped (facts.go).
 	bootPolicy string
-	claimed    api.ClaimedFacts
+	claimed    layout.ClaimedFacts
 }
 
 func (s *Enrollment) verifyEvidence(d Device, class Class, sealed *attest.SealedToken, in EvidenceInput) (verified, error) {

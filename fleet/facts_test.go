@@ -2,11 +2,11 @@ package fleet
 
 import (
 	"fmt"
+	"github.com/folly-infra/fleetd/netbox/layout"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/folly-infra/fleetd/api"
 	"github.com/folly-infra/fleetd/attest"
 )
 
@@ -14,7 +14,7 @@ import (
 // keep is refused with claim_malformed and a message naming it, never stored cut.
 func TestClaimedFacts(t *testing.T) {
 	disk := attest.Disk{Serial: "SER-A", Path: "/dev/disk/by-id/virtio-SER-A"}
-	many := make([]attest.Disk, api.MaxFactDisks+6)
+	many := make([]attest.Disk, layout.MaxFactDisks+6)
 	for i := range many {
 		many[i] = attest.Disk{Serial: fmt.Sprint("S", i), Path: fmt.Sprint("/dev/disk/by-id/virtio-S", i)}
 	}
@@ -50,11 +50,11 @@ func TestClaimedFacts(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got.Since, got.Source = time.Now(), api.FactsFromBootCheck
-			if cerr := (api.Facts{Version: api.FactsVersion, Claimed: got}).Check(); cerr != nil {
+			got.Since, got.Source = time.Now(), layout.FactsFromBootCheck
+			if cerr := (layout.Facts{Version: layout.FactsVersion, Claimed: got}).Check(); cerr != nil {
 				t.Errorf("the kept claims fail their own check: %v", cerr)
 			}
-			if got.DisksFound != len(r.in.Disks) || len(got.Disks) != min(len(r.in.Disks), api.MaxFactDisks) {
+			if got.DisksFound != len(r.in.Disks) || len(got.Disks) != min(len(r.in.Disks), layout.MaxFactDisks) {
 				t.Errorf("disks: %d kept of %d found, claimed %d", len(got.Disks), got.DisksFound, len(r.in.Disks))
 			}
 			if r.in.MAC != "" && got.MAC != "52:54:00:12:34:5a" {
@@ -73,28 +73,28 @@ func TestClaimedFacts(t *testing.T) {
 func TestNextFacts(t *testing.T) {
 	t0 := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
 	t1 := t0.Add(time.Hour)
-	proved := api.ProvedFacts{EKSHA256: strings.Repeat("ab", 32), BootState: strings.Repeat("cd", 32)}
-	claimed := api.ClaimedFacts{MAC: "52:54:00:12:34:56", Disks: []api.FactDisk{{Serial: "SER-A"}}, DisksFound: 1}
-	cur, changed := nextFacts(api.Facts{}, &proved, &claimed, t0, api.FactsFromEnrollment)
-	if !changed || !cur.Proved.Since.Equal(t0) || cur.Claimed.Source != api.FactsFromEnrollment || cur.Check() != nil {
+	proved := layout.ProvedFacts{EKSHA256: strings.Repeat("ab", 32), BootState: strings.Repeat("cd", 32)}
+	claimed := layout.ClaimedFacts{MAC: "52:54:00:12:34:56", Disks: []layout.FactDisk{{Serial: "SER-A"}}, DisksFound: 1}
+	cur, changed := nextFacts(layout.Facts{}, &proved, &claimed, t0, layout.FactsFromEnrollment)
+	if !changed || !cur.Proved.Since.Equal(t0) || cur.Claimed.Source != layout.FactsFromEnrollment || cur.Check() != nil {
 		t.Fatalf("first facts = %+v, changed %v, check %v", cur, changed, cur.Check())
 	}
-	if same, changed := nextFacts(cur, &proved, &claimed, t1, api.FactsFromBootCheck); changed || !same.Equal(cur) {
+	if same, changed := nextFacts(cur, &proved, &claimed, t1, layout.FactsFromBootCheck); changed || !same.Equal(cur) {
 		t.Errorf("the same values at t1: changed %v, facts %+v", changed, same)
 	}
-	if kept, changed := nextFacts(cur, &proved, nil, t1, api.FactsFromBootCheck); changed || !kept.Equal(cur) {
+	if kept, changed := nextFacts(cur, &proved, nil, t1, layout.FactsFromBootCheck); changed || !kept.Equal(cur) {
 		t.Errorf("no claims at t1: changed %v, facts %+v", changed, kept)
 	}
 	// An enrollment (the next request's) starts both halves again, found the same or not: facts
 	// it saw after a declaration change must not stay stale behind it.
-	if again, changed := nextFacts(cur, &proved, &claimed, t1, api.FactsFromEnrollment); !changed || !again.Proved.Since.Equal(t1) ||
+	if again, changed := nextFacts(cur, &proved, &claimed, t1, layout.FactsFromEnrollment); !changed || !again.Proved.Since.Equal(t1) ||
 		!again.Claimed.Since.Equal(t1) || !again.Proved.SameValues(proved) || !again.Claimed.SameValues(claimed) {
 		t.Errorf("the same values from an enrollment at t1: changed %v, facts %+v; want both halves since t1", changed, again)
 	}
 	swapped := claimed
-	swapped.Disks = []api.FactDisk{{Serial: "SER-B"}}
-	next, changed := nextFacts(cur, &proved, &swapped, t1, api.FactsFromBootCheck)
-	if !changed || !next.Claimed.Since.Equal(t1) || next.Claimed.Source != api.FactsFromBootCheck || !next.Proved.Since.Equal(t0) ||
+	swapped.Disks = []layout.FactDisk{{Serial: "SER-B"}}
+	next, changed := nextFacts(cur, &proved, &swapped, t1, layout.FactsFromBootCheck)
+	if !changed || !next.Claimed.Since.Equal(t1) || next.Claimed.Source != layout.FactsFromBootCheck || !next.Proved.Since.Equal(t0) ||
 		next.Claimed.Disks[0].Serial != "SER-B" {
 		t.Errorf("a swapped disk at t1 = %+v, changed %v; want claimed since t1, proved still since t0", next, changed)
 	}
@@ -106,9 +106,9 @@ func TestNextFacts(t *testing.T) {
 func TestBootCheckProved(t *testing.T) {
 	ek, other := strings.Repeat("ab", 32), strings.Repeat("ef", 32)
 	vb := &attest.VerifiedBoot{BaselineText: "fleetd-baseline/1\n"}
-	enrolled := api.ProvedFacts{EKSHA256: ek, EKIssuer: "CN=vendor", TPMManufacturer: "00001014", TPMVersion: "2.0 level 0 revision 1.64",
-		BootState: strings.Repeat("00", 32), BootPolicy: "hookos", Learned: api.Learned{Since: time.Unix(1, 0), Source: api.FactsFromEnrollment}}
-	withFacts := func(p api.ProvedFacts) Device {
+	enrolled := layout.ProvedFacts{EKSHA256: ek, EKIssuer: "CN=vendor", TPMManufacturer: "00001014", TPMVersion: "2.0 level 0 revision 1.64",
+		BootState: strings.Repeat("00", 32), BootPolicy: "hookos", Learned: layout.Learned{Since: time.Unix(1, 0), Source: layout.FactsFromEnrollment}}
+	withFacts := func(p layout.ProvedFacts) Device {
 		var d Device
 		d.Owned.Facts.Proved = p
 		d.Owned.Identity.EKSHA256 = other

@@ -2,11 +2,11 @@ package fleet_test
 
 import (
 	"context"
+	"github.com/folly-infra/fleetd/netbox/layout"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/folly-infra/fleetd/api"
 	"github.com/folly-infra/fleetd/fleet"
 	"github.com/folly-infra/fleetd/fleet/fleettest"
 )
@@ -37,11 +37,11 @@ func TestWrittenBackCopy(t *testing.T) {
 	idle.Declared.DesiredAction = fleet.ActionProvision // the copy was read while the owner's provision waited
 	since := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
 	older, newer := active, active
-	older.Owned.Facts = api.Facts{Version: api.FactsVersion, Claimed: api.ClaimedFacts{Disks: []api.FactDisk{{Serial: "SER-A"}}, DisksFound: 1,
-		Learned: api.Learned{Since: since, Source: api.FactsFromEnrollment}}}
+	older.Owned.Facts = layout.Facts{Version: layout.FactsVersion, Claimed: layout.ClaimedFacts{Disks: []layout.FactDisk{{Serial: "SER-A"}}, DisksFound: 1,
+		Learned: layout.Learned{Since: since, Source: layout.FactsFromEnrollment}}}
 	newer.Owned.Facts = older.Owned.Facts
-	newer.Owned.Facts.Claimed = api.ClaimedFacts{Disks: []api.FactDisk{{Serial: "SER-B"}}, DisksFound: 1,
-		Learned: api.Learned{Since: since.Add(time.Hour), Source: api.FactsFromBootCheck}}
+	newer.Owned.Facts.Claimed = layout.ClaimedFacts{Disks: []layout.FactDisk{{Serial: "SER-B"}}, DisksFound: 1,
+		Learned: layout.Learned{Since: since.Add(time.Hour), Source: layout.FactsFromBootCheck}}
 	rows := []struct {
 		name        string
 		read, now   fleet.Device        // fleetd's write the copy was read after, and fleetd's last write

@@ -4,18 +4,18 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"github.com/folly-infra/fleetd/netbox/layout"
 	"slices"
 	"strings"
 	"time"
 
-	"github.com/folly-infra/fleetd/api"
 	"github.com/folly-infra/fleetd/attest"
 )
 
 // provedDifferences compares what the TPM proved with the declaration and with the identity
 // fleetd issued: the EK (declared in ek_sha256; the one the certificates were issued for) and the
 // TPM the declaration describes (tpm, ek_certificate).
-func provedDifferences(d Device, p api.ProvedFacts, seen time.Time) []Difference {
+func provedDifferences(d Device, p layout.ProvedFacts, seen time.Time) []Difference {
 	if p.EKSHA256 == "" {
 		return nil
 	}
@@ -42,7 +42,7 @@ func provedDifferences(d Device, p api.ProvedFacts, seen time.Time) []Difference
 
 // claimedDifferences compares what the agent said with the declaration (the disk_serial found
 // exactly once, a declared MAC) and with the identity fleetd issued (the SMBIOS UUID attested then).
-func claimedDifferences(d Device, c api.ClaimedFacts, seen time.Time) []Difference {
+func claimedDifferences(d Device, c layout.ClaimedFacts, seen time.Time) []Difference {
 	diff := func(kind DifferenceKind, format string, args ...any) Difference {
 		return Difference{Kind: kind, At: seen, Source: c.Source, Detail: fmt.Sprintf(format, args...)}
 	}

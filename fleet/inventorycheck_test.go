@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/folly-infra/fleetd/netbox/layout"
 	"math/rand"
 	"reflect"
 	"slices"
@@ -15,7 +16,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/folly-infra/fleetd/api"
 	"github.com/folly-infra/fleetd/fleet"
 	"github.com/folly-infra/fleetd/fleet/fleettest"
 )
@@ -31,11 +31,11 @@ func agreeing(id int64, name string) fleet.Device {
 	d.Owned.Identity.EKSHA256 = fleettest.EKHash
 	d.Owned.LastBootCheck = testEpoch.Add(-10 * time.Minute)
 	at := testEpoch.Add(-time.Hour)
-	d.Owned.Facts = api.Facts{Version: api.FactsVersion,
-		Proved: api.ProvedFacts{EKSHA256: fleettest.EKHash, Learned: api.Learned{Since: at, Source: api.FactsFromEnrollment}},
-		Claimed: api.ClaimedFacts{SMBIOSUUIDSHA256: fleet.UUIDHash("4c4c4544-0042-3510-8052-b4c04f4e5a31"), MAC: "3c:ec:ef:4c:4f:54",
-			Disks:      []api.FactDisk{{Serial: "S4EWNX0R123456", Path: "/dev/disk/by-id/ata-X_S4EWNX0R123456"}, {Serial: "DATA1", Path: "/dev/disk/by-id/ata-X_DATA1"}},
-			DisksFound: 2, Learned: api.Learned{Since: at, Source: api.FactsFromEnrollment}}}
+	d.Owned.Facts = layout.Facts{Version: layout.FactsVersion,
+		Proved: layout.ProvedFacts{EKSHA256: fleettest.EKHash, Learned: layout.Learned{Since: at, Source: layout.FactsFromEnrollment}},
+		Claimed: layout.ClaimedFacts{SMBIOSUUIDSHA256: fleet.UUIDHash("4c4c4544-0042-3510-8052-b4c04f4e5a31"), MAC: "3c:ec:ef:4c:4f:54",
+			Disks:      []layout.FactDisk{{Serial: "S4EWNX0R123456", Path: "/dev/disk/by-id/ata-X_S4EWNX0R123456"}, {Serial: "DATA1", Path: "/dev/disk/by-id/ata-X_DATA1"}},
+			DisksFound: 2, Learned: layout.Learned{Since: at, Source: layout.FactsFromEnrollment}}}
 	return d
 }
 
@@ -158,7 +158,7 @@ func TestInventoryDifferences(t *testing.T) {
 		}, fleet.DiffTPM, seen, `ek_certificate declares none, and the machine's TPM has an EK certificate issued by "CN=swtpm-localca"`},
 		{"differ/boot-checks-stopped", func(d *fleet.Device) { d.Owned.LastBootCheck = testEpoch.Add(-4 * time.Hour) }, fleet.DiffBootChecksStopped, testEpoch.Add(-4 * time.Hour), "its last accepted boot check was 4h0m0s ago, longer than 3h0m0s"},
 		{"differ/facts-unreadable", func(d *fleet.Device) {
-			d.Owned.Facts, d.Owned.FactsUnreadable = api.Facts{}, "fleet_facts is not fleetd's facts"
+			d.Owned.Facts, d.Owned.FactsUnreadable = layout.Facts{}, "fleet_facts is not fleetd's facts"
 		}, fleet.DiffFactsUnreadable, time.Time{}, "fleet_facts cannot be read"},
 	}
 	for i, r := range rows {

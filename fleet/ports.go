@@ -3,10 +3,9 @@ package fleet
 import (
 	"context"
 	"errors"
+	"github.com/folly-infra/fleetd/netbox/layout"
 	"io"
 	"time"
-
-	"github.com/folly-infra/fleetd/api"
 )
 
 // The ports: the only ways the domain reaches the outside. Adapters implement them (netbox/,
@@ -78,7 +77,7 @@ type Patch struct {
 	LastBootCheck        *time.Time
 	BootCheck            *BootCheck
 	Identity             *IdentityMaterial // a pointer to the zero value clears fleet_identity
-	Facts                *api.Facts        // a pointer to the zero value clears fleet_facts
+	Facts                *layout.Facts     // a pointer to the zero value clears fleet_facts
 	// Seal is fleet_seal: the seal of every field fleetd owns as the device holds them after
 	// the write (seal.go). The service sets it on every write it makes; "" writes none.
 	Seal string

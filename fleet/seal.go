@@ -8,12 +8,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/folly-infra/fleetd/netbox/layout"
 	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
-
-	"github.com/folly-infra/fleetd/api"
 )
 
 // The seal of the fields fleetd owns (docs/design.md §9, "Sealed fields"): every write fleetd
@@ -194,7 +193,7 @@ func canonicalOwned(o Owned) [13][2]string {
 
 // readBack is o as fleetd will read it back once written: its identity as its JSON decodes (a
 // string with invalid UTF-8 comes back with U+FFFD, which JSON then writes as itself, not as an
-// escape), its facts as api.DecodeFacts reads their JSON (a value it cannot read is no facts,
+// escape), its facts as layout.DecodeFacts reads their JSON (a value it cannot read is no facts,
 // with the reason). The other fields read back as canonicalOwned writes them.
 func readBack(o Owned) Owned {
 	if !o.Identity.Empty() {
@@ -208,10 +207,10 @@ func readBack(o Owned) Owned {
 	}
 	raw, err := json.Marshal(o.Facts)
 	if err == nil {
-		o.Facts, err = api.DecodeFacts(raw)
+		o.Facts, err = layout.DecodeFacts(raw)
 	}
 	if err != nil {
-		o.Facts, o.FactsUnreadable = api.Facts{}, err.Error()
+		o.Facts, o.FactsUnreadable = layout.Facts{}, err.Error()
 	}
 	return o
 }
@@ -251,7 +250,7 @@ func canonicalIdentity(m IdentityMaterial) string {
 
 // canonicalFacts is fleetd's JSON of facts it read: "" for none, one marker for facts it could
 // not read.
-func canonicalFacts(f api.Facts, unreadable string) string {
+func canonicalFacts(f layout.Facts, unreadable string) string {
 	if unreadable != "" {
 		return "!unreadable"
 	}

@@ -1,11 +1,11 @@
 package fleet_test
 
 import (
+	"github.com/folly-infra/fleetd/netbox/layout"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/folly-infra/fleetd/api"
 	"github.com/folly-infra/fleetd/fleet"
 	"github.com/folly-infra/fleetd/fleet/fleettest"
 )
@@ -22,10 +22,10 @@ func sealedOwned() fleet.Owned {
 		Workflow: "node-a-provision-k3f9x2mq", LDevIDSerial: "5f1c0a", LAKSerial: "5f1c0b", LDevIDSerialPrevious: "4e0b", LAKSerialPrevious: "4e0c",
 		BootBaseline: strings.Repeat("pcr 4 sha256 9f86d081 EV_EFI_BOOT_SERVICES_APPLICATION\n", 40), LastBootCheck: at,
 		BootCheck: fleet.BootCheckOK, Identity: d.Owned.Identity,
-		Facts: api.Facts{Version: api.FactsVersion, Proved: api.ProvedFacts{EKSHA256: fleettest.EKHash, TPMVersion: "2.0",
-			Learned: api.Learned{Since: at, Source: api.FactsFromEnrollment}},
-			Claimed: api.ClaimedFacts{MAC: "3c:ec:ef:4c:4f:54", Disks: []api.FactDisk{{Serial: "S4EWNX0R123456", Path: "/dev/disk/by-id/nvme-S4EWNX0R123456"}},
-				DisksFound: 1, Learned: api.Learned{Since: at, Source: api.FactsFromEnrollment}}}}
+		Facts: layout.Facts{Version: layout.FactsVersion, Proved: layout.ProvedFacts{EKSHA256: fleettest.EKHash, TPMVersion: "2.0",
+			Learned: layout.Learned{Since: at, Source: layout.FactsFromEnrollment}},
+			Claimed: layout.ClaimedFacts{MAC: "3c:ec:ef:4c:4f:54", Disks: []layout.FactDisk{{Serial: "S4EWNX0R123456", Path: "/dev/disk/by-id/nvme-S4EWNX0R123456"}},
+				DisksFound: 1, Learned: layout.Learned{Since: at, Source: layout.FactsFromEnrollment}}}}
 }
 
 func TestNewSealKeys(t *testing.T) {
@@ -84,7 +84,7 @@ func TestSeal(t *testing.T) {
 		"boot_check":             func(o *fleet.Owned) { o.BootCheck = fleet.BootCheckDrift },
 		"fleet_identity":         func(o *fleet.Owned) { o.Identity.LAK.Blob = append([]byte(nil), "other"...) },
 		"fleet_facts":            func(o *fleet.Owned) { o.Facts.Claimed.DisksFound = 2 },
-		"fleet_facts unreadable": func(o *fleet.Owned) { o.Facts, o.FactsUnreadable = api.Facts{}, "version 2" },
+		"fleet_facts unreadable": func(o *fleet.Owned) { o.Facts, o.FactsUnreadable = layout.Facts{}, "version 2" },
 	}
 	for name, change := range changes {
 		forged := sealedOwned()
@@ -146,9 +146,9 @@ func TestSealReadBack(t *testing.T) {
 		{"ok/an empty identity is none", fleet.Owned{Identity: fleet.IdentityMaterial{Version: 1}}, fleet.Owned{}},
 		{"ok/invalid UTF-8 in the identity", fleet.Owned{Identity: fleet.IdentityMaterial{Request: "provision-a", SMBIOSSerial: "SYS\xff"}},
 			fleet.Owned{Identity: fleet.IdentityMaterial{Request: "provision-a", SMBIOSSerial: "SYS\uFFFD"}}},
-		{"ok/empty facts are none", fleet.Owned{Facts: api.Facts{Version: api.FactsVersion}}, fleet.Owned{}},
-		{"ok/facts fleetd cannot read back", fleet.Owned{Facts: api.Facts{Version: api.FactsVersion, Claimed: api.ClaimedFacts{MAC: "3C:EC:EF:4C:4F:54",
-			Learned: api.Learned{Since: at, Source: api.FactsFromEnrollment}}}}, fleet.Owned{FactsUnreadable: "claimed mac is not lowercase"}},
+		{"ok/empty facts are none", fleet.Owned{Facts: layout.Facts{Version: layout.FactsVersion}}, fleet.Owned{}},
+		{"ok/facts fleetd cannot read back", fleet.Owned{Facts: layout.Facts{Version: layout.FactsVersion, Claimed: layout.ClaimedFacts{MAC: "3C:EC:EF:4C:4F:54",
+			Learned: layout.Learned{Since: at, Source: layout.FactsFromEnrollment}}}}, fleet.Owned{FactsUnreadable: "claimed mac is not lowercase"}},
 	} {
 		seal := keys.Seal(12, r.written, at)
 		if c := keys.Verify(12, r.read, seal); c.Result != fleet.SealValid {

@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"github.com/folly-infra/fleetd/netbox/layout"
 	"io"
 	"net/http"
 	"os"
@@ -78,9 +79,9 @@ func TestBootCheck(t *testing.T) {
 	journal := len(f.inv.JournalOf(12)) // the enrollment's
 	// ok/the enrollment kept its facts: proved by the TPM, claimed by the agent (docs/design.md, "Attested facts").
 	enrolled := f.inv.Get(12).Owned.Facts
-	if p, c := enrolled.Proved, enrolled.Claimed; p.EKSHA256 != simulatorEK(t, ch) || p.Source != api.FactsFromEnrollment || len(p.BootState) != 64 ||
+	if p, c := enrolled.Proved, enrolled.Claimed; p.EKSHA256 != simulatorEK(t, ch) || p.Source != layout.FactsFromEnrollment || len(p.BootState) != 64 ||
 		p.BootPolicy == "" || c.SMBIOSUUIDSHA256 != fleet.UUIDHash(machineUUID) || c.DisksFound != 1 || c.Disks[0].Serial != "S4EWNX0R123456" ||
-		c.MAC != "52:54:00:12:34:56" || c.Source != api.FactsFromEnrollment || p.TPMVersion != "2.0" {
+		c.MAC != "52:54:00:12:34:56" || c.Source != layout.FactsFromEnrollment || p.TPMVersion != "2.0" {
 		t.Fatalf("fleet_facts after the enrollment = %+v", enrolled)
 	}
 
@@ -94,7 +95,7 @@ func TestBootCheck(t *testing.T) {
 	}
 	// The first check proves the boot state again, from the boot check; this node's claims cannot
 	// be read (its Hardware is empty), so it claims nothing and the claimed facts stay as they are.
-	if fa := first.Owned.Facts; fa.Proved.Source != api.FactsFromBootCheck ||
+	if fa := first.Owned.Facts; fa.Proved.Source != layout.FactsFromBootCheck ||
 		fa.Proved.EKSHA256 != enrolled.Proved.EKSHA256 || fa.Proved.BootPolicy != "" || !fa.Claimed.Since.Equal(enrolled.Claimed.Since) {
 		t.Errorf("fleet_facts after the first check = %+v (enrollment's %+v)", fa, enrolled)
 	}

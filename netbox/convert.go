@@ -3,13 +3,13 @@ package netbox
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/folly-infra/fleetd/netbox/layout"
 	"net/http"
 	"net/netip"
 	"sort"
 	"strings"
 	"time"
 
-	"github.com/folly-infra/fleetd/api"
 	"github.com/folly-infra/fleetd/fleet"
 )
 
@@ -107,20 +107,20 @@ func identity(v any) fleet.IdentityMaterial {
 	return m
 }
 
-// facts decodes fleet_facts (api.DecodeFacts). A value that is not facts this fleetd reads is no
+// facts decodes fleet_facts (layout.DecodeFacts). A value that is not facts this fleetd reads is no
 // facts, with the reason: an inventory check then reports the device's facts as unreadable, and
 // the stale-write protection puts fleetd's value back.
-func facts(v any) (api.Facts, string) {
+func facts(v any) (layout.Facts, string) {
 	if v == nil {
-		return api.Facts{}, ""
+		return layout.Facts{}, ""
 	}
 	b, err := json.Marshal(v)
 	if err != nil {
-		return api.Facts{}, fmt.Sprintf("fleet_facts is not JSON: %v", err)
+		return layout.Facts{}, fmt.Sprintf("fleet_facts is not JSON: %v", err)
 	}
-	f, err := api.DecodeFacts(b)
+	f, err := layout.DecodeFacts(b)
 	if err != nil {
-		return api.Facts{}, err.Error()
+		return layout.Facts{}, err.Error()
 	}
 	return f, ""
 }

@@ -32,7 +32,7 @@ const (
 	CFLastBootCheck        = "last_boot_check"
 	CFBootCheck            = "boot_check"
 	CFIdentity             = "fleet_identity" // JSON: fleet.IdentityMaterial
-	CFFacts                = "fleet_facts"    // JSON: api.Facts
+	CFFacts                = "fleet_facts"    // JSON: layout.Facts
 	// CFSeal is the seal of every field fleetd owns (fleet/seal.go, docs/design.md §9).
 	CFSeal = "fleet_seal"
 )

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/folly-infra/fleetd/netbox/layout"
 	"math/rand"
 	"net"
 	"net/http"
@@ -22,7 +23,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
-	"github.com/folly-infra/fleetd/api"
 	"github.com/folly-infra/fleetd/dev/netboxemu"
 	"github.com/folly-infra/fleetd/fleet"
 	"github.com/folly-infra/fleetd/netbox"
@@ -583,11 +583,11 @@ func TestUpdateFacts(t *testing.T) {
 	e := newEnv(t, 0)
 	ctx := context.Background()
 	since := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
-	f := api.Facts{Version: api.FactsVersion,
-		Proved: api.ProvedFacts{EKSHA256: strings.Repeat("ab", 32), BootState: strings.Repeat("cd", 32), BootPolicy: "hookos",
-			Learned: api.Learned{Since: since, Source: api.FactsFromEnrollment}},
-		Claimed: api.ClaimedFacts{SMBIOSUUIDSHA256: fleet.UUIDHash("4c4c4544-0042"), Disks: []api.FactDisk{{Serial: "SER-A", Path: "/dev/disk/by-id/virtio-SER-A"}},
-			DisksFound: 1, MAC: "52:54:00:12:34:56", Learned: api.Learned{Since: since, Source: api.FactsFromEnrollment}}}
+	f := layout.Facts{Version: layout.FactsVersion,
+		Proved: layout.ProvedFacts{EKSHA256: strings.Repeat("ab", 32), BootState: strings.Repeat("cd", 32), BootPolicy: "hookos",
+			Learned: layout.Learned{Since: since, Source: layout.FactsFromEnrollment}},
+		Claimed: layout.ClaimedFacts{SMBIOSUUIDSHA256: fleet.UUIDHash("4c4c4544-0042"), Disks: []layout.FactDisk{{Serial: "SER-A", Path: "/dev/disk/by-id/virtio-SER-A"}},
+			DisksFound: 1, MAC: "52:54:00:12:34:56", Learned: layout.Learned{Since: since, Source: layout.FactsFromEnrollment}}}
 	if _, err := e.client.Update(ctx, e.node1, fleet.Patch{Facts: &f}); err != nil {
 		t.Fatal(err)
 	}

@@ -2,10 +2,10 @@ package netbox
 
 import (
 	"encoding/json"
+	"github.com/folly-infra/fleetd/netbox/layout"
 	"testing"
 	"time"
 
-	"github.com/folly-infra/fleetd/api"
 	"github.com/folly-infra/fleetd/fleet"
 	"github.com/folly-infra/fleetd/fleet/fleettest"
 )
@@ -27,9 +27,9 @@ func FuzzSealReadBack(f *testing.F) {
 		o.Identity = fleettest.Attested(fleet.Device{Owned: fleet.Owned{Request: "provision-aaaaaaaa"}}, "uuid", at, time.Hour).Owned.Identity
 		o.Identity.SMBIOSSerial = smbios
 		if facts {
-			o.Facts = api.Facts{Version: api.FactsVersion, Claimed: api.ClaimedFacts{MAC: serial, DisksFound: 1,
-				Disks:   []api.FactDisk{{Serial: smbios, Path: "/dev/disk/by-id/x"}},
-				Learned: api.Learned{Since: at, Source: api.FactsFromBootCheck}}}
+			o.Facts = layout.Facts{Version: layout.FactsVersion, Claimed: layout.ClaimedFacts{MAC: serial, DisksFound: 1,
+				Disks:   []layout.FactDisk{{Serial: smbios, Path: "/dev/disk/by-id/x"}},
+				Learned: layout.Learned{Since: at, Source: layout.FactsFromBootCheck}}}
 		}
 		keys := fleettest.SealKeys()
 		p := fleet.Patch{State: &o.State, Message: &o.Message, LAKSerial: &o.LAKSerial, LastBootCheck: &o.LastBootCheck,

@@ -3,12 +3,12 @@ package netbox_test
 import (
 	"context"
 	"fmt"
+	"github.com/folly-infra/fleetd/netbox/layout"
 	"math/rand"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/folly-infra/fleetd/api"
 	"github.com/folly-infra/fleetd/fleet"
 	"github.com/folly-infra/fleetd/fleet/fleettest"
 )
@@ -52,9 +52,9 @@ func TestSealSurvivesNetBox(t *testing.T) {
 		LDevIDSerial: "5f1c0a", LAKSerial: "5f1c0b", LDevIDSerialPrevious: "4e", LAKSerialPrevious: "4f",
 		BootBaseline: "pcr 4\nsha256 9f86\n", LastBootCheck: at, BootCheck: fleet.BootCheckOK,
 		Identity: fleettest.Attested(fleet.Device{Owned: fleet.Owned{Request: "provision-k3f9x2mq"}}, "4c4c4544-0042-3510-8052-b4c04f4e3232", at, time.Hour).Owned.Identity,
-		Facts: api.Facts{Version: api.FactsVersion, Proved: api.ProvedFacts{EKSHA256: fleettest.EKHash, Learned: api.Learned{Since: at, Source: api.FactsFromEnrollment}},
-			Claimed: api.ClaimedFacts{MAC: "3c:ec:ef:4c:4f:54", DisksFound: 1, Disks: []api.FactDisk{{Serial: "S1", Path: "/dev/disk/by-id/ata-S1"}},
-				Learned: api.Learned{Since: at, Source: api.FactsFromEnrollment}}}}
+		Facts: layout.Facts{Version: layout.FactsVersion, Proved: layout.ProvedFacts{EKSHA256: fleettest.EKHash, Learned: layout.Learned{Since: at, Source: layout.FactsFromEnrollment}},
+			Claimed: layout.ClaimedFacts{MAC: "3c:ec:ef:4c:4f:54", DisksFound: 1, Disks: []layout.FactDisk{{Serial: "S1", Path: "/dev/disk/by-id/ata-S1"}},
+				Learned: layout.Learned{Since: at, Source: layout.FactsFromEnrollment}}}}
 	rows := []struct {
 		name string
 		edit func(*fleet.Owned)
@@ -63,7 +63,7 @@ func TestSealSurvivesNetBox(t *testing.T) {
 		{"ok/spaces around the texts", func(o *fleet.Owned) { o.Message, o.LAKSerial = " Delivered.  \n", "\t5f1c0b " }},
 		{"ok/invalid UTF-8 in a message", func(o *fleet.Owned) { o.Message = "disk \xff serial \xc3" }},
 		{"ok/a message of spaces only", func(o *fleet.Owned) { o.Message = "   " }},
-		{"ok/no identity and no facts after some", func(o *fleet.Owned) { o.Identity, o.Facts = fleet.IdentityMaterial{}, api.Facts{} }},
+		{"ok/no identity and no facts after some", func(o *fleet.Owned) { o.Identity, o.Facts = fleet.IdentityMaterial{}, layout.Facts{} }},
 		{"ok/an identity without chains", func(o *fleet.Owned) { o.Identity.LAK, o.Identity.LDevID = fleet.LAKMaterial{}, fleet.LDevIDMaterial{} }},
 		{"ok/facts fleetd cannot read back", func(o *fleet.Owned) { o.Facts.Claimed.MAC = "3C:EC:EF:4C:4F:54" }},
 		{"ok/no boot check yet", func(o *fleet.Owned) { o.LastBootCheck, o.BootCheck = time.Time{}, fleet.BootCheckNone }},

@@ -7,6 +7,7 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/rsa"
+	"github.com/folly-infra/fleetd/netbox/layout"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -18,7 +19,6 @@ import (
 
 	ga "github.com/google/go-attestation/attest"
 
-	"github.com/folly-infra/fleetd/api"
 	"github.com/folly-infra/fleetd/attest"
 	"github.com/folly-infra/fleetd/attest/eventlogs"
 	"github.com/folly-infra/fleetd/dev/netboxemu"
@@ -137,17 +137,17 @@ func largestOwned(t *testing.T) fleet.Patch {
 			baseline = b
 		}
 	}
-	var disks []api.FactDisk
-	for range api.MaxFactDisks {
-		disks = append(disks, api.FactDisk{Serial: strings.Repeat("s", api.MaxFactText), Path: "/dev/disk/by-id/" + strings.Repeat("p", api.MaxFactPath-16)})
+	var disks []layout.FactDisk
+	for range layout.MaxFactDisks {
+		disks = append(disks, layout.FactDisk{Serial: strings.Repeat("s", layout.MaxFactText), Path: "/dev/disk/by-id/" + strings.Repeat("p", layout.MaxFactPath-16)})
 	}
 	hex64 := strings.Repeat("0f", 32)
-	facts := api.Facts{Version: api.FactsVersion,
-		Proved: api.ProvedFacts{EKSHA256: hex64, EKIssuer: "CN=" + strings.Repeat("i", 200), TPMManufacturer: "00001014",
+	facts := layout.Facts{Version: layout.FactsVersion,
+		Proved: layout.ProvedFacts{EKSHA256: hex64, EKIssuer: "CN=" + strings.Repeat("i", 200), TPMManufacturer: "00001014",
 			TPMVersion: "2.0 level 0 revision 1.64", BootState: hex64, BootPolicy: strings.Repeat("b", 128),
-			Learned: api.Learned{Since: now, Source: api.FactsFromEnrollment}},
-		Claimed: api.ClaimedFacts{SMBIOSUUIDSHA256: hex64, Disks: disks, DisksFound: 1000, MAC: "aa:bb:cc:00:11:22",
-			Learned: api.Learned{Since: now, Source: api.FactsFromBootCheck}}}
+			Learned: layout.Learned{Since: now, Source: layout.FactsFromEnrollment}},
+		Claimed: layout.ClaimedFacts{SMBIOSUUIDSHA256: hex64, Disks: disks, DisksFound: 1000, MAC: "aa:bb:cc:00:11:22",
+			Learned: layout.Learned{Since: now, Source: layout.FactsFromBootCheck}}}
 	identity := fleet.IdentityMaterial{Version: fleet.IdentityVersion, Request: "provision-k3f9x2mq", Issued: now, Expires: now.Add(4 * time.Hour),
 		UUIDSHA256: hex64, SMBIOSSerial: strings.Repeat("S", 64), FetchSecretSHA256: hex64, EKSHA256: hex64,
 		// A TPM2B_PUBLIC of an RSA-2048 key is about 280 bytes and its wrapped private part about

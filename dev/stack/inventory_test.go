@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/folly-infra/fleetd/netbox/layout"
 	"maps"
 	"net/http"
 	"os"
@@ -118,7 +119,7 @@ func TestInventory(t *testing.T) {
 	// back (docs/design.md, "Attested facts").
 	if _, err := serviceUser(t).Patch(tctx(t), testStack.DeviceID("inv-unreadable"), map[string]any{"custom_fields": map[string]any{
 		"fleet_seal":  nil,
-		"fleet_facts": map[string]any{"version": api.FactsVersion + 1, "proved": map[string]any{}, "claimed": map[string]any{}}}}); err != nil {
+		"fleet_facts": map[string]any{"version": layout.FactsVersion + 1, "proved": map[string]any{}, "claimed": map[string]any{}}}}); err != nil {
 		t.Fatal(err)
 	}
 

@@ -1,4 +1,7 @@
-package api
+// Package layout is what fleetd stores in NetBox's custom fields beside the adapter that
+// stores them (docs/design.md, "Packages"): the fleet_facts JSON. The domain decides on it, the
+// netbox adapter encodes it; what crosses the wire to nodes and operators is package api.
+package layout
 
 import (
 	"encoding/json"
