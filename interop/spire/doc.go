@@ -1,5 +1,5 @@
 // Package spire holds the interoperability tests of fleetd's LDevID with SPIRE's tpm_devid node
-// attestor (docs/design.md §2 "LDevID", §4; issue 3). It is a module of its own so that SPIRE's dependency
+// attestor (docs/design.md §2 "LDevID", §4). It is a module of its own so that SPIRE's dependency
 // tree (gRPC, the plugin SDK, go-plugin, HCL, …) stays out of fleetd's go.mod; `make test` and
 // `make bench` run it after the main module.
 //

@@ -30,7 +30,7 @@ const renewAfter = 2 * time.Second
 // accepts the renewed LDevID (new serial, same TPM key), a configured agent plugin kept across
 // the renewal still presents the old one (it read its files at Configure), and a restarted one
 // presents the renewed one (docs/enrollment.md, "Renewal"). An LDevID that lapsed is refused by
-// the same configured agent that was accepted with it moments before (issue 10.5).
+// the same configured agent that was accepted with it moments before.
 func TestSPIREAttestsRenewedLDevID(t *testing.T) {
 	m := enrollOn(t, newFleetdWith(t, handlerstest.Config{RenewAfter: renewAfter}))
 	d := m.fleetd.inv.Get(deviceID) // the installed node, as a delivered configuration leaves it
