@@ -31,6 +31,8 @@ versions() {
 	terraform-provider-restapi v1.20.0
 	tinkerbell v0.25.0
 	tink-agent v0.25.0
+	kube-apiserver v1.36.3
+	kube-controller-manager v1.36.3
 	tink-controller v0.12.2 opt-in
 	tink-server v0.12.2 opt-in
 	tink-worker v0.12.2 opt-in
@@ -86,6 +88,25 @@ build_one() {
 		grep -Eq "^[[:space:]]*(require[[:space:]]+)?github.com/tinkerbell/tinkerbell $2([[:space:]]|\$)" "$mod/go.mod" ||
 			{ echo "tools.sh: $mod/go.mod does not require github.com/tinkerbell/tinkerbell $2: change both together" >&2; exit 1; }
 		(cd "$mod" && CGO_ENABLED=0 "$GO" build -trimpath -buildvcs=false -ldflags "-s -w" -o "$3/$1" "$pkg")
+		;;
+	kube-apiserver | kube-controller-manager)
+		# Kubernetes' own programs, which the cluster tests run for real (dev/kubecluster), built
+		# from interop/tinkerbell: Tinkerbell v0.25.0 requires k8s.io/kubernetes at exactly this
+		# version, so that module's go.mod and go.sum already pin it and every dependency, and the
+		# two share most of their compile with each other. The version is stamped the way
+		# Kubernetes' own release build does (hack/lib/version.sh), so /version and the logs say
+		# which Kubernetes this is rather than v0.0.0-master.
+		mod="$root/interop/tinkerbell"
+		grep -Eq "^[[:space:]]*(require[[:space:]]+)?k8s.io/kubernetes $2([[:space:]]|\$)" "$mod/go.mod" ||
+			{ echo "tools.sh: $mod/go.mod does not require k8s.io/kubernetes $2: change both together" >&2; exit 1; }
+		minor=${2#v1.}
+		minor=${minor%%.*}
+		ldflags="-s -w"
+		for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+			ldflags="$ldflags -X $p.gitVersion=$2 -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean"
+		done
+		(cd "$mod" && CGO_ENABLED=0 "$GO" build -trimpath -buildvcs=false -ldflags "$ldflags" \
+			-o "$3/$1" "k8s.io/kubernetes/cmd/$1")
 		;;
 	tink-controller | tink-server | tink-worker)
 		# Tinkerbell v0.12.2's components (make test-compat), built from interop/tink: that

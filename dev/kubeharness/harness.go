@@ -156,17 +156,28 @@ func (s *Server) removeTemp() {
 	}
 }
 
-// startEtcd starts a single-member etcd in Dir/etcd with fast elections and no fsync (test
-// and dev data; a crash may lose the last writes). Its two ports are picked by listen-and-close,
-// which leaves a small race with other processes.
+// startEtcd starts the server's etcd in Dir/etcd (StartEtcd).
 func (s *Server) startEtcd() error {
-	ports, err := freePorts(2)
+	e, url, err := StartEtcd(filepath.Join(s.dir, "etcd"))
 	if err != nil {
 		return err
 	}
+	s.etcd, s.etcdURL = e, url
+	return nil
+}
+
+// StartEtcd starts a single-member embedded etcd in dir, on loopback, with fast elections and no
+// fsync (test and dev data; a crash may lose the last writes), and returns it with its client
+// URL once it is ready. Its two ports are picked by listen-and-close, which leaves a small race
+// with other processes. dev/kubecluster's kube-apiserver stores in one too. The caller closes it.
+func StartEtcd(dir string) (*embed.Etcd, string, error) {
+	ports, err := freePorts(2)
+	if err != nil {
+		return nil, "", err
+	}
 	cfg := embed.NewConfig()
 	cfg.Name = "kubeharness"
-	cfg.Dir = filepath.Join(s.dir, "etcd")
+	cfg.Dir = dir
 	cfg.TickMs, cfg.ElectionMs = 10, 100
 	cfg.UnsafeNoFsync = true
 	cfg.LogLevel = "error"
@@ -177,19 +188,18 @@ func (s *Server) startEtcd() error {
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
-		return fmt.Errorf("start embedded etcd in %s: %w", cfg.Dir, err)
+		return nil, "", fmt.Errorf("start embedded etcd in %s: %w", cfg.Dir, err)
 	}
 	select {
 	case <-e.Server.ReadyNotify():
 	case err := <-e.Err():
 		e.Close()
-		return fmt.Errorf("start embedded etcd in %s: %w", cfg.Dir, err)
+		return nil, "", fmt.Errorf("start embedded etcd in %s: %w", cfg.Dir, err)
 	case <-time.After(startTimeout):
 		e.Close()
-		return fmt.Errorf("start embedded etcd in %s: not ready after %s", cfg.Dir, startTimeout)
+		return nil, "", fmt.Errorf("start embedded etcd in %s: not ready after %s", cfg.Dir, startTimeout)
 	}
-	s.etcd, s.etcdURL = e, client.String()
-	return nil
+	return e, client.String(), nil
 }
 
 func freePorts(n int) ([]int, error) {

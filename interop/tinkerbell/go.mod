@@ -2,7 +2,10 @@ module github.com/folly-infra/fleetd/interop/tinkerbell
 
 go 1.26.3
 
-require github.com/tinkerbell/tinkerbell v0.25.0
+require (
+	github.com/tinkerbell/tinkerbell v0.25.0
+	k8s.io/kubernetes v1.36.3
+)
 
 require (
 	cel.dev/expr v0.25.1 // indirect
@@ -252,7 +255,6 @@ require (
 	k8s.io/kube-scheduler v0.36.3 // indirect
 	k8s.io/kubectl v0.36.3 // indirect
 	k8s.io/kubelet v0.36.3 // indirect
-	k8s.io/kubernetes v1.36.3 // indirect
 	k8s.io/metrics v0.36.3 // indirect
 	k8s.io/mount-utils v0.36.3 // indirect
 	k8s.io/pod-security-admission v0.36.3 // indirect
