@@ -30,6 +30,7 @@ type metrics struct {
 	inventoryRuns    *prometheus.CounterVec
 	seals            *sealMetrics
 	receipts         *receiptMetrics
+	nodeAccess       *nodeAccessMetrics
 }
 
 // newMetrics registers the domain's metrics on reg, and the per-device series on devices (nil:
@@ -95,10 +96,10 @@ func newMetrics(reg, devices prometheus.Registerer, clock Clock) (*metrics, erro
 			Help: "Inventory checks of the whole fleet, by result (ok, error: it could not check).",
 		}, []string{"result"}),
 	}
-	m.seals, m.receipts = newSealMetrics(), newReceiptMetrics()
+	m.seals, m.receipts, m.nodeAccess = newSealMetrics(), newReceiptMetrics(), newNodeAccessMetrics()
 	for _, c := range slices.Concat([]prometheus.Collector{m.inventoryDiffs, m.inventoryRuns, m.requests, m.reconcileRuns, m.reconcileSeconds,
 		m.conflicts, m.installErrors, m.journalErrors, m.pendingConfigs, m.ownedWrites, m.deliveries, newFleetCollector(m.bootChecks),
-		m.enrollments, m.bootCheckRuns, m.renewals}, m.seals.collectors(), m.receipts.collectors()) {
+		m.enrollments, m.bootCheckRuns, m.renewals}, m.seals.collectors(), m.receipts.collectors(), m.nodeAccess.collectors()) {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register fleet metrics: %w", err)
 		}
@@ -126,6 +127,7 @@ func (m *metrics) startAtZero() error {
 		atZero(m.requests.MetricVec, labels(ActionProvision, ActionAttest, ActionWipe, ActionRetire), []string{"accepted", "rejected", "succeeded", "failed"}),
 		atZero(m.requests.MetricVec, labels(ActionWipe, ActionRetire), labels(StateUnconfirmed)),
 		m.receipts.atZero(),
+		m.nodeAccess.atZero(),
 		atZero(m.reconcileRuns.MetricVec, okError),
 		atZero(m.inventoryRuns.MetricVec, okError),
 		atZero(m.ownedWrites.MetricVec, []string{"restored", string(StateUntrusted), "sealed", "error"}),

@@ -36,6 +36,8 @@ type Config struct {
 	// older than that are stale, since a declaration change before it cannot be seen; 0 means
 	// DefaultChangeLogRetention.
 	ChangeLogRetention time.Duration
+	// NodeAccess is the cluster authorization webhook's policy (cluster.authorization).
+	NodeAccess NodeAccessConfig
 	// AfterSweep, when set, runs after each pass over the whole fleet (the periodic reconcile
 	// with its onListing, and the inventory check), once the pass's listing is garbage:
 	// fleetd serve returns the pass's working set to the operating system there
@@ -79,6 +81,7 @@ type Service struct {
 	Requests   *Requests
 	Review     *Review
 	Views      *Views
+	NodeAccess *NodeAccess
 }
 
 // NewService checks the dependencies and builds every use case on one core.
@@ -118,7 +121,8 @@ func NewService(cfg Config, deps Deps) (*Service, error) {
 		return nil, fmt.Errorf("new service: %w", err)
 	}
 	addrs := newAddrIndex()
-	nb := trustedNetBox{NetBox: cappedNetBox{indexedNetBox{NetBox: deps.NetBox, idx: addrs}}, keys: deps.Seal, self: cfg.ServiceUser}
+	view := newNodeView()
+	nb := trustedNetBox{NetBox: cappedNetBox{indexedNetBox{NetBox: deps.NetBox, idx: addrs}}, keys: deps.Seal, self: cfg.ServiceUser, view: view}
 	c := &core{netbox: nb, clock: deps.Clock, log: deps.Logger, metrics: m, keys: deps.Seal}
 	rnd := &lockedReader{r: deps.Random}
 	refusals := &lastRefusals{}
@@ -139,6 +143,9 @@ func NewService(cfg Config, deps Deps) (*Service, error) {
 		fleetdURL: cfg.FleetdURL, serviceUser: cfg.ServiceUser, window: cfg.inventoryWindow(),
 		retention: cfg.changeLogRetention(), afterSweep: afterSweep}
 	s.Views = &Views{core: c, inst: deps.Installer, issuer: deps.Attest.Issuer, missingAfter: cfg.BootCheckMissingAfter}
+	if s.NodeAccess, err = newNodeAccess(c, view, cfg.NodeAccess, m.nodeAccess); err != nil {
+		return nil, fmt.Errorf("new service: %w", err)
+	}
 	m.bootChecks.times = func(d Device) (CertTimes, CertTimes) { return certTimes(deps.Attest.Issuer, d) }
 	m.bootChecks.missingAfter = cfg.BootCheckMissingAfter
 	m.bootChecks.class = func(declared string) string { return countedClass(deps.Catalog, declared) }

@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -236,6 +237,9 @@ type trustedNetBox struct {
 	NetBox
 	keys *SealKeys
 	self string // fleetd's NetBox user; "" reads no change log (nobody can be told from fleetd)
+	// view is each device's standing as a node (nodeview.go): every listing replaces it, every
+	// write sets it, every judged read may only make it refuse.
+	view *nodeView
 }
 
 func (t trustedNetBox) Device(ctx context.Context, id int64) (Device, error) {
@@ -270,9 +274,13 @@ func (t trustedNetBox) DeviceByNameSealed(ctx context.Context, name string) (Dev
 }
 
 func (t trustedNetBox) Devices(ctx context.Context) ([]Device, error) {
+	start := t.view.begin()
 	ds, err := t.NetBox.Devices(ctx)
 	for i := range ds {
 		ds[i] = trusted(ds[i], judge(t.keys, t.self, ds[i], nil, false))
+	}
+	if err == nil {
+		t.view.replace(ds, start)
 	}
 	return ds, err
 }
@@ -287,7 +295,9 @@ func (t trustedNetBox) Update(ctx context.Context, id int64, p Patch) (Device, e
 	if err != nil {
 		return d, err
 	}
-	return trusted(d, judge(t.keys, t.self, d, nil, false)), nil
+	d = trusted(d, judge(t.keys, t.self, d, nil, false))
+	t.view.observe(d)
+	return d, nil
 }
 
 // read reads device id with read and, at once, its change log back to fleetd's newest save of
@@ -295,6 +305,17 @@ func (t trustedNetBox) Update(ctx context.Context, id int64, p Patch) (Device, e
 // ran beside it may have ended before the device's last save (its newest entry is older than the
 // device's last_updated): a save written between the two reads is never missed.
 func (t trustedNetBox) read(ctx context.Context, id int64, read func(context.Context, int64) (Device, error)) (Device, error) {
+	d, err := t.judgedRead(ctx, id, read)
+	switch {
+	case err == nil:
+		t.view.tighten(d)
+	case errors.Is(err, ErrNotFound):
+		t.view.forget(id)
+	}
+	return d, err
+}
+
+func (t trustedNetBox) judgedRead(ctx context.Context, id int64, read func(context.Context, int64) (Device, error)) (Device, error) {
 	if t.self == "" {
 		d, err := read(ctx, id)
 		if err != nil {

@@ -1,0 +1,186 @@
+package fleet
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+)
+
+// nodeView is what the cluster's authorization webhook decides on (nodeaccess.go): each device's
+// standing as a node, by name, from fleetd's sealed fields only. It is a cache of NetBox, never a
+// source of truth, and it costs NetBox nothing per request:
+//
+//   - the reconcile's listing replaces it whole (every reconcile.interval), judged on the seals;
+//   - every write of this instance's (each one sealed, core.update) sets the device's entry at
+//     once, whichever way it goes;
+//   - every device read judged with its change log (a NetBox webhook's decision, a boot check,
+//     a claim) may make the entry refuse sooner, never stop refusing: what moves a node back into
+//     good standing is this instance's own write or a listing.
+//
+// Like the address index, a listing that began before a single observation does not undo it.
+// It holds one small entry per NetBox device: bounded by the fleet, as the listing is.
+type nodeView struct {
+	mu     sync.Mutex
+	built  bool
+	seq    uint64
+	byID   map[int64]viewEntry
+	byName map[string][]int64 // lowercased device name → ids (NetBox allows a name once per site)
+}
+
+// viewEntry is one device's standing.
+type viewEntry struct {
+	name    string // as NetBox has it
+	key     string // lowercased: Kubernetes node names are lowercase
+	refusal NodeRefusal
+	seen    uint64 // the seq of its last single observation
+}
+
+// NodeRefusal is why a node of a device may not act in the cluster; the zero NodeRefusal is good standing.
+type NodeRefusal struct {
+	Code   string // a fixed code (NodeRefusedUntrusted, ...), for the metrics and the log
+	Reason string // one sentence for the API server's answer and the log
+}
+
+// The codes of NodeRefusal, from its device's sealed fields.
+const (
+	NodeRefusedUntrusted   = "untrusted-fields"  // the seal does not verify: fleetd vouches for none of its values
+	NodeRefusedLeaving     = "wipe-or-retire"    // a wipe or retirement was claimed: the machine is leaving
+	NodeRefusedState       = "state"             // wiped, retired, untrusted or unconfirmed
+	NodeRefusedBootFailed  = "boot-check-failed" // the last boot check failed (not drift, not missing)
+	NodeRefusedUnknownNode = "unknown-node"      // no device has the node's name (nodeaccess.go)
+)
+
+func newNodeView() *nodeView {
+	return &nodeView{byID: map[int64]viewEntry{}, byName: map[string][]int64{}}
+}
+
+// refusalOf is device d's standing as a node, from its judged values (Trust, Owned) only: never
+// the owner's status or request alone, which any NetBox editor writes.
+func refusalOf(d Device) NodeRefusal {
+	if !d.Trust.Trusted() {
+		return NodeRefusal{NodeRefusedUntrusted, fmt.Sprintf("fleetd does not vouch for the fields it owns on device %s (%s): %s",
+			d.Name, d.Trust.Verdict, d.Trust.Reason)}
+	}
+	o := d.Owned
+	if a := RequestAction(o.Request); a == ActionWipe || a == ActionRetire {
+		return NodeRefusal{NodeRefusedLeaving, fmt.Sprintf("device %s is on %s request %s (fleet_state %s): its node leaves the cluster",
+			d.Name, a, o.Request, stateName(o.State))}
+	}
+	switch o.State {
+	case StateWiping, StateWiped, StateRetired, StateUntrusted, StateUnconfirmed:
+		return NodeRefusal{NodeRefusedState, fmt.Sprintf("device %s is %s", d.Name, o.State)}
+	}
+	if o.BootCheck == BootCheckFailed {
+		return NodeRefusal{NodeRefusedBootFailed, fmt.Sprintf("device %s failed its last boot check", d.Name)}
+	}
+	return NodeRefusal{}
+}
+
+func stateName(s State) string {
+	if s == StateNone {
+		return "none"
+	}
+	return string(s)
+}
+
+// observe records one device as this instance wrote it: its standing either way.
+func (v *nodeView) observe(d Device) { v.record(d, false) }
+
+// tighten records one device as a judged read found it, only if that refuses it.
+func (v *nodeView) tighten(d Device) { v.record(d, true) }
+
+func (v *nodeView) record(d Device, onlyRefuse bool) {
+	r := refusalOf(d)
+	if onlyRefuse && r.Code == "" {
+		return
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.seq++
+	v.set(d.ID, d.Name, r, v.seq)
+}
+
+// set puts device id's entry. The caller holds mu.
+func (v *nodeView) set(id int64, name string, r NodeRefusal, seen uint64) {
+	v.unset(id)
+	e := viewEntry{name: name, key: strings.ToLower(name), refusal: r, seen: seen}
+	v.byID[id] = e
+	if e.key != "" {
+		v.byName[e.key] = append(v.byName[e.key], id)
+	}
+}
+
+// unset removes device id's entry. The caller holds mu.
+func (v *nodeView) unset(id int64) {
+	old, ok := v.byID[id]
+	if !ok {
+		return
+	}
+	ids := v.byName[old.key]
+	for i, x := range ids {
+		if x == id {
+			ids = append(ids[:i:i], ids[i+1:]...)
+			break
+		}
+	}
+	if len(ids) == 0 {
+		delete(v.byName, old.key)
+	} else {
+		v.byName[old.key] = ids
+	}
+	delete(v.byID, id)
+}
+
+// forget records that device id is no longer in NetBox: a node of its name is unknown now.
+func (v *nodeView) forget(id int64) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.seq++
+	v.unset(id)
+}
+
+// begin marks the start of a listing; replace applies its result.
+func (v *nodeView) begin() uint64 {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.seq
+}
+
+// replace makes the view the listing's devices (judged on their seals), except those observed
+// on their own since the listing began.
+func (v *nodeView) replace(devices []Device, start uint64) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	keep := map[int64]viewEntry{}
+	for id, e := range v.byID {
+		if e.seen > start {
+			keep[id] = e
+		}
+	}
+	v.byID, v.byName = map[int64]viewEntry{}, map[string][]int64{}
+	for _, d := range devices {
+		if _, newer := keep[d.ID]; !newer {
+			v.set(d.ID, d.Name, refusalOf(d), 0)
+		}
+	}
+	for id, e := range keep {
+		v.set(id, e.name, e.refusal, e.seen)
+	}
+	v.built = true
+}
+
+// lookup is the standing of the node named name: the devices of that name (several only when
+// NetBox has one per site), the first refusal among them, and whether a listing ever filled the
+// view.
+func (v *nodeView) lookup(name string) (devices []string, r NodeRefusal, built bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for _, id := range v.byName[strings.ToLower(name)] {
+		e := v.byID[id]
+		devices = append(devices, e.name)
+		if r.Code == "" {
+			r = e.refusal
+		}
+	}
+	return devices, r, v.built
+}
