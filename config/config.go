@@ -26,6 +26,7 @@ type Config struct {
 	PublicURL   string      `yaml:"public_url"`
 	NetBox      NetBox      `yaml:"netbox"`
 	Kubernetes  Kubernetes  `yaml:"kubernetes"`
+	Cluster     Cluster     `yaml:"cluster"`
 	ClassesFile string      `yaml:"classes_file"`
 	Webhooks    string      `yaml:"webhooks_file"`
 	Attestation Attestation `yaml:"attestation"`
@@ -122,6 +123,32 @@ type Kubernetes struct {
 	// does (docs/operate.md, "Tinkerbell").
 	TinkerbellVersion string `yaml:"tinkerbell_version"`
 }
+
+// Cluster is the workload cluster fleetd's nodes join (docs/operate.md, "Cluster membership").
+type Cluster struct {
+	Authorization ClusterAuthorization `yaml:"authorization"`
+}
+
+// ClusterAuthorization is the SubjectAccessReview webhook the cluster's API server asks about
+// its nodes' requests, before its Node and RBAC authorizers: a TLS listener of its own that takes
+// only clients with a certificate of ClientCA (the API server's). Listen empty: not served.
+type ClusterAuthorization struct {
+	Listen   string `yaml:"listen"`    // host:port of the webhook's TLS listener
+	Cert     string `yaml:"cert"`      // PEM: its serving certificate, then its chain
+	Key      string `yaml:"key"`       // PEM: its key
+	ClientCA string `yaml:"client_ca"` // PEM: the CA of the API server's client certificate, and no other's
+	// UnmanagedNodes are the node names fleetd does not manage (a control plane installed by
+	// hand): fleetd has no opinion about them. Any other node no NetBox device is named for is
+	// denied.
+	UnmanagedNodes []string `yaml:"unmanaged_nodes"`
+	// DenyBrake is the share of the nodes that asked lately above which (and at least 3) fleetd
+	// stops denying and alerts; unset means 0.25. A pointer, so that a written 0 is refused
+	// rather than taken for unset.
+	DenyBrake *float64 `yaml:"deny_brake"`
+}
+
+// DefaultDenyBrake is cluster.authorization.deny_brake when unset.
+const DefaultDenyBrake = 0.25
 
 // Attestation is the fleet's enrollment policy (docs/design.md §4).
 type Attestation struct {
@@ -331,6 +358,10 @@ func (c *Config) defaults() {
 	}
 	if c.Limits.NodeBurst == 0 {
 		c.Limits.NodeBurst = 20
+	}
+	if c.Cluster.Authorization.DenyBrake == nil {
+		b := DefaultDenyBrake
+		c.Cluster.Authorization.DenyBrake = &b
 	}
 	if c.Log.Level == "" {
 		c.Log.Level = "info"

@@ -18,7 +18,8 @@ func validConfig(t *testing.T) (string, string) {
 func validConfigDir(t testing.TB) (string, string) {
 	dir := t.TempDir()
 	for _, f := range []string{"nb-token", "wh-secret", "classes.json", "ek.pem", "tok-key", "ldevid.pem", "ldevid.key",
-		"lak.pem", "lak.key", "talos-secrets", "op-token", "kubeconfig", "boot-policy.json", "tls.crt", "tls.key"} {
+		"lak.pem", "lak.key", "talos-secrets", "op-token", "kubeconfig", "boot-policy.json", "tls.crt", "tls.key",
+		"authz.crt", "authz.key", "apiserver-client-ca.pem"} {
 		if err := os.WriteFile(filepath.Join(dir, f), []byte("x\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -70,6 +71,8 @@ func TestParseDefaults(t *testing.T) {
 		{"kubernetes.qps default", c.Kubernetes.QPS, 500.0},
 		{"kubernetes.burst default: twice qps", c.Kubernetes.Burst, 1000},
 		{"inventory.boot_check_window default", c.Inventory.BootCheckWindow.D(), 3 * time.Hour},
+		{"cluster.authorization.deny_brake default", *c.Cluster.Authorization.DenyBrake, 0.25},
+		{"cluster.authorization.listen default (not served)", c.Cluster.Authorization.Listen, ""},
 		{"netbox.changelog_retention default: NetBox's CHANGELOG_RETENTION", c.NetBox.ChangeLogRetention.D(), 90 * 24 * time.Hour},
 		{"netbox.seal_keys as written", c.NetBox.SealKeys[0], SealKey{ID: "k1", File: "seal-k1"}},
 	}
@@ -195,6 +198,30 @@ func TestParseRefusals(t *testing.T) {
 		{"refuse/a change log kept less than a day", func(s string) string {
 			return strings.Replace(s, "service_user: fleetd", "service_user: fleetd, changelog_retention: 1h", 1)
 		}, []string{"netbox.changelog_retention: 1h0m0s is shorter than 24h0m0s"}},
+		{"ok/the authorization webhook", func(s string) string {
+			return s + "cluster:\n  authorization: {listen: \":9443\", cert: authz.crt, key: authz.key, client_ca: apiserver-client-ca.pem, unmanaged_nodes: [cp-1, cp-2.lab], deny_brake: 0.5}\n"
+		}, nil},
+		{"refuse/authorization keys without its listener", func(s string) string {
+			return s + "cluster:\n  authorization: {cert: authz.crt, unmanaged_nodes: [cp-1]}\n"
+		}, []string{"cluster.authorization.listen: is not set while other cluster.authorization keys are"}},
+		{"refuse/authorization listener wrong", func(s string) string {
+			return s + "cluster:\n  authorization: {listen: \"9443\", key: missing.key, client_ca: tls.crt, unmanaged_nodes: [CP-1, -x, \"\"], deny_brake: 0}\n"
+		}, []string{
+			`cluster.authorization.listen: "9443" is not host:port`,
+			"cluster.authorization.cert: is required",
+			"cluster.authorization.key: cannot read",
+			"cluster.authorization.client_ca: is tls.cert",
+			`cluster.authorization.unmanaged_nodes[0]: "CP-1" is not a Kubernetes node name`,
+			`cluster.authorization.unmanaged_nodes[1]: "-x" is not a Kubernetes node name`,
+			`cluster.authorization.unmanaged_nodes[2]: "" is not a Kubernetes node name`,
+			"cluster.authorization.deny_brake: 0 is not a share above 0 and at most 1",
+		}},
+		{"refuse/authorization on fleetd's own listener, brake over 1", func(s string) string {
+			return s + "cluster:\n  authorization: {listen: \":8443\", cert: authz.crt, key: authz.key, client_ca: apiserver-client-ca.pem, deny_brake: 1.5}\n"
+		}, []string{
+			`cluster.authorization.listen: ":8443" is fleetd's other listener too`,
+			"cluster.authorization.deny_brake: 1.5 is not a share above 0 and at most 1",
+		}},
 		{"ok/hash policy needs no CA bundle", func(s string) string {
 			return strings.Replace(s, "attestation: {ek_ca_bundle: ek.pem, ", "attestation: {ek_policy: hash, ", 1)
 		}, nil},

@@ -15,7 +15,7 @@ import (
 // section by section in the order of the config file's keys.
 func (c *Config) validate() error {
 	p := &problems{c: c}
-	for _, section := range []func(*problems){c.validateServing, c.validateSources, c.validateAttestation,
+	for _, section := range []func(*problems){c.validateServing, c.validateSources, c.validateCluster, c.validateAttestation,
 		c.validateRendering, c.validateKea, c.validateOperation} {
 		section(p)
 	}
@@ -133,6 +133,55 @@ func (c *Config) validateSources(p *problems) {
 	if c.Webhooks != "" {
 		p.file("webhooks_file", c.Webhooks)
 	}
+}
+
+// validateCluster checks cluster: the authorization webhook's listener, its certificates and
+// its policy. Without cluster.authorization.listen nothing else of it may be set: a certificate
+// named for a listener that is not served would look like protection that is not there.
+func (c *Config) validateCluster(p *problems) {
+	a := c.Cluster.Authorization
+	const key = "cluster.authorization"
+	if a.Listen == "" {
+		if a.Cert != "" || a.Key != "" || a.ClientCA != "" || len(a.UnmanagedNodes) > 0 {
+			p.bad(key+".listen", "is not set while other cluster.authorization keys are: set the webhook's listen address, such as \":9443\", or remove the other keys")
+		}
+	} else {
+		if err := hostPort(a.Listen); err != nil {
+			p.bad(key+".listen", "%q is not host:port: give the webhook's TLS listener address, such as \":9443\"", a.Listen)
+		} else if a.Listen == c.Listen.HTTP || a.Listen == c.Listen.HTTPS {
+			p.bad(key+".listen", "%q is fleetd's other listener too: give the webhook a port of its own (it takes only the API server's client certificate)", a.Listen)
+		}
+		p.file(key+".cert", a.Cert)
+		p.file(key+".key", a.Key)
+		p.file(key+".client_ca", a.ClientCA)
+		if a.ClientCA != "" && (c.Path(a.ClientCA) == c.Path(c.TLS.Cert)) {
+			p.bad(key+".client_ca", "is tls.cert: give the CA of the API server's client certificate, not fleetd's own certificate")
+		}
+	}
+	for i, n := range a.UnmanagedNodes {
+		if !nodeName(n) {
+			p.bad(fmt.Sprintf("%s.unmanaged_nodes[%d]", key, i), "%q is not a Kubernetes node name: give the node's name as the cluster has it (lowercase letters, digits, '-' and '.', at most 253)", n)
+		}
+	}
+	if b := a.DenyBrake; b != nil && (*b <= 0 || *b > 1) {
+		p.bad(key+".deny_brake", "%g is not a share above 0 and at most 1: give the share of the nodes that may be denied at once before fleetd stops denying, 0.25 by default", *b)
+	}
+}
+
+// nodeName reports whether n is a DNS-1123 subdomain, what Kubernetes names a Node.
+func nodeName(n string) bool {
+	if n == "" || len(n) > 253 {
+		return false
+	}
+	for _, label := range strings.Split(n, ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		if strings.Trim(label, "abcdefghijklmnopqrstuvwxyz0123456789-") != "" {
+			return false
+		}
+	}
+	return true
 }
 
 // validateNetBoxTransport refuses a plain-HTTP NetBox unless the config says, explicitly, that
