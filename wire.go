@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -101,6 +102,8 @@ func wire(ctx context.Context, cfg *config.Config, log zerolog.Logger) (*app, er
 		BootCheckMissingAfter: cfg.BootCheck.MissingAfter.D(), ConfigTTL: cfg.Delivery.PendingTTL.D(),
 		ServiceUser: cfg.NetBox.ServiceUser, InventoryBootCheckWindow: cfg.Inventory.BootCheckWindow.D(),
 		ChangeLogRetention: cfg.NetBox.ChangeLogRetention.D(),
+		NodeAccess: fleet.NodeAccessConfig{Unmanaged: cfg.Cluster.Authorization.UnmanagedNodes,
+			BrakeShare: *cfg.Cluster.Authorization.DenyBrake},
 		// A pass over the whole fleet allocates a few MB per 1,000 devices that the runtime would
 		// keep until its scavenger slowly returns it; one collection and release per pass (every
 		// reconcile.interval, and the hourly inventory check) keeps fleetd's resident memory at
@@ -148,7 +151,40 @@ func wire(ctx context.Context, cfg *config.Config, log zerolog.Logger) (*app, er
 		srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 		a.servers = append(a.servers, listener{key: "listen.https", srv: srv, tls: true})
 	}
+	if err := a.authorizationListener(ctx); err != nil {
+		return nil, err
+	}
 	return a, nil
+}
+
+// authorizationListener adds the cluster's authorization webhook's listener when
+// cluster.authorization.listen is set: TLS with its own certificate, and only clients with a
+// certificate of its client CA (docs/http.md, "The cluster's authorization webhook").
+func (a *app) authorizationListener(ctx context.Context) error {
+	az := a.cfg.Cluster.Authorization
+	if az.Listen == "" {
+		return nil
+	}
+	cert, err := tls.LoadX509KeyPair(a.cfg.Path(az.Cert), a.cfg.Path(az.Key))
+	if err != nil {
+		return fmt.Errorf("cluster.authorization.cert, cluster.authorization.key: %w", err)
+	}
+	caPEM, err := os.ReadFile(a.cfg.Path(az.ClientCA))
+	if err != nil {
+		return fmt.Errorf("cluster.authorization.client_ca: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return fmt.Errorf("cluster.authorization.client_ca: %s holds no PEM certificate: give the CA of the API server's webhook client certificate", a.cfg.Path(az.ClientCA))
+	}
+	h, err := handlers.NewAuthorization(handlers.AuthorizationDeps{Access: a.service.NodeAccess, Logger: a.log})
+	if err != nil {
+		return err
+	}
+	srv := newHTTPServer(ctx, az.Listen, h, a.log)
+	srv.TLSConfig = handlers.AuthorizationTLS(cert, pool)
+	a.servers = append(a.servers, listener{key: "cluster.authorization.listen", srv: srv, tls: true})
+	return nil
 }
 
 // listener is one of fleetd's HTTP servers and the config key it comes from.

@@ -30,7 +30,7 @@ func TestRoutesDocumented(t *testing.T) {
 		}
 	}
 	var served []string
-	for _, r := range Table() {
+	for _, r := range append(Table(), ClusterTable()...) {
 		served = append(served, r.Method+" "+r.Path)
 	}
 	sort.Strings(documented)
