@@ -2,6 +2,7 @@ package fleet_test
 
 import (
 	"context"
+	"fmt"
 	"math/rand"
 	"strings"
 	"testing"
@@ -306,5 +307,41 @@ func TestNodeAccessForgedBeforeRepair(t *testing.T) {
 	}
 	if got := s.NodeAccess.Decide(asNode("n1")); got.Deny {
 		t.Fatalf("n1: %+v, want no opinion", got)
+	}
+}
+
+// BenchmarkNodeAccessDecide is one review of a 10,000-device fleet's node, as the webhook answers
+// each uncached request of every kubelet: from memory, no NetBox request.
+func BenchmarkNodeAccessDecide(b *testing.B) {
+	var ds []fleet.Device
+	for i := range 10_000 {
+		ds = append(ds, node(int64(i+1), fmt.Sprintf("node-%05d", i)))
+	}
+	inv := fleettest.NewNetBox(ds...)
+	clock := fleettest.NewClock(testEpoch)
+	inv.Clock = clock
+	s, err := fleet.NewService(fleet.Config{FleetdURL: "http://spore:8080", ServiceUser: fleettest.ServiceUser}, fleet.Deps{Seal: fleettest.SealKeys(),
+		NetBox: inv, Installer: fleettest.NewInstaller(), Catalog: fleettest.Catalog(), Clock: clock, Random: rand.New(rand.NewSource(1))})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := s.Requests.ReconcileAll(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	reqs := make([]fleet.NodeRequest, 1024)
+	for i := range reqs {
+		reqs[i] = asNode(fmt.Sprintf("node-%05d", (i*7919)%10_000))
+	}
+	calls := inv.Calls.Load()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if d := s.NodeAccess.Decide(reqs[i%len(reqs)]); d.Deny {
+			b.Fatalf("%+v", d)
+		}
+	}
+	b.StopTimer()
+	if n := inv.Calls.Load() - calls; n != 0 {
+		b.Fatalf("%d NetBox calls for %d reviews, want none", n, b.N)
 	}
 }
