@@ -25,6 +25,8 @@ type nodeView struct {
 	seq    uint64
 	byID   map[int64]viewEntry
 	byName map[string][]int64 // lowercased device name → ids (NetBox allows a name once per site)
+	gone   map[int64]uint64   // devices a read found deleted, by the seq of that read, until a listing begun after it
+	listed uint64             // the start of the listing the view was last replaced with
 }
 
 // viewEntry is one device's standing.
@@ -51,7 +53,7 @@ const (
 )
 
 func newNodeView() *nodeView {
-	return &nodeView{byID: map[int64]viewEntry{}, byName: map[string][]int64{}}
+	return &nodeView{byID: map[int64]viewEntry{}, byName: map[string][]int64{}, gone: map[int64]uint64{}}
 }
 
 // refusalOf is device d's standing as a node, from its judged values (Trust, Owned) only: never
@@ -137,6 +139,7 @@ func (v *nodeView) forget(id int64) {
 	defer v.mu.Unlock()
 	v.seq++
 	v.unset(id)
+	v.gone[id] = v.seq
 }
 
 // begin marks the start of a listing; replace applies its result.
@@ -147,10 +150,15 @@ func (v *nodeView) begin() uint64 {
 }
 
 // replace makes the view the listing's devices (judged on their seals), except those observed
-// on their own since the listing began.
+// on their own, or found deleted, since the listing began; a listing that began before the one
+// already applied changes nothing.
 func (v *nodeView) replace(devices []Device, start uint64) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	if v.built && start < v.listed {
+		return // a listing that began before the one applied (the reconcile's and the inventory check's overlap): older
+	}
+	v.listed = start
 	keep := map[int64]viewEntry{}
 	for id, e := range v.byID {
 		if e.seen > start {
@@ -159,8 +167,15 @@ func (v *nodeView) replace(devices []Device, start uint64) {
 	}
 	v.byID, v.byName = map[int64]viewEntry{}, map[string][]int64{}
 	for _, d := range devices {
-		if _, newer := keep[d.ID]; !newer {
-			v.set(d.ID, d.Name, refusalOf(d), 0)
+		_, newer := keep[d.ID]
+		if deleted, ok := v.gone[d.ID]; newer || ok && deleted > start {
+			continue
+		}
+		v.set(d.ID, d.Name, refusalOf(d), 0)
+	}
+	for id, deleted := range v.gone {
+		if deleted <= start {
+			delete(v.gone, id)
 		}
 	}
 	for id, e := range keep {
