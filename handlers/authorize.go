@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
-	authorizationv1 "k8s.io/api/authorization/v1"
 
+	"github.com/folly-infra/fleetd/api"
 	"github.com/folly-infra/fleetd/fleet"
 )
 
@@ -81,11 +81,6 @@ type authorizer struct {
 	quiet  zerolog.Logger
 }
 
-const (
-	sarAPIVersion = "authorization.k8s.io/v1"
-	sarKind       = "SubjectAccessReview"
-)
-
 // authorize answers one SubjectAccessReview. A request fleetd cannot read is answered 400 or 413
 // (the API server then applies the failure policy, no opinion; a 5xx it would retry); the body is read
 // leniently, since a newer API server may send attributes this fleetd does not know.
@@ -96,7 +91,7 @@ func (a *authorizer) authorize(w http.ResponseWriter, r *http.Request) {
 			"message": "the authorization webhook answers only the API server's client certificate (cluster.authorization.client_ca)"})
 		return
 	}
-	var sar authorizationv1.SubjectAccessReview
+	var sar api.SubjectAccessReview
 	if err := json.NewDecoder(r.Body).Decode(&sar); err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
@@ -106,9 +101,9 @@ func (a *authorizer) authorize(w http.ResponseWriter, r *http.Request) {
 		a.refuse(w, r, http.StatusBadRequest, "malformed", fmt.Sprintf("the body is not a SubjectAccessReview in JSON: %v", err))
 		return
 	}
-	if sar.APIVersion != sarAPIVersion || sar.Kind != sarKind {
+	if sar.APIVersion != api.SubjectAccessReviewAPIVersion || sar.Kind != api.SubjectAccessReviewKind {
 		a.refuse(w, r, http.StatusBadRequest, "malformed", fmt.Sprintf("the body is %s %s, not %s %s: set subjectAccessReviewVersion: v1 in the authorization configuration",
-			quoted(sar.APIVersion), quoted(sar.Kind), sarAPIVersion, sarKind))
+			quoted(sar.APIVersion), quoted(sar.Kind), api.SubjectAccessReviewAPIVersion, api.SubjectAccessReviewKind))
 		return
 	}
 	req := fleet.NodeRequest{User: sar.Spec.User, Groups: sar.Spec.Groups}
@@ -118,12 +113,9 @@ func (a *authorizer) authorize(w http.ResponseWriter, r *http.Request) {
 		req.Verb, req.Path = na.Verb, na.Path
 	}
 	d := a.access.Decide(req)
-	answer := authorizationv1.SubjectAccessReview{}
-	answer.APIVersion, answer.Kind = sarAPIVersion, sarKind
-	answer.UID = sar.UID
+	answer := api.SubjectAccessReview{APIVersion: api.SubjectAccessReviewAPIVersion, Kind: api.SubjectAccessReviewKind}
 	if d.Deny {
-		answer.Status = authorizationv1.SubjectAccessReviewStatus{Allowed: false, Denied: true,
-			Reason: "fleetd: " + d.Refusal.Reason}
+		answer.Status = api.SubjectAccessReviewStatus{Allowed: false, Denied: true, Reason: "fleetd: " + d.Refusal.Reason}
 	}
 	a.decisionLine(d, req).Str("request_id", w.Header().Get("X-Request-Id")).Msg("decision")
 	writeJSON(w, http.StatusOK, answer)

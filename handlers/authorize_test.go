@@ -21,8 +21,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
-	authorizationv1 "k8s.io/api/authorization/v1"
 
+	"github.com/folly-infra/fleetd/api"
 	"github.com/folly-infra/fleetd/fleet"
 	"github.com/folly-infra/fleetd/handlers"
 )
@@ -175,9 +175,12 @@ func TestAuthorizeAnswers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	decode := func(t *testing.T, rec *httptest.ResponseRecorder) authorizationv1.SubjectAccessReview {
+	decode := func(t *testing.T, rec *httptest.ResponseRecorder) api.SubjectAccessReview {
 		t.Helper()
-		var sar authorizationv1.SubjectAccessReview
+		var sar api.SubjectAccessReview
+		if !strings.Contains(rec.Body.String(), `"allowed": false`) {
+			t.Errorf("the answer does not say allowed false (a member the API server requires): %s", rec.Body)
+		}
 		if rec.Code != http.StatusOK {
 			t.Fatalf("status %d: %s", rec.Code, rec.Body)
 		}

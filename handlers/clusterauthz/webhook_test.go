@@ -1,4 +1,7 @@
-package handlers_test
+// Package clusterauthz_test holds fleetd's authorization webhook against the real kube-apiserver
+// (dev/kubecluster). It is a package of its own, with tests only, so that the modules that test
+// with the handlers' fixtures (interop/spire) do not take the control plane's dependencies.
+package clusterauthz_test
 
 import (
 	"context"
@@ -10,6 +13,7 @@ import (
 	"net/netip"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -27,6 +31,24 @@ import (
 	"github.com/folly-infra/fleetd/handlers"
 	"github.com/folly-infra/fleetd/handlers/handlerstest"
 )
+
+// syncBuffer is a log sink the webhook's server goroutines write while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
 
 // webhookServer is fleetd's authorization webhook listener as fleetd serve runs it
 // (handlers.NewAuthorization behind handlers.AuthorizationTLS), on addr.
@@ -113,7 +135,7 @@ func TestClusterWebhookEndsANodesAccess(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	cluster, err := kubecluster.Start(ctx, kubecluster.Options{Root: "..",
+	cluster, err := kubecluster.Start(ctx, kubecluster.Options{Root: "../..",
 		Webhook: &kubecluster.Webhook{URL: "https://" + addr + handlers.PathAuthorize}})
 	if err != nil {
 		t.Fatal(err)
