@@ -292,6 +292,9 @@ func apiserverArgs(port int, etcdURL string, f clusterFiles) []string {
 		"--service-account-key-file=" + f.saPub,
 		"--service-account-signing-key-file=" + f.saKey,
 		"--service-cluster-ip-range=10.96.0.0/24",
+		// The kubernetes Service's endpoints would be the advertise address, which may not be
+		// loopback: without a reconciler the API server does not log that every 10 s.
+		"--endpoint-reconciler-type=none",
 		"--allow-privileged=false",
 		"--profiling=false",
 		"--cert-dir=" + filepath.Dir(f.ca),
