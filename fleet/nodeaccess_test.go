@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -343,5 +344,49 @@ func BenchmarkNodeAccessDecide(b *testing.B) {
 	b.StopTimer()
 	if n := inv.Calls.Load() - calls; n != 0 {
 		b.Fatalf("%d NetBox calls for %d reviews, want none", n, b.N)
+	}
+}
+
+// The webhook answers while listings and writes change the view (make test runs this package
+// under -race): every answer is one of the two a node in either standing gets.
+func TestNodeAccessConcurrent(t *testing.T) {
+	ctx := context.Background()
+	var ds []fleet.Device
+	for i := range 40 {
+		ds = append(ds, node(int64(i+1), fmt.Sprintf("n%02d", i)))
+	}
+	inv := fleettest.NewNetBox(ds...)
+	s := newAccessService(t, inv, fleet.NodeAccessConfig{BrakeShare: 1}, nil)
+	if _, err := s.Requests.ReconcileAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for i := range 300 {
+				d := s.NodeAccess.Decide(asNode(fmt.Sprintf("n%02d", (g*13+i)%40)))
+				if d.Result != fleet.NodeNoOpinion && d.Result != fleet.NodeDenied {
+					t.Errorf("answer %+v", d)
+					return
+				}
+			}
+		})
+	}
+	wg.Go(func() {
+		for i := range 10 {
+			inv.WriteAs(fleettest.Owner, int64(i+1), func(d *fleet.Device) { d.Declared.DesiredAction = fleet.ActionWipe })
+			if _, err := s.Requests.Reconcile(ctx, int64(i+1)); err != nil {
+				t.Error(err)
+			}
+			if _, err := s.Requests.ReconcileAll(ctx); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	wg.Wait()
+	for i := range 10 {
+		if d := s.NodeAccess.Decide(asNode(fmt.Sprintf("n%02d", i))); !d.Deny {
+			t.Errorf("n%02d after its wipe's claim: %+v, want denied", i, d)
+		}
 	}
 }
