@@ -54,8 +54,13 @@ type Class struct {
 	SecureBoot  SecureBoot
 	Netboot     Netboot
 	Timeout     time.Duration // the Workflow's global timeout
-	Talos       *TalosClass
-	CloudInit   *CloudInitClass
+	// JoinsKubernetes: a node of the class joins the workload cluster, so its install is done
+	// only when its Node is Ready (docs/design.md §1, "Joining the cluster"): delivery moves it to
+	// joining, not active, and its configuration carries a bootstrap token of its own. Only
+	// talos classes join (their default); the other kinds go active at delivery.
+	JoinsKubernetes bool
+	Talos           *TalosClass
+	CloudInit       *CloudInitClass
 }
 
 // Netboot is how Tinkerbell boots the machine into HookOS for a Workflow (Workflow bootOptions).

@@ -33,8 +33,9 @@ type classJSON struct {
 		BootMode           string `json:"boot_mode"`
 		ISOURL             string `json:"iso_url"`
 	} `json:"netboot"`
-	Timeout string `json:"workflow_timeout"`
-	Talos   *struct {
+	Timeout         string `json:"workflow_timeout"`
+	JoinsKubernetes *bool  `json:"joins_kubernetes"`
+	Talos           *struct {
 		MachineType string            `json:"machine_type"`
 		Patches     []json.RawMessage `json:"patches"`
 	} `json:"talos"`
@@ -195,8 +196,12 @@ func (c *Class) kindConfig(j classJSON) []error {
 	if j.CloudInit != nil && c.Kind != KindCloudInit {
 		bad(`has a "cloud_init" block but its kind is %s`, c.Kind)
 	}
+	if j.JoinsKubernetes != nil && *j.JoinsKubernetes && c.Kind != KindTalos {
+		bad(`"joins_kubernetes" is true but its kind is %s: only a talos configuration carries the node's own bootstrap token; set it false or leave it out`, c.Kind)
+	}
 	switch c.Kind {
 	case KindTalos:
+		c.JoinsKubernetes = j.JoinsKubernetes == nil || *j.JoinsKubernetes
 		if j.Talos == nil {
 			bad(`kind talos needs a "talos" block with "machine_type"`)
 			break

@@ -31,6 +31,39 @@ func TestExampleClassesLoad(t *testing.T) {
 	if g2, ok := cat.Class("worker-g2"); !ok || g2.Installable {
 		t.Errorf("examples/classes.json must declare worker-g2 as not installable")
 	}
+	// Talos classes join the cluster by default; the other kinds go active at delivery.
+	for name, joins := range map[string]bool{"talos-cp": true, "talos-worker": true,
+		"nixos-builder": false, "alpine-edge": false, "ubuntu-lab": false} {
+		if c, _ := cat.Class(name); c.JoinsKubernetes != joins {
+			t.Errorf("class %s: JoinsKubernetes = %v, want %v", name, c.JoinsKubernetes, joins)
+		}
+	}
+}
+
+func TestJoinsKubernetes(t *testing.T) {
+	talos := func(extra string) string {
+		return `{"classes": {"c": {"kind": "talos", "templates": {"provision": "p", "attest": "a", "wipe": "w", "retire": "r"}, "image": "i", "talos": {"machine_type": "worker"}` + extra + `}}}`
+	}
+	rows := []struct {
+		name, json string
+		want       bool
+	}{
+		{"ok/talos joins by default", talos(""), true},
+		{"ok/talos says it joins", talos(`, "joins_kubernetes": true`), true},
+		{"ok/talos outside the cluster fleetd watches", talos(`, "joins_kubernetes": false`), false},
+		{"ok/nixos says it does not", `{"classes": {"c": {"kind": "nixos-image", "templates": {"provision": "p", "attest": "a", "wipe": "w", "retire": "r"}, "image": "i", "profile": "p", "joins_kubernetes": false}}}`, false},
+	}
+	for _, r := range rows {
+		t.Run(r.name, func(t *testing.T) {
+			cat, err := LoadCatalog(strings.NewReader(r.json))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c, _ := cat.Class("c"); c.JoinsKubernetes != r.want {
+				t.Errorf("JoinsKubernetes = %v, want %v", c.JoinsKubernetes, r.want)
+			}
+		})
+	}
 }
 
 func TestLoadCatalogRefusals(t *testing.T) {
@@ -47,8 +80,9 @@ func TestLoadCatalogRefusals(t *testing.T) {
 			"b": {"kind": "talos", "templates": {"provision": "p", "attest": "a", "wipe": "w", "retire": "r", "reboot": "x"}, "image": "i", "talos": {"machine_type": "boss"}},
 			"c": {"kind": "nixos-image", "templates": {"provision": "p", "attest": "a", "wipe": "w", "retire": "r"}, "image": "i", "talos": {"machine_type": "worker"}},
 			"d": {"kind": "alpine-image", "installable": false},
-			"e": {"kind": "cloud-init-nocloud", "templates": {"provision": "p", "attest": "a", "wipe": "w", "retire": "r"}, "image": "i", "workflow_timeout": "0s", "secure_boot": "maybe"}
+			"e": {"kind": "cloud-init-nocloud", "templates": {"provision": "p", "attest": "a", "wipe": "w", "retire": "r"}, "image": "i", "workflow_timeout": "0s", "secure_boot": "maybe", "joins_kubernetes": true}
 		}}`, []string{
+			`class "e": "joins_kubernetes" is true but its kind is cloud-init-nocloud`,
 			`class "Bad_Name": name must be lowercase`,
 			`class "a": "kind" "windows" is unknown`,
 			`class "a": "templates" names no Template for provision`,
