@@ -226,9 +226,9 @@ func bootCheckAllowed(d Device, c *bootCheck) error {
 			"LAK certificate %s is not %s's current LAK (lak_serial %s): the machine was reprovisioned, wiped or retired since it was issued",
 			c.lak.SerialHex, d.Name, current)
 	}
-	if d.Owned.State != StateActive || d.Status == StatusDecommissioning {
+	if !d.Owned.State.Running() || d.Status == StatusDecommissioning {
 		return Refuse(RefusedConflict, "not_active",
-			"%s is not an active node (fleet_state %s, status %s): boot checks are taken only from active devices",
+			"%s is not an active node (fleet_state %s, status %s): boot checks are taken only from active and joining devices",
 			d.Name, stateWord(d.Owned.State), d.Status)
 	}
 	if !c.nonce.IssuedAt.After(d.Owned.LastBootCheck) {

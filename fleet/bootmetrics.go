@@ -47,7 +47,7 @@ type bootCheckSample struct {
 func (s *bootCheckSamples) observe(devices []Device) {
 	samples := make([]bootCheckSample, 0, len(devices))
 	for _, d := range devices {
-		if d.Owned.State != StateActive || d.Status == StatusDecommissioning {
+		if !d.Owned.State.Running() || d.Status == StatusDecommissioning {
 			continue
 		}
 		outcome := d.Owned.BootCheck

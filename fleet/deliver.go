@@ -78,7 +78,9 @@ func (s *Delivery) FetchConfig(ctx context.Context, f ConfigFetch) (NodeConfig, 
 	case !wrote:
 		return NodeConfig{}, out, s.refuseFetch(ctx, delivered, f, fd.refusal, fd.now)
 	}
-	s.core.metrics.requests.WithLabelValues(string(ActionProvision), "succeeded").Inc()
+	if delivered.Owned.State != StateJoining { // a joining node's request succeeds when its Node is Ready
+		s.core.metrics.requests.WithLabelValues(string(ActionProvision), "succeeded").Inc()
+	}
 	s.core.metrics.deliveries.WithLabelValues(string(f.Kind), "delivered").Inc()
 	s.core.journal(ctx, delivered, JournalSuccess, fd.msg)
 	out.Result = "delivered"
@@ -107,7 +109,11 @@ func (fd *fetchDecision) decide(d Device) (Patch, bool, error) {
 	if fd.refusal = fetchRefusal(d, class, fd.f, fd.now); fd.refusal != nil {
 		return Patch{}, false, nil
 	}
-	t, ok := Next(d.Owned.State, ActionProvision, EventDelivered)
+	ev := EventDelivered
+	if class.JoinsKubernetes {
+		ev = EventDeliveredJoining
+	}
+	t, ok := Next(d.Owned.State, ActionProvision, ev)
 	if !ok {
 		return Patch{}, false, fmt.Errorf("deliver to %s: no transition from %q", d.Name, d.Owned.State)
 	}
@@ -122,6 +128,9 @@ func (fd *fetchDecision) decide(d Device) (Patch, bool, error) {
 		return Patch{}, false, fmt.Errorf("render the configuration of %s: %w", d.Name, err)
 	}
 	fd.msg = fmt.Sprintf("Delivered %s to %s at %s for request %s%s.", fd.cfg.Summary, d.Name, fd.f.RemoteAddr, d.Owned.Request, boundBy(d.Owned.Identity))
+	if t.To == StateJoining {
+		fd.msg += fmt.Sprintf(" It joins the cluster: the request is done when Node %s is Ready.", d.Name)
+	}
 	return transitionPatch(d, t, fd.msg), true, nil
 }
 

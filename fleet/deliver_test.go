@@ -89,6 +89,13 @@ func TestFetchConfig(t *testing.T) {
 			mod:      func(d *fleet.Device) { d.Owned.Identity.FetchSecretSHA256 = fleet.FetchSecretHash("s3cr3t") },
 			fetch:    fleet.ConfigFetch{Kind: fleet.KindTalos, ClaimedUUID: attestedUUID, ClaimedSecret: "s3cr3T", RemoteAddr: home},
 			wantCode: "wrong_fetch_secret", wantState: fleet.StateConfiguring, wantStatus: fleet.StatusStaged},
+		{name: "ok/a class that joins Kubernetes: joining, status active", state: fleet.StateConfiguring, attested: true,
+			mod:       func(d *fleet.Device) { d.Declared.Class = "talos-member" },
+			fetch:     talos(attestedUUID),
+			wantState: fleet.StateJoining, wantStatus: fleet.StatusActive, wantJourn: "It joins the cluster: the request is done when Node node-a is Ready."},
+		{name: "refuse/delivered to a joining node already", state: fleet.StateJoining, attested: true,
+			mod:   func(d *fleet.Device) { d.Declared.Class, d.Status = "talos-member", fleet.StatusActive },
+			fetch: talos(attestedUUID), wantCode: "config_delivered", wantState: fleet.StateJoining, wantStatus: fleet.StatusActive},
 		{name: "refuse/no request", state: fleet.StateNone,
 			fetch: talos(attestedUUID), wantCode: "no_pending_config", wantState: fleet.StateNone, wantStatus: fleet.StatusStaged},
 	}

@@ -44,7 +44,7 @@ func delivery(d Device, now time.Time) deliveryState {
 	switch {
 	case !provision:
 		return deliveryNone
-	case d.Owned.State == StateActive, running && d.Status == StatusActive:
+	case d.Owned.State.Running(), running && d.Status == StatusActive:
 		return deliveryDelivered
 	case running && id.Empty():
 		return deliveryLost

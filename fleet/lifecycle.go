@@ -16,12 +16,18 @@ const (
 	StatePending     State = "pending"
 	StateInstalling  State = "installing"
 	StateConfiguring State = "configuring"
-	StateActive      State = "active"
-	StateWiping      State = "wiping"
-	StateWiped       State = "wiped"
-	StateRetired     State = "retired"
-	StateFailed      State = "failed"
-	StateRejected    State = "rejected"
+	// StateJoining: the node of a class that joins Kubernetes fetched its configuration and boots
+	// into the cluster (docs/design.md §1, "Joining the cluster"). It takes boot checks and
+	// renewals; it becomes active when its Node is Ready with the client certificate fleetd
+	// approved for this request, and the request fails when that does not happen by the join
+	// deadline.
+	StateJoining  State = "joining"
+	StateActive   State = "active"
+	StateWiping   State = "wiping"
+	StateWiped    State = "wiped"
+	StateRetired  State = "retired"
+	StateFailed   State = "failed"
+	StateRejected State = "rejected"
 	// StateUntrusted: fleetd found values of its fields in NetBox it did not write and nothing of
 	// its own to put back (trust.go): it cleared them, and only an owner's new request brings
 	// the device back.
@@ -33,16 +39,22 @@ const (
 )
 
 // States lists the fleet_state choices in lifecycle order.
-var States = []State{StatePending, StateInstalling, StateConfiguring, StateActive, StateWiping,
+var States = []State{StatePending, StateInstalling, StateConfiguring, StateJoining, StateActive, StateWiping,
 	StateWiped, StateRetired, StateFailed, StateRejected, StateUntrusted, StateUnconfirmed}
 
 // Terminal reports whether no request is running in this state, so a new one may start.
 func (s State) Terminal() bool {
 	switch s {
-	case StatePending, StateInstalling, StateConfiguring, StateWiping:
+	case StatePending, StateInstalling, StateConfiguring, StateJoining, StateWiping:
 		return false
 	}
 	return true
+}
+
+// Running reports whether the installed node runs in this state: its boot checks and renewals
+// are taken (active, and joining while its Node registers).
+func (s State) Running() bool {
+	return s == StateActive || s == StateJoining
 }
 
 // Event is something that happened to a device's request.
@@ -56,7 +68,15 @@ const (
 	EventWorkflowSucceeded Event = "workflow-succeeded" // the Workflow reached its success state
 	EventWorkflowFailed    Event = "workflow-failed"    // the Workflow failed or timed out
 	EventDelivered         Event = "delivered"          // the node fetched its configuration
-	EventConfigLost        Event = "config-lost"        // the pending configuration was lost or expired
+	// EventDeliveredJoining is the delivery to a node of a class that joins Kubernetes
+	// (Class.JoinsKubernetes): its install is done only when its Node is Ready.
+	EventDeliveredJoining Event = "delivered-joining"
+	// EventNodeReady is the device's Node Ready, registered with the kubelet client certificate
+	// fleetd approved for the device's request (approver.go).
+	EventNodeReady Event = "node-ready"
+	// EventJoinTimedOut is the join deadline passed with the device's Node not Ready.
+	EventJoinTimedOut Event = "join-timed-out"
+	EventConfigLost   Event = "config-lost" // the pending configuration was lost or expired
 	// EventWorkflowMissing is the request's Workflow no longer in Kubernetes. Before its end is
 	// recorded (pending, installing, wiping) it fails the request; after (configuring, active and
 	// every terminal state) it is no event: fleetd prunes an ended Workflow an hour after it ended
@@ -139,7 +159,19 @@ func Next(from State, action Action, ev Event) (t Transition, ok bool) {
 		switch ev {
 		case EventDelivered:
 			return Transition{To: StateActive, Status: StatusActive, Journal: JournalSuccess}, true
+		case EventDeliveredJoining:
+			// The status moves to active with the delivery, as for every kind: a running
+			// provision whose status is active was delivered (delivery.go), whatever a copy
+			// written back says its fleet_state is.
+			return Transition{To: StateJoining, Status: StatusActive, Journal: JournalSuccess}, true
 		case EventConfigLost:
+			return failed(action), true
+		}
+	case StateJoining:
+		switch ev {
+		case EventNodeReady:
+			return Transition{To: StateActive, Status: StatusActive, Journal: JournalSuccess}, true
+		case EventJoinTimedOut:
 			return failed(action), true
 		}
 	case StateWiping:

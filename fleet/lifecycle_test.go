@@ -84,6 +84,22 @@ func TestLifecycle(t *testing.T) {
 		{"refuse/pending configuration lost while configuring", StateConfiguring, ActionProvision, EventConfigLost,
 			Transition{To: StateFailed, Status: StatusFailed, Journal: JournalDanger}, true},
 		{"ignore/second delivery", StateActive, ActionProvision, EventDelivered, Transition{}, false},
+
+		// Joining the cluster: a class that joins Kubernetes is done when its Node is Ready.
+		{"ok/delivered to a joining class: joining, status active", StateConfiguring, ActionProvision, EventDeliveredJoining,
+			Transition{To: StateJoining, Status: StatusActive, Journal: JournalSuccess}, true},
+		{"ok/Node Ready: active", StateJoining, ActionProvision, EventNodeReady,
+			Transition{To: StateActive, Status: StatusActive, Journal: JournalSuccess}, true},
+		{"refuse/Node not Ready by the join deadline: failed, status failed", StateJoining, ActionProvision, EventJoinTimedOut,
+			Transition{To: StateFailed, Status: StatusFailed, Journal: JournalDanger}, true},
+		{"ignore/no new request while joining", StateJoining, ActionWipe, EventAccepted, Transition{}, false},
+		{"ignore/second delivery while joining", StateJoining, ActionProvision, EventDelivered, Transition{}, false},
+		{"ignore/a joining delivery while installing", StateInstalling, ActionProvision, EventDeliveredJoining, Transition{}, false},
+		{"ignore/Node Ready once active (an existing node)", StateActive, ActionProvision, EventNodeReady, Transition{}, false},
+		{"ignore/Node Ready before the delivery", StateConfiguring, ActionProvision, EventNodeReady, Transition{}, false},
+		{"ignore/join deadline once active", StateActive, ActionProvision, EventJoinTimedOut, Transition{}, false},
+		{"ignore/Workflow missing while joining (its end is recorded)", StateJoining, ActionProvision, EventWorkflowMissing, Transition{}, false},
+		{"ignore/configuration lost once delivered", StateJoining, ActionProvision, EventConfigLost, Transition{}, false},
 		{"ignore/Workflow success twice", StateConfiguring, ActionProvision, EventWorkflowSucceeded, Transition{}, false},
 
 		// Wipe and retirement: done on the machine's TPM's receipt, unconfirmed on the Workflow's
@@ -134,7 +150,8 @@ func TestLifecycle(t *testing.T) {
 // TestLifecycleTerminates checks that from every state a request can be in, some event ends it:
 // no request can be stuck by the lifecycle itself.
 func TestLifecycleTerminates(t *testing.T) {
-	events := []Event{EventAttested, EventRefused, EventReceiptVerified, EventWorkflowSucceeded, EventWorkflowFailed, EventDelivered, EventConfigLost}
+	events := []Event{EventAttested, EventRefused, EventReceiptVerified, EventWorkflowSucceeded, EventWorkflowFailed, EventDelivered,
+		EventDeliveredJoining, EventNodeReady, EventJoinTimedOut, EventConfigLost}
 	for _, a := range Actions {
 		for _, s := range States {
 			if s.Terminal() {

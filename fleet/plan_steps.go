@@ -146,6 +146,9 @@ func planWork(d Device, action Action, class Class, p *Plan, att Attestation) {
 // event that does not move the request (a wipe's Workflow success after its receipt) is no step.
 func stepsFrom(d Device, from State, action Action, class Class) []PlanStep {
 	events := []Event{EventAttested, EventReceiptVerified, EventWorkflowSucceeded, EventDelivered}
+	if class.JoinsKubernetes {
+		events = []Event{EventAttested, EventReceiptVerified, EventWorkflowSucceeded, EventDeliveredJoining, EventNodeReady}
+	}
 	if class.Kind == KindCloudInit {
 		events = []Event{EventAttested, EventDelivered, EventWorkflowSucceeded}
 	}

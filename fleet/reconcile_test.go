@@ -70,7 +70,7 @@ func TestReconcileClaims(t *testing.T) {
 				return d
 			},
 			wantState: fleet.StateRejected, wantStatus: fleet.StatusPlanned,
-			wantJournal: `fleet_class "nope" is not in classes.json (known: talos-worker, worker-g2)`},
+			wantJournal: `fleet_class "nope" is not in classes.json (known: talos-member, talos-worker, worker-g2)`},
 		{name: "refuse/worker-g2 with its reason",
 			device: func(d fleet.Device) fleet.Device {
 				d.Declared.DesiredAction = fleet.ActionProvision

@@ -86,7 +86,7 @@ func (s *Views) view(ctx context.Context, d Device, readWorkflow bool, listed wo
 // older than the limit. A node that never sent one is reported by the alert on
 // fleetd_device_boot_check_status{outcome="none"} (fleetd keeps no activation time).
 func (s *Views) bootCheckMissing(d Device) bool {
-	if d.Owned.State != StateActive || d.Status == StatusDecommissioning || d.Owned.LastBootCheck.IsZero() {
+	if !d.Owned.State.Running() || d.Status == StatusDecommissioning || d.Owned.LastBootCheck.IsZero() {
 		return false
 	}
 	return s.core.clock.Now().Sub(d.Owned.LastBootCheck) > s.missingAfter

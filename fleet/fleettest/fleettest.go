@@ -479,6 +479,10 @@ func Catalog() fleet.Catalog {
 		fleet.Class{Name: "talos-worker", Kind: fleet.KindTalos, Installable: true, Templates: tpl, Image: "http://img/talos.raw.zst",
 			SecureBoot: fleet.SecureBootAny, Timeout: time.Hour, Talos: &fleet.TalosClass{MachineType: "worker"}},
 		fleet.Class{Name: "worker-g2", Kind: fleet.KindTalos, Installable: false, Reason: "G2 boards have no TPM 2.0"},
+		// talos-member's nodes join the workload cluster: delivered, they are joining until their
+		// Node is Ready (docs/design.md §1, "Joining the cluster").
+		fleet.Class{Name: "talos-member", Kind: fleet.KindTalos, Installable: true, Templates: tpl, Image: "http://img/talos.raw.zst",
+			SecureBoot: fleet.SecureBootAny, Timeout: time.Hour, Talos: &fleet.TalosClass{MachineType: "worker"}, JoinsKubernetes: true},
 	)
 }
 
