@@ -119,6 +119,13 @@ func (fd *fetchDecision) decide(d Device) (Patch, bool, error) {
 	}
 	node := NodeIdentity{UUID: strings.TrimSpace(fd.f.ClaimedUUID), Serial: d.Owned.Identity.SMBIOSSerial, Files: d.Owned.Identity.NodeFiles()}
 	var err error
+	if class.Kind == KindTalos {
+		if node.BootstrapToken, err = fd.s.nodeToken(d); err != nil {
+			fd.refusal = &Refusal{Class: RefusedConflict, Code: "config_rejected", Err: fmt.Errorf("%w: %s", ErrConfigRejected, err),
+				Msg: fmt.Sprintf("the configuration of %s cannot carry its bootstrap token: %s", d.Name, err)}
+			return Patch{}, false, nil
+		}
+	}
 	if fd.cfg, err = fd.s.renderer.Render(d, class, node); err != nil {
 		if errors.Is(err, ErrConfigRejected) {
 			fd.refusal = &Refusal{Class: RefusedConflict, Code: "config_rejected", Err: err,
@@ -132,6 +139,15 @@ func (fd *fetchDecision) decide(d Device) (Patch, bool, error) {
 		fd.msg += fmt.Sprintf(" It joins the cluster: the request is done when Node %s is Ready.", d.Name)
 	}
 	return transitionPatch(d, t, fd.msg), true, nil
+}
+
+// nodeToken is the bootstrap token d's attestation derived for its request (bootstraptoken.go).
+func (s *Delivery) nodeToken(d Device) (BootstrapToken, error) {
+	key := d.Owned.Identity.BootstrapTokenKey
+	if key == "" {
+		return BootstrapToken{}, fmt.Errorf("request %s was attested by a fleetd that derived no bootstrap token for it; provision it again", d.Owned.Request)
+	}
+	return s.core.bootstrapToken(d, key)
 }
 
 // refuseFetch answers a fetch the device's fields do not open. A configuration that can no longer

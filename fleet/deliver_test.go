@@ -182,8 +182,12 @@ func TestFetchConfigOnce(t *testing.T) {
 		t.Errorf("the losing fetch journaled %q", j)
 	}
 	// Rendered again from NetBox, the configuration is the one the first fetch got.
+	tok, err := fleettest.SealKeys().BootstrapToken(fleettest.SealKey().ID, d.ID, d.Owned.Request)
+	if err != nil {
+		t.Fatal(err)
+	}
 	again, err := sharedRenderer().Render(attested(d), mustClass(t, "talos-worker"), fleet.NodeIdentity{UUID: attestedUUID, Serial: "SYS123",
-		Files: attested(d).Owned.Identity.NodeFiles()})
+		Files: attested(d).Owned.Identity.NodeFiles(), BootstrapToken: tok})
 	if err != nil || string(again.Body) != string(first.Body) {
 		t.Errorf("a second render of the same fields differs from the delivered one (%v)", err)
 	}

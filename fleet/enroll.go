@@ -45,8 +45,12 @@ type Enrollment struct {
 	attest    Attestation
 	rnd       Random
 	renderer  Renderer
+	cluster   Cluster       // the workload cluster, for the bootstrap tokens of joining classes; may be nil
 	refusals  *lastRefusals // the last refusal per device, which the request's end journals (Requests)
 	configTTL time.Duration // how long the configuration waits for its fetch (Config.ConfigTTL)
+	// joinDeadline is how long a joining node has to be Ready after its delivery
+	// (Config.JoinDeadline): its token lives for configTTL plus this.
+	joinDeadline time.Duration
 }
 
 // ChallengeInput is the first round trip's request, in go-attestation's types.

@@ -62,6 +62,7 @@ func (s *Enrollment) EnrollEvidence(ctx context.Context, in EvidenceInput) (Enro
 	if action == ActionProvision {
 		m := identityFor(d, p, in, v.token.EKSHA256, s.core.clock.Now(), s.configTTL)
 		m.FetchSecretSHA256 = p.fetchSecretHash()
+		m.BootstrapTokenKey = p.tokenKey
 		patch.Identity = &m
 	}
 	proved, claimed := enrollmentFacts(v, v.claimed)
@@ -123,6 +124,7 @@ type provisioned struct {
 	ldevid, lak *pki.Certificate
 	cfg         NodeConfig
 	fetchSecret string // "" when the class kind's install cannot carry one
+	tokenKey    string // the seal key its bootstrap token is derived under; "" when not a Talos class
 }
 
 func (p provisioned) fetchSecretHash() string {
@@ -158,8 +160,20 @@ func (s *Enrollment) provision(ctx context.Context, d Device, class Class, v ver
 		return provisioned{}, fmt.Errorf("enroll %s: %w", d.Name, err)
 	}
 	node := NodeIdentity{UUID: in.SMBIOSUUID, Serial: in.SMBIOSSerial, Files: nodeMaterial(p, in).NodeFiles()}
+	if class.Kind == KindTalos {
+		p.tokenKey = s.core.keys.Signing()
+		if node.BootstrapToken, err = s.core.bootstrapToken(d, p.tokenKey); err != nil {
+			return provisioned{}, fmt.Errorf("enroll %s: %w", d.Name, err)
+		}
+	}
 	if p.cfg, err = s.renderer.Check(d, class, node); err != nil {
 		return provisioned{}, s.renderFailed(ctx, d, ActionProvision, out, err)
+	}
+	if class.JoinsKubernetes {
+		if err := s.createBootstrapToken(ctx, d, node.BootstrapToken); err != nil {
+			out.Result = "error"
+			return provisioned{}, fmt.Errorf("enroll %s: %w", d.Name, err)
+		}
 	}
 	if class.Kind.CarriesFetchSecret() {
 		if p.fetchSecret, err = newFetchSecret(s.rnd); err != nil {
@@ -167,6 +181,23 @@ func (s *Enrollment) provision(ctx context.Context, d Device, class Class, v ver
 		}
 	}
 	return p, nil
+}
+
+// createBootstrapToken creates the Secret of d's bootstrap token in the workload cluster, before
+// the attestation is recorded: a cluster that cannot take it fails the enrollment with a 5xx, and
+// the agent's Workflow fails before anything is wiped. It expires when the join can no longer
+// succeed: the configuration's TTL (its latest fetch) plus the join deadline.
+func (s *Enrollment) createBootstrapToken(ctx context.Context, d Device, t BootstrapToken) error {
+	if s.cluster == nil {
+		return fmt.Errorf("class %s joins Kubernetes but fleetd has no workload cluster (cluster.kubeconfig in fleetd.yaml): configure it, or set joins_kubernetes false on the class", d.Declared.Class)
+	}
+	sec := BootstrapTokenSecret{Token: t, Group: BootstrapGroup,
+		Expires:     s.core.clock.Now().Add(s.configTTL + s.joinDeadline).UTC(),
+		Description: fmt.Sprintf("fleetd: kubelet bootstrap token of %s (NetBox device %d) for request %s", d.Name, d.ID, d.Owned.Request)}
+	if err := s.cluster.CreateBootstrapToken(ctx, sec); err != nil {
+		return fmt.Errorf("create the bootstrap token Secret bootstrap-token-%s of %s in the workload cluster: %w", t.ID, d.Name, err)
+	}
+	return nil
 }
 
 // verified is everything the evidence proved.

@@ -48,6 +48,20 @@ type IdentityMaterial struct {
 
 	LAK    LAKMaterial    `json:"lak"`
 	LDevID LDevIDMaterial `json:"ldevid"`
+
+	// BootstrapTokenKey is the id of the seal key the request's kubelet bootstrap token is
+	// derived under (bootstraptoken.go), for a Talos class: the token itself is kept nowhere.
+	BootstrapTokenKey string `json:"bootstrap_token_key,omitempty"`
+	// KubeletClient is the kubelet client CSR fleetd approved for the request with its
+	// bootstrap token (approver.go): joining ends active only with one recorded.
+	KubeletClient *ApprovedCSR `json:"kubelet_client,omitempty"`
+}
+
+// ApprovedCSR is a CertificateSigningRequest fleetd approved: its name, its uid and when.
+type ApprovedCSR struct {
+	Name     string    `json:"name"`
+	UID      string    `json:"uid"`
+	Approved time.Time `json:"approved"`
 }
 
 // IdentityVersion is the version of IdentityMaterial's JSON this fleetd writes and reads.

@@ -22,6 +22,7 @@ type metrics struct {
 	pendingConfigs   prometheus.Gauge
 	ownedWrites      *prometheus.CounterVec
 	deliveries       *prometheus.CounterVec
+	csrDecisions     *prometheus.CounterVec
 	bootChecks       *bootCheckSamples
 	enrollments      *prometheus.CounterVec
 	bootCheckRuns    *prometheus.CounterVec
@@ -74,6 +75,10 @@ func newMetrics(reg, devices prometheus.Registerer, clock Clock) (*metrics, erro
 			Name: "fleetd_config_fetches_total",
 			Help: "Configuration fetches by kind and outcome (delivered, or the refusal code).",
 		}, []string{"kind", "outcome"}),
+		csrDecisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fleetd_csr_decisions_total",
+			Help: "Kubelet CSRs of the workload cluster decided by fleetd, by signer, decision (approved, denied, or error: not decided, offered again) and the decision's reason.",
+		}, []string{"signer", "decision", "reason"}),
 		bootChecks: &bootCheckSamples{clock: clock},
 		enrollments: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fleetd_enrollments_total",
@@ -98,7 +103,7 @@ func newMetrics(reg, devices prometheus.Registerer, clock Clock) (*metrics, erro
 	}
 	m.seals, m.receipts, m.nodeAccess = newSealMetrics(), newReceiptMetrics(), newNodeAccessMetrics()
 	for _, c := range slices.Concat([]prometheus.Collector{m.inventoryDiffs, m.inventoryRuns, m.requests, m.reconcileRuns, m.reconcileSeconds,
-		m.conflicts, m.installErrors, m.journalErrors, m.pendingConfigs, m.ownedWrites, m.deliveries, newFleetCollector(m.bootChecks),
+		m.conflicts, m.installErrors, m.journalErrors, m.pendingConfigs, m.ownedWrites, m.deliveries, m.csrDecisions, newFleetCollector(m.bootChecks),
 		m.enrollments, m.bootCheckRuns, m.renewals}, m.seals.collectors(), m.receipts.collectors(), m.nodeAccess.collectors()) {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register fleet metrics: %w", err)
@@ -132,6 +137,8 @@ func (m *metrics) startAtZero() error {
 		atZero(m.inventoryRuns.MetricVec, okError),
 		atZero(m.ownedWrites.MetricVec, []string{"restored", string(StateUntrusted), "sealed", "error"}),
 		atZero(m.deliveries.MetricVec, labels(KindTalos, KindNixOS, KindAlpine, KindCloudInit), []string{"delivered"}),
+		atZero(m.csrDecisions.MetricVec, []string{SignerKubeletClient, SignerKubeletServing}, []string{"approved"}, []string{"AttestedDevice"}),
+		atZero(m.csrDecisions.MetricVec, []string{SignerKubeletClient, SignerKubeletServing}, []string{"error"}, []string{""}),
 		atZero(m.bootCheckRuns.MetricVec, labels(BootCheckOK, BootCheckDrift, BootCheckFailed)),
 		atZero(m.renewals.MetricVec, labels(pki.ProfileLDevID, pki.ProfileLAK), []string{"renewed", RenewRedelivered, RenewRefusedError}),
 	)

@@ -24,6 +24,9 @@ type NodeIdentity struct {
 	// Files are delivered into NodeDir on the node by every kind of configuration (nodefiles.go):
 	// for a provision, the LAK files its boot checks read (LAKFiles).
 	Files []api.NodeFile
+	// BootstrapToken is the kubelet bootstrap token a Talos configuration carries in
+	// cluster.token (bootstraptoken.go); zero for the other kinds.
+	BootstrapToken BootstrapToken
 }
 
 // NodeConfig is one rendered configuration, ready to be served once.

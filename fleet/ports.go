@@ -193,3 +193,18 @@ type Renderer interface {
 	Render(d Device, c Class, id NodeIdentity) (NodeConfig, error)
 	Check(d Device, c Class, id NodeIdentity) (NodeConfig, error)
 }
+
+// Cluster is the workload cluster that the nodes of classes joining Kubernetes join
+// (cluster.kubeconfig; docs/design.md §1, "Joining the cluster"): fleetd creates each device's
+// bootstrap token there, decides its kubelets' certificate signing requests and reads its Nodes.
+// Its identity there is fleetd's own, with the permissions docs/operate.md lists.
+type Cluster interface {
+	// CreateBootstrapToken creates the token's Secret in kube-system, or replaces one of the same
+	// id (an attestation answered again after a lost answer derives the same token).
+	CreateBootstrapToken(ctx context.Context, t BootstrapTokenSecret) error
+	// DeleteBootstrapToken deletes the token's Secret; one already gone is no error.
+	DeleteBootstrapToken(ctx context.Context, id string) error
+	// DecideCSR sets the CSR's Approved or Denied condition with the decision's reason and
+	// message. A CSR decided meanwhile (by another fleetd instance) is no error.
+	DecideCSR(ctx context.Context, csr CSR, d CSRDecision) error
+}

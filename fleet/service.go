@@ -38,6 +38,9 @@ type Config struct {
 	ChangeLogRetention time.Duration
 	// NodeAccess is the cluster authorization webhook's policy (cluster.authorization).
 	NodeAccess NodeAccessConfig
+	// JoinDeadline is how long a joining node has, from its delivery, until its Node is Ready
+	// (cluster.join_deadline); 0 means DefaultJoinDeadline.
+	JoinDeadline time.Duration
 	// AfterSweep, when set, runs after each pass over the whole fleet (the periodic reconcile
 	// with its onListing, and the inventory check), once the pass's listing is garbage:
 	// fleetd serve returns the pass's working set to the operating system there
@@ -48,6 +51,10 @@ type Config struct {
 // DefaultConfigTTL is how long a configuration waits for its fetch when Config sets no TTL: an
 // install Workflow (one hour by default) plus Talos's three hours of retries.
 const DefaultConfigTTL = 4 * time.Hour
+
+// DefaultJoinDeadline is how long a joining node has from its delivery to its Node Ready when
+// Config sets none: a Talos first boot pulls its images and starts its kubelet within minutes.
+const DefaultJoinDeadline = 30 * time.Minute
 
 // Deps are the service's collaborators, wired by main.
 type Deps struct {
@@ -62,6 +69,10 @@ type Deps struct {
 	Random    Random
 	Logger    zerolog.Logger
 	Registry  prometheus.Registerer
+	// Cluster is the workload cluster (cluster.kubeconfig); nil when fleetd has none, and then
+	// no class may join Kubernetes: an attestation for one fails (docs/operate.md, "The workload
+	// cluster").
+	Cluster Cluster
 	// DeviceRegistry takes the per-device series (named by device: docs/operate.md, "Metrics and
 	// alerts"), which fleetd serves only behind the metrics token; nil: they are not exported.
 	DeviceRegistry prometheus.Registerer
@@ -80,7 +91,10 @@ type Service struct {
 	BootChecks *BootChecks
 	Requests   *Requests
 	Review     *Review
-	Views      *Views
+	// Approver decides the kubelets' CSRs in the workload cluster; fleetd serve runs it only
+	// when Deps.Cluster is set.
+	Approver *Approver
+	Views    *Views
 	NodeAccess *NodeAccess
 }
 
@@ -109,6 +123,12 @@ func NewService(cfg Config, deps Deps) (*Service, error) {
 	if cfg.ConfigTTL == 0 {
 		cfg.ConfigTTL = DefaultConfigTTL
 	}
+	if cfg.JoinDeadline < 0 {
+		return nil, fmt.Errorf("new service: join deadline %s is negative", cfg.JoinDeadline)
+	}
+	if cfg.JoinDeadline == 0 {
+		cfg.JoinDeadline = DefaultJoinDeadline
+	}
 	reg := deps.Registry
 	if reg == nil {
 		reg = prometheus.NewRegistry()
@@ -132,7 +152,8 @@ func NewService(cfg Config, deps Deps) (*Service, error) {
 	}
 	s := &Service{}
 	s.Enrollment = &Enrollment{core: c, catalog: deps.Catalog, attest: deps.Attest, rnd: rnd, renderer: deps.Renderer,
-		refusals: refusals, configTTL: cfg.ConfigTTL}
+		cluster: deps.Cluster, refusals: refusals, configTTL: cfg.ConfigTTL, joinDeadline: cfg.JoinDeadline}
+	s.Approver = &Approver{core: c, cluster: deps.Cluster}
 	s.Delivery = &Delivery{core: c, catalog: deps.Catalog, renderer: deps.Renderer, addrs: addrs}
 	s.BootChecks = &BootChecks{core: c, catalog: deps.Catalog, attest: deps.Attest,
 		boots: attest.NewBootCache(bootCacheSize), bootIDs: newNameIndex(bootCacheSize)}

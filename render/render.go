@@ -129,7 +129,7 @@ func (r *Renderer) render(d fleet.Device, c fleet.Class, id fleet.NodeIdentity, 
 	)
 	switch c.Kind {
 	case fleet.KindTalos:
-		nc, err = r.renderTalos(d, c, id.Files, body)
+		nc, err = r.renderTalos(d, c, id, body)
 	case fleet.KindNixOS, fleet.KindAlpine:
 		nc, err = r.renderSeed(d, c, id)
 	case fleet.KindCloudInit:

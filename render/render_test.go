@@ -94,7 +94,8 @@ var (
 		{Name: fleet.NodeFileLAKCert, Mode: 0o644, Data: []byte("-----BEGIN CERTIFICATE-----\nMIIBkTCCATegAwIBAgIQ: #x\n-----END CERTIFICATE-----\n")},
 		{Name: fleet.NodeFileLAKBlob, Mode: 0o600, Data: []byte(`{"KeyEncoding":1,"TPMVersion":2,"Public":"AAEACwAFBHIAAAAQ","KeyBlob":"ACAg/w==","Name":""}`)},
 	}
-	renderID = fleet.NodeIdentity{UUID: "4c4c4544-0042-3510-8052-b2c04f4e4b32", Serial: "SYS123", Files: renderFiles}
+	renderID = fleet.NodeIdentity{UUID: "4c4c4544-0042-3510-8052-b2c04f4e4b32", Serial: "SYS123", Files: renderFiles,
+		BootstrapToken: fleet.BootstrapToken{ID: "n0dea1", Secret: "k8sjoinsecret123"}}
 )
 
 func TestNewRendererRefusesBadConfig(t *testing.T) {

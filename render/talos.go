@@ -21,7 +21,6 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/constants"
 	"gopkg.in/yaml.v3"
 
-	"github.com/folly-infra/fleetd/api"
 	"github.com/folly-infra/fleetd/fleet"
 )
 
@@ -89,7 +88,7 @@ func newTalosGenerator(cfg Config) (*talosGenerator, []error) {
 //
 // Without wantBody (Check), a config whose template has been loaded back once is validated
 // without being encoded.
-func (r *Renderer) renderTalos(d fleet.Device, c fleet.Class, files []api.NodeFile, wantBody bool) (fleet.NodeConfig, error) {
+func (r *Renderer) renderTalos(d fleet.Device, c fleet.Class, id fleet.NodeIdentity, wantBody bool) (fleet.NodeConfig, error) {
 	if r.talos == nil {
 		return fleet.NodeConfig{}, errors.New("no Talos secrets bundle is configured: name one in fleetd.yaml")
 	}
@@ -112,7 +111,7 @@ func (r *Renderer) renderTalos(d fleet.Device, c fleet.Class, files []api.NodeFi
 	if err != nil {
 		return fleet.NodeConfig{}, err
 	}
-	node, err := r.talosNodePatch(d, files)
+	node, err := r.talosNodePatch(d, id)
 	if err != nil {
 		return fleet.NodeConfig{}, err
 	}
@@ -199,8 +198,8 @@ func checkTalosFile(path, op string) error {
 // talosNodePatch is the node's own patch (see talosNodeFields), built as the typed v1alpha1
 // document Talos's loader would make of it, so no YAML is parsed per node
 // (TestNodePatchAsTalosLoadsIt holds it to what configpatcher.LoadPatch makes of the same patch).
-func (r *Renderer) talosNodePatch(d fleet.Device, files []api.NodeFile) (configpatcher.Patch, error) {
-	node, err := r.talosNodeFields(d, files)
+func (r *Renderer) talosNodePatch(d fleet.Device, id fleet.NodeIdentity) (configpatcher.Patch, error) {
+	node, err := r.talosNodeFields(d, id)
 	if err != nil {
 		return nil, err
 	}
@@ -208,11 +207,17 @@ func (r *Renderer) talosNodePatch(d fleet.Device, files []api.NodeFile) (configp
 }
 
 // talosNodeFields is what only this node has: its hostname, the install disk selected by the
-// declared serial, a static address on the interface with the device's primary MAC, and its node
-// files. Talos writes each machine file at every boot (op create replaces it) with its content
+// declared serial, a static address on the interface with the device's primary MAC, its node
+// files, and its own kubelet bootstrap token in cluster.token, which replaces the secrets
+// bundle's shared one (docs/design.md §1, "Joining the cluster"): no rendered configuration
+// carries the bundle's. Talos writes each machine file at every boot (op create replaces it) with its content
 // as a string, so a file must be UTF-8 text to survive the YAML (the agent's AK blob is JSON); the
 // LDevID files go in their text form (TalosTextForm), which `fleetd boot-check` installs from.
-func (r *Renderer) talosNodeFields(d fleet.Device, files []api.NodeFile) (*v1alpha1.Config, error) {
+func (r *Renderer) talosNodeFields(d fleet.Device, id fleet.NodeIdentity) (*v1alpha1.Config, error) {
+	if !bootstrapTokenRE.MatchString(id.BootstrapToken.String()) {
+		return nil, fmt.Errorf("the Talos config of %s has no bootstrap token of its own (got %d characters): fleetd renders none with the secrets bundle's shared one", d.Name, len(id.BootstrapToken.String()))
+	}
+	files := id.Files
 	dhcp := false
 	m := &v1alpha1.MachineConfig{
 		MachineInstall: &v1alpha1.InstallConfig{InstallDiskSelector: &v1alpha1.InstallDiskSelector{Serial: d.Declared.DiskSerial}},
@@ -239,8 +244,12 @@ func (r *Renderer) talosNodeFields(d fleet.Device, files []api.NodeFile) (*v1alp
 		}
 		m.MachineFiles = append(m.MachineFiles, &v1alpha1.MachineFile{FilePath: f.Path(), FilePermissions: v1alpha1.FileMode(f.Mode.Perm()), FileOp: "create", FileContent: string(f.Data)})
 	}
-	return &v1alpha1.Config{MachineConfig: m}, nil
+	return &v1alpha1.Config{MachineConfig: m, ClusterConfig: &v1alpha1.ClusterConfig{BootstrapToken: id.BootstrapToken.String()}}, nil
 }
+
+// bootstrapTokenRE is a bootstrap token's form (k8s.io/cluster-bootstrap/token/api
+// BootstrapTokenPattern).
+var bootstrapTokenRE = regexp.MustCompile(`\A[a-z0-9]{6}\.[a-z0-9]{16}\z`)
 
 // checkDiskSerial refuses a serial Talos would read as a pattern: diskSelector fields are glob
 // matched, so "*" would select any disk.

@@ -98,12 +98,12 @@ func TestNodePatchAsTalosLoadsIt(t *testing.T) {
 			`"network":{"hostname":"node-a","nameservers":["10.0.0.1","9.9.9.9"],"interfaces":[{"deviceSelector":{"hardwareAddr":"3c:ec:ef:4c:4f:54"},` +
 			`"dhcp":false,"addresses":["10.0.0.21/24"],"routes":[{"network":"0.0.0.0/0","gateway":"10.0.0.1"}]}]}` + time + `,` +
 			`"files":[{"path":"/var/lib/fleetd-node/lak.blob","permissions":384,"op":"create","content":"{\"KeyEncoding\":1,\"TPMVersion\":2}"},` +
-			`{"path":"/var/lib/fleetd-node/ldevid.priv.b64","permissions":384,"op":"create","content":"AAEC/w==\n"}]}}`
+			`{"path":"/var/lib/fleetd-node/ldevid.priv.b64","permissions":384,"op":"create","content":"AAEC/w==\n"}]},"cluster":{"token":"abcdef.0123456789abcdef"}}`
 		loaded, err := configpatcher.LoadPatch([]byte(doc))
 		if err != nil {
 			t.Fatal(err)
 		}
-		typed, err := r.talosNodePatch(d, files)
+		typed, err := r.talosNodePatch(d, fleet.NodeIdentity{Files: files, BootstrapToken: fleet.BootstrapToken{ID: "abcdef", Secret: "0123456789abcdef"}})
 		if err != nil {
 			t.Fatal(err)
 		}

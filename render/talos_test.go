@@ -315,3 +315,54 @@ func TestRenderTalosConcurrent(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestTalosCarriesTheDevicesToken: every rendered Talos configuration carries its device's own
+// bootstrap token in cluster.token, two devices' differ, and none carries the secrets bundle's
+// shared token (docs/design.md §1, "Joining the cluster"); a render with no token of its own is
+// refused rather than falling back to the bundle's.
+func TestTalosCarriesTheDevicesToken(t *testing.T) {
+	r := newTestRenderer(t, nil)
+	sec, err := renderSecrets()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bundle map[string]any
+	if err := yaml.Unmarshal(sec, &bundle); err != nil {
+		t.Fatal(err)
+	}
+	shared, _ := dig(bundle, "secrets", "bootstraptoken").(string)
+	sharedID, _, ok := strings.Cut(shared, ".")
+	if !ok || len(sharedID) != 6 {
+		t.Fatalf("the secrets bundle's token %q is not id.secret", shared)
+	}
+	tokens := map[string]fleet.BootstrapToken{
+		"node-a": {ID: "aaaaa1", Secret: "aaaaaaaaaaaaaaa1"},
+		"node-b": {ID: "bbbbb2", Secret: "bbbbbbbbbbbbbbb2"},
+	}
+	for _, class := range []fleet.Class{talosWorker, talosCP} {
+		for name, tok := range tokens {
+			id := renderID
+			id.BootstrapToken = tok
+			nc, err := r.Render(renderDevice(name, "3c:ec:ef:4c:4f:54", "10.0.0.5/24", "S123"), class, id)
+			if err != nil {
+				t.Fatalf("%s %s: %v", class.Name, name, err)
+			}
+			var m map[string]any
+			if err := yaml.Unmarshal(nc.Body, &m); err != nil {
+				t.Fatal(err)
+			}
+			if got := dig(m, "cluster", "token"); got != tok.String() {
+				t.Errorf("%s %s: cluster.token = %v, want the device's %s", class.Name, name, got, tok)
+			}
+			if bytes.Contains(nc.Body, []byte(sharedID)) {
+				t.Errorf("%s %s: the configuration carries the secrets bundle's token id %s", class.Name, name, sharedID)
+			}
+		}
+	}
+	id := renderID
+	id.BootstrapToken = fleet.BootstrapToken{}
+	if _, err := r.Render(renderDevice("node-a", "3c:ec:ef:4c:4f:54", "10.0.0.5/24", "S123"), talosWorker, id); err == nil ||
+		!strings.Contains(err.Error(), "no bootstrap token of its own") {
+		t.Errorf("a render without the device's token: %v, want it refused", err)
+	}
+}

@@ -503,7 +503,7 @@ func Attested(d fleet.Device, uuid string, issued time.Time, ttl time.Duration) 
 	d.Owned.Identity = fleet.IdentityMaterial{Version: fleet.IdentityVersion, Request: d.Owned.Request, Issued: issued,
 		Expires: issued.Add(ttl), UUIDSHA256: fleet.UUIDHash(uuid), SMBIOSSerial: "SYS123",
 		LAK:    fleet.LAKMaterial{Chain: [][]byte{[]byte("lak leaf"), []byte("lak ca")}, Blob: []byte(`{"KeyEncoding":1}`)},
-		LDevID: fleet.LDevIDMaterial{Chain: [][]byte{[]byte("ldevid leaf")}}}
+		LDevID: fleet.LDevIDMaterial{Chain: [][]byte{[]byte("ldevid leaf")}}, BootstrapTokenKey: SealKey().ID}
 	return d
 }
 
