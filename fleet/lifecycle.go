@@ -152,6 +152,8 @@ func Next(from State, action Action, ev Event) (t Transition, ok bool) {
 			return Transition{To: StateConfiguring, Journal: JournalInfo}, true
 		case EventDelivered: // cloud-init-nocloud: delivered by the install Workflow itself
 			return Transition{To: StateActive, Status: StatusActive, Journal: JournalSuccess}, true
+		case EventDeliveredJoining: // the node booted before Tinkerbell reported the Workflow's success
+			return Transition{To: StateJoining, Status: StatusActive, Journal: JournalSuccess}, true
 		case EventWorkflowFailed, EventConfigLost, EventWorkflowMissing:
 			return failed(action), true
 		}
@@ -173,6 +175,10 @@ func Next(from State, action Action, ev Event) (t Transition, ok bool) {
 			return Transition{To: StateActive, Status: StatusActive, Journal: JournalSuccess}, true
 		case EventJoinTimedOut:
 			return failed(action), true
+		case EventWorkflowFailed: // delivered before the Workflow's end, as for an active node below
+			if action == ActionProvision {
+				return failed(action), true
+			}
 		}
 	case StateWiping:
 		// Only the machine's TPM says a disk was erased (docs/design.md §4, "Wipe receipts"): a

@@ -34,6 +34,8 @@ const WebhookSecret = "s"
 // Config says what the fleetd under test knows.
 type Config struct {
 	Catalog  fleet.Catalog  // default fleettest.Catalog()
+	// Cluster is the workload cluster (fleet.Deps.Cluster); nil: none, so no class may join.
+	Cluster fleet.Cluster
 	Devices  []fleet.Device // NetBox's devices
 	EKPolicy attest.EKPolicy
 	EKBundle []byte // manufacturer CAs, for hash+cert
@@ -163,7 +165,7 @@ func New(tb testing.TB, cfg Config) *Fleetd {
 	must(err)
 	f.Inv.Clock = clock
 	f.Service, err = fleet.NewService(fleet.Config{FleetdURL: "http://spore", ServiceUser: fleettest.ServiceUser}, fleet.Deps{Seal: fleettest.SealKeys(), NetBox: f.Inv, ChangeLog: f.ChangeLog, Installer: f.Installer,
-		Catalog: cfg.Catalog, Renderer: renderer, Attest: f.Attest,
+		Catalog: cfg.Catalog, Renderer: renderer, Attest: f.Attest, Cluster: cfg.Cluster,
 		Clock: clock, Random: rand.Reader, Logger: zerolog.Nop(), Registry: f.Registry, DeviceRegistry: f.DeviceRegistry})
 	must(err)
 	intake, err := webhook.New(webhook.Config{Secret: []byte(WebhookSecret), ServiceUser: fleettest.ServiceUser},
