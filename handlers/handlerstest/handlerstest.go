@@ -33,9 +33,9 @@ const WebhookSecret = "s"
 
 // Config says what the fleetd under test knows.
 type Config struct {
-	Catalog  fleet.Catalog  // default fleettest.Catalog()
+	Catalog fleet.Catalog // default fleettest.Catalog()
 	// Cluster is the workload cluster (fleet.Deps.Cluster); nil: none, so no class may join.
-	Cluster fleet.Cluster
+	Cluster  fleet.Cluster
 	Devices  []fleet.Device // NetBox's devices
 	EKPolicy attest.EKPolicy
 	EKBundle []byte // manufacturer CAs, for hash+cert
