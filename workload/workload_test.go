@@ -1,0 +1,283 @@
+package workload_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	mrand "math/rand"
+	"net/netip"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	authnv1 "k8s.io/api/authentication/v1"
+	certificatesv1 "k8s.io/api/certificates/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/certificate"
+	"k8s.io/client-go/util/certificate/csr"
+	"sigs.k8s.io/yaml"
+
+	"github.com/folly-infra/fleetd/dev/kubecluster"
+	"github.com/folly-infra/fleetd/fleet"
+	"github.com/folly-infra/fleetd/fleet/fleettest"
+	"github.com/folly-infra/fleetd/workload"
+)
+
+// kube is the one control plane of this test binary: kube-apiserver and kube-controller-manager
+// v1.36.3 with the CSR signer alone, so nothing but fleetd approves a CSR.
+var kube *kubecluster.Cluster
+
+func TestMain(m *testing.M) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute) // a cold build included
+	c, err := kubecluster.Start(ctx, kubecluster.Options{Root: "..", Signer: true})
+	cancel()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "start the cluster:", err)
+		os.Exit(1)
+	}
+	kube = c
+	code := m.Run()
+	if err := c.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "stop the cluster:", err)
+		code = 1
+	}
+	os.Exit(code)
+}
+
+func clientset(t *testing.T, cfg *rest.Config) *kubernetes.Clientset {
+	t.Helper()
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
+
+// fleetdIdentity applies examples/cluster/fleetd-rbac.yaml and returns the admin's configuration
+// impersonating the user it binds: fleetd with exactly the permissions the example grants.
+func fleetdIdentity(t *testing.T) *rest.Config {
+	t.Helper()
+	raw, err := os.ReadFile("../examples/cluster/fleetd-rbac.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := clientset(t, kube.AdminConfig())
+	ctx := context.Background()
+	for _, doc := range bytes.Split(raw, []byte("\n---\n")) {
+		var meta metav1.TypeMeta
+		if err := yaml.Unmarshal(doc, &meta); err != nil {
+			t.Fatal(err)
+		}
+		var err error
+		switch meta.Kind {
+		case "ClusterRole":
+			var o rbacv1.ClusterRole
+			if err = yaml.UnmarshalStrict(doc, &o); err == nil {
+				_, err = admin.RbacV1().ClusterRoles().Create(ctx, &o, metav1.CreateOptions{})
+			}
+		case "ClusterRoleBinding":
+			var o rbacv1.ClusterRoleBinding
+			if err = yaml.UnmarshalStrict(doc, &o); err == nil {
+				_, err = admin.RbacV1().ClusterRoleBindings().Create(ctx, &o, metav1.CreateOptions{})
+			}
+		case "Role":
+			var o rbacv1.Role
+			if err = yaml.UnmarshalStrict(doc, &o); err == nil {
+				_, err = admin.RbacV1().Roles(o.Namespace).Create(ctx, &o, metav1.CreateOptions{})
+			}
+		case "RoleBinding":
+			var o rbacv1.RoleBinding
+			if err = yaml.UnmarshalStrict(doc, &o); err == nil {
+				_, err = admin.RbacV1().RoleBindings(o.Namespace).Create(ctx, &o, metav1.CreateOptions{})
+			}
+		default:
+			t.Fatalf("fleetd-rbac.yaml has a %q document", meta.Kind)
+		}
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatalf("apply %s: %v", meta.Kind, err)
+		}
+	}
+	cfg := rest.CopyConfig(kube.AdminConfig())
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "fleetd"}
+	return cfg
+}
+
+// talosBootstrapBinding binds the bootstrap group of Talos's tokens (and fleetd's) to
+// system:node-bootstrapper, as Talos's control plane does (its manifest
+// system-bootstrap-node-bootstrapper): a bootstrap token may then create a CSR.
+func talosBootstrapBinding(t *testing.T) {
+	t.Helper()
+	b := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "system-bootstrap-node-bootstrapper"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "system:node-bootstrapper"},
+		Subjects: []rbacv1.Subject{{APIGroup: "rbac.authorization.k8s.io", Kind: "Group", Name: fleet.BootstrapGroup}}}
+	_, err := clientset(t, kube.AdminConfig()).RbacV1().ClusterRoleBindings().Create(context.Background(), b, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+}
+
+// joiningFleet is node-a and node-b, delivered and joining, each attested for its own request.
+func joiningFleet() *fleettest.NetBox {
+	joining := func(id int64, name, addr, req string) fleet.Device {
+		d := fleettest.Declared(id, name)
+		d.Address, d.Declared.Class, d.Status = netip.MustParsePrefix(addr), "talos-member", fleet.StatusActive
+		d.Owned = fleet.Owned{State: fleet.StateJoining, Request: req, Workflow: name + "-" + req, LAKSerial: "0a", LDevIDSerial: "0b"}
+		return fleettest.Attested(d, "4c4c4544-0042-3510-8052-b4c04f4e3232", time.Now(), time.Hour)
+	}
+	return fleettest.NewNetBox(joining(12, "node-a", "10.0.0.5/24", "provision-aaaaaaaa"), joining(13, "node-b", "10.0.0.6/24", "provision-bbbbbbbb"))
+}
+
+func tokenOf(t *testing.T, id int64, req string) fleet.BootstrapToken {
+	t.Helper()
+	tok, err := fleettest.SealKeys().BootstrapToken(fleettest.SealKey().ID, id, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// TestKubeletBootstrapsThroughFleetd: against a real kube-apiserver and kube-controller-manager
+// v1.36.3 with no approver of their own, fleetd runs with the permissions of
+// examples/cluster/fleetd-rbac.yaml. It creates node-a's and node-b's bootstrap token Secrets as
+// their attestations do; a kubelet-like client (client-go's certificate manager, as the kubelet
+// bootstraps) with node-a's token gets a client certificate for system:node:node-a through a CSR
+// that fleetd approves and the controller manager signs; the certificate authenticates as
+// node-a; fleetd recorded the approval and deleted the token's Secret. node-b's token asking for
+// node-a's name gets its CSR denied, with fleetd's reason in the Denied condition.
+func TestKubeletBootstrapsThroughFleetd(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	wl, err := workload.New(fleetdIdentity(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	talosBootstrapBinding(t)
+	nb := joiningFleet()
+	s, err := fleet.NewService(fleet.Config{FleetdURL: "http://spore:8080", ServiceUser: fleettest.ServiceUser},
+		fleet.Deps{Seal: fleettest.SealKeys(), NetBox: nb, Installer: fleettest.NewInstaller(), Catalog: fleettest.Catalog(),
+			Clock: fleet.SystemClock{}, Random: mrand.New(mrand.NewSource(1)), Cluster: wl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := tokenOf(t, 12, "provision-aaaaaaaa"), tokenOf(t, 13, "provision-bbbbbbbb")
+	for _, tok := range []fleet.BootstrapToken{a, b} {
+		if err := wl.CreateBootstrapToken(ctx, fleet.BootstrapTokenSecret{Token: tok, Group: fleet.BootstrapGroup,
+			Expires: time.Now().Add(time.Hour), Description: "fleetd test"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	go func() {
+		if err := wl.WatchCSRs(ctx, s.Approver, 2*time.Second); err != nil {
+			t.Error(err)
+		}
+	}()
+
+	// node-a's kubelet bootstraps with its own token.
+	store, err := certificate.NewFileStore("kubelet-client", t.TempDir(), t.TempDir(), "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mgr, err := certificate.NewManager(&certificate.Config{
+		ClientsetFn: func(current *tls.Certificate) (kubernetes.Interface, error) {
+			if current != nil {
+				certPEM, keyPEM := pairPEM(t, current)
+				return kubernetes.NewForConfig(kube.CertConfig(certPEM, keyPEM))
+			}
+			return kubernetes.NewForConfig(kube.BootstrapConfig(a.String()))
+		},
+		Template:         &x509.CertificateRequest{Subject: pkix.Name{CommonName: "system:node:node-a", Organization: []string{"system:nodes"}}},
+		SignerName:       certificatesv1.KubeAPIServerClientKubeletSignerName,
+		Usages:           []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageClientAuth},
+		CertificateStore: store,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mgr.Start()
+	defer mgr.Stop()
+	var cert *tls.Certificate
+	for cert = mgr.Current(); cert == nil; cert = mgr.Current() {
+		select {
+		case <-ctx.Done():
+			t.Fatal("node-a's kubelet got no client certificate")
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	leaf, err := x509.ParseCertificate(cert.Certificate[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if leaf.Subject.CommonName != "system:node:node-a" || !slices.Equal(leaf.Subject.Organization, []string{"system:nodes"}) {
+		t.Errorf("certificate subject %s", leaf.Subject)
+	}
+	certPEM, keyPEM := pairPEM(t, cert)
+	review, err := clientset(t, kube.CertConfig(certPEM, keyPEM)).AuthenticationV1().SelfSubjectReviews().Create(ctx, &authnv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	if err != nil || review.Status.UserInfo.Username != "system:node:node-a" {
+		t.Errorf("the certificate authenticates as %+v (%v), want system:node:node-a", review, err)
+	}
+	if got := nb.Get(12).Owned.Identity.KubeletClient; got == nil {
+		t.Error("fleetd recorded no approval on node-a")
+	}
+	admin := clientset(t, kube.AdminConfig())
+	if _, err := admin.CoreV1().Secrets("kube-system").Get(ctx, "bootstrap-token-"+a.ID, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("node-a's used token Secret: %v, want it deleted", err)
+	}
+
+	// node-b's token asks for node-a's name.
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: "system:node:node-a", Organization: []string{"system:nodes"}}}, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name, uid, err := csr.RequestCertificate(clientset(t, kube.BootstrapConfig(b.String())), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}),
+		"", certificatesv1.KubeAPIServerClientKubeletSignerName, nil,
+		[]certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageClientAuth}, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := csr.WaitForCertificate(ctx, admin, name, uid); err == nil || !strings.Contains(err.Error(), "denied") {
+		t.Errorf("node-b's token for node-a: %v, want the CSR denied", err)
+	}
+	got, err := admin.CertificatesV1().CertificateSigningRequests().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var denied *certificatesv1.CertificateSigningRequestCondition
+	for i, c := range got.Status.Conditions {
+		if c.Type == certificatesv1.CertificateDenied {
+			denied = &got.Status.Conditions[i]
+		}
+	}
+	if denied == nil || denied.Reason != "TokenNotTheDevices" || len(got.Status.Certificate) != 0 {
+		t.Errorf("CSR %s: conditions %+v, certificate %d bytes; want denied TokenNotTheDevices, none issued", name, got.Status.Conditions, len(got.Status.Certificate))
+	}
+	if _, err := admin.CoreV1().Secrets("kube-system").Get(ctx, "bootstrap-token-"+b.ID, metav1.GetOptions{}); err != nil {
+		t.Errorf("node-b's token Secret after the denial: %v, want it kept", err)
+	}
+}
+
+// pairPEM is a tls.Certificate's leaf and key as PEM.
+func pairPEM(t *testing.T, c *tls.Certificate) (certPEM, keyPEM []byte) {
+	keyDER, err := x509.MarshalPKCS8PrivateKey(c.PrivateKey)
+	if err != nil {
+		t.Error(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Certificate[0]}),
+		pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})
+}
