@@ -13,6 +13,7 @@ import (
 	"github.com/folly-infra/fleetd/cli"
 	"github.com/folly-infra/fleetd/config"
 	"github.com/folly-infra/fleetd/fleet"
+	"github.com/folly-infra/fleetd/workload"
 )
 
 const serveUsage = `usage: fleetd serve [--config FILE] [--listen-http HOST:PORT] [--listen-https HOST:PORT]
@@ -60,6 +61,19 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // run serves until ctx ends, then shuts the HTTP server down gracefully.
 func (a *app) run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
+	var nodes *workload.Nodes // the workload cluster's Nodes, for the join deadlines; nil without one
+	if a.workload != nil {
+		var err error
+		if nodes, err = a.workload.WatchNodes(ctx, a.service.Membership, 5*time.Minute, func(out fleet.Outcome, err error) {
+			if err != nil {
+				a.log.Warn().Err(err).Str("trigger", "node-watch").EmbedObject(out).Msg("decision")
+			} else if out.Result != "no-change" {
+				a.log.Info().Str("trigger", "node-watch").EmbedObject(out).Msg("decision")
+			}
+		}); err != nil {
+			return err
+		}
+	}
 	for _, l := range a.servers {
 		g.Go(func() error {
 			var err error
@@ -83,6 +97,11 @@ func (a *app) run(ctx context.Context) error {
 	g.Go(func() error {
 		return a.service.Requests.Run(ctx, a.cfg.Reconcile.Interval.D(), func(ctx context.Context, devices []fleet.Device) {
 			a.syncKea(ctx, devices)
+			if nodes != nil {
+				for _, out := range a.service.Membership.JoinDeadlines(ctx, devices, nodes.Node) {
+					a.log.Info().Str("trigger", "join-deadline").EmbedObject(out).Msg("decision")
+				}
+			}
 		})
 	})
 	g.Go(func() error { return a.keaLoop(ctx) })
@@ -90,6 +109,10 @@ func (a *app) run(ctx context.Context) error {
 		return a.service.Review.RunInventoryCheck(ctx, fleet.InventoryFirstCheck, fleet.InventoryInterval)
 	})
 	g.Go(func() error { return a.intake.Run(ctx) })
+	if a.workload != nil {
+		// The kubelets' CSRs (fleet.Membership); one not decided is offered again every 30 s.
+		g.Go(func() error { return a.workload.WatchCSRs(ctx, a.service.Membership, 30*time.Second) })
+	}
 	g.Go(func() error { return a.probeLoop(ctx, 30*time.Second) })
 	g.Go(func() error {
 		return a.install.Watch(ctx, func(id int64, ws fleet.WorkflowStatus) {

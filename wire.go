@@ -30,6 +30,7 @@ import (
 	"github.com/folly-infra/fleetd/render"
 	"github.com/folly-infra/fleetd/webhook"
 	"github.com/folly-infra/fleetd/workflows"
+	"github.com/folly-infra/fleetd/workload"
 )
 
 // app is fleetd wired together. This file owns the wiring: wire and the parts it builds from the
@@ -44,8 +45,10 @@ type app struct {
 	servers []listener
 	keaPoke chan struct{}
 	intake  *webhook.Intake
-	up      *prometheus.GaugeVec
-	deps    []handlers.ReadyCheck // what /readyz asks and probeLoop records
+	// workload is the workload cluster (cluster.kubeconfig); nil when none is configured.
+	workload *workload.Cluster
+	up       *prometheus.GaugeVec
+	deps     []handlers.ReadyCheck // what /readyz asks and probeLoop records
 }
 
 // wire builds every part from the config, reading the secrets from their files. Every failure
@@ -98,7 +101,10 @@ func wire(ctx context.Context, cfg *config.Config, log zerolog.Logger) (*app, er
 	if att.BootPolicy, err = cli.LoadBootPolicy(cfg.Path(cfg.Attestation.BootPolicyFile), catalog); err != nil {
 		return nil, fmt.Errorf("attestation.boot_policy_file: %w", err)
 	}
-	a.service, err = fleet.NewService(fleet.Config{FleetdURL: cfg.PublicURL,
+	if err := a.workloadCluster(cfg, catalog); err != nil {
+		return nil, err
+	}
+	a.service, err = fleet.NewService(fleet.Config{FleetdURL: cfg.PublicURL, JoinDeadline: cfg.Cluster.JoinDeadline.D(),
 		BootCheckMissingAfter: cfg.BootCheck.MissingAfter.D(), ConfigTTL: cfg.Delivery.PendingTTL.D(),
 		ServiceUser: cfg.NetBox.ServiceUser, InventoryBootCheckWindow: cfg.Inventory.BootCheckWindow.D(),
 		ChangeLogRetention: cfg.NetBox.ChangeLogRetention.D(),
@@ -109,7 +115,7 @@ func wire(ctx context.Context, cfg *config.Config, log zerolog.Logger) (*app, er
 		// reconcile.interval, and the hourly inventory check) keeps fleetd's resident memory at
 		// rest at what it holds (docs/operate.md, "Memory").
 		AfterSweep: debug.FreeOSMemory}, fleet.Deps{NetBox: a.netbox, ChangeLog: a.netbox, Seal: sec.seal,
-		Installer: a.install, Catalog: catalog, Renderer: renderer, Attest: att, Clock: clock,
+		Installer: a.install, Catalog: catalog, Renderer: renderer, Attest: att, Clock: clock, Cluster: a.clusterPort(),
 		Random: rand.Reader, Logger: log, Registry: reg, DeviceRegistry: devReg})
 	if err != nil {
 		return nil, err
@@ -185,6 +191,41 @@ func (a *app) authorizationListener(ctx context.Context) error {
 	srv.TLSConfig = handlers.AuthorizationTLS(cert, pool)
 	a.servers = append(a.servers, listener{key: "cluster.authorization.listen", srv: srv, tls: true})
 	return nil
+}
+
+// workloadCluster connects to the workload cluster (cluster.kubeconfig) when one is configured,
+// and refuses to start when a class joins Kubernetes and none is: its nodes could not join.
+func (a *app) workloadCluster(cfg *config.Config, catalog fleet.Catalog) error {
+	var joining []string
+	for _, n := range catalog.Names() {
+		if c, _ := catalog.Class(n); c.JoinsKubernetes && c.Installable {
+			joining = append(joining, n)
+		}
+	}
+	if cfg.Cluster.Kubeconfig == "" {
+		if len(joining) > 0 {
+			return fmt.Errorf("classes %s join Kubernetes (joins_kubernetes, true by default for talos) but cluster.kubeconfig is not set: give fleetd's kubeconfig of the workload cluster (docs/operate.md, \"The workload cluster\"), or set joins_kubernetes false on them",
+				strings.Join(joining, ", "))
+		}
+		return nil
+	}
+	rc, err := workflows.LoadRESTConfig(cfg.Path(cfg.Cluster.Kubeconfig))
+	if err != nil {
+		return fmt.Errorf("cluster.kubeconfig: %w", err)
+	}
+	if a.workload, err = workload.New(rc); err != nil {
+		return fmt.Errorf("cluster.kubeconfig: %w", err)
+	}
+	return nil
+}
+
+// clusterPort is the workload cluster as the domain's port: nil (no cluster) when none is
+// configured, never a nil *workload.Cluster inside the interface.
+func (a *app) clusterPort() fleet.Cluster {
+	if a.workload == nil {
+		return nil
+	}
+	return a.workload
 }
 
 // listener is one of fleetd's HTTP servers and the config key it comes from.

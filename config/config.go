@@ -127,6 +127,7 @@ type Kubernetes struct {
 // Cluster is the workload cluster fleetd's nodes join (docs/operate.md, "Cluster membership").
 type Cluster struct {
 	Authorization ClusterAuthorization `yaml:"authorization"`
+	Membership    `yaml:",inline"`
 }
 
 // ClusterAuthorization is the SubjectAccessReview webhook the cluster's API server asks about
@@ -314,6 +315,7 @@ func (c *Config) defaults() {
 	}
 	def(&c.NetBox.Timeout, 10*time.Second)
 	def(&c.NetBox.ChangeLogRetention, 90*24*time.Hour)
+	def(&c.Cluster.JoinDeadline, DefaultJoinDeadline)
 	if c.NetBox.Retries == 0 {
 		c.NetBox.Retries = 4
 	}

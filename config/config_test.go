@@ -73,6 +73,8 @@ func TestParseDefaults(t *testing.T) {
 		{"inventory.boot_check_window default", c.Inventory.BootCheckWindow.D(), 3 * time.Hour},
 		{"cluster.authorization.deny_brake default", *c.Cluster.Authorization.DenyBrake, 0.25},
 		{"cluster.authorization.listen default (not served)", c.Cluster.Authorization.Listen, ""},
+		{"cluster.join_deadline default", c.Cluster.JoinDeadline.D(), 30 * time.Minute},
+		{"cluster.kubeconfig default: no workload cluster", c.Cluster.Kubeconfig, ""},
 		{"netbox.changelog_retention default: NetBox's CHANGELOG_RETENTION", c.NetBox.ChangeLogRetention.D(), 90 * 24 * time.Hour},
 		{"netbox.seal_keys as written", c.NetBox.SealKeys[0], SealKey{ID: "k1", File: "seal-k1"}},
 	}
@@ -112,6 +114,13 @@ func TestParseRefusals(t *testing.T) {
 		{"refuse/negative inventory window", func(s string) string { return s + "inventory: {boot_check_window: -1h}\n" },
 			[]string{"inventory.boot_check_window: -1h0m0s is not positive"}},
 		{"ok/inventory window", func(s string) string { return s + "inventory: {boot_check_window: 90s}\n" }, nil},
+		{"ok/the workload cluster", func(s string) string { return s + "cluster: {kubeconfig: kubeconfig, join_deadline: 45m}\n" }, nil},
+		{"refuse/a join deadline too short to boot", func(s string) string { return s + "cluster: {join_deadline: 1m}\n" },
+			[]string{"cluster.join_deadline: 1m0s is shorter than 5m0s"}},
+		{"refuse/the workload cluster's kubeconfig missing", func(s string) string { return s + "cluster: {kubeconfig: no-such-file}\n" },
+			[]string{"cluster.kubeconfig: cannot read"}},
+		{"refuse/an unknown cluster key", func(s string) string { return s + "cluster: {kube_config: kubeconfig}\n" },
+			[]string{"kube_config"}},
 		{"refuse/every problem listed", func(s string) string {
 			s = strings.Replace(s, "public_url: https://spore.lan:8443", "public_url: spore", 1)
 			s = strings.Replace(s, "token_file: nb-token", "token_file: missing-token", 1)

@@ -15,7 +15,7 @@ import (
 // section by section in the order of the config file's keys.
 func (c *Config) validate() error {
 	p := &problems{c: c}
-	for _, section := range []func(*problems){c.validateServing, c.validateSources, c.validateCluster, c.validateAttestation,
+	for _, section := range []func(*problems){c.validateServing, c.validateSources, c.validateCluster, c.validateMembership, c.validateAttestation,
 		c.validateRendering, c.validateKea, c.validateOperation} {
 		section(p)
 	}

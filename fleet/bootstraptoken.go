@@ -11,7 +11,7 @@ import (
 // A device's kubelet bootstrap token (docs/design.md §1, "Joining the cluster"). Every Talos
 // configuration fleetd renders carries a token of its own device and request in cluster.token,
 // never the secrets bundle's shared one: whoever reads one configuration can ask the cluster for
-// a client certificate in that node's name only, and fleetd's approver (approver.go) approves it
+// a client certificate in that node's name only, and fleetd's approver (membership.go) approves it
 // only for that name. The token is derived, not stored: HMAC-SHA256 under one of the seal keys
 // (the one fleet_identity names, so a rotation between the attestation and the fetch changes
 // nothing) over the device id and the request id, so the attestation that creates its Secret in

@@ -1,7 +1,7 @@
 package fleet
 
 // CSR is a Kubernetes CertificateSigningRequest (certificates.k8s.io/v1) as fleetd's approver
-// decides on it (approver.go). Every field but Request is what the API server recorded of its
+// decides on it (membership.go). Every field but Request is what the API server recorded of its
 // creator; Request is the PEM the creator sent, whose content is its claim.
 type CSR struct {
 	Name       string

@@ -135,10 +135,15 @@ func (fd *fetchDecision) decide(d Device) (Patch, bool, error) {
 		return Patch{}, false, fmt.Errorf("render the configuration of %s: %w", d.Name, err)
 	}
 	fd.msg = fmt.Sprintf("Delivered %s to %s at %s for request %s%s.", fd.cfg.Summary, d.Name, fd.f.RemoteAddr, d.Owned.Request, boundBy(d.Owned.Identity))
+	p := transitionPatch(d, t, fd.msg)
 	if t.To == StateJoining {
 		fd.msg += fmt.Sprintf(" It joins the cluster: the request is done when Node %s is Ready.", d.Name)
+		p = transitionPatch(d, t, fd.msg)
+		id := d.Owned.Identity
+		id.Delivered = fd.now.UTC()
+		p.Identity = &id
 	}
-	return transitionPatch(d, t, fd.msg), true, nil
+	return p, true, nil
 }
 
 // nodeToken is the bootstrap token d's attestation derived for its request (bootstraptoken.go).

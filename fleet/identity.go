@@ -53,8 +53,11 @@ type IdentityMaterial struct {
 	// derived under (bootstraptoken.go), for a Talos class: the token itself is kept nowhere.
 	BootstrapTokenKey string `json:"bootstrap_token_key,omitempty"`
 	// KubeletClient is the kubelet client CSR fleetd approved for the request with its
-	// bootstrap token (approver.go): joining ends active only with one recorded.
+	// bootstrap token (membership.go): joining ends active only with one recorded.
 	KubeletClient *ApprovedCSR `json:"kubelet_client,omitempty"`
+	// Delivered is when a joining class's node fetched its configuration: its join deadline
+	// runs from there (membership.go).
+	Delivered time.Time `json:"delivered,omitzero"`
 }
 
 // ApprovedCSR is a CertificateSigningRequest fleetd approved: its name, its uid and when.

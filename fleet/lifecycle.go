@@ -72,7 +72,7 @@ const (
 	// (Class.JoinsKubernetes): its install is done only when its Node is Ready.
 	EventDeliveredJoining Event = "delivered-joining"
 	// EventNodeReady is the device's Node Ready, registered with the kubelet client certificate
-	// fleetd approved for the device's request (approver.go).
+	// fleetd approved for the device's request (membership.go).
 	EventNodeReady Event = "node-ready"
 	// EventJoinTimedOut is the join deadline passed with the device's Node not Ready.
 	EventJoinTimedOut Event = "join-timed-out"

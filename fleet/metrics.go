@@ -23,6 +23,7 @@ type metrics struct {
 	ownedWrites      *prometheus.CounterVec
 	deliveries       *prometheus.CounterVec
 	csrDecisions     *prometheus.CounterVec
+	joins            *prometheus.CounterVec
 	bootChecks       *bootCheckSamples
 	enrollments      *prometheus.CounterVec
 	bootCheckRuns    *prometheus.CounterVec
@@ -79,6 +80,10 @@ func newMetrics(reg, devices prometheus.Registerer, clock Clock) (*metrics, erro
 			Name: "fleetd_csr_decisions_total",
 			Help: "Kubelet CSRs of the workload cluster decided by fleetd, by signer, decision (approved, denied, or error: not decided, offered again) and the decision's reason.",
 		}, []string{"signer", "decision", "reason"}),
+		joins: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fleetd_joins_total",
+			Help: "Joining nodes' ends, by result: ready (the Node Ready through the certificate fleetd approved; the device active) or timed_out (not Ready within cluster.join_deadline; the request failed).",
+		}, []string{"result"}),
 		bootChecks: &bootCheckSamples{clock: clock},
 		enrollments: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fleetd_enrollments_total",
@@ -103,7 +108,7 @@ func newMetrics(reg, devices prometheus.Registerer, clock Clock) (*metrics, erro
 	}
 	m.seals, m.receipts, m.nodeAccess = newSealMetrics(), newReceiptMetrics(), newNodeAccessMetrics()
 	for _, c := range slices.Concat([]prometheus.Collector{m.inventoryDiffs, m.inventoryRuns, m.requests, m.reconcileRuns, m.reconcileSeconds,
-		m.conflicts, m.installErrors, m.journalErrors, m.pendingConfigs, m.ownedWrites, m.deliveries, m.csrDecisions, newFleetCollector(m.bootChecks),
+		m.conflicts, m.installErrors, m.journalErrors, m.pendingConfigs, m.ownedWrites, m.deliveries, m.csrDecisions, m.joins, newFleetCollector(m.bootChecks),
 		m.enrollments, m.bootCheckRuns, m.renewals}, m.seals.collectors(), m.receipts.collectors(), m.nodeAccess.collectors()) {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register fleet metrics: %w", err)
@@ -139,6 +144,7 @@ func (m *metrics) startAtZero() error {
 		atZero(m.deliveries.MetricVec, labels(KindTalos, KindNixOS, KindAlpine, KindCloudInit), []string{"delivered"}),
 		atZero(m.csrDecisions.MetricVec, []string{SignerKubeletClient, SignerKubeletServing}, []string{"approved"}, []string{"AttestedDevice"}),
 		atZero(m.csrDecisions.MetricVec, []string{SignerKubeletClient, SignerKubeletServing}, []string{"error"}, []string{""}),
+		atZero(m.joins.MetricVec, []string{"ready", "timed_out"}),
 		atZero(m.bootCheckRuns.MetricVec, labels(BootCheckOK, BootCheckDrift, BootCheckFailed)),
 		atZero(m.renewals.MetricVec, labels(pki.ProfileLDevID, pki.ProfileLAK), []string{"renewed", RenewRedelivered, RenewRefusedError}),
 	)

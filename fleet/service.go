@@ -91,10 +91,10 @@ type Service struct {
 	BootChecks *BootChecks
 	Requests   *Requests
 	Review     *Review
-	// Approver decides the kubelets' CSRs in the workload cluster; fleetd serve runs it only
+	// Membership decides the kubelets' CSRs in the workload cluster; fleetd serve runs it only
 	// when Deps.Cluster is set.
-	Approver *Approver
-	Views    *Views
+	Membership *Membership
+	Views      *Views
 	NodeAccess *NodeAccess
 }
 
@@ -153,7 +153,7 @@ func NewService(cfg Config, deps Deps) (*Service, error) {
 	s := &Service{}
 	s.Enrollment = &Enrollment{core: c, catalog: deps.Catalog, attest: deps.Attest, rnd: rnd, renderer: deps.Renderer,
 		cluster: deps.Cluster, refusals: refusals, configTTL: cfg.ConfigTTL, joinDeadline: cfg.JoinDeadline}
-	s.Approver = &Approver{core: c, cluster: deps.Cluster}
+	s.Membership = &Membership{core: c, cluster: deps.Cluster, joinDeadline: cfg.JoinDeadline}
 	s.Delivery = &Delivery{core: c, catalog: deps.Catalog, renderer: deps.Renderer, addrs: addrs}
 	s.BootChecks = &BootChecks{core: c, catalog: deps.Catalog, attest: deps.Attest,
 		boots: attest.NewBootCache(bootCacheSize), bootIDs: newNameIndex(bootCacheSize)}

@@ -61,7 +61,11 @@ type templates struct {
 func templateKey(c fleet.Class) [sha256.Size]byte {
 	h := sha256.New()
 	var n [8]byte
-	for _, part := range append([][]byte{[]byte(c.Talos.MachineType)}, rawPatches(c)...) {
+	joins := []byte("outside")
+	if c.JoinsKubernetes {
+		joins = []byte("joins")
+	}
+	for _, part := range append([][]byte{[]byte(c.Talos.MachineType), joins}, rawPatches(c)...) {
 		binary.BigEndian.PutUint64(n[:], uint64(len(part)))
 		h.Write(n[:])
 		h.Write(part)
@@ -102,6 +106,14 @@ func (g *talosGenerator) template(c fleet.Class, mt machine.Type) (*talosTemplat
 	return t, nil
 }
 
+// membershipControlPlane is what the control plane of a cluster whose nodes fleetd admits needs
+// (docs/operate.md, "The workload cluster"): kube-controller-manager's own CSR approver off
+// (Talos adds the controllers list to its own "*,tokencleaner"), so that only fleetd decides the
+// kubelets' CSRs, and the kubelet certificates it signs valid for 24 hours, so that a node whose
+// device stops passing its checks loses its client certificate within a day of its last
+// renewal. A class's own patches come after it and may change it.
+const membershipControlPlane = `{"cluster":{"controllerManager":{"extraArgs":{"controllers":"-csrapproving","cluster-signing-duration":"24h"}}}}`
+
 // buildTemplate generates the machine config for the machine type and applies the class's
 // patches in order.
 func (g *talosGenerator) buildTemplate(c fleet.Class, mt machine.Type) (*talosTemplate, error) {
@@ -109,7 +121,14 @@ func (g *talosGenerator) buildTemplate(c fleet.Class, mt machine.Type) (*talosTe
 	if err != nil {
 		return nil, fmt.Errorf("generate Talos %s config: %w", c.Talos.MachineType, err)
 	}
-	patches := make([]configpatcher.Patch, 0, len(c.Talos.Patches))
+	patches := make([]configpatcher.Patch, 0, len(c.Talos.Patches)+1)
+	if c.JoinsKubernetes && mt == machine.TypeControlPlane {
+		p, err := configpatcher.LoadPatch([]byte(membershipControlPlane))
+		if err != nil {
+			return nil, fmt.Errorf("load fleetd's control plane patch: %w", err)
+		}
+		patches = append(patches, p)
+	}
 	for i, raw := range c.Talos.Patches {
 		p, err := configpatcher.LoadPatch(raw)
 		if err != nil {

@@ -366,3 +366,34 @@ func TestTalosCarriesTheDevicesToken(t *testing.T) {
 		t.Errorf("a render without the device's token: %v, want it refused", err)
 	}
 }
+
+// TestControlPlaneOfAJoiningClass: a control plane class whose nodes join the cluster gets
+// kube-controller-manager without its CSR approver and a 24 h signing duration; a worker class,
+// and a control plane outside the cluster fleetd watches, get neither.
+func TestControlPlaneOfAJoiningClass(t *testing.T) {
+	r := newTestRenderer(t, nil)
+	d := renderDevice("node-a", "3c:ec:ef:4c:4f:54", "10.0.0.5/24", "S123")
+	joiningCP, joiningWorker := talosCP, talosWorker
+	joiningCP.JoinsKubernetes, joiningWorker.JoinsKubernetes = true, true
+	for _, tc := range []struct {
+		class fleet.Class
+		want  map[string]any
+	}{
+		{joiningCP, map[string]any{"controllers": "-csrapproving", "cluster-signing-duration": "24h"}},
+		{joiningWorker, nil},
+		{talosCP, nil},
+	} {
+		nc, err := r.Render(d, tc.class, renderID)
+		if err != nil {
+			t.Fatalf("%s (joins %v): %v", tc.class.Name, tc.class.JoinsKubernetes, err)
+		}
+		var m map[string]any
+		if err := yaml.Unmarshal(nc.Body, &m); err != nil {
+			t.Fatal(err)
+		}
+		got, _ := dig(m, "cluster", "controllerManager", "extraArgs").(map[string]any)
+		if fmt.Sprint(got) != fmt.Sprint(tc.want) && !(len(got) == 0 && tc.want == nil) {
+			t.Errorf("%s (joins %v): controllerManager.extraArgs %v, want %v", tc.class.Name, tc.class.JoinsKubernetes, got, tc.want)
+		}
+	}
+}

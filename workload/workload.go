@@ -2,7 +2,7 @@
 // of classes joining Kubernetes join (cluster.kubeconfig; docs/design.md §1, "Joining the
 // cluster"). It implements fleet.Cluster: the bootstrap token Secrets in kube-system and the
 // decisions on CertificateSigningRequests, and it feeds the kubelet signers' pending CSRs to
-// fleet.Approver. fleetd's identity there is its own, with the ClusterRole of
+// fleet.Membership. fleetd's identity there is its own, with the ClusterRole of
 // examples/cluster/fleetd-clusterrole.yaml (docs/operate.md, "The workload cluster").
 package workload
 
@@ -10,17 +10,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/client-go/kubernetes"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/folly-infra/fleetd/fleet"
 )
@@ -28,23 +31,43 @@ import (
 // TokenNamespace is where Kubernetes reads bootstrap token Secrets.
 const TokenNamespace = "kube-system"
 
-// Cluster is the workload cluster's client (fleet.Cluster).
+// The resources fleetd reads and writes there.
+var (
+	secretResource = corev1.SchemeGroupVersion.WithResource("secrets")
+	csrResource    = certificatesv1.SchemeGroupVersion.WithResource("certificatesigningrequests")
+	nodeResource   = corev1.SchemeGroupVersion.WithResource("nodes")
+)
+
+// Cluster is the workload cluster's client (fleet.Cluster), on client-go's dynamic client: as
+// for Tinkerbell's objects (workflows/kube.go), not controller-runtime's client or client-go's
+// clientset, whose packages register every built-in API group at start (docs/operate.md,
+// "Memory"); objects travel as JSON, converted to the typed structs of k8s.io/api.
 type Cluster struct {
-	c    client.Client // Secrets
-	kube kubernetes.Interface
+	dyn dynamic.Interface
 }
 
 // New makes the client from the REST configuration of fleetd's identity in the cluster.
 func New(cfg *rest.Config) (*Cluster, error) {
-	c, err := client.New(cfg, client.Options{})
+	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("workload cluster client: %w", err)
 	}
-	kube, err := kubernetes.NewForConfig(cfg)
+	return &Cluster{dyn: dyn}, nil
+}
+
+func toUnstructured(obj runtime.Object, kind string, gv string) (*unstructured.Unstructured, error) {
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
 	if err != nil {
-		return nil, fmt.Errorf("workload cluster client: %w", err)
+		return nil, err
 	}
-	return &Cluster{c: c, kube: kube}, nil
+	u := &unstructured.Unstructured{Object: m}
+	u.SetAPIVersion(gv)
+	u.SetKind(kind)
+	return u, nil
+}
+
+func fromUnstructured(u *unstructured.Unstructured, obj any) error {
+	return runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, obj)
 }
 
 // tokenSecret is the Secret of a bootstrap token in the format of k8s.io/cluster-bootstrap's
@@ -71,9 +94,19 @@ func tokenSecret(t fleet.BootstrapTokenSecret) *corev1.Secret {
 // name (the same device and request derive the same token).
 func (k *Cluster) CreateBootstrapToken(ctx context.Context, t fleet.BootstrapTokenSecret) error {
 	s := tokenSecret(t)
-	err := k.c.Create(ctx, s)
+	s.Data = map[string][]byte{}
+	for key, v := range s.StringData { // the converter keeps stringData as it is; send data, as the API server stores it
+		s.Data[key] = []byte(v)
+	}
+	s.StringData = nil
+	u, err := toUnstructured(s, "Secret", "v1")
+	if err != nil {
+		return fmt.Errorf("encode Secret %s/%s: %w", s.Namespace, s.Name, err)
+	}
+	secrets := k.dyn.Resource(secretResource).Namespace(TokenNamespace)
+	_, err = secrets.Create(ctx, u, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
-		err = k.c.Update(ctx, s)
+		_, err = secrets.Update(ctx, u, metav1.UpdateOptions{})
 	}
 	if err != nil {
 		return fmt.Errorf("write Secret %s/%s: %w", s.Namespace, s.Name, err)
@@ -83,9 +116,9 @@ func (k *Cluster) CreateBootstrapToken(ctx context.Context, t fleet.BootstrapTok
 
 // DeleteBootstrapToken implements fleet.Cluster.
 func (k *Cluster) DeleteBootstrapToken(ctx context.Context, id string) error {
-	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "bootstrap-token-" + id, Namespace: TokenNamespace}}
-	if err := k.c.Delete(ctx, s); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("delete Secret %s/%s: %w", s.Namespace, s.Name, err)
+	name := "bootstrap-token-" + id
+	if err := k.dyn.Resource(secretResource).Namespace(TokenNamespace).Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete Secret %s/%s: %w", TokenNamespace, name, err)
 	}
 	return nil
 }
@@ -93,8 +126,12 @@ func (k *Cluster) DeleteBootstrapToken(ctx context.Context, id string) error {
 // DecideCSR implements fleet.Cluster: the Approved or Denied condition through the approval
 // subresource, on the CSR as the API server has it now. A CSR already decided is left as it is.
 func (k *Cluster) DecideCSR(ctx context.Context, csr fleet.CSR, d fleet.CSRDecision) error {
-	cur, err := k.kube.CertificatesV1().CertificateSigningRequests().Get(ctx, csr.Name, metav1.GetOptions{})
+	u, err := k.dyn.Resource(csrResource).Get(ctx, csr.Name, metav1.GetOptions{})
 	if err != nil {
+		return fmt.Errorf("read CSR %s: %w", csr.Name, err)
+	}
+	cur := &certificatesv1.CertificateSigningRequest{}
+	if err := fromUnstructured(u, cur); err != nil {
 		return fmt.Errorf("read CSR %s: %w", csr.Name, err)
 	}
 	if string(cur.UID) != csr.UID {
@@ -111,7 +148,11 @@ func (k *Cluster) DecideCSR(ctx context.Context, csr fleet.CSR, d fleet.CSRDecis
 		Type: typ, Status: corev1.ConditionTrue, Reason: d.Reason, Message: d.Message,
 		LastUpdateTime: metav1.Now(),
 	})
-	if _, err := k.kube.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, csr.Name, cur, metav1.UpdateOptions{}); err != nil {
+	out, err := toUnstructured(cur, "CertificateSigningRequest", certificatesv1.SchemeGroupVersion.String())
+	if err != nil {
+		return fmt.Errorf("encode CSR %s: %w", csr.Name, err)
+	}
+	if _, err := k.dyn.Resource(csrResource).Update(ctx, out, metav1.UpdateOptions{}, "approval"); err != nil {
 		return fmt.Errorf("write the decision on CSR %s: %w", csr.Name, err)
 	}
 	return nil
@@ -136,7 +177,7 @@ func csrOf(c *certificatesv1.CertificateSigningRequest) fleet.CSR {
 		Groups: c.Spec.Groups, Usages: usages, Request: c.Spec.Request}
 }
 
-// Reviewer decides a CSR (fleet.Approver.ReviewCSR).
+// Reviewer decides a CSR (fleet.Membership.ReviewCSR).
 type Reviewer interface {
 	ReviewCSR(ctx context.Context, csr fleet.CSR) (fleet.CSRDecision, bool, error)
 }
@@ -150,8 +191,12 @@ func (k *Cluster) WatchCSRs(ctx context.Context, r Reviewer, resync time.Duratio
 	}
 	queue := make(chan *certificatesv1.CertificateSigningRequest, 256)
 	offer := func(obj any) {
-		c, ok := obj.(*certificatesv1.CertificateSigningRequest)
-		if !ok || decided(c) || len(c.Status.Certificate) > 0 {
+		u, ok := obj.(*unstructured.Unstructured)
+		if !ok {
+			return
+		}
+		c := &certificatesv1.CertificateSigningRequest{}
+		if err := fromUnstructured(u, c); err != nil || decided(c) || len(c.Status.Certificate) > 0 {
 			return
 		}
 		if c.Spec.SignerName != fleet.SignerKubeletClient && c.Spec.SignerName != fleet.SignerKubeletServing {
@@ -162,9 +207,8 @@ func (k *Cluster) WatchCSRs(ctx context.Context, r Reviewer, resync time.Duratio
 		case <-ctx.Done():
 		}
 	}
-	lw := cache.NewListWatchFromClient(k.kube.CertificatesV1().RESTClient(), "certificatesigningrequests", "", fields.Everything())
 	_, ctrl := cache.NewInformerWithOptions(cache.InformerOptions{
-		ListerWatcher: lw, ObjectType: &certificatesv1.CertificateSigningRequest{}, ResyncPeriod: resync,
+		ListerWatcher: k.listWatch(csrResource), ObjectType: &unstructured.Unstructured{}, ResyncPeriod: resync,
 		Handler: cache.ResourceEventHandlerFuncs{AddFunc: offer, UpdateFunc: func(_, n any) { offer(n) }},
 	})
 	go ctrl.Run(ctx.Done())
@@ -178,4 +222,110 @@ func (k *Cluster) WatchCSRs(ctx context.Context, r Reviewer, resync time.Duratio
 			_, _, _ = r.ReviewCSR(ctx, csrOf(c))
 		}
 	}
+}
+
+// listWatch lists and watches every object of a cluster-scoped resource.
+func (k *Cluster) listWatch(r schema.GroupVersionResource) *cache.ListWatch {
+	return &cache.ListWatch{
+		ListFunc: func(o metav1.ListOptions) (runtime.Object, error) {
+			return k.dyn.Resource(r).List(context.Background(), o)
+		},
+		WatchFunc: func(o metav1.ListOptions) (watch.Interface, error) {
+			return k.dyn.Resource(r).Watch(context.Background(), o)
+		},
+	}
+}
+
+// NodeReporter takes a Node's changes (fleet.Membership.NodeChanged).
+type NodeReporter interface {
+	NodeChanged(ctx context.Context, n fleet.NodeReport) (fleet.Outcome, error)
+}
+
+// Nodes is the Node watch's view: each Node's name, Ready condition and conditions, and nothing
+// else of it (the informer keeps only those fields: a Node object is tens of KiB).
+type Nodes struct {
+	store cache.Store
+}
+
+// Node is the Node named as the watch last saw it, ok false when it has none.
+func (n *Nodes) Node(name string) (fleet.NodeReport, bool) {
+	if n == nil || n.store == nil {
+		return fleet.NodeReport{}, false
+	}
+	obj, ok, err := n.store.GetByKey(name)
+	if err != nil || !ok {
+		return fleet.NodeReport{}, false
+	}
+	u, _ := obj.(*unstructured.Unstructured)
+	return nodeReport(u)
+}
+
+// WatchNodes tells r of every Node as it is added or changes, and again every resync, until ctx
+// ends; the returned Nodes is the watch's view, for the join deadlines.
+func (k *Cluster) WatchNodes(ctx context.Context, r NodeReporter, resync time.Duration, log func(fleet.Outcome, error)) (*Nodes, error) {
+	if resync <= 0 {
+		return nil, errors.New("watch Nodes: the resync period must be positive")
+	}
+	report := func(obj any) {
+		u, ok := obj.(*unstructured.Unstructured)
+		if !ok {
+			return
+		}
+		if n, ok := nodeReport(u); ok {
+			log(r.NodeChanged(ctx, n))
+		}
+	}
+	store, ctrl := cache.NewInformerWithOptions(cache.InformerOptions{
+		ListerWatcher: k.listWatch(nodeResource), ObjectType: &unstructured.Unstructured{}, ResyncPeriod: resync,
+		Handler:   cache.ResourceEventHandlerFuncs{AddFunc: report, UpdateFunc: func(_, n any) { report(n) }},
+		Transform: slimNode,
+	})
+	go ctrl.Run(ctx.Done())
+	return &Nodes{store: store}, nil
+}
+
+// slimNode keeps of a Node its name, resource version and conditions.
+func slimNode(obj any) (any, error) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return obj, nil
+	}
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	slim := &unstructured.Unstructured{Object: map[string]any{}}
+	slim.SetAPIVersion("v1")
+	slim.SetKind("Node")
+	slim.SetName(u.GetName())
+	slim.SetResourceVersion(u.GetResourceVersion())
+	if err := unstructured.SetNestedSlice(slim.Object, conds, "status", "conditions"); err != nil {
+		return nil, err
+	}
+	return slim, nil
+}
+
+// nodeReport is what the join decision reads of a Node.
+func nodeReport(u *unstructured.Unstructured) (fleet.NodeReport, bool) {
+	if u == nil {
+		return fleet.NodeReport{}, false
+	}
+	var n corev1.Node
+	if err := fromUnstructured(u, &n); err != nil {
+		return fleet.NodeReport{}, false
+	}
+	r := fleet.NodeReport{Name: n.Name}
+	parts := make([]string, 0, len(n.Status.Conditions))
+	for _, c := range n.Status.Conditions {
+		p := fmt.Sprintf("%s=%s", c.Type, c.Status)
+		if c.Reason != "" || c.Message != "" {
+			p += fmt.Sprintf(" (%s: %s)", c.Reason, c.Message)
+		}
+		parts = append(parts, p)
+		if c.Type == corev1.NodeReady {
+			r.Ready, r.ReadyAt = c.Status == corev1.ConditionTrue, c.LastHeartbeatTime.Time
+		}
+	}
+	if len(parts) == 0 {
+		parts = append(parts, "no conditions posted")
+	}
+	r.Conditions = strings.Join(parts, ", ")
+	return r, true
 }

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	authnv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -155,7 +156,8 @@ func tokenOf(t *testing.T, id int64, req string) fleet.BootstrapToken {
 // their attestations do; a kubelet-like client (client-go's certificate manager, as the kubelet
 // bootstraps) with node-a's token gets a client certificate for system:node:node-a through a CSR
 // that fleetd approves and the controller manager signs; the certificate authenticates as
-// node-a; fleetd recorded the approval and deleted the token's Secret. node-b's token asking for
+// node-a; fleetd recorded the approval and deleted the token's Secret; node-a's Node, registered
+// and posted Ready with that certificate, moves node-a from joining to active. node-b's token asking for
 // node-a's name gets its CSR denied, with fleetd's reason in the Denied condition.
 func TestKubeletBootstrapsThroughFleetd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -180,7 +182,7 @@ func TestKubeletBootstrapsThroughFleetd(t *testing.T) {
 		}
 	}
 	go func() {
-		if err := wl.WatchCSRs(ctx, s.Approver, 2*time.Second); err != nil {
+		if err := wl.WatchCSRs(ctx, s.Membership, 2*time.Second); err != nil {
 			t.Error(err)
 		}
 	}()
@@ -234,6 +236,36 @@ func TestKubeletBootstrapsThroughFleetd(t *testing.T) {
 	admin := clientset(t, kube.AdminConfig())
 	if _, err := admin.CoreV1().Secrets("kube-system").Get(ctx, "bootstrap-token-"+a.ID, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("node-a's used token Secret: %v, want it deleted", err)
+	}
+
+	// node-a's kubelet registers its Node with that certificate and posts it Ready: fleetd's
+	// Node watch moves node-a to active.
+	nodes, err := wl.WatchNodes(ctx, s.Membership, time.Minute, func(fleet.Outcome, error) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubelet := clientset(t, kube.CertConfig(certPEM, keyPEM))
+	n, err := kubelet.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("node-a registers its Node: %v", err)
+	}
+	if d := nb.Get(12); d.Owned.State != fleet.StateJoining {
+		t.Fatalf("node-a is %s with its Node registered and not Ready, want joining", d.Owned.State)
+	}
+	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
+		LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+	if _, err := kubelet.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("node-a posts Ready: %v", err)
+	}
+	for nb.Get(12).Owned.State != fleet.StateActive {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("node-a is %s after its Node posted Ready", nb.Get(12).Owned.State)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	if r, ok := nodes.Node("node-a"); !ok || !r.Ready {
+		t.Errorf("the watch's view of node-a: %+v, %v", r, ok)
 	}
 
 	// node-b's token asks for node-a's name.

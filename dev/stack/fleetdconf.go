@@ -2,6 +2,7 @@ package stack
 
 import (
 	"cmp"
+	"encoding/json"
 	"fmt"
 	"net/netip"
 	"net/url"
@@ -32,6 +33,9 @@ func writeFleetdConfig(p paths, c fleetdConfig) error {
 	if err != nil {
 		return fmt.Errorf("read examples/classes.json from the checkout: %w", err)
 	}
+	if classes, err = outsideTheCluster(classes); err != nil {
+		return err
+	}
 	if err := os.WriteFile(p.classes, classes, 0o644); err != nil {
 		return fmt.Errorf("write classes.json: %w", err)
 	}
@@ -39,6 +43,25 @@ func writeFleetdConfig(p paths, c fleetdConfig) error {
 		return err
 	}
 	return writeFleetdYAML(p, c)
+}
+
+// outsideTheCluster sets joins_kubernetes false on every talos class of classes.json: the
+// development stack runs no workload cluster for its simulated Talos boots to join (their
+// membership is tested against a real control plane in workload's tests), so they go active at
+// delivery, as before classes joined Kubernetes.
+func outsideTheCluster(raw []byte) ([]byte, error) {
+	var f struct {
+		Classes map[string]map[string]any `json:"classes"`
+	}
+	if err := json.Unmarshal(raw, &f); err != nil {
+		return nil, fmt.Errorf("read examples/classes.json: %w", err)
+	}
+	for _, c := range f.Classes {
+		if c["kind"] == "talos" && c["installable"] != false {
+			c["joins_kubernetes"] = false
+		}
+	}
+	return json.MarshalIndent(f, "", "  ")
 }
 
 // writeFleetdYAML writes fleetd.yaml from c, every path absolute, then loads it as `fleetd serve`

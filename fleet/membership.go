@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// Approver is the kubelet CSR approver (docs/design.md §1, "Joining the cluster"): the workload
+// Membership is the kubelet CSR approver (docs/design.md §1, "Joining the cluster"): the workload
 // cluster's own auto-approval is off, and fleetd decides every CertificateSigningRequest of the
 // kubelet signers on its sealed fields. A kubelet client certificate goes only to a machine that
 // attested: the first by the device's own bootstrap token, for the device's own name, once; a
@@ -19,9 +19,11 @@ import (
 // signers is approved or denied, the denial's condition saying why: none is left pending for
 // another approver to take. The one exception is fleetd failing to read NetBox: no decision is
 // made, and the CSR is decided when it is offered again.
-type Approver struct {
+type Membership struct {
 	core    *core
 	cluster Cluster
+	// joinDeadline is how long a delivered node has to be Ready (Config.JoinDeadline).
+	joinDeadline time.Duration
 }
 
 // nodesGroup is the one organization a kubelet certificate may carry.
@@ -41,7 +43,7 @@ func kubeletUsages(signer string) [][]string {
 // decided is false for a CSR of another signer (not fleetd's to decide) and when an error kept
 // fleetd from deciding; err is then fleetd's own failure (NetBox or the cluster unreachable) and
 // the CSR is offered again.
-func (s *Approver) ReviewCSR(ctx context.Context, csr CSR) (dec CSRDecision, decided bool, err error) {
+func (s *Membership) ReviewCSR(ctx context.Context, csr CSR) (dec CSRDecision, decided bool, err error) {
 	if csr.SignerName != SignerKubeletClient && csr.SignerName != SignerKubeletServing {
 		return CSRDecision{}, false, nil
 	}
@@ -72,7 +74,7 @@ func (s *Approver) ReviewCSR(ctx context.Context, csr CSR) (dec CSRDecision, dec
 
 // csrReview is one CSR's decision and what it found on the way.
 type csrReview struct {
-	s   *Approver
+	s   *Membership
 	csr CSR
 	now time.Time
 

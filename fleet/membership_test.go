@@ -78,6 +78,7 @@ func tokenOf(t *testing.T, id int64, req string) fleet.BootstrapToken {
 }
 
 type approverFixture struct {
+	clock   *fleettest.Clock
 	s       *fleet.Service
 	nb      *fleettest.NetBox
 	cluster *fleettest.Cluster
@@ -95,7 +96,7 @@ func newApproverFixture(t *testing.T) approverFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return approverFixture{s: s, nb: nb, cluster: cl, reg: reg}
+	return approverFixture{clock: clock, s: s, nb: nb, cluster: cl, reg: reg}
 }
 
 // TestReviewCSR is the approver's specification: real x509 requests, each row one CSR and the
@@ -278,7 +279,7 @@ func TestReviewCSR(t *testing.T) {
 				req = csrPEM(t, r.spec)
 			}
 			csr := fleet.CSR{Name: "csr-1", UID: "uid-csr-1", SignerName: r.signer, Username: r.username, Usages: r.usages, Request: req}
-			dec, decided, err := f.s.Approver.ReviewCSR(context.Background(), csr)
+			dec, decided, err := f.s.Membership.ReviewCSR(context.Background(), csr)
 			if err != nil || !decided {
 				t.Fatalf("ReviewCSR = decided %v, %v; want a decision", decided, err)
 			}
@@ -316,7 +317,7 @@ func TestReviewCSRUndecided(t *testing.T) {
 	}
 	t.Run("ignore/another signer", func(t *testing.T) {
 		f := newApproverFixture(t)
-		if _, decided, err := f.s.Approver.ReviewCSR(context.Background(), csr(t, "example.org/custom")); decided || err != nil {
+		if _, decided, err := f.s.Membership.ReviewCSR(context.Background(), csr(t, "example.org/custom")); decided || err != nil {
 			t.Errorf("ReviewCSR = decided %v, %v; want no decision", decided, err)
 		}
 		if len(f.cluster.Decisions) != 0 {
@@ -327,7 +328,7 @@ func TestReviewCSRUndecided(t *testing.T) {
 		f := newApproverFixture(t)
 		f.cluster.Tokens[a.ID] = fleet.BootstrapTokenSecret{Token: a}
 		f.nb.FailUpdates(func(int64, fleet.Patch) (bool, error) { return false, errors.New("NetBox answered 503") })
-		_, decided, err := f.s.Approver.ReviewCSR(context.Background(), csr(t, fleet.SignerKubeletClient))
+		_, decided, err := f.s.Membership.ReviewCSR(context.Background(), csr(t, fleet.SignerKubeletClient))
 		if decided || err == nil || !strings.Contains(err.Error(), "record the approval") {
 			t.Errorf("ReviewCSR = decided %v, %v; want not decided, the write's error", decided, err)
 		}
@@ -338,7 +339,7 @@ func TestReviewCSRUndecided(t *testing.T) {
 	t.Run("refuse/the cluster refuses the decision", func(t *testing.T) {
 		f := newApproverFixture(t)
 		f.cluster.Fail = errors.New("the API server answered 503")
-		if _, decided, err := f.s.Approver.ReviewCSR(context.Background(), csr(t, fleet.SignerKubeletClient)); decided || err == nil {
+		if _, decided, err := f.s.Membership.ReviewCSR(context.Background(), csr(t, fleet.SignerKubeletClient)); decided || err == nil {
 			t.Errorf("ReviewCSR = decided %v, %v; want not decided", decided, err)
 		}
 	})

@@ -1,0 +1,125 @@
+package fleet_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/folly-infra/fleetd/fleet"
+)
+
+// joinedFixture is the approver's fleet with node-a delivered at testEpoch and, when approved,
+// its client CSR approved five minutes later.
+func joinedFixture(t *testing.T, approved bool) approverFixture {
+	t.Helper()
+	f := newApproverFixture(t)
+	d := f.nb.Get(12)
+	d.Owned.Identity.Delivered = testEpoch
+	if approved {
+		d.Owned.Identity.KubeletClient = &fleet.ApprovedCSR{Name: "csr-a", UID: "uid-a", Approved: testEpoch.Add(5 * time.Minute)}
+	}
+	f.nb.Set(d)
+	return f
+}
+
+// TestNodeChanged: a joining device becomes active on its Node Ready after fleetd approved its
+// certificate for the request; a Node Ready otherwise changes nothing.
+func TestNodeChanged(t *testing.T) {
+	afterApproval := testEpoch.Add(6 * time.Minute)
+	rows := []struct {
+		name     string
+		approved bool
+		node     fleet.NodeReport
+		want     fleet.State
+	}{
+		{"ok/Ready after the approval: active", true, fleet.NodeReport{Name: "node-a", Ready: true, ReadyAt: afterApproval}, fleet.StateActive},
+		{"refuse/Ready with no certificate approved for the request", false, fleet.NodeReport{Name: "node-a", Ready: true, ReadyAt: afterApproval}, fleet.StateJoining},
+		{"refuse/Ready heartbeat older than the approval (an earlier install's Node)", true, fleet.NodeReport{Name: "node-a", Ready: true, ReadyAt: testEpoch}, fleet.StateJoining},
+		{"refuse/not Ready", true, fleet.NodeReport{Name: "node-a", ReadyAt: afterApproval, Conditions: "Ready=False"}, fleet.StateJoining},
+	}
+	for _, r := range rows {
+		t.Run(r.name, func(t *testing.T) {
+			f := joinedFixture(t, r.approved)
+			if _, err := f.s.Membership.NodeChanged(context.Background(), r.node); err != nil {
+				t.Fatal(err)
+			}
+			d := f.nb.Get(12)
+			if d.Owned.State != r.want {
+				t.Fatalf("node-a is %s, want %s", d.Owned.State, r.want)
+			}
+			j := f.nb.JournalOf(12)
+			if r.want == fleet.StateActive {
+				if d.Status != fleet.StatusActive || len(j) != 1 || !strings.Contains(j[0], "success: node-a joined the cluster") || !strings.Contains(j[0], "CSR csr-a") {
+					t.Errorf("status %s, journal %q", d.Status, j)
+				}
+				if n := counterValue(t, f.reg, "fleetd_requests_total", map[string]string{"action": "provision", "result": "succeeded"}); n != 1 {
+					t.Errorf("fleetd_requests_total{provision,succeeded} = %v, want 1", n)
+				}
+			} else if len(j) != 0 {
+				t.Errorf("journal %q, want none", j)
+			}
+		})
+	}
+	t.Run("ignore/a Node of no device, and of an active device", func(t *testing.T) {
+		f := joinedFixture(t, true)
+		for _, name := range []string{"node-z", "node-o"} {
+			if out, err := f.s.Membership.NodeChanged(context.Background(), fleet.NodeReport{Name: name, Ready: true, ReadyAt: afterApproval}); err != nil || out.Result != "no-change" {
+				t.Errorf("%s: %+v, %v", name, out, err)
+			}
+		}
+	})
+}
+
+// TestJoinDeadlines: a joining node not Ready within the join deadline of its delivery fails its
+// request, the journal naming the missing step; within the deadline nothing happens.
+func TestJoinDeadlines(t *testing.T) {
+	rows := []struct {
+		name     string
+		approved bool
+		node     *fleet.NodeReport
+		after    time.Duration // from the delivery
+		want     string        // "" = still joining
+	}{
+		{"refuse/no CSR arrived", false, nil, 31 * time.Minute, "no CSR arrived"},
+		{"refuse/no Node registered", true, nil, 31 * time.Minute, "no Node registered"},
+		{"refuse/the Node's conditions", true, &fleet.NodeReport{Name: "node-a", Conditions: "Ready=False (KubeletNotReady: container runtime network not ready)"},
+			31 * time.Minute, "Node node-a is not Ready: Ready=False (KubeletNotReady: container runtime network not ready)"},
+		{"ok/within the deadline", false, nil, 29 * time.Minute, ""},
+	}
+	for _, r := range rows {
+		t.Run(r.name, func(t *testing.T) {
+			f := joinedFixture(t, r.approved)
+			f.clock.Advance(testEpoch.Add(r.after).Sub(f.clock.Now()))
+			devices, err := f.s.Requests.ReconcileAll(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.s.Membership.JoinDeadlines(context.Background(), devices, func(name string) (fleet.NodeReport, bool) {
+				if r.node != nil && name == r.node.Name {
+					return *r.node, true
+				}
+				return fleet.NodeReport{}, false
+			})
+			d, j := f.nb.Get(12), f.nb.JournalOf(12)
+			if r.want == "" {
+				if d.Owned.State != fleet.StateJoining || len(j) != 0 {
+					t.Errorf("node-a %s, journal %q; want joining, nothing journaled", d.Owned.State, j)
+				}
+				return
+			}
+			if d.Owned.State != fleet.StateFailed || d.Status != fleet.StatusFailed {
+				t.Errorf("node-a %s/%s, want failed/failed", d.Owned.State, d.Status)
+			}
+			if len(j) != 1 || !strings.HasPrefix(j[0], "danger: ") || !strings.Contains(j[0], r.want) || !strings.Contains(j[0], "within 30m0s") {
+				t.Errorf("journal %q, want one danger entry saying %q", j, r.want)
+			}
+			if n := counterValue(t, f.reg, "fleetd_joins_total", map[string]string{"result": "timed_out"}); n != 1 {
+				t.Errorf("fleetd_joins_total{timed_out} = %v, want 1", n)
+			}
+			if b := f.nb.Get(13); b.Owned.State != fleet.StateJoining {
+				t.Errorf("node-b, delivered at no recorded time, is %s", b.Owned.State)
+			}
+		})
+	}
+}
