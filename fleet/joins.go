@@ -84,12 +84,18 @@ func (s *Membership) JoinDeadlines(ctx context.Context, devices []Device, node f
 	return outs
 }
 
-// JoinStep is the step a joining device waits for (`fleetd plan`, `fleetd show`).
-func JoinStep(d Device, n NodeReport, seen bool) string {
+// JoinWait is the step a joining device waits for, by its sealed fields (`fleetd plan`,
+// `fleetd show`): delivered and no CSR approved yet, or its CSR approved and its Node not yet
+// Ready. "" for a device that is not joining.
+func JoinWait(d Device) string {
 	if d.Owned.State != StateJoining {
 		return ""
 	}
-	return missingStep(d, n, seen)
+	id := d.Owned.Identity
+	if id.KubeletClient == nil {
+		return fmt.Sprintf("delivered at %s; waits for its kubelet's client CSR (none approved yet)", id.Delivered.UTC().Format(time.RFC3339))
+	}
+	return fmt.Sprintf("client CSR %s approved at %s; waits for Node %s to register and be Ready", id.KubeletClient.Name, id.KubeletClient.Approved.UTC().Format(time.RFC3339), d.Name)
 }
 
 // missingStep says which step of joining has not happened: delivered → CSR approved → Node

@@ -123,3 +123,37 @@ func TestJoinDeadlines(t *testing.T) {
 		})
 	}
 }
+
+// TestJoinWaitInPlanAndView: `fleetd plan` and `fleetd show` name the step a joining device
+// waits for — its kubelet's CSR, then its Node — and nothing for a device that is not joining.
+func TestJoinWaitInPlanAndView(t *testing.T) {
+	for _, r := range []struct {
+		name     string
+		approved bool
+		want     string
+	}{
+		{"ok/delivered, no CSR yet", false, "waits for its kubelet's client CSR (none approved yet)"},
+		{"ok/CSR approved, Node not Ready", true, "client CSR csr-a approved at 2026-11-30T10:05:00Z; waits for Node node-a to register and be Ready"},
+	} {
+		t.Run(r.name, func(t *testing.T) {
+			f := joinedFixture(t, r.approved)
+			p, err := f.s.Review.Plan(context.Background(), "node-a", fleet.ActionNone)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(p.Why, "it is joining the cluster: ") || !strings.Contains(p.Why, r.want) {
+				t.Errorf("plan: %q, want it to say %q", p.Why, r.want)
+			}
+			v, err := f.s.Views.View(context.Background(), "node-a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(v.Joining, r.want) {
+				t.Errorf("show: %q, want %q", v.Joining, r.want)
+			}
+			if v, _ := f.s.Views.View(context.Background(), "node-o"); v.Joining != "" {
+				t.Errorf("an active device shows joining %q", v.Joining)
+			}
+		})
+	}
+}

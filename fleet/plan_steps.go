@@ -13,6 +13,9 @@ func (s *Review) planRunning(d Device, p Plan) Plan {
 	action := RequestAction(d.Owned.Request)
 	p.Action, p.Outcome = action, PlanRunning
 	p.Why = fmt.Sprintf("%s request %s runs (fleet_state %s); nothing new starts until it ends", action, d.Owned.Request, d.Owned.State)
+	if w := JoinWait(d); w != "" {
+		p.Why += "; it is joining the cluster: " + w
+	}
 	if q := requested(d); q != ActionNone {
 		p.Why += "; " + queuedMessage(d, q, action)
 	}

@@ -21,6 +21,8 @@ type DeviceView struct {
 	// BootCheckMissing: the device is an active node whose last accepted boot check (or, before
 	// the first, whose activation) is older than the configured limit (docs/design.md §5).
 	BootCheckMissing bool
+	// Joining is the step a joining device waits for (JoinWait); "" when it is not joining.
+	Joining string
 	// LDevID and LAK are the current certificates' expiry and renewal point (fleet_identity);
 	// zero when fleetd has no copy of them.
 	LDevID, LAK CertTimes
@@ -65,7 +67,7 @@ func (s *Views) ViewAll(ctx context.Context) ([]DeviceView, error) {
 }
 
 func (s *Views) view(ctx context.Context, d Device, readWorkflow bool, listed workflowListing) DeviceView {
-	v := DeviceView{Device: d, PendingConfig: delivery(d, s.core.clock.Now()) == deliveryOpen, BootCheckMissing: s.bootCheckMissing(d)}
+	v := DeviceView{Device: d, PendingConfig: delivery(d, s.core.clock.Now()) == deliveryOpen, BootCheckMissing: s.bootCheckMissing(d), Joining: JoinWait(d)}
 	v.LDevID, v.LAK = certTimes(s.issuer, d)
 	if !d.Owned.State.Terminal() {
 		v.Queued = requested(d)

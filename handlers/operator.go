@@ -54,6 +54,8 @@ type deviceJSON struct {
 		Missing     bool   `json:"missing"`
 	} `json:"boot_check"`
 	PendingConfig bool `json:"pending_config"`
+	// Joining is the step a joining device waits for: its kubelet's CSR, or its Node Ready.
+	Joining string `json:"joining,omitempty"`
 	// QueuedAction is a request the owner made while the current one runs; it starts after it.
 	QueuedAction string     `json:"queued_action,omitempty"`
 	Trust        *trustJSON `json:"trust,omitempty"`
@@ -140,6 +142,7 @@ func toJSON(v fleet.DeviceView) deviceJSON {
 	j.BootCheck.HasBaseline = v.Owned.BootBaseline != ""
 	j.BootCheck.Missing = v.BootCheckMissing
 	j.PendingConfig = v.PendingConfig
+	j.Joining = v.Joining
 	j.QueuedAction = string(v.Queued)
 	j.Trust = trustOf(v.Trust)
 	return j
