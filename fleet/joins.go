@@ -44,7 +44,9 @@ func (s *Membership) NodeChanged(ctx context.Context, n NodeReport) (Outcome, er
 		return out, nil
 	}
 	approved := d.Owned.Identity.KubeletClient
-	if approved == nil || d.Owned.Identity.Request != d.Owned.Request || !n.ReadyAt.After(approved.Approved) {
+	// Kubernetes keeps condition times to the second: a heartbeat in the second of the approval
+	// counts as after it.
+	if approved == nil || d.Owned.Identity.Request != d.Owned.Request || n.ReadyAt.Before(approved.Approved.Truncate(time.Second)) {
 		return out, nil // Ready, but not through this install's certificate: wait for it
 	}
 	msg := fmt.Sprintf("%s joined the cluster: Node %s is Ready, its kubelet holding the client certificate of CSR %s that fleetd approved for request %s.",

@@ -157,3 +157,30 @@ func TestJoinWaitInPlanAndView(t *testing.T) {
 		})
 	}
 }
+
+// TestNodeReadyInTheSecondOfTheApproval: the API server keeps a heartbeat to the second, so one
+// posted in the second fleetd approved the certificate (and recorded it to the nanosecond) is
+// after the approval; one a second earlier is not.
+func TestNodeReadyInTheSecondOfTheApproval(t *testing.T) {
+	for _, r := range []struct {
+		name  string
+		at    time.Time
+		ready bool
+	}{
+		{"ok/the same second", testEpoch.Add(5 * time.Minute), true},
+		{"refuse/the second before", testEpoch.Add(5*time.Minute - time.Second), false},
+	} {
+		t.Run(r.name, func(t *testing.T) {
+			f := joinedFixture(t, false)
+			d := f.nb.Get(12)
+			d.Owned.Identity.KubeletClient = &fleet.ApprovedCSR{Name: "csr-a", UID: "uid-a", Approved: testEpoch.Add(5*time.Minute + 300*time.Millisecond)}
+			f.nb.Set(d)
+			if _, err := f.s.Membership.NodeChanged(context.Background(), fleet.NodeReport{Name: "node-a", Ready: true, ReadyAt: r.at}); err != nil {
+				t.Fatal(err)
+			}
+			if got := f.nb.Get(12).Owned.State == fleet.StateActive; got != r.ready {
+				t.Errorf("active = %v, want %v", got, r.ready)
+			}
+		})
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	mrand "math/rand"
+	"net"
 	"net/netip"
 	"os"
 	"slices"
@@ -20,8 +21,8 @@ import (
 	"time"
 
 	authnv1 "k8s.io/api/authentication/v1"
-	corev1 "k8s.io/api/core/v1"
 	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -245,6 +246,11 @@ func TestKubeletBootstrapsThroughFleetd(t *testing.T) {
 		t.Fatal(err)
 	}
 	kubelet := clientset(t, kube.CertConfig(certPEM, keyPEM))
+	t.Cleanup(func() { // one cluster serves the test binary: leave no Node for a next run (-count)
+		if err := admin.CoreV1().Nodes().Delete(context.Background(), "node-a", metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			t.Error(err)
+		}
+	})
 	n, err := kubelet.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("node-a registers its Node: %v", err)
@@ -266,6 +272,44 @@ func TestKubeletBootstrapsThroughFleetd(t *testing.T) {
 	}
 	if r, ok := nodes.Node("node-a"); !ok || !r.Ready {
 		t.Errorf("the watch's view of node-a: %+v, %v", r, ok)
+	}
+
+	// node-a, now active, renews its client certificate and asks for a serving certificate
+	// naming itself: both approved and signed. Once its device is wiping, its renewal is denied.
+	ask := func(signer string, usages []certificatesv1.KeyUsage, tmpl *x509.CertificateRequest) (string, error) {
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		der, err := x509.CreateCertificateRequest(rand.Reader, tmpl, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		name, uid, err := csr.RequestCertificate(kubelet, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}), "", signer, nil, usages, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = csr.WaitForCertificate(ctx, admin, name, uid)
+		return name, err
+	}
+	clientUsages := []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageClientAuth}
+	nodeSubject := pkix.Name{CommonName: "system:node:node-a", Organization: []string{"system:nodes"}}
+	if _, err := ask(certificatesv1.KubeAPIServerClientKubeletSignerName, clientUsages, &x509.CertificateRequest{Subject: nodeSubject}); err != nil {
+		t.Errorf("node-a's renewal: %v, want a certificate", err)
+	}
+	if _, err := ask(certificatesv1.KubeletServingSignerName, []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageServerAuth},
+		&x509.CertificateRequest{Subject: nodeSubject, DNSNames: []string{"node-a"}, IPAddresses: []net.IP{net.ParseIP("10.0.0.5")}}); err != nil {
+		t.Errorf("node-a's serving certificate: %v, want one", err)
+	}
+	wiping := nb.Get(12)
+	wiping.Owned.State, wiping.Owned.Request = fleet.StateWiping, "wipe-cccccccc"
+	nb.Set(wiping)
+	name, err := ask(certificatesv1.KubeAPIServerClientKubeletSignerName, clientUsages, &x509.CertificateRequest{Subject: nodeSubject})
+	if err == nil || !strings.Contains(err.Error(), "denied") {
+		t.Errorf("node-a's renewal while wiping: %v, want it denied", err)
+	}
+	if got, err := admin.CertificatesV1().CertificateSigningRequests().Get(ctx, name, metav1.GetOptions{}); err != nil || !deniedFor(got, "DeviceFailsItsChecks") {
+		t.Errorf("node-a's renewal while wiping: %+v, %v; want denied DeviceFailsItsChecks", got.Status, err)
 	}
 
 	// node-b's token asks for node-a's name.
@@ -312,4 +356,14 @@ func pairPEM(t *testing.T, c *tls.Certificate) (certPEM, keyPEM []byte) {
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Certificate[0]}),
 		pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})
+}
+
+// deniedFor reports whether the CSR carries a Denied condition with this reason and no certificate.
+func deniedFor(c *certificatesv1.CertificateSigningRequest, reason string) bool {
+	for _, cond := range c.Status.Conditions {
+		if cond.Type == certificatesv1.CertificateDenied && cond.Reason == reason {
+			return len(c.Status.Certificate) == 0
+		}
+	}
+	return false
 }
