@@ -196,17 +196,10 @@ func (a *app) authorizationListener(ctx context.Context) error {
 // workloadCluster connects to the workload cluster (cluster.kubeconfig) when one is configured,
 // and refuses to start when a class joins Kubernetes and none is: its nodes could not join.
 func (a *app) workloadCluster(cfg *config.Config, catalog fleet.Catalog) error {
-	var joining []string
-	for _, n := range catalog.Names() {
-		if c, _ := catalog.Class(n); c.JoinsKubernetes && c.Installable {
-			joining = append(joining, n)
-		}
+	if err := cli.CheckJoiningClasses(catalog, cfg.Cluster.Kubeconfig); err != nil {
+		return err
 	}
 	if cfg.Cluster.Kubeconfig == "" {
-		if len(joining) > 0 {
-			return fmt.Errorf("classes %s join Kubernetes (joins_kubernetes, true by default for talos) but cluster.kubeconfig is not set: give fleetd's kubeconfig of the workload cluster (docs/operate.md, \"The workload cluster\"), or set joins_kubernetes false on them",
-				strings.Join(joining, ", "))
-		}
 		return nil
 	}
 	rc, err := workflows.LoadRESTConfig(cfg.Path(cfg.Cluster.Kubeconfig))

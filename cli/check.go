@@ -47,6 +47,11 @@ func Check(args []string, stdout, stderr io.Writer) int {
 	}
 	files.defaults(cfg)
 	catalog := files.checkClasses(&p, stdout)
+	if catalog != nil && cfg != nil {
+		if err := CheckJoiningClasses(*catalog, cfg.Cluster.Kubeconfig); err != nil {
+			p.add(*cfgPath, err)
+		}
+	}
 	// A missing policy file is the config's problem (reported above unless --skip-files).
 	if _, err := os.Stat(files.bootPolicy); files.bootPolicy != "" && (files.explicitPolicy || err == nil) {
 		if err := checkBootPolicy(files.bootPolicy, catalog); err != nil {
@@ -177,4 +182,24 @@ func checkWebhooks(path string) error {
 		return errors.New(strings.Join(problems, "\n"))
 	}
 	return nil
+}
+
+// CheckJoiningClasses refuses a catalogue whose classes join Kubernetes when fleetd has no
+// workload cluster (cluster.kubeconfig unset): their nodes could not join, and every attestation
+// of one would fail. fleetd serve refuses to start on it, fleetd check reports it.
+func CheckJoiningClasses(cat fleet.Catalog, kubeconfig string) error {
+	if kubeconfig != "" {
+		return nil
+	}
+	var joining []string
+	for _, n := range cat.Names() {
+		if c, _ := cat.Class(n); c.JoinsKubernetes && c.Installable {
+			joining = append(joining, n)
+		}
+	}
+	if len(joining) == 0 {
+		return nil
+	}
+	return fmt.Errorf("classes %s join Kubernetes (joins_kubernetes, true by default for talos) but cluster.kubeconfig is not set: give fleetd's kubeconfig of the workload cluster (docs/operate.md, \"The workload cluster\"), or set joins_kubernetes false on them",
+		strings.Join(joining, ", "))
 }

@@ -29,6 +29,19 @@ func TestCheck(t *testing.T) {
 		"cloud_init": {"user_data": "#cloud-config\nusers:\n  - name: ops\n    ssh_authorized_keys: []\n"}}}}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	noCluster := filepath.Join(t.TempDir(), "fleetd.yaml")
+	example, err := os.ReadFile("../examples/fleetd.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := bytes.Index(example, []byte("\ncluster:\n"))
+	j := bytes.Index(example, []byte("\nclasses_file:"))
+	if i < 0 || j < i {
+		t.Fatal("examples/fleetd.yaml has no cluster: section before classes_file")
+	}
+	if err := os.WriteFile(noCluster, append(append([]byte{}, example[:i]...), example[j:]...), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	h := strings.Repeat("a", 64)
 	policy := func(body string) string {
 		t.Helper()
@@ -67,6 +80,9 @@ func TestCheck(t *testing.T) {
 			"--classes", "../examples/classes.json", "--webhooks", misspelt}, 1,
 			[]string{"calls /v1/netbox/webhook/provison, which fleetd does not serve", "no webhook calls /v1/netbox/webhook/provision"}},
 		{"refuse/no such config", []string{"--config", "nope.yaml"}, 1, []string{"nope.yaml"}},
+		{"refuse/talos classes join Kubernetes and no workload cluster is set", []string{"--skip-files", "--config", noCluster,
+			"--classes", "../examples/classes.json", "--webhooks", "../netbox-webhooks.yaml"}, 1,
+			[]string{"classes talos-cp, talos-worker join Kubernetes", "cluster.kubeconfig is not set"}},
 		{"refuse/user-data real cloud-init refuses", []string{"--skip-files", "--config", "../examples/fleetd.yaml",
 			"--classes", oldLab, "--webhooks", "../netbox-webhooks.yaml"}, 1,
 			[]string{`class "ubuntu-lab": cloud_init.user_data is refused by cloud-init: Cloud config schema errors: users.0:`}},
