@@ -27,7 +27,7 @@ fleetd_reconcile_runs_total{result="ok"} 0
 	}
 	for name, n := range map[string]int{"fleetd_requests_total": 18, "fleetd_wipe_receipts_total": 6, "fleetd_owned_field_writes_total": 4,
 		"fleetd_config_fetches_total": 4, "fleetd_boot_checks_total": 3, "fleetd_cert_renewals_total": 6,
-		"fleetd_inventory_checks_total": 2, "fleetd_authz_decisions_total": 6,
+		"fleetd_inventory_checks_total": 2, "fleetd_authz_decisions_total": 6, "fleetd_spire_bans_total": 3,
 		"fleetd_inventory_differences": 0} { // a gauge of what a check found: none before the first (TestInventoryMetric)
 		got, err := testutil.GatherAndCount(reg, name)
 		if err != nil || got != n {

@@ -167,6 +167,20 @@ type Clock interface {
 	Now() time.Time
 }
 
+// SPIRE is the port to a SPIRE server's agent API (docs/operate.md, "SPIRE"): package spire
+// implements it over the server's admin socket. fleetd bans a device's agents when its wipe or
+// retirement starts (docs/security.md, "SPIRE identity").
+//
+// BanDevice bans every agent the server attested with an LDevID of the device of this name: a
+// tpm_devid agent whose selectors carry the name as the LDevID's subject CN and the CN of
+// fleetd's LDevID CA as its issuer. tpm_devid names an agent by its certificate, so a renewed
+// node has one agent per LDevID it presented, and each is banned. Agents already banned are left
+// alone; it returns how many it banned now. An error means some agent may be left unbanned (the
+// count says how many were banned before it): the caller tries again.
+type SPIRE interface {
+	BanDevice(ctx context.Context, device string) (int, error)
+}
+
 // SystemClock is the wall clock.
 type SystemClock struct{}
 

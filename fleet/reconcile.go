@@ -23,6 +23,10 @@ type Requests struct {
 	// receiptRefusals keeps the refused receipts already journaled (receipt.go).
 	receiptRefusals journaledReceipts
 	afterSweep      func() // Config.AfterSweep, or nothing
+	// spire bans a wiping or retiring device's SPIRE agents (spireban.go); nil: none configured.
+	spire SPIRE
+	// spireFailures keeps the "id request" of the requests whose failed ban is already journaled.
+	spireFailures sync.Map
 }
 
 // maxConflicts bounds how often one decision re-reads a device that changed under it.

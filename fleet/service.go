@@ -65,6 +65,7 @@ type Deps struct {
 	Catalog   Catalog
 	Renderer  Renderer // renders configurations: checked at attestation, served at fetch
 	Attest    Attestation
+	SPIRE     SPIRE // may be nil: no SPIRE server configured, no agent banned (docs/operate.md, "SPIRE")
 	Clock     Clock
 	Random    Random
 	Logger    zerolog.Logger
@@ -158,7 +159,7 @@ func NewService(cfg Config, deps Deps) (*Service, error) {
 	s.BootChecks = &BootChecks{core: c, catalog: deps.Catalog, attest: deps.Attest,
 		boots: attest.NewBootCache(bootCacheSize), bootIDs: newNameIndex(bootCacheSize)}
 	s.Requests = &Requests{core: c, inst: deps.Installer, catalog: deps.Catalog, rnd: rnd, fleetdURL: cfg.FleetdURL,
-		refusals: refusals, afterSweep: afterSweep,
+		refusals: refusals, afterSweep: afterSweep, spire: deps.SPIRE,
 		foreign: &foreignWrites{core: c, changes: deps.ChangeLog, serviceUser: cfg.ServiceUser, retention: cfg.changeLogRetention()}}
 	s.Review = &Review{core: c, inst: deps.Installer, catalog: deps.Catalog, attest: deps.Attest, changes: deps.ChangeLog,
 		fleetdURL: cfg.FleetdURL, serviceUser: cfg.ServiceUser, window: cfg.inventoryWindow(),
