@@ -104,6 +104,10 @@ func wire(ctx context.Context, cfg *config.Config, log zerolog.Logger) (*app, er
 	if err := a.workloadCluster(cfg, catalog); err != nil {
 		return nil, err
 	}
+	sp, err := newSPIRE(cfg, log)
+	if err != nil {
+		return nil, err
+	}
 	a.service, err = fleet.NewService(fleet.Config{FleetdURL: cfg.PublicURL, JoinDeadline: cfg.Cluster.JoinDeadline.D(),
 		BootCheckMissingAfter: cfg.BootCheck.MissingAfter.D(), ConfigTTL: cfg.Delivery.PendingTTL.D(),
 		ServiceUser: cfg.NetBox.ServiceUser, InventoryBootCheckWindow: cfg.Inventory.BootCheckWindow.D(),
@@ -116,7 +120,7 @@ func wire(ctx context.Context, cfg *config.Config, log zerolog.Logger) (*app, er
 		// rest at what it holds (docs/operate.md, "Memory").
 		AfterSweep: debug.FreeOSMemory}, fleet.Deps{NetBox: a.netbox, ChangeLog: a.netbox, Seal: sec.seal,
 		Installer: a.install, Catalog: catalog, Renderer: renderer, Attest: att, Clock: clock, Cluster: a.clusterPort(),
-		Random: rand.Reader, Logger: log, Registry: reg, DeviceRegistry: devReg})
+		Random: rand.Reader, Logger: log, Registry: reg, DeviceRegistry: devReg, SPIRE: sp})
 	if err != nil {
 		return nil, err
 	}

@@ -35,6 +35,7 @@ type Config struct {
 	Talos       Talos       `yaml:"talos"`
 	Seed        Seed        `yaml:"seed"`
 	Kea         Kea         `yaml:"kea"`
+	SPIRE       SPIRE       `yaml:"spire"`
 	Operator    Operator    `yaml:"operator"`
 	Metrics     Metrics     `yaml:"metrics"`
 	Reconcile   Reconcile   `yaml:"reconcile"`
@@ -206,6 +207,13 @@ type Kea struct {
 	ReservationsFile string `yaml:"reservations_file"`
 	ControlSocket    string `yaml:"control_socket"` // Kea's unix control socket; empty: write the file, never reload
 	Subnet           string `yaml:"subnet"`         // the Kea subnet the file is included in; devices outside it are left out
+}
+
+// SPIRE is the SPIRE server whose agents fleetd bans when a device's wipe or retirement starts
+// (docs/operate.md, "SPIRE"). Without server_socket no agent is banned.
+type SPIRE struct {
+	// ServerSocket is the SPIRE server's admin API socket (its socket_path), an absolute path.
+	ServerSocket string `yaml:"server_socket"`
 }
 
 // Operator is how operator routes authenticate.

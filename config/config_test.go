@@ -140,6 +140,11 @@ func TestParseRefusals(t *testing.T) {
 			`attestation.ek_policy: "trust-me" is unknown`,
 			`log.level: "loud" is unknown`,
 		}},
+		{"refuse/relative SPIRE server socket", func(s string) string { return s + "spire: {server_socket: spire/api.sock}\n" },
+			[]string{`spire.server_socket: "spire/api.sock" is not an absolute path`}},
+		{"refuse/unknown SPIRE key", func(s string) string { return s + "spire: {socket: /run/spire/server/api.sock}\n" },
+			[]string{"field socket not found"}},
+		{"ok/SPIRE server socket", func(s string) string { return s + "spire: {server_socket: /run/spire/server/api.sock}\n" }, nil},
 		{"refuse/relative Kea paths", func(s string) string {
 			return strings.Replace(s, "kea: {subnet: 10.0.0.0/24}", "kea: {subnet: 10.0.0.0/24, reservations_file: fleet.json, control_socket: kea.sock}", 1)
 		}, []string{`kea.reservations_file: "fleet.json" is not an absolute path`, `kea.control_socket: "kea.sock" is not an absolute path`}},

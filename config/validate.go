@@ -16,7 +16,7 @@ import (
 func (c *Config) validate() error {
 	p := &problems{c: c}
 	for _, section := range []func(*problems){c.validateServing, c.validateSources, c.validateCluster, c.validateMembership, c.validateAttestation,
-		c.validateRendering, c.validateKea, c.validateOperation} {
+		c.validateRendering, c.validateKea, c.validateSPIRE, c.validateOperation} {
 		section(p)
 	}
 	return errors.Join(p.errs...)
@@ -293,6 +293,13 @@ func (c *Config) validateKea(p *problems) {
 	}
 	if c.Kea.ControlSocket != "" && !filepath.IsAbs(c.Kea.ControlSocket) {
 		p.bad("kea.control_socket", "%q is not an absolute path: give the socket-name of Kea's control-socket", c.Kea.ControlSocket)
+	}
+}
+
+// validateSPIRE checks spire: the server whose agents a wipe or a retirement bans.
+func (c *Config) validateSPIRE(p *problems) {
+	if c.SPIRE.ServerSocket != "" && !filepath.IsAbs(c.SPIRE.ServerSocket) {
+		p.bad("spire.server_socket", "%q is not an absolute path: give the SPIRE server's socket_path (its admin API socket), or leave the key out to ban no agent", c.SPIRE.ServerSocket)
 	}
 }
 
