@@ -70,6 +70,9 @@ type Config struct {
 	NoReceipts bool
 	// HandlerLog receives the handlers' log lines (their decision lines); default none.
 	HandlerLog zerolog.Logger
+	// SPIRE is the SPIRE server a wipe's or retirement's claim bans the device's agents at;
+	// default none (interop/spire passes fleetd's adapter to a real server).
+	SPIRE fleet.SPIRE
 }
 
 type clockFunc func() time.Time
@@ -166,7 +169,7 @@ func New(tb testing.TB, cfg Config) *Fleetd {
 	f.Inv.Clock = clock
 	f.Service, err = fleet.NewService(fleet.Config{FleetdURL: "http://spore", ServiceUser: fleettest.ServiceUser}, fleet.Deps{Seal: fleettest.SealKeys(), NetBox: f.Inv, ChangeLog: f.ChangeLog, Installer: f.Installer,
 		Catalog: cfg.Catalog, Renderer: renderer, Attest: f.Attest, Cluster: cfg.Cluster,
-		Clock: clock, Random: rand.Reader, Logger: zerolog.Nop(), Registry: f.Registry, DeviceRegistry: f.DeviceRegistry})
+		Clock: clock, Random: rand.Reader, Logger: zerolog.Nop(), Registry: f.Registry, DeviceRegistry: f.DeviceRegistry, SPIRE: cfg.SPIRE})
 	must(err)
 	intake, err := webhook.New(webhook.Config{Secret: []byte(WebhookSecret), ServiceUser: fleettest.ServiceUser},
 		webhook.Deps{Reconciler: f.Service.Requests, Registry: f.Registry, Logger: zerolog.Nop()})

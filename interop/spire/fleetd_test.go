@@ -51,6 +51,7 @@ type fleetd struct {
 	issuer        *pki.Issuer
 	handler       http.Handler
 	url           string
+	service       *fleet.Service // the fleet service behind the handlers, for the owner's requests
 
 	mu   sync.Mutex
 	body map[string][]byte // route path → last request body
@@ -61,7 +62,8 @@ func newFleetd(tb testing.TB) *fleetd {
 	return newFleetdWith(tb, handlerstest.Config{})
 }
 
-// newFleetdWith is newFleetd with the certificate settings of hc (CertLifetime, RenewAfter).
+// newFleetdWith is newFleetd with the certificate settings of hc (CertLifetime, RenewAfter) and
+// its SPIRE server.
 func newFleetdWith(tb testing.TB, hc handlerstest.Config) *fleetd {
 	tb.Helper()
 	d := fleettest.Declared(deviceID, deviceName)
@@ -70,9 +72,9 @@ func newFleetdWith(tb testing.TB, hc handlerstest.Config) *fleetd {
 	f := &fleetd{device: d, body: map[string][]byte{}}
 	// A token lives an hour, so a benchmark can replay the recorded exchange for as long as it runs.
 	ft := handlerstest.New(tb, handlerstest.Config{Devices: []fleet.Device{d}, EKPolicy: attest.EKPolicyHashCert,
-		EKBundle: ekCA.BundlePEM(), TokenLifetime: time.Hour, CertLifetime: hc.CertLifetime, RenewAfter: hc.RenewAfter,
+		EKBundle: ekCA.BundlePEM(), TokenLifetime: time.Hour, CertLifetime: hc.CertLifetime, RenewAfter: hc.RenewAfter, SPIRE: hc.SPIRE,
 		Wrap: func(h http.Handler) http.Handler { f.handler = h; return http.HandlerFunc(f.record) }})
-	f.inv, f.ldevidCA, f.url = ft.Inv, ft.LDevIDCA, ft.URL
+	f.inv, f.ldevidCA, f.url, f.service = ft.Inv, ft.LDevIDCA, ft.URL, ft.Service
 	f.ek, f.tokens, f.issuer = ft.Attest.EK, ft.Attest.Tokens, ft.Attest.Issuer
 	var err error
 	f.ldevidCAFiles, err = f.ldevidCA.WriteFiles(tb.TempDir(), "ldevid-ca")
