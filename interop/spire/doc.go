@@ -8,7 +8,9 @@
 // (`fleetd enroll`), which writes ldevid.pem, ldevid.pub and ldevid.priv; then SPIRE v1.13.3's own
 // tpm_devid agent plugin, reading those files and talking to the same swtpm, attests to SPIRE's
 // own tpm_devid server plugin, both loaded through SPIRE's plugin catalog as SPIRE loads its
-// built-ins. The package has no code outside its tests.
+// built-ins. TestSPIREBan also runs SPIRE's server itself, in the test's process as
+// `spire-server run` runs it, and bans through fleetd's spire adapter on its admin socket
+// (docs/operate.md, "SPIRE"). The package has no code outside its tests.
 //
 //	cd interop/spire && go test ./...
 //	cd interop/spire && go test -run '^$' -bench . -benchmem ./...
