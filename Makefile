@@ -127,16 +127,18 @@ fuzz: deps ## run every fuzz target for FUZZTIME each (default 30s); failures la
 
 # Mutation testing (docs/testing.md): gremlins mutates each package's operators one at a time and
 # runs the package's own tests against each mutant. Opt-in: a package takes minutes (pki) to an
-# hour or two (handlers, fleet) on two cores. PKG=attest measures one package.
+# hour or two (handlers, fleet) on two cores. PKG=attest measures one package; MUTANTS_FILES='bootcheck'
+# mutates only the package's files whose name matches (figures printed, not written).
 MUTANTS_PKGS    ?= attest pki webhook handlers fleet
 MUTANTS_TARGETS ?= attest=90 pki=90 fleet=80 webhook=80 handlers=80
 MUTANTS_WORKERS ?= 2
 MUTANTS_OUT     ?= $(or $(TMPDIR),/tmp)/fleetd-mutants
+MUTANTS_FILES   ?=
 PKG ?=
 
 .PHONY: mutants
 mutants: deps ## mutation testing with gremlins (PKG=attest for one package): figures into docs/testing.md, fails below a package's efficacy target
-	GO='$(GO)' MUTANTS_WORKERS='$(MUTANTS_WORKERS)' MUTANTS_TARGETS='$(MUTANTS_TARGETS)' \
+	GO='$(GO)' MUTANTS_WORKERS='$(MUTANTS_WORKERS)' MUTANTS_TARGETS='$(MUTANTS_TARGETS)' MUTANTS_FILES='$(MUTANTS_FILES)' \
 	  ./scripts/mutants.sh $(MUTANTS_OUT) $(or $(PKG),$(MUTANTS_PKGS))
 
 LOAD_DEVICES ?= 1000

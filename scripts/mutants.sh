@@ -8,7 +8,10 @@
 # Environment: GO (go), MUTANTS_WORKERS (mutants tested at once, 2), MUTANTS_TIMEOUT (the
 # timeout of one mutant's test run, as a multiple of the package's coverage run: 10),
 # MUTANTS_TARGETS ("attest=90 pki=90 ...": the efficacy each package must reach), MUTANTS_DOC
-# (docs/testing.md; "" writes nothing).
+# (docs/testing.md; "" writes nothing), MUTANTS_FILES (an extended regexp: only the package's
+# files whose name matches are mutated, e.g. 'bootcheck|addrindex', to iterate on a few files;
+# such a run's figures are of those files only, so it writes nothing into the document and has
+# no target).
 #
 # What gremlins does per mutant, and what this script adds to keep the figures honest:
 #   - gremlins copies the module and runs `go test -timeout T -failfast PKG` in the copy, PKG
@@ -35,6 +38,10 @@ TIMEOUT=${MUTANTS_TIMEOUT:-10}
 TARGETS=${MUTANTS_TARGETS:-}
 root=$(cd "$(dirname "$0")/.." && pwd)
 DOC=${MUTANTS_DOC-$root/docs/testing.md}
+FILES=${MUTANTS_FILES:-}
+if [ -n "$FILES" ]; then
+	DOC= TARGETS=
+fi
 
 [ $# -ge 2 ] || { echo "usage: $0 OUT PACKAGE..." >&2; exit 2; }
 out=$1
@@ -73,12 +80,21 @@ mkdir "$work/src"
 pkgs=$*
 for pkg in $pkgs; do
 	[ -d "$work/src/$pkg" ] || { echo "mutants.sh: no package directory $pkg" >&2; exit 2; }
+	# gremlins has no list of files to mutate, only regexps of files to leave out (matched against
+	# the path under the package): every one of the package's files MUTANTS_FILES does not name.
+	set -- --exclude-files '/'
+	if [ -n "$FILES" ]; then
+		for f in $(cd "$work/src/$pkg" && ls -- *.go | grep -v '_test\.go$' | grep -Ev -- "$FILES" || true); do
+			set -- "$@" --exclude-files "^$(printf %s "$f" | sed 's/\./\\./g')\$"
+		done
+		echo "== $pkg: only the files matching '$FILES' ($(($# / 2 - 1)) left out)"
+	fi
 	echo "== $pkg: gremlins $(basename "$(dirname "$gremlins")"), $WORKERS workers, timeout ${TIMEOUT}x the coverage run"
 	start=$(date +%s)
 	# Lived and timed-out mutants are listed as they come; the JSON has every one.
 	(cd "$work/src/$pkg" && PATH="$work/bin:$PATH" GOFLAGS="-count=1 -trimpath -vet=off" TMPDIR="$work" \
 		nice -n 10 "$gremlins" unleash --workers "$WORKERS" --timeout-coefficient "$TIMEOUT" \
-		--exclude-files '/' --output-statuses lt --output "$out/$pkg.json")
+		"$@" --output-statuses lt --output "$out/$pkg.json")
 	echo "== $pkg: $(($(date +%s) - start)) s"
 done
 
