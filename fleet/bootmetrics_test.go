@@ -31,7 +31,7 @@ func TestNodeMetrics(t *testing.T) {
 		d.Status, d.Owned = fleet.StatusActive, fleet.Owned{State: fleet.StateActive, BootCheck: outcome, LastBootCheck: last}
 		return d
 	}
-	lak := issueLAK(t, clock)
+	_, lak := issueLAK(t, clock)
 	withLAK := active(7, "node-certs", fleet.BootCheckOK, now.Add(-time.Minute))
 	withLAK.Owned.LAKSerial, withLAK.Owned.Identity.LAK.Chain = lak.SerialHex(), lak.DER()
 	gone := active(6, "node-odd", fleet.BootCheckDrift, now.Add(-time.Minute))
@@ -128,8 +128,9 @@ func hasLabel(m *dto.Metric, name, value string) bool {
 	return false
 }
 
-// issueLAK is a LAK certificate for node-a from a fresh LAK CA, issued at the clock's time.
-func issueLAK(t *testing.T, clock *fleettest.Clock) *pki.Certificate {
+// issueLAK is a LAK certificate for node-certs from a fresh LAK CA's issuer (lifetimes 24 h,
+// renewal points the default), issued at the clock's time.
+func issueLAK(t *testing.T, clock *fleettest.Clock) (*pki.Issuer, *pki.Certificate) {
 	t.Helper()
 	rnd := mrand.NewChaCha8([32]byte{9})
 	ca, _, err := pki.NewCA(pki.NewCAConfig{Name: "fleetd LAK", Rand: rnd, Now: clock.Now})
@@ -148,5 +149,5 @@ func issueLAK(t *testing.T, clock *fleettest.Clock) *pki.Certificate {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return lak
+	return iss, lak
 }

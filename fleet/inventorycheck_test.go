@@ -18,6 +18,7 @@ import (
 
 	"github.com/folly-infra/fleetd/fleet"
 	"github.com/folly-infra/fleetd/fleet/fleettest"
+	"github.com/folly-infra/fleetd/pki"
 )
 
 const otherEK = "1111111111111111111111111111111111111111111111111111111111111111"
@@ -333,5 +334,102 @@ func TestAfterSweep(t *testing.T) {
 	}
 	if want := []string{"listing of 2", "after sweep", "after sweep"}; !slices.Equal(got, want) {
 		t.Fatalf("after an inventory check: %q, want %q", got, want)
+	}
+}
+
+// TestInventoryCertExpiring: a node's current certificate is a difference when less than a
+// quarter of the time from its renewal point to its NotAfter is left (the rule of the
+// FleetdCertExpiring alert): not just after the renewal point, not with exactly a quarter left,
+// from a second less, and after NotAfter as lapsed.
+func TestInventoryCertExpiring(t *testing.T) {
+	iss, lak := issueLAK(t, fleettest.NewClock(testEpoch))
+	notAfter, renew := lak.Leaf.NotAfter, iss.RenewalPoint(pki.ProfileLAK, lak.Leaf)
+	quarter := notAfter.Sub(renew) / 4
+	for _, r := range []struct {
+		name   string
+		now    time.Time
+		detail string // the difference's sentence, or "" for none
+	}{
+		{"ok/just past the renewal point", renew.Add(time.Second), ""},
+		{"ok/exactly a quarter of the renewal window left", notAfter.Add(-quarter), ""},
+		{"refuse/a second less than a quarter left", notAfter.Add(-quarter + time.Second), "the LAK certificate lapses in " + (quarter - time.Second).String()},
+		{"refuse/past NotAfter", notAfter.Add(time.Minute), "the LAK certificate lapsed at "},
+	} {
+		t.Run(r.name, func(t *testing.T) {
+			d := agreeing(1, "node-a")
+			d.Owned.LAKSerial, d.Owned.Identity.LAK.Chain = lak.SerialHex(), lak.DER()
+			d.Owned.LastBootCheck = r.now.Add(-10 * time.Minute)
+			s, err := fleet.NewService(fleet.Config{FleetdURL: "http://spore:8080", ServiceUser: "fleetd"},
+				fleet.Deps{Seal: fleettest.SealKeys(), NetBox: fleettest.NewNetBox(d), ChangeLog: &fleettest.ChangeLog{}, Installer: fleettest.NewInstaller(),
+					Catalog: fleettest.Catalog(), Clock: fleettest.NewClock(r.now), Renderer: sharedRenderer(), Random: rand.New(rand.NewSource(1)),
+					Attest: fleet.Attestation{Issuer: iss}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rep, err := s.Review.InventoryCheck(context.Background(), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, diff := range rep.Devices[0].Differences {
+				got = append(got, string(diff.Kind)+": "+diff.Detail)
+			}
+			switch {
+			case r.detail == "" && len(got) != 0:
+				t.Errorf("differences %q, want none", got)
+			case r.detail != "" && (len(got) != 1 || !strings.Contains(got[0], string(fleet.DiffCertExpiring)+": "+r.detail)):
+				t.Errorf("differences %q, want one %s saying %q", got, fleet.DiffCertExpiring, r.detail)
+			}
+		})
+	}
+}
+
+// TestInventoryMACChanges: which saves of MAC addresses make a device's facts stale rather than
+// different: one whose value before or after is a MAC the device declares or the machine
+// reported; not another device's, nor a MAC created or deleted elsewhere while the facts name
+// no MAC.
+func TestInventoryMACChanges(t *testing.T) {
+	const reported, declared = "3c:ec:ef:4c:4f:54", "02:aa:00:00:00:01"
+	for _, r := range []struct {
+		name          string
+		claimed       string // the MAC the machine reported
+		before, after string // the MAC address saved
+		want          fleet.InventoryResult
+	}{
+		{"ok/the owner changed the reported MAC to the declared one", reported, reported, declared, fleet.InventoryStale},
+		{"ok/the owner deleted the reported MAC", reported, reported, "", fleet.InventoryStale},
+		{"ok/the owner gave the device a MAC another interface had", reported, "02:cc:00:00:00:01", declared, fleet.InventoryStale},
+		{"refuse/another device's MAC changed: the difference stands", reported, "02:dd:00:00:00:01", "02:ee:00:00:00:01", fleet.InventoryDiffers},
+		{"refuse/a MAC created elsewhere, no MAC reported", "", "", "02:ee:00:00:00:01", fleet.InventoryAgrees},
+		{"refuse/a MAC deleted elsewhere, no MAC reported", "", "02:ee:00:00:00:01", "", fleet.InventoryAgrees},
+	} {
+		t.Run(r.name, func(t *testing.T) {
+			m := agreeing(2, "node-b")
+			m.MACs, m.Owned.Facts.Claimed.MAC = []fleet.MAC{declared}, r.claimed
+			log := &fleettest.ChangeLog{MACs: []fleet.MACChange{{User: "owner", Time: testEpoch.Add(-5 * time.Minute), Before: r.before, After: r.after}}}
+			s, _ := inventoryService(t, log, m)
+			rep, err := s.Review.InventoryCheck(context.Background(), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := rep.Devices[0]; got.Result != r.want {
+				t.Errorf("%s, want %s: %+v", got.Result, r.want, got)
+			}
+		})
+	}
+}
+
+// TestInventoryNoDisksReported: a machine whose agent reported no disks (disks_found 0) says
+// nothing of its disk_serial: no difference.
+func TestInventoryNoDisksReported(t *testing.T) {
+	d := agreeing(1, "node-a")
+	d.Owned.Facts.Claimed.Disks, d.Owned.Facts.Claimed.DisksFound = nil, 0
+	s, _ := inventoryService(t, &fleettest.ChangeLog{}, d)
+	rep, err := s.Review.InventoryCheck(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rep.Devices[0]; got.Result != fleet.InventoryAgrees || len(got.Differences) != 0 {
+		t.Errorf("%+v, want agrees", got)
 	}
 }
