@@ -1,6 +1,7 @@
 package fleet_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/rs/zerolog"
 
 	"github.com/folly-infra/fleetd/fleet"
 	"github.com/folly-infra/fleetd/fleet/fleettest"
@@ -431,5 +433,55 @@ func TestInventoryNoDisksReported(t *testing.T) {
 	}
 	if got := rep.Devices[0]; got.Result != fleet.InventoryAgrees || len(got.Differences) != 0 {
 		t.Errorf("%+v, want agrees", got)
+	}
+}
+
+// lockedLog is a zerolog destination safe for a loop's goroutine to write while the test reads.
+type lockedLog struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *lockedLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+// TestRunInventoryCheckLogs: the hourly loop logs one line per check: what it checked when the
+// check ran, a warning naming the failure when it did not (the next one tries again).
+func TestRunInventoryCheckLogs(t *testing.T) {
+	for _, r := range []struct {
+		name          string
+		netbox        fleet.NetBox
+		want, notWant string
+	}{
+		{"ok/a check", fleettest.NewNetBox(agreeing(1, "node-a")), `"level":"info","devices":1,"differs":false,"message":"inventory checked"`, "failed"},
+		{"refuse/NetBox down", downInventory{fleettest.NewNetBox()}, `"level":"warn","error":"list devices`, "inventory checked"},
+	} {
+		t.Run(r.name, func(t *testing.T) {
+			log, swept := &lockedLog{}, make(chan struct{}, 1)
+			s, err := fleet.NewService(fleet.Config{FleetdURL: "http://spore:8080", ServiceUser: "fleetd", AfterSweep: func() { swept <- struct{}{} }},
+				fleet.Deps{Seal: fleettest.SealKeys(), NetBox: r.netbox, ChangeLog: &fleettest.ChangeLog{}, Installer: fleettest.NewInstaller(),
+					Catalog: fleettest.Catalog(), Clock: fleettest.NewClock(testEpoch), Random: rand.New(rand.NewSource(1)), Logger: zerolog.New(log)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error)
+			go func() { done <- s.Review.RunInventoryCheck(ctx, time.Millisecond, time.Hour) }()
+			<-swept // the first check is over
+			cancel()
+			<-done
+			if got := log.String(); !strings.Contains(got, r.want) || strings.Contains(got, r.notWant) || strings.Count(got, "\n") != 1 {
+				t.Errorf("logged %q, want one line with %q and without %q", got, r.want, r.notWant)
+			}
+		})
 	}
 }
