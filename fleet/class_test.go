@@ -111,3 +111,29 @@ func TestLoadCatalogRefusals(t *testing.T) {
 		})
 	}
 }
+
+// TestClassNetboot: a class's "netboot" block: allowNetboot is toggled unless the block says not,
+// the boot mode and ISO URL are kept as given.
+func TestClassNetboot(t *testing.T) {
+	const class = `"kind": "talos", "templates": {"provision": "p", "attest": "a", "wipe": "w", "retire": "r"}, "image": "i", "talos": {"machine_type": "worker"}`
+	for _, r := range []struct {
+		name, netboot string
+		want          Netboot
+	}{
+		{"ok/no block: toggled", ``, Netboot{ToggleAllowNetboot: true}},
+		{"ok/a block that does not say: toggled", `, "netboot": {"boot_mode": "netboot"}`, Netboot{ToggleAllowNetboot: true, BootMode: "netboot"}},
+		{"ok/a block that says not", `, "netboot": {"toggle_allow_netboot": false}`, Netboot{}},
+		{"ok/a block that says so, booting an ISO", `, "netboot": {"toggle_allow_netboot": true, "boot_mode": "iso", "iso_url": "http://img/x.iso"}`,
+			Netboot{ToggleAllowNetboot: true, BootMode: "iso", ISOURL: "http://img/x.iso"}},
+	} {
+		t.Run(r.name, func(t *testing.T) {
+			cat, err := LoadCatalog(strings.NewReader(`{"classes": {"a": {` + class + r.netboot + `}}}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c, _ := cat.Class("a"); c.Netboot != r.want {
+				t.Errorf("netboot %+v, want %+v", c.Netboot, r.want)
+			}
+		})
+	}
+}

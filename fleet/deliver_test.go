@@ -33,6 +33,7 @@ func TestFetchConfig(t *testing.T) {
 		advance    time.Duration // the clock's move before the fetch (the configuration's TTL is an hour)
 		fetch      fleet.ConfigFetch
 		wantCode   string // "" = delivered
+		wantMsg    string // in the refusal's message
 		wantState  fleet.State
 		wantStatus fleet.Status
 		wantJourn  string
@@ -84,7 +85,12 @@ func TestFetchConfig(t *testing.T) {
 			wantState: fleet.StateActive, wantStatus: fleet.StatusActive, wantJourn: "bound by the attested SMBIOS UUID and the one-time fetch secret."},
 		{name: "refuse/no fetch secret where one was handed out: not consumed", state: fleet.StateConfiguring, attested: true,
 			mod:   func(d *fleet.Device) { d.Owned.Identity.FetchSecretSHA256 = fleet.FetchSecretHash("s3cr3t") },
-			fetch: talos(attestedUUID), wantCode: "fetch_secret_missing", wantState: fleet.StateConfiguring, wantStatus: fleet.StatusStaged},
+			fetch: talos(attestedUUID), wantCode: "fetch_secret_missing", wantState: fleet.StateConfiguring, wantStatus: fleet.StatusStaged,
+			wantMsg: "the talos.config= URL must carry code=${code}"},
+		{name: "refuse/no fetch secret on the seed route: the agent's file is named", state: fleet.StateConfiguring, attested: true,
+			mod:   func(d *fleet.Device) { d.Owned.Identity.FetchSecretSHA256 = fleet.FetchSecretHash("s3cr3t") },
+			fetch: fleet.ConfigFetch{Kind: fleet.KindNixOS, ClaimedUUID: attestedUUID, RemoteAddr: home}, wantCode: "fetch_secret_missing",
+			wantState: fleet.StateConfiguring, wantStatus: fleet.StatusStaged, wantMsg: "the install must pass the agent's fetch-secret file to the fetch"},
 		{name: "refuse/another fetch secret: not consumed", state: fleet.StateConfiguring, attested: true,
 			mod:      func(d *fleet.Device) { d.Owned.Identity.FetchSecretSHA256 = fleet.FetchSecretHash("s3cr3t") },
 			fetch:    fleet.ConfigFetch{Kind: fleet.KindTalos, ClaimedUUID: attestedUUID, ClaimedSecret: "s3cr3T", RemoteAddr: home},
@@ -97,7 +103,8 @@ func TestFetchConfig(t *testing.T) {
 			mod:   func(d *fleet.Device) { d.Declared.Class, d.Status = "talos-member", fleet.StatusActive },
 			fetch: talos(attestedUUID), wantCode: "config_delivered", wantState: fleet.StateJoining, wantStatus: fleet.StatusActive},
 		{name: "refuse/no request", state: fleet.StateNone,
-			fetch: talos(attestedUUID), wantCode: "no_pending_config", wantState: fleet.StateNone, wantStatus: fleet.StatusStaged},
+			fetch: talos(attestedUUID), wantCode: "no_pending_config", wantState: fleet.StateNone, wantStatus: fleet.StatusStaged,
+			wantMsg: "no configuration is pending for node-a (fleet_state empty)"},
 	}
 	for _, r := range rows {
 		t.Run(r.name, func(t *testing.T) {
@@ -130,8 +137,8 @@ func TestFetchConfig(t *testing.T) {
 				if !ok || ref.Code != r.wantCode {
 					t.Fatalf("FetchConfig error %v, want refusal %s", err, r.wantCode)
 				}
-				if ref.Msg == "" {
-					t.Error("refusal without a message")
+				if ref.Msg == "" || !strings.Contains(ref.Msg, r.wantMsg) {
+					t.Errorf("refusal message %q, want one saying %q", ref.Msg, r.wantMsg)
 				}
 			}
 			got := inv.Get(12)

@@ -35,3 +35,20 @@ func TestAsRefusal(t *testing.T) {
 		})
 	}
 }
+
+// TestRefusalError: a refusal's text in the log is its code and message, and the detail it holds
+// for the log when it holds one.
+func TestRefusalError(t *testing.T) {
+	for _, r := range []struct {
+		name string
+		ref  *fleet.Refusal
+		want string
+	}{
+		{"refuse/code and message", fleet.Refuse(fleet.RefusedNotFound, "unknown_address", "no device has %s", "10.9.9.9"), "unknown_address: no device has 10.9.9.9"},
+		{"refuse/with its detail", &fleet.Refusal{Code: "identity_unreadable", Msg: "cannot be read", Err: errors.New("version 2")}, "identity_unreadable: cannot be read: version 2"},
+	} {
+		if got := r.ref.Error(); got != r.want {
+			t.Errorf("%s: %q, want %q", r.name, got, r.want)
+		}
+	}
+}
