@@ -42,6 +42,15 @@ func TestNewSealKeys(t *testing.T) {
 		{"refuse/an empty id", []fleet.SealKey{{ID: "", Secret: secret}}, `seal key id ""`},
 		{"refuse/a short secret", []fleet.SealKey{{ID: "k1", Secret: secret[1:]}}, "31 bytes, fewer than 32"},
 		{"refuse/an id twice", []fleet.SealKey{{ID: "k1", Secret: secret}, {ID: "k1", Secret: secret}}, "listed twice"},
+		{"ok/every edge of the id's characters", []fleet.SealKey{{ID: "azAZ09-_", Secret: secret}}, ""},
+		{"ok/an id of 32 characters", []fleet.SealKey{{ID: strings.Repeat("k", 32), Secret: secret}}, ""},
+		{"refuse/an id of 33 characters", []fleet.SealKey{{ID: strings.Repeat("k", 33), Secret: secret}}, "want 1 to 32 letters"},
+		{"refuse/an id with a backquote, next to 'a'", []fleet.SealKey{{ID: "k`1", Secret: secret}}, "want 1 to 32 letters"},
+		{"refuse/an id with {, next to 'z'", []fleet.SealKey{{ID: "k{1", Secret: secret}}, "want 1 to 32 letters"},
+		{"refuse/an id with @, next to 'A'", []fleet.SealKey{{ID: "k@1", Secret: secret}}, "want 1 to 32 letters"},
+		{"refuse/an id with [, next to 'Z'", []fleet.SealKey{{ID: "k[1", Secret: secret}}, "want 1 to 32 letters"},
+		{"refuse/an id with /, next to '0'", []fleet.SealKey{{ID: "k/1", Secret: secret}}, "want 1 to 32 letters"},
+		{"refuse/an id with :, next to '9'", []fleet.SealKey{{ID: "k:1", Secret: secret}}, "want 1 to 32 letters"},
 	} {
 		t.Run(r.name, func(t *testing.T) {
 			k, err := fleet.NewSealKeys(r.keys...)

@@ -76,3 +76,24 @@ func TestPublicSentences(t *testing.T) {
 		}
 	}
 }
+
+// TestCapText: a sentence fleetd writes into a capped field keeps at most the cap's bytes, cut on
+// a rune boundary and marked with "…"; one that fits, to the last byte, is kept whole.
+func TestCapText(t *testing.T) {
+	for _, r := range []struct {
+		name, in string
+		n        int
+		want     string
+	}{
+		{"ok/exactly the cap: whole", "abcdefgh", 8, "abcdefgh"},
+		{"ok/a byte over: cut and marked", "abcdefghi", 8, "abcde…"},
+		{"ok/a cut inside a rune moves before it", "abcdéfgh!", 8, "abcd…"},
+		{"ok/a cut on a rune's first byte keeps the runes before it", "abcdeé€", 8, "abcde…"},
+		{"ok/bytes that are no UTF-8 at all: the mark alone", strings.Repeat("\x80", 10), 8, "…"},
+	} {
+		got := capText(r.in, r.n)
+		if got != r.want || len(got) > r.n {
+			t.Errorf("%s: capText(%q, %d) = %q, want %q", r.name, r.in, r.n, got, r.want)
+		}
+	}
+}
