@@ -22,6 +22,8 @@ func TestViewReportsMissingBootChecks(t *testing.T) {
 	}{
 		{"ok/checked an hour ago", fleet.StateActive, fleet.StatusActive, time.Hour, false},
 		{"refuse/checked three hours ago: missing", fleet.StateActive, fleet.StatusActive, 3 * time.Hour, true},
+		{"ok/checked exactly boot_check.missing_after (2h) ago: not yet missing", fleet.StateActive, fleet.StatusActive, 2 * time.Hour, false},
+		{"refuse/checked a second longer ago: missing", fleet.StateActive, fleet.StatusActive, 2*time.Hour + time.Second, true},
 		{"ok/decommissioning nodes are not expected to check", fleet.StateActive, fleet.StatusDecommissioning, 3 * time.Hour, false},
 		{"ok/not active", fleet.StateWiped, fleet.StatusOffline, 3 * time.Hour, false},
 		{"ok/never checked (the none-status alert covers it)", fleet.StateActive, fleet.StatusActive, 0, false},
