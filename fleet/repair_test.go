@@ -167,6 +167,9 @@ func TestUpgradeSealsWhatFleetdWroteLast(t *testing.T) {
 	if n := gauge(t, reg, "fleetd_owned_field_writes_total", "sealed"); n != 2 {
 		t.Errorf("fleetd_owned_field_writes_total{outcome=sealed} = %v, want 2", n)
 	}
+	if n := gauge(t, reg, "fleetd_sealed_devices", "none"); n != 3 {
+		t.Errorf("fleetd_sealed_devices{key=none} after the first reconcile = %v, want the 3 its listing found unsealed", n)
+	}
 	if _, err := s.Requests.ReconcileAll(context.Background()); err != nil {
 		t.Fatal(err)
 	}
