@@ -164,6 +164,25 @@ func TestAddressIndexAnswers(t *testing.T) {
 				}
 			}
 		}, [][2]string{{"10.0.0.50", "no_pending_config"}, {"10.0.0.5", "unknown_address"}, {"10.0.0.6", "no_pending_config"}}},
+		{"ok/the next listing wins over reads made during the one before", func(t *testing.T, s testService, inv *listingNetBox) {
+			inv.during = func() { // both devices move after the first listing read them, and fleetd reads both
+				inv.Set(at(inv.Get(1), "10.0.0.50"))
+				inv.Set(at(inv.Get(2), "10.0.0.60"))
+				for _, id := range []int64{1, 2} {
+					if _, err := s.ReadDevice(ctx, id); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if got := fetchCode(s, "10.9.9.9"); got != "unknown_address" { // the first listing, for this fetch
+				t.Fatalf("fetch from an unknown address: %s", got)
+			}
+			inv.Set(at(inv.Get(1), "10.0.0.51")) // both move again, and only the reconcile's listing sees it
+			inv.Set(at(inv.Get(2), "10.0.0.61"))
+			if _, err := s.Requests.ReconcileAll(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}, [][2]string{{"10.0.0.51", "no_pending_config"}, {"10.0.0.61", "no_pending_config"}}},
 		{"ok/a listing wins over a read made before it began", func(t *testing.T, s testService, inv *listingNetBox) {
 			if _, err := s.ReadDevice(ctx, 1); err != nil {
 				t.Fatal(err)
