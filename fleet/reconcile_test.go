@@ -2,10 +2,13 @@ package fleet_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/folly-infra/fleetd/fleet"
 	"github.com/folly-infra/fleetd/fleet/fleettest"
@@ -275,5 +278,44 @@ func TestTemplateRefusalFailsRequest(t *testing.T) {
 	}
 	if !strings.Contains(got.Owned.Message, "timeout 0") {
 		t.Errorf("message %q does not say why", got.Owned.Message)
+	}
+}
+
+// TestReconcileAllReportsFailures: a periodic reconcile that could not read NetBox's change log
+// says so in its error and counts itself an error (fleetd_reconcile_runs_total{result="error"});
+// one that read everything counts itself ok.
+func TestReconcileAllReportsFailures(t *testing.T) {
+	for _, r := range []struct {
+		name    string
+		log     *fleettest.ChangeLog
+		wantErr string // "" = none
+		result  string
+	}{
+		{"ok/everything read", &fleettest.ChangeLog{}, "", "ok"},
+		{"refuse/the change log unreadable", &fleettest.ChangeLog{Err: errors.New("GET /api/core/object-changes/: 502")}, "read NetBox's change log since", "error"},
+	} {
+		t.Run(r.name, func(t *testing.T) {
+			reg := prometheus.NewRegistry()
+			clock := fleettest.NewClock(testEpoch)
+			inv := fleettest.NewNetBox(fleettest.Declared(1, "node-a"))
+			inv.Clock = clock
+			s, err := fleet.NewService(fleet.Config{FleetdURL: "http://spore:8080", ServiceUser: fleettest.ServiceUser},
+				fleet.Deps{Seal: fleettest.SealKeys(), NetBox: inv, ChangeLog: r.log, Installer: fleettest.NewInstaller(), Catalog: fleettest.Catalog(),
+					Clock: clock, Renderer: sharedRenderer(), Random: strings.NewReader(strings.Repeat("r", 4096)), Registry: reg})
+			if err != nil {
+				t.Fatal(err)
+			}
+			devices, err := s.Requests.ReconcileAll(context.Background())
+			if r.wantErr == "" && err != nil || r.wantErr != "" && (err == nil || !strings.Contains(err.Error(), r.wantErr)) {
+				t.Errorf("ReconcileAll: %v, want %q", err, r.wantErr)
+			}
+			if len(devices) != 1 {
+				t.Errorf("the listing: %d devices, want node-a (a failed change-log read leaves the listing whole)", len(devices))
+			}
+			other := map[string]string{"ok": "error", "error": "ok"}[r.result]
+			if n, m := gauge(t, reg, "fleetd_reconcile_runs_total", r.result), gauge(t, reg, "fleetd_reconcile_runs_total", other); n != 1 || m > 0 {
+				t.Errorf("fleetd_reconcile_runs_total: %s %v, %s %v; want 1 and none", r.result, n, other, m)
+			}
+		})
 	}
 }
