@@ -319,3 +319,35 @@ func TestReconcileAllReportsFailures(t *testing.T) {
 		})
 	}
 }
+
+// TestRetirementStillRejected: a retirement (status decommissioning: no desired_action to clear)
+// that the declaration cannot carry is rejected once; reconciles after it, while the reasons stay
+// the same, write nothing and journal nothing again. A new reason is written.
+func TestRetirementStillRejected(t *testing.T) {
+	d := fleettest.Declared(1, "node-a")
+	d.Status, d.Owned.State, d.MACs = fleet.StatusDecommissioning, fleet.StateActive, nil
+	inv := fleettest.NewNetBox(d)
+	s := newTestService(inv, fleettest.NewInstaller())
+	for i, step := range []struct {
+		name            string
+		edit            func(*fleet.Device)
+		result, message string
+		saves, journal  int // the device's saves and journal entries after the step
+	}{
+		{"refuse/rejected: written once", nil, "rejected", "no MAC address", 1, 1},
+		{"refuse/still rejected for the same reason: nothing written", nil, "still-rejected", "no MAC address", 1, 1},
+		{"refuse/again: nothing written", nil, "still-rejected", "no MAC address", 1, 1},
+		{"refuse/a new reason: written", func(d *fleet.Device) { d.Declared.DiskSerial = "" }, "rejected", "disk_serial is empty", 3, 2},
+	} {
+		if step.edit != nil {
+			inv.WriteAs(fleettest.Owner, 1, step.edit)
+		}
+		out, err := s.Requests.Reconcile(context.Background(), 1)
+		got := inv.Get(1)
+		if err != nil || out.Result != step.result || got.Owned.State != fleet.StateRejected || !strings.Contains(got.Owned.Message, step.message) ||
+			len(inv.Changes(1)) != step.saves || len(inv.JournalOf(1)) != step.journal {
+			t.Fatalf("step %d, %s: %s, %v; state %s, message %q, %d saves, journal %q", i, step.name, out.Result, err, got.Owned.State,
+				got.Owned.Message, len(inv.Changes(1)), inv.JournalOf(1))
+		}
+	}
+}
