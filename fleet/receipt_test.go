@@ -143,6 +143,11 @@ func TestRecordWipeReceipt(t *testing.T) {
 				if len(j) != entries+1 || !strings.HasPrefix(j[len(j)-1], want) || !strings.Contains(got.Owned.Message, "confirmed the erase") {
 					t.Errorf("journal %q, message %q; want one entry %q…", j, got.Owned.Message, want)
 				}
+				end := map[fleet.Action]string{fleet.ActionWipe: "the device is wiped; its certificates are no longer accepted.",
+					fleet.ActionRetire: "the device is retired; its certificates are no longer accepted."}[fleet.RequestAction(r.request)]
+				if !strings.HasSuffix(got.Owned.Message, end) {
+					t.Errorf("message %q, want it to end %q", got.Owned.Message, end)
+				}
 				if gauge(t, reg, "fleetd_wipe_receipts_total", fleet.ReceiptRecorded) != 1 {
 					t.Error("fleetd_wipe_receipts_total{outcome=recorded} is not 1")
 				}

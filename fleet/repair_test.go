@@ -303,3 +303,16 @@ func TestEveryWriteChangesTheSeal(t *testing.T) {
 		}())
 	}
 }
+
+// TestSealGaugesBeforeTheFirstListing: a fleetd that has not listed the devices yet already has
+// fleetd_sealed_devices for each of its keys and for none, at 0: the series exist from fleetd's
+// start, not from its first reconcile.
+func TestSealGaugesBeforeTheFirstListing(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	newRegisteredService(fleettest.NewNetBox(activeNode()), reg, fleettest.SealKeys())
+	for _, key := range []string{"test", "none"} {
+		if n := gauge(t, reg, "fleetd_sealed_devices", key); n != 0 {
+			t.Errorf("ok/fleetd_sealed_devices{key=%s} before any listing = %v, want 0 (-1: no series)", key, n)
+		}
+	}
+}
