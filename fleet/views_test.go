@@ -46,3 +46,33 @@ func TestViewReportsMissingBootChecks(t *testing.T) {
 		})
 	}
 }
+
+// TestViewReportsPendingConfig: a device view says a configuration is pending while the
+// provision's attested configuration waits for its fetch, and not once it expired or was
+// delivered.
+func TestViewReportsPendingConfig(t *testing.T) {
+	for _, r := range []struct {
+		name    string
+		state   fleet.State
+		advance time.Duration // the clock's move after the attestation (the configuration waits an hour)
+		pending bool
+	}{
+		{"ok/attested, waiting for its fetch", fleet.StateConfiguring, 0, true},
+		{"refuse/expired", fleet.StateConfiguring, 2 * time.Hour, false},
+		{"refuse/delivered", fleet.StateActive, 0, false},
+	} {
+		t.Run(r.name, func(t *testing.T) {
+			d := fleettest.Declared(12, "node-a")
+			d.Status, d.Owned = fleet.StatusStaged, fleet.Owned{State: r.state, Request: "provision-aaaaaaaa", Workflow: "node-a-provision-aaaaaaaa"}
+			s := newTestService(fleettest.NewNetBox(attested(d)), fleettest.NewInstaller())
+			s.clock.Advance(r.advance)
+			v, err := s.Views.View(context.Background(), "node-a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v.PendingConfig != r.pending {
+				t.Errorf("pending config %v, want %v", v.PendingConfig, r.pending)
+			}
+		})
+	}
+}
