@@ -200,3 +200,34 @@ func TestPlanSteps(t *testing.T) {
 		t.Errorf("plans wrote: journal %q, version %s", j, inv.Get(12).Version)
 	}
 }
+
+// TestPlanOfARunningRequest: the plan of a device whose request runs says so, and names the
+// request queued behind it and how the owner cancels that one: a retirement by setting the status
+// back, a desired_action by clearing it.
+func TestPlanOfARunningRequest(t *testing.T) {
+	for _, r := range []struct {
+		name        string
+		edit        func(*fleet.Device)
+		want, never string // in the plan's Why
+	}{
+		{"ok/nothing queued", func(*fleet.Device) {}, "provision request provision-aaaaaaaa runs (fleet_state installing); nothing new starts until it ends", "waits for"},
+		{"ok/a retirement queued", func(d *fleet.Device) { d.Status = fleet.StatusDecommissioning },
+			"; retire waits for provision request provision-aaaaaaaa (fleet_state installing): it starts when that request ends; set the status back from decommissioning to cancel it before then.", "clear desired_action"},
+		{"ok/a wipe queued", func(d *fleet.Device) { d.Declared.DesiredAction = fleet.ActionWipe },
+			"; wipe waits for provision request provision-aaaaaaaa (fleet_state installing): it starts when that request ends; clear desired_action to cancel it before then.", "set the status back"},
+	} {
+		t.Run(r.name, func(t *testing.T) {
+			d := fleettest.Declared(12, "node-a")
+			d.Status, d.Owned = fleet.StatusStaged, fleet.Owned{State: fleet.StateInstalling, Request: "provision-aaaaaaaa", Workflow: "node-a-provision-aaaaaaaa"}
+			r.edit(&d)
+			s := newTestService(fleettest.NewNetBox(d), fleettest.NewInstaller())
+			p, err := s.Review.Plan(context.Background(), "node-a", fleet.ActionNone)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.Outcome != fleet.PlanRunning || !strings.Contains(p.Why, r.want) || strings.Contains(p.Why, r.never) {
+				t.Errorf("plan %s: %q; want running, saying %q and not %q", p.Outcome, p.Why, r.want, r.never)
+			}
+		})
+	}
+}
