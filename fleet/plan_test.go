@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -227,6 +228,53 @@ func TestPlanOfARunningRequest(t *testing.T) {
 			}
 			if p.Outcome != fleet.PlanRunning || !strings.Contains(p.Why, r.want) || strings.Contains(p.Why, r.never) {
 				t.Errorf("plan %s: %q; want running, saying %q and not %q", p.Outcome, p.Why, r.want, r.never)
+			}
+		})
+	}
+}
+
+// TestPlanOfAPendingEnrollment: while a request waits for the agent's enrollment, its plan lists
+// what the enrollment must prove: a provision's ends with its configuration's acceptance, an
+// attestation's does not; a class that does not require Secure Boot says it only records it.
+// Once the enrollment is done (installing), nothing of it is left to plan.
+func TestPlanOfAPendingEnrollment(t *testing.T) {
+	for _, r := range []struct {
+		name    string
+		state   fleet.State
+		request string
+		want    []string // the enrollment checks' names, in order, after the common ones
+	}{
+		{"ok/a provision's enrollment", fleet.StatePending, "provision-aaaaaaaa", []string{"disk_absent", "config_rejected"}},
+		{"ok/an attestation's enrollment", fleet.StatePending, "attest-aaaaaaaa", []string{"disk_absent"}},
+		{"ok/enrolled, installing: no enrollment left", fleet.StateInstalling, "provision-aaaaaaaa", nil},
+	} {
+		t.Run(r.name, func(t *testing.T) {
+			d := fleettest.Declared(12, "node-a")
+			d.Status, d.Owned = fleet.StatusStaged, fleet.Owned{State: r.state, Request: r.request, Workflow: "node-a-" + r.request}
+			s := newTestService(fleettest.NewNetBox(d), fleettest.NewInstaller())
+			p, err := s.Review.Plan(context.Background(), "node-a", fleet.ActionNone)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var names []string
+			secureBoot := ""
+			for _, c := range p.Enrollment {
+				names = append(names, c.Name)
+				if c.Name == "secure_boot" {
+					secureBoot = c.Detail
+				}
+			}
+			if r.want == nil {
+				if len(names) != 0 {
+					t.Errorf("enrollment checks %v, want none", names)
+				}
+				return
+			}
+			if len(names) < len(r.want) || !slices.Equal(names[len(names)-len(r.want):], r.want) {
+				t.Errorf("enrollment checks %v, want them to end %v", names, r.want)
+			}
+			if want := "class talos-worker records Secure Boot and does not require it"; secureBoot != want {
+				t.Errorf("secure_boot: %q, want %q", secureBoot, want)
 			}
 		})
 	}
