@@ -279,3 +279,48 @@ func TestPlanOfAPendingEnrollment(t *testing.T) {
 		})
 	}
 }
+
+// TestPlanWrite: whether the plan was asked for or read from NetBox, each declaration check's
+// result, and whether the write clears desired_action: a wipe's (asked of the plan, it is planned
+// as set) is cleared by the claim and by the rejection alike; a retirement, asked by the status,
+// has none to clear.
+func TestPlanWrite(t *testing.T) {
+	for _, r := range []struct {
+		name           string
+		desired, asked fleet.Action // desired_action in NetBox; the action asked of the plan
+		noMAC          bool         // a declaration problem: the plan is a rejection
+		outcome        fleet.PlanOutcome
+		wantAsked      bool
+		wantClear      bool
+		wantMACCheck   string
+	}{
+		{"ok/a wipe asked: accepted, cleared", fleet.ActionNone, fleet.ActionWipe, false, fleet.PlanAccepted, true, true, fleet.CheckPass},
+		{"ok/a wipe read from desired_action: accepted, cleared", fleet.ActionWipe, fleet.ActionNone, false, fleet.PlanAccepted, false, true, fleet.CheckPass},
+		{"ok/a retirement asked: accepted, nothing to clear", fleet.ActionNone, fleet.ActionRetire, false, fleet.PlanAccepted, true, false, fleet.CheckPass},
+		{"refuse/a wipe asked, no MAC: rejected, cleared", fleet.ActionNone, fleet.ActionWipe, true, fleet.PlanRejected, true, true, fleet.CheckFail},
+		{"refuse/a retirement asked, no MAC: rejected, nothing to clear", fleet.ActionNone, fleet.ActionRetire, true, fleet.PlanRejected, true, false, fleet.CheckFail},
+	} {
+		t.Run(r.name, func(t *testing.T) {
+			d := fleettest.Declared(12, "node-a")
+			d.Status, d.Owned.State, d.Declared.DesiredAction = fleet.StatusActive, fleet.StateActive, r.desired
+			if r.noMAC {
+				d.MACs = nil
+			}
+			s := newTestService(fleettest.NewNetBox(d), fleettest.NewInstaller())
+			p, err := s.Review.Plan(context.Background(), "node-a", r.asked)
+			if err != nil {
+				t.Fatal(err)
+			}
+			mac := ""
+			for _, c := range p.Checks {
+				if c.Name == "mac" {
+					mac = c.Result
+				}
+			}
+			if p.Outcome != r.outcome || p.Asked != r.wantAsked || p.Write == nil || p.Write.ClearDesiredAction != r.wantClear || mac != r.wantMACCheck {
+				t.Fatalf("plan %s, asked %v, write %+v, mac check %q; want %s, asked %v, clear %v, mac %s", p.Outcome, p.Asked, p.Write, mac,
+					r.outcome, r.wantAsked, r.wantClear, r.wantMACCheck)
+			}
+		})
+	}
+}
