@@ -69,7 +69,8 @@ func TestInventoryAddressing(t *testing.T) {
 		}
 		d := fleet.Device{ID: int64(i + 1), Name: sd.Name, Status: fleet.StatusStaged, Address: address(i),
 			MACs: []fleet.MAC{fleet.MAC(mac(i))}, Declared: fleet.Declaration{Class: sd.Class, DiskSerial: diskSerial(i)}}
-		nc, err := r.Render(d, class, fleet.NodeIdentity{UUID: "4c4c4544-0042-3510-8052-b4c04f4e4e32", Serial: chassisSerial(i)})
+		nc, err := r.Render(d, class, fleet.NodeIdentity{UUID: "4c4c4544-0042-3510-8052-b4c04f4e4e32", Serial: chassisSerial(i),
+			BootstrapToken: fleet.BootstrapToken{ID: "abcdef", Secret: "0123456789abcdef"}})
 		if err != nil {
 			t.Errorf("ok/%s: render %s config: %v", sd.Name, class.Kind, err)
 			continue
