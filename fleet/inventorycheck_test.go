@@ -478,7 +478,9 @@ func TestRunInventoryCheckLogs(t *testing.T) {
 			go func() { done <- s.Review.RunInventoryCheck(ctx, time.Millisecond, time.Hour) }()
 			<-swept // the first check is over
 			cancel()
-			<-done
+			if err := <-done; err != nil {
+				t.Fatalf("the inventory check ended with %v, want nil when its context ends", err)
+			}
 			if got := log.String(); !strings.Contains(got, r.want) || strings.Contains(got, r.notWant) || strings.Count(got, "\n") != 1 {
 				t.Errorf("logged %q, want one line with %q and without %q", got, r.want, r.notWant)
 			}
