@@ -61,7 +61,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // run serves until ctx ends, then shuts the HTTP server down gracefully.
 func (a *app) run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
-	var nodes *workload.Nodes // the workload cluster's Nodes, for the join deadlines; nil without one
+	var nodes *workload.Nodes // the workload cluster's Nodes, for the join deadlines and the leaving devices' Nodes; nil without one
 	if a.workload != nil {
 		var err error
 		if nodes, err = a.workload.WatchNodes(ctx, a.service.Membership, 5*time.Minute, func(out fleet.Outcome, err error) {
@@ -100,6 +100,13 @@ func (a *app) run(ctx context.Context) error {
 			if nodes != nil {
 				for _, out := range a.service.Membership.JoinDeadlines(ctx, devices, nodes.Node) {
 					a.log.Info().Str("trigger", "join-deadline").EmbedObject(out).Msg("decision")
+				}
+				for _, out := range a.service.Requests.RemoveLeftNodes(ctx, devices, nodes.Node) {
+					ev := a.log.Info()
+					if out.Result != "node-deleted" {
+						ev = a.log.Warn()
+					}
+					ev.Str("trigger", "node-cleanup").EmbedObject(out).Msg("decision")
 				}
 			}
 		})

@@ -31,6 +31,7 @@ type metrics struct {
 	inventoryDiffs   *prometheus.GaugeVec
 	inventoryRuns    *prometheus.CounterVec
 	spireBans        *prometheus.CounterVec
+	nodeCleanups     *prometheus.CounterVec
 	seals            *sealMetrics
 	receipts         *receiptMetrics
 	nodeAccess       *nodeAccessMetrics
@@ -107,10 +108,10 @@ func newMetrics(reg, devices prometheus.Registerer, clock Clock) (*metrics, erro
 			Help: "Inventory checks of the whole fleet, by result (ok, error: it could not check).",
 		}, []string{"result"}),
 	}
-	m.seals, m.receipts, m.nodeAccess, m.spireBans = newSealMetrics(), newReceiptMetrics(), newNodeAccessMetrics(), newSPIREBans()
+	m.seals, m.receipts, m.nodeAccess, m.spireBans, m.nodeCleanups = newSealMetrics(), newReceiptMetrics(), newNodeAccessMetrics(), newSPIREBans(), newNodeCleanups()
 	for _, c := range slices.Concat([]prometheus.Collector{m.inventoryDiffs, m.inventoryRuns, m.requests, m.reconcileRuns, m.reconcileSeconds,
 		m.conflicts, m.installErrors, m.journalErrors, m.pendingConfigs, m.ownedWrites, m.deliveries, m.csrDecisions, m.joins, newFleetCollector(m.bootChecks),
-		m.enrollments, m.bootCheckRuns, m.renewals, m.spireBans}, m.seals.collectors(), m.receipts.collectors(), m.nodeAccess.collectors()) {
+		m.enrollments, m.bootCheckRuns, m.renewals, m.spireBans, m.nodeCleanups}, m.seals.collectors(), m.receipts.collectors(), m.nodeAccess.collectors()) {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register fleet metrics: %w", err)
 		}
@@ -149,6 +150,7 @@ func (m *metrics) startAtZero() error {
 		atZero(m.bootCheckRuns.MetricVec, labels(BootCheckOK, BootCheckDrift, BootCheckFailed)),
 		atZero(m.renewals.MetricVec, labels(pki.ProfileLDevID, pki.ProfileLAK), []string{"renewed", RenewRedelivered, RenewRefusedError}),
 		atZero(m.spireBans.MetricVec, []string{SPIREBanned, SPIRENone, SPIREFailed}),
+		atZero(m.nodeCleanups.MetricVec, []string{NodeCordon, NodeDelete}, []string{NodeCleaned, NodeUntouched, NodeFailed}),
 	)
 }
 

@@ -210,7 +210,8 @@ type Renderer interface {
 
 // Cluster is the workload cluster that the nodes of classes joining Kubernetes join
 // (cluster.kubeconfig; docs/design.md §1, "Joining the cluster"): fleetd creates each device's
-// bootstrap token there, decides its kubelets' certificate signing requests and reads its Nodes.
+// bootstrap token there, decides its kubelets' certificate signing requests, reads its Nodes,
+// and cordons and deletes the Nodes of leaving devices.
 // Its identity there is fleetd's own, with the permissions docs/operate.md lists.
 type Cluster interface {
 	// CreateBootstrapToken creates the token's Secret in kube-system, or replaces one of the same
@@ -221,4 +222,9 @@ type Cluster interface {
 	// DecideCSR sets the CSR's Approved or Denied condition with the decision's reason and
 	// message. A CSR decided meanwhile (by another fleetd instance) is no error.
 	DecideCSR(ctx context.Context, csr CSR, d CSRDecision) error
+	// CordonNode marks the Node named unschedulable; changed is false when it already was or
+	// the cluster has no Node of that name (no error).
+	CordonNode(ctx context.Context, name string) (changed bool, err error)
+	// DeleteNode deletes the Node named; deleted is false when the cluster has none (no error).
+	DeleteNode(ctx context.Context, name string) (deleted bool, err error)
 }

@@ -138,6 +138,10 @@ func (s *Requests) RecordWipeReceipt(ctx context.Context, r attest.VerifiedRecei
 	}
 	o.Result = ReceiptRecorded
 	s.core.metrics.receipts.receipts.WithLabelValues(ReceiptRecorded).Inc()
+	// The erased machine's Node goes with it (leaving.go); a deletion that fails is retried by
+	// the reconcile passes, and never fails the receipt the agent holds.
+	removed, _ := s.nodes.remove(ctx, d)
+	o.Detail = withSentence(o.Detail, removed)
 	return o, nil
 }
 

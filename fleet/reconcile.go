@@ -27,6 +27,8 @@ type Requests struct {
 	spire SPIRE
 	// spireFailures keeps the "id request" of the requests whose failed ban is already journaled.
 	spireFailures sync.Map
+	// nodes cordons and deletes a leaving device's Node in the workload cluster (leaving.go).
+	nodes *nodeCleanup
 }
 
 // maxConflicts bounds how often one decision re-reads a device that changed under it.

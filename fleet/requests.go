@@ -77,15 +77,16 @@ func (s *Requests) accept(ctx context.Context, d Device, action Action) (Outcome
 	// each other: sent at once, the claim waits for the slower one, not for both in turn
 	// (docs/performance.md). install waits for the entry before it records anything more, so a
 	// refused Template's entry still follows the claim's.
-	// A wipe or a retirement bans the device's SPIRE agents from its start, beside the Workflow
-	// and never before it (spireban.go).
+	// A wipe or a retirement bans the device's SPIRE agents and cordons its Node from its start,
+	// beside the Workflow and never before it (spireban.go, leaving.go).
 	var journaled, banned sync.WaitGroup
 	journaled.Go(func() { s.core.journal(ctx, claimed, t.Journal, msg) })
-	var ban string
+	var ban, cordon string
 	banned.Go(func() { ban = s.banSPIRE(ctx, claimed, action) })
+	banned.Go(func() { cordon = s.nodes.cordon(ctx, claimed, action) })
 	_, err = s.install(ctx, claimed, action, class, journaled.Wait)
 	banned.Wait()
-	out.Detail = withSPIRE(msg, ban)
+	out.Detail = withSentence(withSentence(msg, ban), cordon)
 	if err != nil {
 		out.Result = "accepted-install-deferred"
 		return out, err
@@ -138,7 +139,8 @@ func (s *Requests) follow(ctx context.Context, d Device, listed workflowListing)
 		return s.core.apply(ctx, d, action, EventWorkflowFailed, msg)
 	}
 	s.noteQueued(ctx, d, action)
-	ban := s.banSPIRE(ctx, d, action) // again at each pass: a retry, or an agent that attested since
+	ban := s.banSPIRE(ctx, d, action)                       // again at each pass: a retry, or an agent that attested since
+	ban = withSentence(ban, s.nodes.cordon(ctx, d, action)) // a retry of a cordon that failed
 	ws, err := listed.workflow(ctx, s.inst, d.Owned.Workflow)
 	switch {
 	case errors.Is(err, ErrNotFound) && d.Owned.State == StatePending: // d is judged on fleetd's values (reconcile)
@@ -163,7 +165,7 @@ func (s *Requests) follow(ctx context.Context, d Device, listed workflowListing)
 			return s.workflowEnded(ctx, d, action, ws)
 		}
 	}
-	out.Detail = withSPIRE("Workflow "+string(ws.Phase)+" at "+ws.CurrentAction, ban)
+	out.Detail = withSentence("Workflow "+string(ws.Phase)+" at "+ws.CurrentAction, ban)
 	if ev, msg, ends := endsRequest(d, s.core.clock.Now()); ends {
 		return s.core.apply(ctx, d, action, ev, msg) // the configuration expired or an older fleetd lost it
 	}

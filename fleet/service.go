@@ -160,6 +160,7 @@ func NewService(cfg Config, deps Deps) (*Service, error) {
 		boots: attest.NewBootCache(bootCacheSize), bootIDs: newNameIndex(bootCacheSize)}
 	s.Requests = &Requests{core: c, inst: deps.Installer, catalog: deps.Catalog, rnd: rnd, fleetdURL: cfg.FleetdURL,
 		refusals: refusals, afterSweep: afterSweep, spire: deps.SPIRE,
+		nodes:   &nodeCleanup{core: c, cluster: deps.Cluster, metrics: m.nodeCleanups},
 		foreign: &foreignWrites{core: c, changes: deps.ChangeLog, serviceUser: cfg.ServiceUser, retention: cfg.changeLogRetention()}}
 	s.Review = &Review{core: c, inst: deps.Installer, catalog: deps.Catalog, attest: deps.Attest, changes: deps.ChangeLog,
 		fleetdURL: cfg.FleetdURL, serviceUser: cfg.ServiceUser, window: cfg.inventoryWindow(),

@@ -64,15 +64,15 @@ func (s *Requests) banSPIRE(ctx context.Context, d Device, action Action) string
 	return msg
 }
 
-// withSPIRE appends the ban's sentence to an outcome's detail.
-func withSPIRE(detail, ban string) string {
+// withSentence appends a sentence (a ban's, a cordon's) to an outcome's detail.
+func withSentence(detail, sentence string) string {
 	switch {
-	case ban == "":
+	case sentence == "":
 		return detail
 	case detail == "":
-		return ban
+		return sentence
 	}
-	return detail + " " + ban
+	return detail + " " + sentence
 }
 
 // newSPIREBans is fleetd_spire_bans_total: no device label, so the series stay three however

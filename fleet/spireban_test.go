@@ -43,11 +43,17 @@ func (f *spireServer) BanDevice(_ context.Context, device string) (int, error) {
 }
 
 func newSPIREService(inv *fleettest.NetBox, inst *fleettest.Installer, sp fleet.SPIRE, reg *prometheus.Registry) testService {
+	return newLeavingService(inv, inst, sp, nil, reg)
+}
+
+// newLeavingService is a service with the ports a leaving device's request uses: SPIRE and the
+// workload cluster, each nil when not configured.
+func newLeavingService(inv *fleettest.NetBox, inst *fleettest.Installer, sp fleet.SPIRE, cl fleet.Cluster, reg *prometheus.Registry) testService {
 	clock := fleettest.NewClock(testEpoch)
 	inv.Clock = clock
 	s, err := fleet.NewService(fleet.Config{FleetdURL: "http://spore:8080", ServiceUser: fleettest.ServiceUser},
 		fleet.Deps{Seal: fleettest.SealKeys(), NetBox: inv, Installer: inst, Catalog: fleettest.Catalog(), Clock: clock,
-			Renderer: sharedRenderer(), Random: rand.New(rand.NewSource(1)), Registry: reg, SPIRE: sp})
+			Renderer: sharedRenderer(), Random: rand.New(rand.NewSource(1)), Registry: reg, SPIRE: sp, Cluster: cl})
 	if err != nil {
 		panic(err)
 	}

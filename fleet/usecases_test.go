@@ -50,7 +50,7 @@ func readUseCaseMap(t *testing.T, path string) map[string]useCase {
 			}
 			var deps []string
 			for _, w := range strings.Fields(rest) {
-				if w != "core" && w != "foreignWrites" && (w == "" || w[0] < 'A' || w[0] > 'Z') {
+				if w != "core" && w != "foreignWrites" && w != "nodeCleanup" && (w == "" || w[0] < 'A' || w[0] > 'Z') {
 					break // the description starts
 				}
 				deps = append(deps, w)
@@ -142,7 +142,7 @@ func TestUseCaseMap(t *testing.T) {
 		switch {
 		case name == "trustedNetBox":
 			return "NetBox", true // the port, read judged and written sealed
-		case interfaces[name], slices.Contains([]string{"Random", "Catalog", "Attestation", "Issuer", "core", "foreignWrites"}, name):
+		case interfaces[name], slices.Contains([]string{"Random", "Catalog", "Attestation", "Issuer", "core", "foreignWrites", "nodeCleanup"}, name):
 			return name, true
 		}
 		return "", false

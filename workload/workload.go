@@ -1,7 +1,7 @@
 // Package workload is fleetd's client of the workload cluster, the Kubernetes cluster the nodes
 // of classes joining Kubernetes join (cluster.kubeconfig; docs/design.md §1, "Joining the
 // cluster"). It implements fleet.Cluster: the bootstrap token Secrets in kube-system and the
-// decisions on CertificateSigningRequests, and it feeds the kubelet signers' pending CSRs to
+// decisions on CertificateSigningRequests, the cordon and deletion of leaving devices' Nodes, and it feeds the kubelet signers' pending CSRs to
 // fleet.Membership. fleetd's identity there is its own, with the ClusterRole of
 // examples/cluster/fleetd-clusterrole.yaml (docs/operate.md, "The workload cluster").
 package workload
@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
@@ -175,6 +176,44 @@ func csrOf(c *certificatesv1.CertificateSigningRequest) fleet.CSR {
 	}
 	return fleet.CSR{Name: c.Name, UID: string(c.UID), SignerName: c.Spec.SignerName, Username: c.Spec.Username,
 		Groups: c.Spec.Groups, Usages: usages, Request: c.Spec.Request}
+}
+
+// cordonPatch is kubectl cordon's change: the Node unschedulable.
+var cordonPatch = []byte(`{"spec":{"unschedulable":true}}`)
+
+// CordonNode implements fleet.Cluster: spec.unschedulable set as kubectl cordon sets it, on the
+// Node as the API server has it now; one already cordoned or missing is left as it is.
+func (k *Cluster) CordonNode(ctx context.Context, name string) (bool, error) {
+	nodes := k.dyn.Resource(nodeResource)
+	u, err := nodes.Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("read Node %s: %w", name, err)
+	}
+	if cordoned, _, _ := unstructured.NestedBool(u.Object, "spec", "unschedulable"); cordoned {
+		return false, nil
+	}
+	if _, err := nodes.Patch(ctx, name, types.MergePatchType, cordonPatch, metav1.PatchOptions{}); err != nil {
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return false, fmt.Errorf("cordon Node %s: %w", name, err)
+	}
+	return true, nil
+}
+
+// DeleteNode implements fleet.Cluster.
+func (k *Cluster) DeleteNode(ctx context.Context, name string) (bool, error) {
+	err := k.dyn.Resource(nodeResource).Delete(ctx, name, metav1.DeleteOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("delete Node %s: %w", name, err)
+	}
+	return true, nil
 }
 
 // Reviewer decides a CSR (fleet.Membership.ReviewCSR).

@@ -32,6 +32,7 @@ import (
 	"k8s.io/client-go/util/certificate/csr"
 	"sigs.k8s.io/yaml"
 
+	"github.com/folly-infra/fleetd/attest"
 	"github.com/folly-infra/fleetd/dev/kubecluster"
 	"github.com/folly-infra/fleetd/fleet"
 	"github.com/folly-infra/fleetd/fleet/fleettest"
@@ -301,9 +302,15 @@ func TestKubeletBootstrapsThroughFleetd(t *testing.T) {
 		&x509.CertificateRequest{Subject: nodeSubject, DNSNames: []string{"node-a"}, IPAddresses: []net.IP{net.ParseIP("10.0.0.5")}}); err != nil {
 		t.Errorf("node-a's serving certificate: %v, want one", err)
 	}
-	wiping := nb.Get(12)
-	wiping.Owned.State, wiping.Owned.Request = fleet.StateWiping, "wipe-cccccccc"
-	nb.Set(wiping)
+	// node-a's owner asks for a wipe: its claim cordons the Node (fleetd's identity patches it),
+	// and node-a's renewal is denied from then on.
+	nb.WriteAs("owner", 12, func(d *fleet.Device) { d.Declared.DesiredAction = fleet.ActionWipe })
+	if out, err := s.Requests.Reconcile(ctx, 12); err != nil || out.Result != "accepted" || !strings.Contains(out.Detail, "Node node-a cordoned") {
+		t.Fatalf("the wipe's claim: %+v, %v; want accepted, the Node cordoned", out, err)
+	}
+	if got, err := admin.CoreV1().Nodes().Get(ctx, "node-a", metav1.GetOptions{}); err != nil || !got.Spec.Unschedulable {
+		t.Errorf("node-a's Node after the wipe's claim: %v; want it cordoned (spec.unschedulable)", err)
+	}
 	name, err := ask(certificatesv1.KubeAPIServerClientKubeletSignerName, clientUsages, &x509.CertificateRequest{Subject: nodeSubject})
 	if err == nil || !strings.Contains(err.Error(), "denied") {
 		t.Errorf("node-a's renewal while wiping: %v, want it denied", err)
@@ -345,6 +352,21 @@ func TestKubeletBootstrapsThroughFleetd(t *testing.T) {
 	}
 	if _, err := admin.CoreV1().Secrets("kube-system").Get(ctx, "bootstrap-token-"+b.ID, metav1.GetOptions{}); err != nil {
 		t.Errorf("node-b's token Secret after the denial: %v, want it kept", err)
+	}
+
+	// node-a's wipe is recorded on its receipt (its attestation, as the wipe's first action
+	// records it, moved it to wiping): its Node is deleted.
+	w := nb.Get(12)
+	w.Owned.State = fleet.StateWiping
+	nb.Set(w)
+	receipt := attest.VerifiedReceipt{Receipt: attest.Receipt{DeviceID: 12, Device: "node-a", Request: w.Owned.Request, Action: string(fleet.ActionWipe),
+		AKSHA256: strings.Repeat("ab", 32), AttestedAt: time.Now(),
+		Report: attest.WipeReport{DiskSerial: w.Declared.DiskSerial, Method: "blkdiscard", Result: attest.WipeResultErased, Bytes: 1 << 30}}}
+	if out, err := s.Requests.RecordWipeReceipt(ctx, receipt); err != nil || out.Result != fleet.ReceiptRecorded {
+		t.Fatalf("node-a's wipe receipt: %+v, %v; want recorded", out, err)
+	}
+	if _, err := admin.CoreV1().Nodes().Get(ctx, "node-a", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("node-a's Node after its wipe's receipt: %v; want it deleted", err)
 	}
 }
 
