@@ -14,6 +14,7 @@ import (
 	"net/netip"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -370,4 +371,65 @@ func counterValue(t *testing.T, reg *prometheus.Registry, name string, labels ma
 		}
 	}
 	return 0
+}
+
+// TestFirstCSRTwoInstances: two fleetd instances on one NetBox, each offered a different client
+// CSR made with node-a's one bootstrap token at once (a thief racing the kubelet, or a kubelet
+// that asked twice): exactly one is approved, whichever instance wins NetBox's conditional write;
+// the other instance's conflicting write leaves its CSR undecided, and offered again it is denied
+// TokenAlreadyUsed. The approval on record is the approved CSR's.
+func TestFirstCSRTwoInstances(t *testing.T) {
+	a := tokenOf(t, 12, "provision-aaaaaaaa")
+	req := csrPEM(t, csrSpec{cn: "system:node:node-a", orgs: []string{"system:nodes"}})
+	for round := range 20 { // the two goroutines interleave differently from round to round
+		nb, cl := fleettest.NewNetBox(membershipFleet()...), fleettest.NewCluster()
+		clock := fleettest.NewClock(testEpoch.Add(10 * time.Minute))
+		nb.Clock = clock
+		instance := func() *fleet.Service {
+			s, err := fleet.NewService(fleet.Config{FleetdURL: "http://spore:8080", ConfigTTL: time.Hour, ServiceUser: fleettest.ServiceUser},
+				fleet.Deps{Seal: fleettest.SealKeys(), NetBox: nb, Installer: fleettest.NewInstaller(), Catalog: fleettest.Catalog(), Clock: clock,
+					Renderer: sharedRenderer(), Random: mrand.New(mrand.NewSource(1)), Cluster: cl, Registry: prometheus.NewRegistry()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		}
+		services := []*fleet.Service{instance(), instance()}
+		csrs := []fleet.CSR{
+			{Name: "csr-x", UID: "uid-x", SignerName: fleet.SignerKubeletClient, Username: a.Username(), Usages: []string{"digital signature", "client auth"}, Request: req},
+			{Name: "csr-y", UID: "uid-y", SignerName: fleet.SignerKubeletClient, Username: a.Username(), Usages: []string{"digital signature", "client auth"}, Request: req},
+		}
+		decided := make([]bool, 2)
+		errs := make([]error, 2)
+		var wg sync.WaitGroup
+		for i := range 2 {
+			wg.Go(func() { _, decided[i], errs[i] = services[i].Membership.ReviewCSR(context.Background(), csrs[i]) })
+		}
+		wg.Wait()
+		for i := range 2 { // an undecided CSR is offered again, as the informer's resync does
+			if !decided[i] {
+				if _, decided[i], errs[i] = services[i].Membership.ReviewCSR(context.Background(), csrs[i]); !decided[i] {
+					t.Fatalf("round %d: %s offered again is still undecided: %v", round, csrs[i].Name, errs[i])
+				}
+			}
+		}
+		var approved []string
+		for _, c := range csrs {
+			d, ok := cl.Decision(c.Name)
+			switch {
+			case !ok:
+				t.Fatalf("round %d: %s has no decision", round, c.Name)
+			case d.Approve:
+				approved = append(approved, c.Name)
+			case d.Reason != "TokenAlreadyUsed":
+				t.Errorf("round %d: %s denied %s, want TokenAlreadyUsed", round, c.Name, d.Reason)
+			}
+		}
+		if len(approved) != 1 {
+			t.Fatalf("round %d: approved %q, want exactly one of csr-x and csr-y", round, approved)
+		}
+		if got := nb.Get(12).Owned.Identity.KubeletClient; got == nil || got.Name != approved[0] {
+			t.Errorf("round %d: node-a's identity records %+v, want the approval of %s", round, got, approved[0])
+		}
+	}
 }
