@@ -29,8 +29,10 @@ import (
 	_ "github.com/folly-infra/fleetd/netbox"
 	_ "github.com/folly-infra/fleetd/pki"
 	_ "github.com/folly-infra/fleetd/render"
+	_ "github.com/folly-infra/fleetd/spire"
 	_ "github.com/folly-infra/fleetd/webhook"
 	_ "github.com/folly-infra/fleetd/workflows"
+	_ "github.com/folly-infra/fleetd/workload"
 )
 
 func main() {
