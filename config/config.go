@@ -147,7 +147,23 @@ type ClusterAuthorization struct {
 	// stops denying and alerts; unset means 0.25. A pointer, so that a written 0 is refused
 	// rather than taken for unset.
 	DenyBrake *float64 `yaml:"deny_brake"`
+
+	// The API server's side, which fleetd renders into the Talos control plane configs of the
+	// classes that join Kubernetes (docs/operate.md, "Cluster membership"): all four or none.
+	// None: nothing more is rendered, and the API server is set up by other means.
+	URL           string `yaml:"url"`            // https://NAME:PORT/v1/cluster/authorize, NAME a name of Cert
+	ServerCA      string `yaml:"server_ca"`      // PEM: the CA that verifies Cert
+	APIServerCert string `yaml:"apiserver_cert"` // PEM: the API server's client certificate, of ClientCA
+	APIServerKey  string `yaml:"apiserver_key"`  // PEM: its key
 }
+
+// Rendered reports whether the API server's side of the webhook is rendered into the Talos
+// control plane configs (its keys are set; validate checked they all are).
+func (a ClusterAuthorization) Rendered() bool { return a.URL != "" }
+
+// AuthorizePath is the webhook's path, the path of cluster.authorization.url (docs/http.md, "The
+// cluster's authorization webhook").
+const AuthorizePath = "/v1/cluster/authorize"
 
 // DefaultDenyBrake is cluster.authorization.deny_brake when unset.
 const DefaultDenyBrake = 0.25

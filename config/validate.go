@@ -142,7 +142,8 @@ func (c *Config) validateCluster(p *problems) {
 	a := c.Cluster.Authorization
 	const key = "cluster.authorization"
 	if a.Listen == "" {
-		if a.Cert != "" || a.Key != "" || a.ClientCA != "" || len(a.UnmanagedNodes) > 0 {
+		if a.Cert != "" || a.Key != "" || a.ClientCA != "" || len(a.UnmanagedNodes) > 0 || a.URL != "" || a.ServerCA != "" ||
+			a.APIServerCert != "" || a.APIServerKey != "" {
 			p.bad(key+".listen", "is not set while other cluster.authorization keys are: set the webhook's listen address, such as \":9443\", or remove the other keys")
 		}
 	} else {
@@ -157,6 +158,7 @@ func (c *Config) validateCluster(p *problems) {
 		if a.ClientCA != "" && (c.Path(a.ClientCA) == c.Path(c.TLS.Cert)) {
 			p.bad(key+".client_ca", "is tls.cert: give the CA of the API server's client certificate, not fleetd's own certificate")
 		}
+		c.validateWebhookClient(p)
 	}
 	for i, n := range a.UnmanagedNodes {
 		if !nodeName(n) {
