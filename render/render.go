@@ -36,6 +36,10 @@ type Config struct {
 	ClusterName       string
 	ClusterEndpoint   string // https://host:6443
 	KubernetesVersion string // "1.34.1"; empty means the machinery's default
+	// AuthzWebhook, when set, is fleetd's authorization webhook, which the control plane
+	// configs of joining classes make their API server ask first (talos_authz.go). Nil: they
+	// are rendered without it.
+	AuthzWebhook *AuthzWebhook
 
 	// Endpoints are the fleet's named endpoints handed to seeds (e.g. "fleetd" → its URL,
 	// "spire" → the SPIRE server address). Names are lowercase words.
@@ -86,6 +90,9 @@ func New(cfg Config) (*Renderer, error) {
 		if strings.TrimSpace(u) == "" {
 			bad("endpoint %q is empty", name)
 		}
+	}
+	if cfg.AuthzWebhook != nil {
+		problems = append(problems, checkAuthzWebhook(cfg.AuthzWebhook)...)
 	}
 	r := &Renderer{cfg: cfg}
 	if len(cfg.TalosSecrets) > 0 {

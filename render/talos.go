@@ -36,7 +36,8 @@ func (metalMode) InContainer() bool     { return false }
 // only reads it, so one generator serves concurrent renders.
 type talosGenerator struct {
 	input     *generate.Input
-	templates templates // each class's part of its nodes' configs (talos_template.go)
+	authz     *AuthzWebhook // nil: no authorization webhook in the control plane configs
+	templates templates     // each class's part of its nodes' configs (talos_template.go)
 }
 
 // newTalosGenerator decodes the secrets bundle the way secrets.LoadBundle does (from bytes
@@ -76,7 +77,7 @@ func newTalosGenerator(cfg Config) (*talosGenerator, []error) {
 	if err != nil {
 		return nil, []error{fmt.Errorf("prepare Talos config generation: %w", err)}
 	}
-	return &talosGenerator{input: in}, nil
+	return &talosGenerator{input: in, authz: cfg.AuthzWebhook}, nil
 }
 
 // renderTalos takes the class's template (the machine config of its machine type with the

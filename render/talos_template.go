@@ -111,7 +111,8 @@ func (g *talosGenerator) template(c fleet.Class, mt machine.Type) (*talosTemplat
 // (Talos adds the controllers list to its own "*,tokencleaner"), so that only fleetd decides the
 // kubelets' CSRs, and the kubelet certificates it signs valid for 24 hours, so that a node whose
 // device stops passing its checks loses its client certificate within a day of its last
-// renewal. A class's own patches come after it and may change it.
+// renewal. With an authorization webhook configured, authzPatch follows it. A class's own
+// patches come after them and may change them.
 const membershipControlPlane = `{"cluster":{"controllerManager":{"extraArgs":{"controllers":"-csrapproving","cluster-signing-duration":"24h"}}}}`
 
 // buildTemplate generates the machine config for the machine type and applies the class's
@@ -121,13 +122,19 @@ func (g *talosGenerator) buildTemplate(c fleet.Class, mt machine.Type) (*talosTe
 	if err != nil {
 		return nil, fmt.Errorf("generate Talos %s config: %w", c.Talos.MachineType, err)
 	}
-	patches := make([]configpatcher.Patch, 0, len(c.Talos.Patches)+1)
+	patches := make([]configpatcher.Patch, 0, len(c.Talos.Patches)+2)
 	if c.JoinsKubernetes && mt == machine.TypeControlPlane {
 		p, err := configpatcher.LoadPatch([]byte(membershipControlPlane))
 		if err != nil {
 			return nil, fmt.Errorf("load fleetd's control plane patch: %w", err)
 		}
 		patches = append(patches, p)
+		if g.authz != nil {
+			if p, err = authzPatch(g.authz); err != nil {
+				return nil, err
+			}
+			patches = append(patches, p)
+		}
 	}
 	for i, raw := range c.Talos.Patches {
 		p, err := configpatcher.LoadPatch(raw)
