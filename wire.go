@@ -338,6 +338,7 @@ func newAttestation(cfg *config.Config, tokenKey []byte, clock fleet.Clock) (fle
 }
 
 func newRenderer(cfg *config.Config, talosSecrets []byte, clock fleet.Clock) (*render.Renderer, error) {
+	var err error
 	rc := render.Config{TalosSecrets: talosSecrets, TalosVersion: cfg.Talos.TalosVersion,
 		ClusterName: cfg.Talos.ClusterName, ClusterEndpoint: cfg.Talos.Endpoint,
 		KubernetesVersion: cfg.Talos.KubernetesVersion, Endpoints: cfg.Seed.Endpoints, NTP: cfg.Seed.NTP,
@@ -348,11 +349,36 @@ func newRenderer(cfg *config.Config, talosSecrets []byte, clock fleet.Clock) (*r
 	if cfg.Seed.Gateway != "" {
 		rc.Gateway = netip.MustParseAddr(cfg.Seed.Gateway)
 	}
+	if rc.AuthzWebhook, err = authzWebhook(cfg); err != nil {
+		return nil, err
+	}
 	r, err := render.New(rc)
 	if err != nil {
 		return nil, fmt.Errorf("talos/seed: %w", err)
 	}
 	return r, nil
+}
+
+// authzWebhook reads the API server's side of the authorization webhook, which the Talos control
+// plane configs of joining classes carry (docs/operate.md, "Cluster membership"); nil when
+// cluster.authorization.url and its keys are not set.
+func authzWebhook(cfg *config.Config) (*render.AuthzWebhook, error) {
+	az := cfg.Cluster.Authorization
+	if !az.Rendered() {
+		return nil, nil
+	}
+	w := &render.AuthzWebhook{URL: az.URL}
+	for _, f := range []struct {
+		key, path string
+		dst       *[]byte
+	}{{"server_ca", az.ServerCA, &w.ServerCA}, {"apiserver_cert", az.APIServerCert, &w.ClientCert}, {"apiserver_key", az.APIServerKey, &w.ClientKey}} {
+		b, err := os.ReadFile(cfg.Path(f.path))
+		if err != nil {
+			return nil, fmt.Errorf("cluster.authorization.%s: %w", f.key, err)
+		}
+		*f.dst = b
+	}
+	return w, nil
 }
 
 func newKeaWriter(cfg *config.Config, log zerolog.Logger, reg prometheus.Registerer) (*kea.Writer, error) {

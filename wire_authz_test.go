@@ -170,3 +170,27 @@ func TestAuthorizationListener(t *testing.T) {
 		t.Errorf("before any listing the answer is %+v, want no opinion", answer.Status)
 	}
 }
+
+// The API server's side of the webhook reaches the renderer as the files say, and only when its
+// keys are set; the URL's path config checks is the route's.
+func TestAuthzWebhookForTheRenderer(t *testing.T) {
+	if config.AuthorizePath != handlers.PathAuthorize {
+		t.Fatalf("config checks cluster.authorization.url against %q, the route is %q", config.AuthorizePath, handlers.PathAuthorize)
+	}
+	dir := t.TempDir()
+	ca := newPEMCA(t)
+	cert, key := ca.issue(t, false)
+	cfg := &config.Config{Cluster: config.Cluster{Authorization: config.ClusterAuthorization{URL: "https://spore.lan:9443" + handlers.PathAuthorize,
+		ServerCA: writeFile(t, dir, "ca.pem", ca.pem()), APIServerCert: writeFile(t, dir, "c.crt", cert), APIServerKey: writeFile(t, dir, "c.key", key)}}}
+	w, err := authzWebhook(cfg)
+	if err != nil || w == nil || w.URL != cfg.Cluster.Authorization.URL || !bytes.Equal(w.ServerCA, ca.pem()) || !bytes.Equal(w.ClientCert, cert) || !bytes.Equal(w.ClientKey, key) {
+		t.Fatalf("authzWebhook: %+v, %v", w, err)
+	}
+	if w, err := authzWebhook(&config.Config{}); w != nil || err != nil {
+		t.Fatalf("without the keys: %+v, %v, want nothing", w, err)
+	}
+	cfg.Cluster.Authorization.APIServerKey = filepath.Join(dir, "gone.key")
+	if _, err := authzWebhook(cfg); err == nil || !strings.Contains(err.Error(), "cluster.authorization.apiserver_key") {
+		t.Fatalf("an unreadable key: %v, want it named", err)
+	}
+}
