@@ -6,8 +6,9 @@
 // The API server is configured as a cluster fleetd serves is (docs/operate.md, "Cluster
 // membership"): its own CA and serving certificate, client certificates of that CA, bootstrap
 // tokens, the structured authorization configuration (fleetd's SubjectAccessReview webhook
-// first, matched to the group system:nodes, then Node, then RBAC) and the NodeRestriction
-// admission plugin. kube-controller-manager, when asked for, runs its CSR signing controller
+// first, matched to the group system:nodes, then Node, then RBAC; with Webhook.Talos, the one
+// Talos writes from a control plane config fleetd rendered) and the NodeRestriction admission
+// plugin. kube-controller-manager, when asked for, runs its CSR signing controller
 // only, signing with the cluster CA for 24 hours: no controller approves a CSR.
 //
 // It is for tests only; the production fleetd binary must never link it. Trust assumptions: the
@@ -66,6 +67,20 @@ type Webhook struct {
 	UnauthorizedTTL time.Duration
 	// Timeout is how long the API server waits for an answer; 0 means 3 s.
 	Timeout time.Duration
+	// Talos, when set, is where the authorization configuration comes from instead of
+	// AuthorizationConfig: given the API server's side of the webhook (URL and the credentials
+	// the harness minted), it returns a Talos control plane config (what fleetd renders), and
+	// the harness writes the configuration and the kubeconfig from it as Talos's machined does
+	// (talos.go). UnauthorizedTTL and Timeout are then the config's.
+	Talos func(WebhookClient) ([]byte, error)
+}
+
+// WebhookClient is the API server's side of the webhook: the URL it posts to, the CA of the
+// webhook's serving certificate, and a client certificate (and key) of the webhook's client CA,
+// all PEM.
+type WebhookClient struct {
+	URL                 string
+	ServerCA, Cert, Key []byte
 }
 
 // WebhookFiles are the files fleetd's webhook listener is configured with, minted by the harness
@@ -228,6 +243,14 @@ func (c *Cluster) writeFiles(w *Webhook) (clusterFiles, error) {
 	if w != nil {
 		clientCert, clientKey, err := c.webhookCA.issue(leaf{cn: "kube-apiserver-authz-webhook"})
 		if err != nil {
+			return f, err
+		}
+		if w.Talos != nil {
+			body, err := w.Talos(WebhookClient{URL: w.URL, ServerCA: c.webhookCA.pem, Cert: clientCert, Key: clientKey})
+			if err != nil {
+				return f, fmt.Errorf("the Talos config: %w", err)
+			}
+			f.authz, err = writeTalosAuthorization(body, filepath.Join(c.dir, "talos"))
 			return f, err
 		}
 		webhookKube = filepath.Join(c.dir, "authz-webhook.kubeconfig")

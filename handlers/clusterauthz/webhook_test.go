@@ -5,6 +5,7 @@ package clusterauthz_test
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -30,6 +31,7 @@ import (
 	"github.com/folly-infra/fleetd/fleet/fleettest"
 	"github.com/folly-infra/fleetd/handlers"
 	"github.com/folly-infra/fleetd/handlers/handlerstest"
+	"github.com/folly-infra/fleetd/render"
 )
 
 // syncBuffer is a log sink the webhook's server goroutines write while the test reads it.
@@ -110,9 +112,38 @@ func clusterNode(id int64, name, addr string) fleet.Device {
 	return d
 }
 
+// talosControlPlane renders, for the API server's side of the webhook the harness minted, the
+// Talos config fleetd serves a control plane node of a class that joins Kubernetes.
+func talosControlPlane(t *testing.T) func(kubecluster.WebhookClient) ([]byte, error) {
+	return func(wc kubecluster.WebhookClient) ([]byte, error) {
+		clock := fleet.SystemClock{}
+		secrets, err := render.GenerateTalosSecrets(clock)
+		if err != nil {
+			return nil, err
+		}
+		r, err := render.New(render.Config{TalosSecrets: secrets, TalosVersion: "v1.11", ClusterName: "lab", ClusterEndpoint: "https://10.0.0.2:6443",
+			DNS: []netip.Addr{netip.MustParseAddr("10.0.0.1")}, Gateway: netip.MustParseAddr("10.0.0.1"), Clock: clock, Random: rand.Reader,
+			AuthzWebhook: &render.AuthzWebhook{URL: wc.URL, ServerCA: wc.ServerCA, ClientCert: wc.Cert, ClientKey: wc.Key}})
+		if err != nil {
+			return nil, err
+		}
+		d := clusterNode(9, "cp-1", "10.0.0.2/24")
+		d.MACs, d.Declared.DiskSerial = []fleet.MAC{"3c:ec:ef:4c:4f:54"}, "S123"
+		class := fleet.Class{Name: "talos-cp", Kind: fleet.KindTalos, Installable: true, JoinsKubernetes: true,
+			Talos: &fleet.TalosClass{MachineType: "controlplane"}}
+		nc, err := r.Render(d, class, fleet.NodeIdentity{BootstrapToken: fleet.BootstrapToken{ID: "cp1abc", Secret: "0123456789abcdef"}})
+		if err != nil {
+			return nil, err
+		}
+		t.Logf("the API server runs the authorization configuration of a rendered %s", nc.Summary)
+		return nc.Body, nil
+	}
+}
+
 // TestClusterWebhookEndsANodesAccess holds the webhook against the real kube-apiserver
-// (dev/kubecluster) configured as docs/operate.md says: fleetd's webhook first, for system:nodes,
-// no opinion on failure, unauthorizedTTL 30 s, then Node and RBAC. A node's client certificate
+// (dev/kubecluster) configured as fleetd renders a Talos control plane config and Talos v1.11.5
+// writes it for the API server (docs/operate.md, "Cluster membership"): fleetd's webhook first,
+// for system:nodes, no opinion on failure, unauthorizedTTL 30 s, then Node and RBAC. A node's client certificate
 // reads its Node; once fleetd claims the wipe of its device (through the reconcile, as a NetBox
 // request arrives), the same certificate's requests are refused 403 with fleetd's reason, as soon
 // as the API server's cached answer lapses (at most unauthorizedTTL: the view denies at once),
@@ -136,7 +167,7 @@ func TestClusterWebhookEndsANodesAccess(t *testing.T) {
 	addr := ln.Addr().String()
 	ln.Close()
 	cluster, err := kubecluster.Start(ctx, kubecluster.Options{Root: "../..",
-		Webhook: &kubecluster.Webhook{URL: "https://" + addr + handlers.PathAuthorize}})
+		Webhook: &kubecluster.Webhook{URL: "https://" + addr + handlers.PathAuthorize, Talos: talosControlPlane(t)}})
 	if err != nil {
 		t.Fatal(err)
 	}
