@@ -168,7 +168,8 @@ func TestNodeAccessNoOpinionBeforeTheFirstListing(t *testing.T) {
 
 // The view follows this instance's own writes at once: the claim of a wipe denies the node with
 // no listing in between. A device read that finds it in good standing again (another instance
-// re-provisioned it) does not lift the denial; the next listing does.
+// re-provisioned it) does not lift the denial; the next reconcile pass does (its listing puts the
+// denial in doubt, its read of the device with the change log lifts it).
 func TestNodeAccessFollowsOwnWritesAndReadsOnlyTighten(t *testing.T) {
 	ctx := context.Background()
 	inv := fleettest.NewNetBox(node(9, "n9"), node(1, "n1"))
@@ -204,7 +205,7 @@ func TestNodeAccessFollowsOwnWritesAndReadsOnlyTighten(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got := s.NodeAccess.Decide(asNode("n9")); got.Deny {
-		t.Fatalf("n9 after the next listing: %+v, want no opinion", got)
+		t.Fatalf("n9 after the next pass: %+v, want no opinion", got)
 	}
 }
 

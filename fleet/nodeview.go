@@ -10,19 +10,29 @@ import (
 // standing as a node, by name, from fleetd's sealed fields only. It is a cache of NetBox, never a
 // source of truth, and it costs NetBox nothing per request:
 //
-//   - the reconcile's listing replaces it whole (every reconcile.interval), judged on the seals;
 //   - every write of this instance's (each one sealed, core.update) sets the device's entry at
 //     once, whichever way it goes;
+//   - every listing (the reconcile's, every reconcile.interval; the inventory check's, the
+//     operator's, the address index's) replaces it, judged on the seals: it sets new devices,
+//     drops deleted ones and may make an entry refuse, but never lifts a refusal. A seal verifies
+//     on every copy of values fleetd once wrote, so a device editor who writes back an older
+//     "active, boot check ok" over a wiping device (a replay, docs/design.md §9, "Sealed fields")
+//     passes a listing. Where a listing finds a refused device in good standing, the entry keeps
+//     refusing, marked loosening, and the reconcile pass after that listing (the same pass, for
+//     its own listing) reads the device with its change log;
 //   - every device read judged with its change log (a NetBox webhook's decision, a boot check,
-//     a claim) may make the entry refuse sooner, never stop refusing: what moves a node back into
-//     good standing is this instance's own write or a listing.
+//     a claim, that pass's read) may make the entry refuse; it lifts a refusal only of an entry
+//     marked loosening, and only when the read began after the listing that marked it.
 //
-// Like the address index, a listing that began before a single observation does not undo it.
-// It holds one small entry per NetBox device: bounded by the fleet, as the listing is.
+// So a node moves back into good standing only on this instance's own write or on values the
+// change log vouched for: a replay keeps it refused, and another instance's write lets it back in
+// within a pass, at the cost of one read with its change log. Like the address index, a listing
+// that began before a single observation does not undo it. It holds one small entry per NetBox
+// device: bounded by the fleet, as the listing is.
 type nodeView struct {
 	mu     sync.Mutex
 	built  bool
-	seq    uint64
+	seq    uint64 // counts the single observations and the starts of reads and listings
 	byID   map[int64]viewEntry
 	byName map[string][]int64 // lowercased device name → ids (NetBox allows a name once per site)
 	gone   map[int64]uint64   // devices a read found deleted, by the seq of that read, until a listing begun after it
@@ -34,7 +44,13 @@ type viewEntry struct {
 	name    string // as NetBox has it
 	key     string // lowercased: Kubernetes node names are lowercase
 	refusal NodeRefusal
-	seen    uint64 // the seq of its last single observation
+	// seen is the seq of what set the entry: a single observation, the start of the judged read
+	// that lifted a refusal, or the start of the listing that found the device (that put its
+	// refusal in doubt, when loosening). A listing that began before it leaves the entry as it is.
+	seen uint64
+	// loosening: a listing found the device in good standing while refusal holds. Only a judged
+	// read that began after seen, or this instance's own write, lifts the refusal.
+	loosening bool
 }
 
 // NodeRefusal is why a node of a device may not act in the cluster; the zero NodeRefusal is good standing.
@@ -86,26 +102,47 @@ func stateName(s State) string {
 }
 
 // observe records one device as this instance wrote it: its standing either way.
-func (v *nodeView) observe(d Device) { v.record(d, false) }
-
-// tighten records one device as a judged read found it, only if that refuses it.
-func (v *nodeView) tighten(d Device) { v.record(d, true) }
-
-func (v *nodeView) record(d Device, onlyRefuse bool) {
-	r := refusalOf(d)
-	if onlyRefuse && r.Code == "" {
-		return
-	}
+func (v *nodeView) observe(d Device) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.seq++
-	v.set(d.ID, d.Name, r, v.seq)
+	v.set(d.ID, d.Name, refusalOf(d), v.seq, false)
+}
+
+// judged records one device as a read judged with its change log found it, the read begun at
+// start (begin). A refusal is set at once. Good standing lifts a refusal only of an entry marked
+// loosening, only when the read began after the listing that marked it (so after what set the
+// refusal: a read begun before this instance's write of a wipe's claim found the device active,
+// and must not undo that write), and only when the change log was read (Trust.Logged: a replay
+// passes the seal alone).
+func (v *nodeView) judged(d Device, start uint64) {
+	r := refusalOf(d)
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if r.Code != "" {
+		v.seq++
+		v.set(d.ID, d.Name, r, v.seq, false)
+		return
+	}
+	e, ok := v.byID[d.ID]
+	if !ok || !e.loosening || start <= e.seen || !d.Trust.Logged {
+		return
+	}
+	v.set(d.ID, d.Name, r, start, false)
+}
+
+// loosening reports whether device id's entry refuses while a listing found it in good standing:
+// the reconcile reads it with its change log.
+func (v *nodeView) loosening(id int64) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.byID[id].loosening
 }
 
 // set puts device id's entry. The caller holds mu.
-func (v *nodeView) set(id int64, name string, r NodeRefusal, seen uint64) {
+func (v *nodeView) set(id int64, name string, r NodeRefusal, seen uint64, loosening bool) {
 	v.unset(id)
-	e := viewEntry{name: name, key: strings.ToLower(name), refusal: r, seen: seen}
+	e := viewEntry{name: name, key: strings.ToLower(name), refusal: r, seen: seen, loosening: loosening}
 	v.byID[id] = e
 	if e.key != "" {
 		v.byName[e.key] = append(v.byName[e.key], id)
@@ -142,16 +179,18 @@ func (v *nodeView) forget(id int64) {
 	v.gone[id] = v.seq
 }
 
-// begin marks the start of a listing; replace applies its result.
+// begin marks the start of a listing or a judged read; replace or judged applies its result.
 func (v *nodeView) begin() uint64 {
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	v.seq++
 	return v.seq
 }
 
 // replace makes the view the listing's devices (judged on their seals), except those observed
 // on their own, or found deleted, since the listing began; a listing that began before the one
-// already applied changes nothing.
+// already applied changes nothing. A device the view refuses and the listing finds in good
+// standing keeps its refusal, marked loosening (the seal alone cannot tell a replay).
 func (v *nodeView) replace(devices []Device, start uint64) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -159,8 +198,8 @@ func (v *nodeView) replace(devices []Device, start uint64) {
 		return // a listing that began before the one applied (the reconcile's and the inventory check's overlap): older
 	}
 	v.listed = start
-	keep := map[int64]viewEntry{}
-	for id, e := range v.byID {
+	prev, keep := v.byID, map[int64]viewEntry{}
+	for id, e := range prev {
 		if e.seen > start {
 			keep[id] = e
 		}
@@ -171,7 +210,12 @@ func (v *nodeView) replace(devices []Device, start uint64) {
 		if deleted, ok := v.gone[d.ID]; newer || ok && deleted > start {
 			continue
 		}
-		v.set(d.ID, d.Name, refusalOf(d), 0)
+		r := refusalOf(d)
+		if old := prev[d.ID]; r.Code == "" && old.refusal.Code != "" {
+			v.set(d.ID, d.Name, old.refusal, start, true)
+			continue
+		}
+		v.set(d.ID, d.Name, r, start, false)
 	}
 	for id, deleted := range v.gone {
 		if deleted <= start {
@@ -179,7 +223,7 @@ func (v *nodeView) replace(devices []Device, start uint64) {
 		}
 	}
 	for id, e := range keep {
-		v.set(id, e.name, e.refusal, e.seen)
+		v.set(id, e.name, e.refusal, e.seen, e.loosening)
 	}
 	v.built = true
 }

@@ -121,11 +121,12 @@ func requestChecks(catalog Catalog, d Device, action Action) []DeclarationCheck 
 // ReconcileAll lists every device and reconciles those that need attention, so a lost webhook
 // delays a request but never loses it (docs/design.md §2). It reads NetBox's change log for the
 // devices whose fields other users wrote (their webhook may have been lost), lists the devices,
-// and checks those first (changelog.go), so that a written-back request is not taken again;
-// then every listed device whose seal fails, or
-// that is not sealed with the signing key yet, is read with its change log, repaired or sealed
-// (trust.go). It returns the listed devices for the callers that derive other state from the
-// inventory (Kea reservations, boot-check ages).
+// and checks those first (changelog.go), so that a written-back request is not taken again; then
+// every listed device whose seal fails, or that is not sealed with the signing key yet, is read
+// with its change log, repaired or sealed (trust.go), and so is every device the cluster's
+// authorization webhook refuses that the listing found in good standing (nodeview.go: only the
+// change log tells another instance's write from a replay). It returns the listed devices for the
+// callers that derive other state from the inventory (Kea reservations, boot-check ages).
 func (s *Requests) ReconcileAll(ctx context.Context) ([]Device, error) {
 	var errs []error
 	logged, err := s.foreign.readLoggedWrites(ctx)
@@ -147,7 +148,7 @@ func (s *Requests) ReconcileAll(ctx context.Context) ([]Device, error) {
 	}
 	listed := listWorkflows(ctx, s.inst, s.core.log, devices)
 	for _, d := range devices {
-		if !NeedsAttention(d) && !needsSealCheck(d, s.core.keys.Signing(), checked) {
+		if !NeedsAttention(d) && !needsSealCheck(d, s.core.keys.Signing(), checked) && !s.core.netbox.loosening(d.ID) {
 			continue
 		}
 		out, err := s.reconcile(ctx, d.ID, listed)

@@ -21,7 +21,9 @@ import (
 //     no save within the log's retention touched them (a copy of an older seal written back is
 //     itself a save, so it is always seen).
 //
-// A device read to decide on is read with its change log; a listing checks seals only.
+// A device read to decide on is read with its change log; a listing checks seals only, which a
+// replay passes, so a listing never lets a node the cluster's authorization webhook refuses back
+// in (nodeview.go).
 
 // Verdict is what fleetd makes of a device's owned values.
 type Verdict string
@@ -237,8 +239,9 @@ type trustedNetBox struct {
 	NetBox
 	keys *SealKeys
 	self string // fleetd's NetBox user; "" reads no change log (nobody can be told from fleetd)
-	// view is each device's standing as a node (nodeview.go): every listing replaces it, every
-	// write sets it, every judged read may only make it refuse.
+	// view is each device's standing as a node (nodeview.go): every write sets it; every
+	// listing replaces it but lifts no refusal (it marks the entry loosening); every judged read
+	// may make it refuse, and lifts only a loosening entry's refusal.
 	view *nodeView
 }
 
@@ -305,15 +308,20 @@ func (t trustedNetBox) Update(ctx context.Context, id int64, p Patch) (Device, e
 // ran beside it may have ended before the device's last save (its newest entry is older than the
 // device's last_updated): a save written between the two reads is never missed.
 func (t trustedNetBox) read(ctx context.Context, id int64, read func(context.Context, int64) (Device, error)) (Device, error) {
+	start := t.view.begin() // before both reads: a write of this instance's after it is newer than what they find
 	d, err := t.judgedRead(ctx, id, read)
 	switch {
 	case err == nil:
-		t.view.tighten(d)
+		t.view.judged(d, start)
 	case errors.Is(err, ErrNotFound):
 		t.view.forget(id)
 	}
 	return d, err
 }
+
+// loosening reports whether the view refuses device id's node while a listing found the device in
+// good standing: the reconcile reads it with its change log, which alone tells a replay apart.
+func (t trustedNetBox) loosening(id int64) bool { return t.view.loosening(id) }
 
 func (t trustedNetBox) judgedRead(ctx context.Context, id int64, read func(context.Context, int64) (Device, error)) (Device, error) {
 	if t.self == "" {
