@@ -199,7 +199,7 @@ func TestNodeAccessFollowsOwnWritesAndReadsOnlyTighten(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got := s.NodeAccess.Decide(asNode("n9")); !got.Deny {
-		t.Fatalf("n9 after a read found it active again: %+v, want still denied (a read never lifts a denial)", got)
+		t.Fatalf("n9 after a read found it active again: %+v, want still denied (a read lifts no denial a listing has not put in doubt)", got)
 	}
 	if _, err := s.Requests.ReconcileAll(ctx); err != nil {
 		t.Fatal(err)
