@@ -62,9 +62,19 @@ TEST_BENCH := -bench . -benchtime 1x
 # 7 s, vet 9 s, golangci-lint 3 s unchanged to 50 s after a wide change); on a fresh machine
 # golangci-lint's build (once per machine, scripts/tools.sh) and first run add about 8 minutes.
 test: deps tools check-drift vet lint ## the whole test suite (what CI runs): drift checks, vet and golangci-lint first, then the tests (the concurrent packages under -race, every benchmark once) and the covering chaos run
+	@$(MAKE) --no-print-directory -j3 test-packages test-race test-chaos
+
+# The three parts of make test's tests, which make test runs at once: each mostly waits (on the
+# development stacks' programs, Tinkerbell's Workflows, the chaos run's faults and timeouts), so
+# on two cores they take little longer together than the longest alone (docs/testing.md). Each
+# also runs on its own. make test fails if any of them fails, after all three have ended.
+.PHONY: test-packages test-race test-chaos
+test-packages: deps tools ## every package's tests but the race detector's and the chaos run's, every benchmark once
 	$(GO) test $(TEST_FLAGS) $(TEST_BENCH) $$($(GO) list ./... | grep -v -E '/dev/stack/chaos$$|$(RACE_RE)')
+test-race: deps tools ## the packages with locks and goroutines (RACE_PKGS) under the race detector, then the SPIRE interoperability module
 	$(GO) test $(TEST_FLAGS) $(TEST_BENCH) -race $(addprefix ./,$(RACE_PKGS))
 	cd interop/spire && $(GO) test $(TEST_FLAGS) $(TEST_BENCH) ./...
+test-chaos: deps tools ## the covering chaos run make test plays (CHAOS_TEST_SEED)
 	@$(MAKE) --no-print-directory chaos CHAOS_SEED=$(CHAOS_TEST_SEED) CHAOS_COVERING=1
 
 # The Tinkerbell lifecycle tests against tink v0.12.2 (docs/operate.md, "Tinkerbell"): make test
