@@ -176,9 +176,9 @@ func TestFetchConfigOnce(t *testing.T) {
 		t.Fatalf("second fetch: %v, want 410 config_delivered", err)
 	}
 	// The same configuration again from another service, while another fetch wins the write.
-	d2 := attested(d)
+	d2 := d
 	d2.ID, d2.Name, d2.Address = 13, "node-b", netip.MustParsePrefix("10.0.0.6/24")
-	inv.Set(d2)
+	inv.Set(attested(d2))
 	inv.ConflictOnce[13] = func(d *fleet.Device) { d.Owned.State, d.Status = fleet.StateActive, fleet.StatusActive } // the other fetch's delivery
 	f.RemoteAddr = netip.MustParseAddr("10.0.0.6")
 	_, _, err = newTestService(inv, fleettest.NewInstaller()).Delivery.FetchConfig(context.Background(), f)

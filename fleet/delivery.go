@@ -90,6 +90,12 @@ func fetchRefusal(d Device, class Class, f ConfigFetch, now time.Time) *Refusal 
 		return Refuse(RefusedNotFound, "wrong_kind",
 			"the configuration pending for %s is a %s configuration: fetch it from /v1/config/%s", d.Name, class.Kind, class.Kind.Route())
 	}
+	if attested, renamed := AttestedAs(d); renamed {
+		// Rendered now, the configuration would name the node d.Name while its certificates
+		// name it attested: no node of either name (AttestedAs).
+		return Refuse(RefusedConflict, "device_renamed",
+			"%s was attested as %s and renamed since: its certificates carry the name %s; rename it back, or provision it again under its new name", d.Name, attested, attested)
+	}
 	return nil
 }
 
@@ -107,12 +113,14 @@ func endsRequest(d Device, now time.Time) (Event, string, bool) {
 	return "", "", false
 }
 
-// identityFor is the identity material a provision's attestation records: the certificates just
+// identityFor is the identity material a provision's attestation records: the name of the device
+// the certificates were issued for and the configuration rendered for (a rename before the write
+// lands leaves the device renamed since its attestation, AttestedAs), the certificates just
 // issued, the blobs the attested agent sent (the LDevID public area is the one its certification
 // verified), the UUID's hash and the approved EK's.
 func identityFor(d Device, p provisioned, in EvidenceInput, ekSHA256 string, now time.Time, ttl time.Duration) IdentityMaterial {
 	m := nodeMaterial(p, in)
-	m.Version, m.Request, m.Issued, m.Expires = IdentityVersion, d.Owned.Request, now.UTC(), now.Add(ttl).UTC()
+	m.Version, m.Request, m.Name, m.Issued, m.Expires = IdentityVersion, d.Owned.Request, d.Name, now.UTC(), now.Add(ttl).UTC()
 	m.UUIDSHA256, m.SMBIOSSerial, m.EKSHA256 = UUIDHash(in.SMBIOSUUID), in.SMBIOSSerial, ekSHA256
 	return m
 }

@@ -30,6 +30,12 @@ import (
 type IdentityMaterial struct {
 	Version int    `json:"version"` // IdentityVersion
 	Request string `json:"request"` // the request id it was issued for
+	// Name is the device's NetBox name at the attestation: the name its LDevID and LAK
+	// certificates, its configuration and its node carry. NetBox's name is no field of fleetd's
+	// (any device editor renames a device) and the seal does not cover it; this copy is sealed.
+	// A device whose name is no longer this one is no node of either name (AttestedAs). Empty
+	// in an identity recorded before fleetd kept it.
+	Name string `json:"name,omitempty"`
 	// Issued is when the attestation recorded it; Expires when its configuration stops being
 	// served unfetched (Issued + config_delivery.pending_ttl): the request then fails.
 	Issued  time.Time `json:"issued"`
@@ -88,6 +94,21 @@ type LDevIDMaterial struct {
 
 // Empty reports whether no identity is recorded (the field is unset or cleared).
 func (m IdentityMaterial) Empty() bool { return m.Request == "" }
+
+// AttestedAs is the name device d's identity was attested under when d no longer has it, and
+// whether it was renamed: NetBox names are compared without case, as Kubernetes node names are
+// lowercase. A device renamed since its attestation carries another name than its certificates
+// and its node do, and its sealed standing is not that of a node of its new name (a machine
+// whose own device was renamed away, holding a kubelet certificate of the name, would borrow
+// it): its node is refused under either name until the device is provisioned again
+// (docs/design.md §9, "Sealed fields"). An identity recorded without a name is never renamed.
+func AttestedAs(d Device) (attested string, renamed bool) {
+	n := d.Owned.Identity.Name
+	if n == "" || d.Owned.Identity.Empty() || strings.EqualFold(n, d.Name) {
+		return "", false
+	}
+	return n, true
+}
 
 // UUIDHash is how an SMBIOS UUID is kept and compared: the hex SHA-256 of its trimmed, lowercase
 // text (SMBIOS tools print UUIDs in either case).

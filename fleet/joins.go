@@ -27,7 +27,8 @@ type NodeReport struct {
 
 // NodeChanged moves a joining device to active when its Node is Ready after fleetd approved its
 // client certificate for the device's request. Anything else changes nothing: a Node of no
-// device, of a device not joining, or not yet Ready.
+// device, of a device not joining or renamed since its attestation (AttestedAs: the Node of its
+// new name is another machine's), or not yet Ready.
 func (s *Membership) NodeChanged(ctx context.Context, n NodeReport) (Outcome, error) {
 	out := Outcome{Device: n.Name, Step: string(EventNodeReady), Result: "no-change"}
 	if !n.Ready {
@@ -41,6 +42,12 @@ func (s *Membership) NodeChanged(ctx context.Context, n NodeReport) (Outcome, er
 		return out, fmt.Errorf("read device %s: %w", n.Name, netboxErr(err))
 	}
 	if d.Owned.State != StateJoining {
+		return out, nil
+	}
+	if _, renamed := AttestedAs(d); renamed {
+		// The Node of this name is not the device's: its machine's kubelet carries the name it
+		// was attested under, and this Node may be another machine's. The join deadline fails
+		// the request, saying so (missingStep).
 		return out, nil
 	}
 	approved := d.Owned.Identity.KubeletClient
@@ -103,6 +110,9 @@ func JoinWait(d Device) string {
 // missingStep says which step of joining has not happened: delivered → CSR approved → Node
 // registered → Ready.
 func missingStep(d Device, n NodeReport, seen bool) string {
+	if attested, renamed := AttestedAs(d); renamed {
+		return fmt.Sprintf("the device was attested as %s and renamed since: its node carries the name %s, and no Node of either name counts for it", attested, attested)
+	}
 	switch {
 	case d.Owned.Identity.KubeletClient == nil:
 		return "no CSR arrived: fleetd approved no client certificate for it (is the kubelet running, and does it reach the API server?)"

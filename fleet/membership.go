@@ -255,8 +255,10 @@ func (r *csrReview) serving() CSRDecision {
 }
 
 // failsItsChecks says why a device's node may no longer have a certificate, "" when it may: by
-// fleetd's sealed fields, a running node (joining or active) whose last boot check did not fail
-// and that the owner did not ask to wipe or retire.
+// fleetd's sealed fields, a running node (joining or active) whose last boot check did not fail,
+// that the owner did not ask to wipe or retire, and that still has the name it was attested
+// under (AttestedAs: a CSR's CN names the device, so a device renamed onto another machine's
+// name would vouch for that machine).
 func failsItsChecks(d Device) string {
 	switch {
 	case !d.Owned.State.Running():
@@ -267,6 +269,9 @@ func failsItsChecks(d Device) string {
 		return "is being retired (status decommissioning)"
 	case d.Declared.DesiredAction == ActionWipe || d.Declared.DesiredAction == ActionRetire:
 		return fmt.Sprintf("has an open %s request", d.Declared.DesiredAction)
+	}
+	if attested, renamed := AttestedAs(d); renamed {
+		return fmt.Sprintf("was attested as %s and renamed since: a kubelet certificate of either name may belong to another machine; provision the device again under its new name", attested)
 	}
 	return ""
 }

@@ -65,6 +65,7 @@ const (
 	NodeRefusedLeaving     = "wipe-or-retire"    // a wipe or retirement was claimed: the machine is leaving
 	NodeRefusedState       = "state"             // wiped, retired, untrusted or unconfirmed
 	NodeRefusedBootFailed  = "boot-check-failed" // the last boot check failed (not drift, not missing)
+	NodeRefusedRenamed     = "renamed"           // the device's name is not the one it was attested under
 	NodeRefusedUnknownNode = "unknown-node"      // no device has the node's name (nodeaccess.go)
 )
 
@@ -91,7 +92,16 @@ func refusalOf(d Device) NodeRefusal {
 	if o.BootCheck == BootCheckFailed {
 		return NodeRefusal{NodeRefusedBootFailed, fmt.Sprintf("device %s failed its last boot check", d.Name)}
 	}
+	if attested, renamed := AttestedAs(d); renamed {
+		return NodeRefusal{NodeRefusedRenamed, renamedSentence(d, attested)}
+	}
 	return NodeRefusal{}
+}
+
+// renamedSentence says why device d, attested as attested, is no node of its name.
+func renamedSentence(d Device, attested string) string {
+	return fmt.Sprintf("device %s was attested as %s and renamed since: its certificates and its node carry the name %s, so it is no node of either name until it is provisioned again",
+		d.Name, attested, attested)
 }
 
 func stateName(s State) string {

@@ -69,6 +69,7 @@ var publicSentences = map[string]string{
 	"config_expired":       "The configuration expired before it was fetched: provision the device again.",
 	"config_lost":          "The pending configuration was lost when fleetd restarted: provision the device again.",
 	"config_delivered":     "The configuration was already delivered and is served only once: provision the device again for a new one.",
+	"device_renamed":       "The device was renamed in NetBox since the machine attested, and its certificates carry the old name: rename it back, or provision it again.",
 	"no_pending_config":    "No configuration is pending for this machine: it is rendered when a provision request attests.",
 	"bad_peer":             "fleetd cannot read the request's source address.",
 	// The wipe receipt (docs/http.md, "Wipe receipts").

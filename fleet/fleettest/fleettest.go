@@ -497,10 +497,10 @@ func Declared(id int64, name string) fleet.Device {
 }
 
 // Attested gives a provision's device the identity material its attestation records: issued at
-// issued for ttl, for the device's current request and the SMBIOS UUID uuid, with stand-in
+// issued for ttl, for the device's current request and name and the SMBIOS UUID uuid, with stand-in
 // certificate and blob bytes (the renderers copy them; nothing parses them).
 func Attested(d fleet.Device, uuid string, issued time.Time, ttl time.Duration) fleet.Device {
-	d.Owned.Identity = fleet.IdentityMaterial{Version: fleet.IdentityVersion, Request: d.Owned.Request, Issued: issued,
+	d.Owned.Identity = fleet.IdentityMaterial{Version: fleet.IdentityVersion, Request: d.Owned.Request, Name: d.Name, Issued: issued,
 		Expires: issued.Add(ttl), UUIDSHA256: fleet.UUIDHash(uuid), SMBIOSSerial: "SYS123",
 		LAK:    fleet.LAKMaterial{Chain: [][]byte{[]byte("lak leaf"), []byte("lak ca")}, Blob: []byte(`{"KeyEncoding":1}`)},
 		LDevID: fleet.LDevIDMaterial{Chain: [][]byte{[]byte("ldevid leaf")}}, BootstrapTokenKey: SealKey().ID}
