@@ -61,6 +61,18 @@ func TestNodeChanged(t *testing.T) {
 			}
 		})
 	}
+	t.Run("refuse/a Ready Node of another machine's name given to a joining device", func(t *testing.T) {
+		// node-a's device, its certificate approved, is renamed to node-w: Node node-w is Ready
+		// through another machine's kubelet, never through node-a's, which carries node-a.
+		f := joinedFixture(t, true)
+		renamed(f.nb, 12, "node-w")
+		if out, err := f.s.Membership.NodeChanged(context.Background(), fleet.NodeReport{Name: "node-w", Ready: true, ReadyAt: afterApproval}); err != nil || out.Result != "no-change" {
+			t.Errorf("NodeChanged = %+v, %v; want no change", out, err)
+		}
+		if d, j := f.nb.Get(12), f.nb.JournalOf(12); d.Owned.State != fleet.StateJoining || len(j) != 0 {
+			t.Errorf("the renamed device is %s, journal %q; want joining, nothing journaled", d.Owned.State, j)
+		}
+	})
 	t.Run("ignore/a Node of no device, and of an active device", func(t *testing.T) {
 		f := joinedFixture(t, true)
 		for _, name := range []string{"node-z", "node-o"} {
@@ -121,6 +133,25 @@ func TestJoinDeadlines(t *testing.T) {
 				t.Errorf("node-b, delivered at no recorded time, is %s", b.Owned.State)
 			}
 		})
+	}
+}
+
+// A joining device renamed since its attestation fails at its join deadline, the journal saying
+// so, though a Ready Node of its new name exists (another machine's).
+func TestJoinDeadlineOfARenamedDevice(t *testing.T) {
+	f := joinedFixture(t, true)
+	renamed(f.nb, 12, "node-w")
+	f.clock.Advance(testEpoch.Add(31 * time.Minute).Sub(f.clock.Now()))
+	devices, err := f.s.Requests.ReconcileAll(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.s.Membership.JoinDeadlines(context.Background(), devices, func(name string) (fleet.NodeReport, bool) {
+		return fleet.NodeReport{Name: name, Ready: true, ReadyAt: testEpoch.Add(30 * time.Minute)}, name == "node-w"
+	})
+	d, j := f.nb.Get(12), f.nb.JournalOf(12)
+	if d.Owned.State != fleet.StateFailed || len(j) != 1 || !strings.Contains(j[0], "attested as node-a and renamed since") {
+		t.Errorf("node-w %s, journal %q; want failed, the journal saying it was renamed since its attestation", d.Owned.State, j)
 	}
 }
 

@@ -158,6 +158,23 @@ func TestReviewCSR(t *testing.T) {
 			f.nb.Set(d)
 		}
 	}
+	// swapped: node-a's machine failed its boot check; an editor renames its device away and
+	// gives node-a's name to node-b's device, active and in good standing.
+	swapped := func(f approverFixture) {
+		active(func(d *fleet.Device) { d.Owned.BootCheck = fleet.BootCheckFailed })(f)
+		b := f.nb.Get(13)
+		b.Owned.State = fleet.StateActive
+		b.Owned.Identity.KubeletClient = &fleet.ApprovedCSR{Name: "csr-0", UID: "uid-csr-0", Approved: testEpoch}
+		f.nb.Set(b)
+		renamed(f.nb, 12, "node-a-old")
+		renamed(f.nb, 13, "node-a")
+	}
+	saysRenamed := func(t *testing.T, f approverFixture) {
+		dec, _ := f.cluster.Decision("csr-1")
+		if !strings.Contains(dec.Message, "renamed since") || !strings.Contains(dec.Message, "provision the device again") {
+			t.Errorf("the denial says %q: want that the device was renamed since its attestation, and what to do", dec.Message)
+		}
+	}
 	rows := []row{
 		// The first client certificate: the device's own token, for its own name, once.
 		{name: "ok/node-a's own token for node-a", signer: fleet.SignerKubeletClient, username: a.Username(), usages: client, spec: nodeA,
@@ -247,6 +264,29 @@ func TestReviewCSR(t *testing.T) {
 			active(func(d *fleet.Device) { d.Owned.BootCheck = fleet.BootCheckFailed })(f)
 			f.nb.WriteAs(fleettest.Owner, 12, func(d *fleet.Device) { d.Owned.BootCheck = fleet.BootCheckOK })
 		}, signer: fleet.SignerKubeletClient, username: "system:node:node-a", usages: client, spec: nodeA, reason: "DeviceFailsItsChecks"},
+
+		// Renamed devices: a CSR's CN names the device, so a device renamed since its attestation
+		// (fleet_identity's name) vouches for no kubelet of either name.
+		{name: "refuse/renewal under a failed machine's name given to a device in good standing", prep: swapped,
+			signer: fleet.SignerKubeletClient, username: "system:node:node-a", usages: client, spec: nodeA, reason: "DeviceFailsItsChecks",
+			check: saysRenamed},
+		{name: "refuse/serving under a failed machine's name given to a device in good standing", prep: swapped,
+			signer: fleet.SignerKubeletServing, username: "system:node:node-a", usages: serving,
+			spec: csrSpec{cn: "system:node:node-a", orgs: nodes, dns: []string{"node-a"}, ips: []net.IP{net.ParseIP("10.0.0.6")}}, reason: "DeviceFailsItsChecks",
+			check: saysRenamed},
+		{name: "refuse/renewal of a device renamed alone", prep: func(f approverFixture) {
+			active(nil)(f)
+			renamed(f.nb, 12, "node-x")
+		}, signer: fleet.SignerKubeletClient, username: "system:node:node-x", usages: client, spec: csrSpec{cn: "system:node:node-x", orgs: nodes},
+			reason: "DeviceFailsItsChecks", check: saysRenamed},
+		{name: "refuse/the token of a joining device renamed since its attestation", prep: func(f approverFixture) { renamed(f.nb, 12, "node-x") },
+			signer: fleet.SignerKubeletClient, username: a.Username(), usages: client, spec: csrSpec{cn: "system:node:node-x", orgs: nodes},
+			reason: "DeviceFailsItsChecks", check: func(t *testing.T, f approverFixture) { saysRenamed(t, f); nothingRecorded(t, f) }},
+		{name: "ok/renewal of a device attested before fleetd recorded the name, renamed", prep: func(f approverFixture) {
+			active(func(d *fleet.Device) { d.Owned.Identity.Name = "" })(f)
+			renamed(f.nb, 12, "node-x")
+		}, signer: fleet.SignerKubeletClient, username: "system:node:node-x", usages: client, spec: csrSpec{cn: "system:node:node-x", orgs: nodes},
+			approve: true, reason: "AttestedDevice"},
 
 		// Serving certificates: the node for itself, naming only the device.
 		{name: "ok/serving with the device's name and address", signer: fleet.SignerKubeletServing, username: "system:node:node-a", usages: serving,

@@ -241,8 +241,8 @@ func TestEnrollment(t *testing.T) {
 				t.Errorf("disk authorization written = %v, want %v", authorized, r.wantExit == 0)
 			}
 			checkCerts(t, f, got, wf, r.wantCerts)
-			if id := got.Owned.Identity; id.Empty() == r.wantConfig || r.wantConfig && (id.Request != got.Owned.Request || id.Check() != nil) {
-				t.Errorf("fleet_identity %+v, want it recorded for the request = %v", id, r.wantConfig)
+			if id := got.Owned.Identity; id.Empty() == r.wantConfig || r.wantConfig && (id.Request != got.Owned.Request || id.Name != got.Name || id.Check() != nil) {
+				t.Errorf("fleet_identity %+v, want it recorded for the request and the device's name = %v", id, r.wantConfig)
 			}
 		})
 	}
