@@ -201,14 +201,23 @@ func (s *BootChecks) bootCheckDevice(ctx context.Context, d Device, c *bootCheck
 	return s.recordBootCheck(ctx, d, out, c)
 }
 
-// bootCheckAllowed refuses a check by a key that is no longer the device's, for a device that is
-// not a running node, or made before the last accepted check. The LAK a renewal replaced
+// bootCheckAllowed refuses a check by a key that is no longer the device's, for a device renamed
+// since its attestation (AttestedAs), for a device that is not a running node, or made before
+// the last accepted check. The LAK a renewal replaced
 // (lak_serial_previous) is the device's for the handover only (renew.go); after it, a LAK
 // certificate of the current LAK's key that is not the current one is refused lak_replaced.
 func bootCheckAllowed(d Device, c *bootCheck) error {
 	if d.Owned.State == StateUntrusted {
 		return Refuse(RefusedConflict, "owned_fields_untrusted",
 			"%s is untrusted: fleetd found values of its fields it did not write and cleared them; only an owner's new request (attest or provision) brings it back", d.Name)
+	}
+	if attested, renamed := AttestedAs(d); renamed {
+		// The LAK names d.Name, so it is not the LAK of this device's attestation, whose
+		// certificates name attested: another machine's (a device editor swapped names), or
+		// none of fleetd's. lak_not_current would refuse it too; this says why.
+		return Refuse(RefusedForbidden, "device_renamed",
+			"the LAK certificate names %s, and device %s was attested as %s and renamed since: a boot check is taken only under the name the device was attested under; provision it again under its new name",
+			c.lak.Device, d.Name, attested)
 	}
 	current := d.Owned.LAKSerial != "" && strings.EqualFold(c.lak.SerialHex, d.Owned.LAKSerial)
 	previous := d.Owned.LAKSerial != "" && d.Owned.LAKSerialPrevious != "" && strings.EqualFold(c.lak.SerialHex, d.Owned.LAKSerialPrevious)

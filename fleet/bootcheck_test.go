@@ -127,6 +127,9 @@ func TestBootCheckBeforeTheQuote(t *testing.T) {
 		{"refuse/a wiped device: no LAK at all", func(_ attest.BootNonce, d *fleet.Device, _ *fleet.BootCheckInput) {
 			d.Owned.LAKSerial, d.Owned.State = "", fleet.StateWiped
 		}, "lak_not_current"},
+		{"refuse/a LAK naming a device that was attested under another name (names swapped)", func(_ attest.BootNonce, d *fleet.Device, _ *fleet.BootCheckInput) {
+			d.Owned.Identity = fleet.IdentityMaterial{Version: fleet.IdentityVersion, Request: "provision-bbbbbbbb", Name: "node-b"}
+		}, "device_renamed"},
 		{"refuse/a LAK naming a device NetBox does not have", func(_ attest.BootNonce, d *fleet.Device, _ *fleet.BootCheckInput) { d.Name = "node-b" }, "unknown_device"},
 		{"refuse/a LAK certificate fleetd's LAK CA did not issue", func(_ attest.BootNonce, _ *fleet.Device, in *fleet.BootCheckInput) {
 			in.LAKChain = [][]byte{in.LAKChain[1]}
