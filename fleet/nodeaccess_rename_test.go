@@ -117,3 +117,28 @@ func TestNodeAccessRenamedDevice(t *testing.T) {
 		}
 	}
 }
+
+// A device renamed back to the name it was attested under is a node of that name again from the
+// next reconcile pass (its listing puts the denial in doubt, its read with the change log lifts
+// it): the rename changed none of fleetd's values.
+func TestNodeAccessRenamedBack(t *testing.T) {
+	ctx := context.Background()
+	inv := fleettest.NewNetBox(attested(node(13, "node-b")), node(1, "n1"), node(2, "n2"), node(3, "n3"))
+	s := newAccessService(t, inv, fleet.NodeAccessConfig{}, nil)
+	renamed(inv, 13, "node-x")
+	if _, err := s.Requests.ReconcileAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.NodeAccess.Decide(asNode("node-x")); got.Refusal.Code != fleet.NodeRefusedRenamed {
+		t.Fatalf("node-x: %+v, want denied renamed", got)
+	}
+	renamed(inv, 13, "node-b")
+	if _, err := s.Requests.ReconcileAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range []struct{ node, result string }{{"node-b", fleet.NodeNoOpinion}, {"node-x", fleet.NodeDenied}} {
+		if got := s.NodeAccess.Decide(asNode(a.node)); got.Result != a.result {
+			t.Errorf("%s after the rename back and a pass: %+v, want %s", a.node, got, a.result)
+		}
+	}
+}
