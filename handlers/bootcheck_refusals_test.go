@@ -73,6 +73,7 @@ func testBootCheckRefusals(t *testing.T, f *fleetdUnderTest, n node) {
 				c := issue(t, fleetCAs, "node-b", otherKey.Public())
 				b := base
 				b.ID, b.Name, b.Owned.LAKSerial = 13, "node-b", c.SerialHex()
+				b.Owned.Identity.Name = "node-b" // attested as node-b, as its LAK says
 				f.inv.Set(b)
 				req.LAKChain = c.DER()
 			}},
