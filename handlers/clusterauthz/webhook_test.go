@@ -148,14 +148,20 @@ func talosControlPlane(t *testing.T) func(kubecluster.WebhookClient) ([]byte, er
 // request arrives), the same certificate's requests are refused 403 with fleetd's reason, as soon
 // as the API server's cached answer lapses (at most unauthorizedTTL: the view denies at once),
 // while the other node keeps working; and with fleetd's webhook stopped, requests are decided by
-// Node and RBAC alone (no opinion on failure): an active node keeps working.
+// Node and RBAC alone (no opinion on failure): an active node keeps working. Last, a device
+// editor gives the wiping node's name to the other node's device: the wiping machine's
+// certificate is still refused (renamed), where before fleetd recorded the attested name the
+// API server let it label its Node.
 func TestClusterWebhookEndsANodesAccess(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	var logs syncBuffer
 	log := zerolog.New(&logs)
+	attested := func(d fleet.Device) fleet.Device {
+		return fleettest.Attested(d, "4c4c4544-0042-3510-8052-b4c04f4e3232", time.Now(), time.Hour) // fleet_identity records its name
+	}
 	f := handlerstest.New(t, handlerstest.Config{Devices: []fleet.Device{
-		clusterNode(1, "node-a", "10.0.0.11/24"), clusterNode(2, "node-b", "10.0.0.12/24"),
+		attested(clusterNode(1, "node-a", "10.0.0.11/24")), attested(clusterNode(2, "node-b", "10.0.0.12/24")),
 	}})
 	if _, err := f.Service.Requests.ReconcileAll(ctx); err != nil {
 		t.Fatal(err)
@@ -259,5 +265,32 @@ func TestClusterWebhookEndsANodesAccess(t *testing.T) {
 	}
 	if _, err := b.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, "node-b", metav1.GetOptions{}); err != nil {
 		t.Fatalf("node-b reads its Lease with fleetd's webhook back: %v", err)
+	}
+
+	// A device editor renames node-a's device (wiping) away and gives its name to node-b's device,
+	// in good standing, so that node-a's certificate would be judged on node-b's device. The
+	// rename reaches fleetd as NetBox's webhook would (a reconcile of each device), then in the
+	// next pass's listing, which is what gave node-a's name to node-b's device before fleetd
+	// recorded the attested name. node-a's next new request is refused as a renamed device's;
+	// node-b's, its name now no device's.
+	f.Inv.WriteAs(fleettest.Owner, 1, func(d *fleet.Device) { d.Name = "node-a-old" })
+	f.Inv.WriteAs(fleettest.Owner, 2, func(d *fleet.Device) { d.Name = "node-a" })
+	for _, id := range []int64{1, 2} {
+		if _, err := f.Service.Requests.Reconcile(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := f.Service.Requests.ReconcileAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A request Node and RBAC allow (a node labels its own Node), never asked before: nothing cached.
+	relabel := []byte(`{"metadata":{"labels":{"example.org/renamed":"yes"}}}`)
+	if _, err := a.CoreV1().Nodes().Patch(ctx, "node-a", types.MergePatchType, relabel, metav1.PatchOptions{}); !apierrors.IsForbidden(err) ||
+		!strings.Contains(err.Error(), "was attested as node-b and renamed since") {
+		t.Fatalf("node-a's certificate labels its Node after node-b's device took its name: %v, want 403 with fleetd's reason (renamed)", err)
+	}
+	if err := b.CoordinationV1().Leases(corev1.NamespaceNodeLease).Delete(ctx, "node-b-renamed", metav1.DeleteOptions{}); !apierrors.IsForbidden(err) ||
+		!strings.Contains(err.Error(), "no NetBox device is named node-b") {
+		t.Fatalf("node-b's certificate after its device was renamed: %v, want 403 with fleetd's reason (unknown node)", err)
 	}
 }
