@@ -412,6 +412,17 @@ func (c *Cluster) NodeCredentials(name string) (certPEM, keyPEM []byte, err erro
 	return c.ca.issue(leaf{cn: "system:node:" + name, orgs: []string{"system:nodes"}})
 }
 
+// WriteUserKubeconfig writes a kubeconfig at path for user, a member of groups, authenticated
+// by a client certificate of the cluster CA minted for it: an identity of its own in the
+// cluster (the development stack's fleetd, bound by examples/cluster/fleetd-rbac.yaml).
+func (c *Cluster) WriteUserKubeconfig(path, user string, groups ...string) error {
+	certPEM, keyPEM, err := c.ca.issue(leaf{cn: user, orgs: groups})
+	if err != nil {
+		return err
+	}
+	return writeKubeconfig(path, c.url, c.ca.pem, certPEM, keyPEM)
+}
+
 // NodeConfig is a client configuration of node name's kubelet (NodeCredentials).
 func (c *Cluster) NodeConfig(name string) (*rest.Config, error) {
 	certPEM, keyPEM, err := c.NodeCredentials(name)

@@ -24,6 +24,7 @@ type fleetdConfig struct {
 	netboxURL     string
 	gatewayAddr   netip.Addr
 	talosEndpoint string
+	workload      *workloadConf // the cluster: section with Options.WorkloadCluster, else nil
 }
 
 // writeFleetdConfig copies examples/classes.json into the state directory, learns the boot
@@ -33,8 +34,10 @@ func writeFleetdConfig(p paths, c fleetdConfig) error {
 	if err != nil {
 		return fmt.Errorf("read examples/classes.json from the checkout: %w", err)
 	}
-	if classes, err = outsideTheCluster(classes); err != nil {
-		return err
+	if c.workload == nil {
+		if classes, err = outsideTheCluster(classes); err != nil {
+			return err
+		}
 	}
 	if err := os.WriteFile(p.classes, classes, 0o644); err != nil {
 		return fmt.Errorf("write classes.json: %w", err)
@@ -45,10 +48,9 @@ func writeFleetdConfig(p paths, c fleetdConfig) error {
 	return writeFleetdYAML(p, c)
 }
 
-// outsideTheCluster sets joins_kubernetes false on every talos class of classes.json: the
-// development stack runs no workload cluster for its simulated Talos boots to join (their
-// membership is tested against a real control plane in workload's tests), so they go active at
-// delivery, as before classes joined Kubernetes.
+// outsideTheCluster sets joins_kubernetes false on every talos class of classes.json: without
+// Options.WorkloadCluster the development stack runs no workload cluster for its simulated
+// Talos boots to join, so they go active at delivery, as before classes joined Kubernetes.
 func outsideTheCluster(raw []byte) ([]byte, error) {
 	var f struct {
 		Classes map[string]map[string]any `json:"classes"`
@@ -105,6 +107,9 @@ func writeFleetdYAML(p paths, c fleetdConfig) error {
 		"metrics":   map[string]any{"token_file": p.metricsToken},
 		"reconcile": map[string]any{"interval": c.opts.ReconcileInterval.String()},
 		"log":       map[string]any{"level": c.opts.LogLevel, "format": "json"},
+	}
+	if c.workload != nil {
+		doc["cluster"] = c.workload.clusterSection()
 	}
 	if w := c.opts.InventoryBootCheckWindow; w != 0 {
 		doc["inventory"] = map[string]any{"boot_check_window": w.String()}

@@ -37,6 +37,9 @@ type Info struct {
 	// module): a Talos machine's first boot reads its disk's META with it, as Talos does, for
 	// the ${code} of its configuration URL.
 	TalosMeta string `json:"talos_meta"`
+	// WorkloadCluster is the cluster the Talos machines join (Options.WorkloadCluster); absent
+	// without one.
+	WorkloadCluster *WorkloadClusterInfo `json:"workload_cluster,omitempty"`
 }
 
 // TinkerbellInfo is the stack's Tinkerbell (Version: v0.25.0 by default, v0.12.2 in make

@@ -1,8 +1,11 @@
 package stack
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 )
 
 // maxFleetdInstances bounds Options.FleetdInstances: the stack runs on a developer's machine.
@@ -148,4 +151,27 @@ func (s *Stack) StartFleetdInstance(k int) error {
 	}
 	s.sups[k-1] = startSupervisor(s.supervisorConfig(k))
 	return nil
+}
+
+// StopFleetd stops every fleetd instance and its supervision, as when spore is down: nothing
+// answers on fleetd's URLs, nor on its authorization webhook, until StartFleetd.
+func (s *Stack) StopFleetd() error {
+	s.supMu.Lock()
+	sups := slices.Clone(s.sups)
+	s.supMu.Unlock()
+	var errs []error
+	for _, sup := range sups {
+		errs = append(errs, sup.stop())
+	}
+	return errors.Join(errs...)
+}
+
+// StartFleetd starts every instance StopFleetd stopped and returns once each is ready.
+func (s *Stack) StartFleetd(ctx context.Context) error {
+	for k := 1; k <= s.FleetdInstances(); k++ {
+		if err := s.StartFleetdInstance(k); err != nil {
+			return err
+		}
+	}
+	return waitFleetdReady(ctx, s.info)
 }

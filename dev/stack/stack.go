@@ -26,6 +26,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/folly-infra/fleetd/dev/kubecluster"
 	"github.com/folly-infra/fleetd/dev/kubeharness"
 	"github.com/folly-infra/fleetd/dev/netboxemu"
 	"github.com/folly-infra/fleetd/dev/tinkerbell"
@@ -83,6 +84,18 @@ type Options struct {
 	// fleetd's URLs (front.go, docs/operate.md "Several instances"). Default 1, without a front;
 	// at most maxFleetdInstances.
 	FleetdInstances int
+	// WorkloadCluster runs a workload cluster for the Talos machines to join (workload.go): a
+	// real kube-apiserver and kube-controller-manager (dev/kubecluster) asking fleetd's
+	// authorization webhook, fleetd's cluster: section set for it, and the Talos classes joining
+	// Kubernetes, so that a Talos machine's first boot runs its kubelet's join (Boot) and its
+	// device is active only once its Node is Ready. Off (the default), the Talos classes go
+	// active at delivery and nothing more starts. It costs the start about 25 s more on a
+	// 2-core machine (the two programs, already built in the tools cache) and about 400 MB of
+	// memory. It runs with one fleetd instance only.
+	WorkloadCluster bool
+	// JoinDeadline is fleetd's cluster.join_deadline with WorkloadCluster (at least 5 minutes,
+	// fleetd's minimum); unset leaves fleetd's default (30 minutes).
+	JoinDeadline time.Duration
 	// LogLevel is fleetd's log.level; default info.
 	LogLevel string
 	// Logger is the stack's own log (deliveries, fleetd restarts).
@@ -142,6 +155,12 @@ func (o *Options) defaults() error {
 	if o.FleetdInstances < 1 || o.FleetdInstances > maxFleetdInstances {
 		return fmt.Errorf("start stack: Options.FleetdInstances is %d: run 1 to %d fleetd instances", o.FleetdInstances, maxFleetdInstances)
 	}
+	if o.WorkloadCluster && o.FleetdInstances != 1 {
+		return fmt.Errorf("start stack: Options.WorkloadCluster runs with one fleetd instance, not %d: the API server asks one webhook URL", o.FleetdInstances)
+	}
+	if o.JoinDeadline != 0 && !o.WorkloadCluster {
+		return errors.New("start stack: Options.JoinDeadline is set without Options.WorkloadCluster: no class joins a cluster")
+	}
 	if o.LogLevel == "" {
 		o.LogLevel = "info"
 	}
@@ -170,6 +189,9 @@ type Stack struct {
 	tink   TinkerbellInfo
 
 	lock *os.File // the state directory's marker, locked while the stack runs
+
+	workload     *kubecluster.Cluster // Options.WorkloadCluster's, else nil
+	workloadInfo *WorkloadClusterInfo
 
 	kubeMu   sync.Mutex
 	kube     *kubeharness.Server // nil while stopped (StopKube)
@@ -208,13 +230,25 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 	if err := s.startNetBox(ctx, httpURL, gen); err != nil {
 		return nil, err
 	}
+	var webhookURL string // fleetd's cluster.authorization listener, with Options.WorkloadCluster
+	if o.WorkloadCluster {
+		if webhookURL, err = freeLoopbackURL("https"); err != nil {
+			return nil, err
+		}
+		webhookURL += "/v1/cluster/authorize"
+	}
 	devices := SeedDevices(o.ExtraDevices, o.MoreDevices...)
-	seeded, machines, err := s.startKubeAndMachines(ctx, devices)
+	seeded, machines, err := s.startKubeAndMachines(ctx, devices, webhookURL)
 	if err != nil {
 		return nil, err
 	}
 	s.conf = fleetdConfig{opts: o, fleetdURL: fleetdURL, httpURL: httpURL, netboxURL: s.emu.URL(),
 		gatewayAddr: Gateway, talosEndpoint: talosEndpoint(devices)}
+	if o.WorkloadCluster {
+		if s.conf.workload, err = s.workloadConf(webhookURL); err != nil {
+			return nil, err
+		}
+	}
 	if err := writeFleetdConfig(s.paths, s.conf); err != nil {
 		return nil, err
 	}
@@ -235,7 +269,7 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 		Kubernetes: KubernetesInfo{URL: s.kubeURL(), Dir: s.paths.kube},
 		Tinkerbell: s.tink,
 		CA:         CAInfo{LDevID: s.paths.ldevidCert, LAK: s.paths.lakCert, EK: s.paths.ekBundle, Fleetd: s.paths.fleetdCA},
-		Machines:   machines, Devices: seeded, TalosMeta: talosMeta}
+		Machines:   machines, Devices: seeded, TalosMeta: talosMeta, WorkloadCluster: s.workloadInfo}
 	if err := s.startFleetd(fleetdURL, httpURL); err != nil {
 		return nil, err
 	}
@@ -248,12 +282,16 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 	return s, nil
 }
 
-// startKubeAndMachines starts the API server while the machines' TPMs are manufactured, then
-// installs the Templates and seeds the inventory with the machines' EK hashes.
-func (s *Stack) startKubeAndMachines(ctx context.Context, devices []SeedDevice) ([]DeviceInfo, map[string]Machine, error) {
+// startKubeAndMachines starts the API server (and, with a webhook URL, the workload cluster)
+// while the machines' TPMs are manufactured, then installs the Templates and seeds the inventory
+// with the machines' EK hashes.
+func (s *Stack) startKubeAndMachines(ctx context.Context, devices []SeedDevice, webhookURL string) ([]DeviceInfo, map[string]Machine, error) {
 	var tpms map[string]machineTPM
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return s.startKube(gctx, 0) })
+	if webhookURL != "" {
+		g.Go(func() error { return s.startWorkloadCluster(gctx, webhookURL) })
+	}
 	// A failing API server start cancels the TPMs still being made (swtpm.Manufacture ends
 	// swtpm_setup with every process it started).
 	g.Go(func() (err error) { tpms, err = manufacture(gctx, s.paths, devices, s.opts.Rand); return err })
@@ -352,7 +390,7 @@ func (s *Stack) Close() error {
 	if s.tb != nil {
 		errs = append(errs, s.tb.Stop())
 	}
-	errs = append(errs, s.StopKube())
+	errs = append(errs, s.StopKube(), s.stopWorkloadCluster())
 	if s.emu != nil {
 		errs = append(errs, s.emu.Close())
 	}
