@@ -153,6 +153,8 @@ func machine(ctx context.Context, dir string, args []string, stdout, stderr io.W
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, `usage: fleetsim machine NAME netboot|boot|boot-check [--event-log rhel8|rhel8-other-kernel|cos85|ubuntu-no-secure-boot|ubuntu-no-dbx|FILE]
        fleetsim machine NAME netboot --forge ACTION[,ACTION…]
+       fleetsim machine NAME boot --kubelet ready|not-ready|none
+       fleetsim machine NAME join [--kubelet ready|not-ready]
        fleetsim machine NAME swap-disk [--disk sda] [--serial S] [--clone]
        fleetsim machine NAME add-disk [--serial S]
        fleetsim machine NAME set-mac [--mac M]
@@ -160,7 +162,9 @@ func machine(ctx context.Context, dir string, args []string, stdout, stderr io.W
        fleetsim machine NAME replace-tpm
 
 swap-disk, add-disk, set-mac, set-uuid (a new mainboard) and replace-tpm change the machine's
-hardware; NetBox keeps its declaration.`)
+hardware; NetBox keeps its declaration. With the workload cluster (fleetsim up
+--workload-cluster), a Talos machine's boot runs its kubelet's join (--kubelet), and join runs
+it later for a machine booted with --kubelet none.`)
 		fs.PrintDefaults()
 	}
 	logName := fs.String("event-log", "", "the boot the firmware measures at this power-on (default: the machine's recorded boot, rhel8); another one models a changed boot")
@@ -169,13 +173,14 @@ hardware; NetBox keeps its declaration.`)
 	clone := fs.Bool("clone", false, "swap-disk: the old disk's content is copied onto the new one, so the node boots as before")
 	mac := fs.String("mac", "", "set-mac: the new network card's MAC (default: a random 02:f6:…)")
 	uuid := fs.String("uuid", "", "set-uuid: the new mainboard's SMBIOS UUID (default: a random one)")
+	kubelet := fs.String("kubelet", "ready", "boot, join: with the workload cluster, what a Talos machine's kubelet does: ready (join, post its Node Ready), not-ready (join, never Ready) or none (no kubelet; boot only)")
 	forge := fs.String("forge", "", "netboot: actions (comma-separated) the machine does not run, reported succeeded: a forged completion (wipe-disk,wipe-receipt: nothing erased, no receipt)")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return 2
 	}
 	steps := map[string]func(context.Context, stack.Info, string, stack.StepOptions) error{
-		"netboot": stack.Netboot, "boot": stack.Boot, "boot-check": stack.BootCheck}
+		"netboot": stack.Netboot, "boot": stack.Boot, "boot-check": stack.BootCheck, "join": stack.Join}
 	changes := map[string]func(stack.Info, string) (stack.HardwareChange, error){
 		"swap-disk": func(i stack.Info, n string) (stack.HardwareChange, error) {
 			return stack.SwapDisk(i, n, *disk, *serial, *clone)
@@ -201,6 +206,10 @@ hardware; NetBox keeps its declaration.`)
 			return 2
 		}
 		o.Forge = strings.Split(*forge, ",")
+	}
+	if o.Kubelet, err = stack.ParseKubeletMode(*kubelet); err != nil {
+		fmt.Fprintln(stderr, "fleetsim machine:", err)
+		return 2
 	}
 	if *logName != "" {
 		if o.EventLog, err = eventLog(*logName); err != nil {

@@ -32,7 +32,9 @@ func (mc *machine) nodeDir() string { return mc.path(MachineDiskDir, fleet.NodeD
 // and writes the node files the configuration carries into /var/lib/fleetd-node on its disk, as
 // the OS does. A Talos node's LDevID files arrive in their text form; the real
 // `fleetd boot-check --install-only` installs them, as the init container of the node's SPIRE
-// agent pod does (deploy/kubernetes/spire-agent-daemonset.yaml).
+// agent pod does (deploy/kubernetes/spire-agent-daemonset.yaml). With the stack's workload
+// cluster (Options.WorkloadCluster), a Talos machine's kubelet then joins it with the bootstrap
+// token of the config it fetched, as o.Kubelet says (kubelet.go).
 func Boot(ctx context.Context, info Info, name string, o StepOptions) error {
 	mc, err := openMachine(info, name, "boot", o.Out)
 	if err != nil {
@@ -74,6 +76,13 @@ func Boot(ctx context.Context, info Info, name string, o StepOptions) error {
 			return fmt.Errorf("boot %s: fleetd boot-check --install-only: %w: %s", name, err, lastLine(out))
 		}
 		mc.say("fleetd boot-check --install-only installed the LDevID files from their text form")
+		if mc.info.WorkloadCluster != nil {
+			if o.Kubelet == KubeletNone {
+				mc.say("kubelet: none runs (--kubelet none); its bootstrap token stays unused")
+			} else if err := mc.joinCluster(ctx, body, o.Kubelet); err != nil {
+				return fmt.Errorf("boot %s: %w", name, err)
+			}
+		}
 	}
 	mc.say("%s node up", kind)
 	return nil
@@ -142,7 +151,7 @@ func (mc *machine) fetchConfig(ctx context.Context, kind fleet.Kind) ([]byte, er
 		if err != nil {
 			return nil, fmt.Errorf("Talos fetched no machine config (it would retry every non-200 for up to 3 h): %w", err)
 		}
-		return body, mc.keep("talos-machine-config.yaml", body)
+		return body, mc.keep(talosConfigFile, body)
 	case fleet.KindNixOS, fleet.KindAlpine:
 		secretFile := mc.path(MachineDiskDir, imageFetchSecret)
 		secret, err := readSecret(secretFile)

@@ -32,6 +32,10 @@ type StepOptions struct {
 	// of a wipe through the worker protocol): forging wipe-disk and wipe-receipt leaves the disk
 	// as it was and sends fleetd no receipt.
 	Forge []string
+	// Kubelet is what a Talos machine's kubelet does at its first boot (Boot) or at Join when
+	// the stack runs a workload cluster: join and post Ready (the default), join and never be
+	// Ready, or run none.
+	Kubelet KubeletMode
 }
 
 // machine is one simulated machine during a step: it powers on (its swtpm runs only while a
