@@ -17,9 +17,14 @@ type Membership struct {
 // DefaultJoinDeadline is cluster.join_deadline when unset.
 const DefaultJoinDeadline = 30 * time.Minute
 
+// MinJoinDeadline is the least cluster.join_deadline fleetd starts with: a real node needs
+// minutes to boot and pull its images, and the deadline is the operator's to fit to that; below a
+// minute it can only be a typo.
+const MinJoinDeadline = time.Minute
+
 func (c *Config) validateMembership(p *problems) {
 	if c.Cluster.Kubeconfig != "" {
 		p.file("cluster.kubeconfig", c.Cluster.Kubeconfig)
 	}
-	p.atLeast("cluster.join_deadline", c.Cluster.JoinDeadline, 5*time.Minute)
+	p.atLeast("cluster.join_deadline", c.Cluster.JoinDeadline, MinJoinDeadline)
 }

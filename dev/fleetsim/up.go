@@ -62,7 +62,7 @@ func startStack(ctx context.Context, cmd, dir string, args []string, stdout, std
 	instances := fs.Int("fleetd-instances", 1, "run N fleetd processes behind a round-robin TCP front on fleetd's URLs (it keeps each client's source address)")
 	lifetime := fs.Duration("cert-lifetime", 2160*time.Hour, "the LDevID and LAK lifetime (boot checks renew from half of it), e.g. 4m for renewal tests; at least 1m")
 	workloadCluster := fs.Bool("workload-cluster", false, "run a workload cluster (kube-apiserver and kube-controller-manager "+kubecluster.Version+" asking fleetd's authorization webhook) that the Talos machines' kubelets join at their first boot; their devices go active once their Node is Ready")
-	joinDeadline := fs.Duration("join-deadline", 0, "with --workload-cluster: fleetd's cluster.join_deadline (at least 5m; default fleetd's, 30m)")
+	joinDeadline := fs.Duration("join-deadline", 0, "with --workload-cluster: fleetd's cluster.join_deadline (at least 1m; default fleetd's, 30m)")
 	tink := fs.String("tinkerbell", os.Getenv(tinkerbell.VersionEnv), "the Tinkerbell the stack runs: v0.25.0 (the default) or v0.12.2 (build its programs first: scripts/tools.sh build tink-controller ...); default $"+tinkerbell.VersionEnv)
 	if err := fs.Parse(args); err != nil {
 		return nil, 2

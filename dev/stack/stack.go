@@ -95,7 +95,7 @@ type Options struct {
 	// (kube-apiserver 270 MB, kube-controller-manager 70 MB, and the cluster's etcd in this
 	// process). It runs with one fleetd instance only.
 	WorkloadCluster bool
-	// JoinDeadline is fleetd's cluster.join_deadline with WorkloadCluster (at least 5 minutes,
+	// JoinDeadline is fleetd's cluster.join_deadline with WorkloadCluster (at least a minute,
 	// fleetd's minimum); unset leaves fleetd's default (30 minutes).
 	JoinDeadline time.Duration
 	// LogLevel is fleetd's log.level; default info.
