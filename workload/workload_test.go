@@ -1,7 +1,6 @@
 package workload_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -23,14 +22,12 @@ import (
 	authnv1 "k8s.io/api/authentication/v1"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/certificate"
 	"k8s.io/client-go/util/certificate/csr"
-	"sigs.k8s.io/yaml"
 
 	"github.com/folly-infra/fleetd/attest"
 	"github.com/folly-infra/fleetd/dev/kubecluster"
@@ -73,61 +70,19 @@ func clientset(t *testing.T, cfg *rest.Config) *kubernetes.Clientset {
 // impersonating the user it binds: fleetd with exactly the permissions the example grants.
 func fleetdIdentity(t *testing.T) *rest.Config {
 	t.Helper()
-	raw, err := os.ReadFile("../examples/cluster/fleetd-rbac.yaml")
-	if err != nil {
+	if err := kubecluster.ApplyRBAC(context.Background(), clientset(t, kube.AdminConfig()), "../examples/cluster/fleetd-rbac.yaml"); err != nil {
 		t.Fatal(err)
-	}
-	admin := clientset(t, kube.AdminConfig())
-	ctx := context.Background()
-	for _, doc := range bytes.Split(raw, []byte("\n---\n")) {
-		var meta metav1.TypeMeta
-		if err := yaml.Unmarshal(doc, &meta); err != nil {
-			t.Fatal(err)
-		}
-		var err error
-		switch meta.Kind {
-		case "ClusterRole":
-			var o rbacv1.ClusterRole
-			if err = yaml.UnmarshalStrict(doc, &o); err == nil {
-				_, err = admin.RbacV1().ClusterRoles().Create(ctx, &o, metav1.CreateOptions{})
-			}
-		case "ClusterRoleBinding":
-			var o rbacv1.ClusterRoleBinding
-			if err = yaml.UnmarshalStrict(doc, &o); err == nil {
-				_, err = admin.RbacV1().ClusterRoleBindings().Create(ctx, &o, metav1.CreateOptions{})
-			}
-		case "Role":
-			var o rbacv1.Role
-			if err = yaml.UnmarshalStrict(doc, &o); err == nil {
-				_, err = admin.RbacV1().Roles(o.Namespace).Create(ctx, &o, metav1.CreateOptions{})
-			}
-		case "RoleBinding":
-			var o rbacv1.RoleBinding
-			if err = yaml.UnmarshalStrict(doc, &o); err == nil {
-				_, err = admin.RbacV1().RoleBindings(o.Namespace).Create(ctx, &o, metav1.CreateOptions{})
-			}
-		default:
-			t.Fatalf("fleetd-rbac.yaml has a %q document", meta.Kind)
-		}
-		if err != nil && !apierrors.IsAlreadyExists(err) {
-			t.Fatalf("apply %s: %v", meta.Kind, err)
-		}
 	}
 	cfg := rest.CopyConfig(kube.AdminConfig())
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: "fleetd"}
 	return cfg
 }
 
-// talosBootstrapBinding binds the bootstrap group of Talos's tokens (and fleetd's) to
-// system:node-bootstrapper, as Talos's control plane does (its manifest
-// system-bootstrap-node-bootstrapper): a bootstrap token may then create a CSR.
+// talosBootstrapBinding binds the bootstrap group of fleetd's tokens to system:node-bootstrapper,
+// as Talos's control plane does: a bootstrap token may then create a CSR.
 func talosBootstrapBinding(t *testing.T) {
 	t.Helper()
-	b := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "system-bootstrap-node-bootstrapper"},
-		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "system:node-bootstrapper"},
-		Subjects: []rbacv1.Subject{{APIGroup: "rbac.authorization.k8s.io", Kind: "Group", Name: fleet.BootstrapGroup}}}
-	_, err := clientset(t, kube.AdminConfig()).RbacV1().ClusterRoleBindings().Create(context.Background(), b, metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
+	if err := kubecluster.BindBootstrappers(context.Background(), clientset(t, kube.AdminConfig())); err != nil {
 		t.Fatal(err)
 	}
 }
