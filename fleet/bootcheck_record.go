@@ -54,6 +54,7 @@ func (s *BootChecks) recordBootCheck(ctx context.Context, d Device, out Outcome,
 		p.Facts = &f // in the check's one write, only when a fact changed
 	}
 	renewal, renewMsg := s.renew(d, c, res.Outcome, &p)
+	recordAttestedName(d, &p)
 	if _, err := s.core.update(ctx, d, p); err != nil {
 		return BootCheckResult{}, out, fmt.Errorf("record the boot check of %s: %w", d.Name, netboxErr(err))
 	}
@@ -165,4 +166,22 @@ func baselineAfter(d Device) string {
 		return "attestation (" + d.Owned.Request + ")"
 	}
 	return "installation"
+}
+
+// recordAttestedName completes an identity recorded before fleetd kept the name a device was
+// attested as (IdentityMaterial.Name, AttestedAs), in the check's one write: the node has just
+// proved the LAK fleetd issued for this name (the check found the device by its LAK's subject
+// and holds it to its sealed lak_serial), so this name is the one its certificates carry. A
+// device renamed before it was completed finds no device by its LAK's name and is refused
+// before this. Every active node that checks in gets its name within an hour of the upgrade.
+func recordAttestedName(d Device, p *Patch) {
+	if d.Owned.Identity.Empty() || d.Owned.Identity.Name != "" {
+		return
+	}
+	id := d.Owned.Identity
+	if p.Identity != nil { // a renewal's, which keeps everything else of it
+		id = *p.Identity
+	}
+	id.Name = d.Name
+	p.Identity = &id
 }

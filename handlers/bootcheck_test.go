@@ -85,11 +85,23 @@ func TestBootCheck(t *testing.T) {
 		t.Fatalf("fleet_facts after the enrollment = %+v", enrolled)
 	}
 
+	// An identity recorded by a fleetd that kept no attested name (before fleet_identity had
+	// one): the first accepted check completes it, in its one write.
+	older := f.inv.Get(12)
+	if older.Owned.Identity.Name != "node-a" {
+		t.Fatalf("the enrollment recorded the attested name %q, want node-a", older.Owned.Identity.Name)
+	}
+	older.Owned.Identity.Name = ""
+	f.inv.Set(older)
+
 	// ok/first check after the install: baseline taken, one journal entry.
 	if err := agent.BootCheck(context.Background(), cfg); err != nil {
 		t.Fatalf("first boot check: exit %d: %v", agent.ExitCode(err), err)
 	}
 	first := f.inv.Get(12)
+	if got := first.Owned.Identity; got.Name != "node-a" || got.Request != older.Owned.Identity.Request || len(got.LAK.Chain) != len(older.Owned.Identity.LAK.Chain) {
+		t.Errorf("the first check left fleet_identity named %q (request %q), want node-a, the rest kept", got.Name, got.Request)
+	}
 	if first.Owned.BootCheck != fleet.BootCheckOK || !strings.HasPrefix(first.Owned.BootBaseline, "fleetd-baseline/1\n") || first.Owned.LastBootCheck.IsZero() {
 		t.Fatalf("after the first check: boot_check %q, last_boot_check %v, baseline %.40q", first.Owned.BootCheck, first.Owned.LastBootCheck, first.Owned.BootBaseline)
 	}
