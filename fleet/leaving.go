@@ -3,7 +3,9 @@ package fleet
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -20,6 +22,13 @@ import (
 // stays wiped or retired and the cluster still has the Node. A device whose request ended
 // unconfirmed keeps its Node: nothing proves that machine was erased, and the authorization
 // webhook refuses it meanwhile.
+//
+// The Node is the one of the name the machine was attested as (nodeName), never merely the
+// device's NetBox name, which any device editor may change: renaming a leaving device after a
+// control plane node (or any node fleetd does not manage) must not make fleetd cordon or delete
+// that node. The receipt's transition clears the identity, so a deletion that failed is retried
+// from this process's own record of the name, not from the device as NetBox lists it later; a
+// restart in between leaves that Node to the operator (counted failed, journaled).
 
 // nodeCallTimeout bounds one cordon or deletion, so that an unresponsive API server holds no
 // decision for long.
@@ -46,6 +55,24 @@ type nodeCleanup struct {
 	// journaled already, by step.
 	cordoned sync.Map
 	failed   sync.Map
+	// pending keeps the deletions that failed, by device id: the request and the Node's name,
+	// retried by RemoveLeftNodes while the device stays as the receipt left it.
+	mu      sync.Mutex
+	pending map[int64]pendingDelete
+}
+
+// pendingDelete is a Node deletion to try again.
+type pendingDelete struct {
+	request, node string
+}
+
+// nodeName is the name of d's Node: the name its identity was attested as (IdentityMaterial.Name),
+// or, for an identity recorded before fleetd kept it, the device's name.
+func nodeName(d Device) string {
+	if n := d.Owned.Identity.Name; n != "" {
+		return strings.ToLower(n)
+	}
+	return strings.ToLower(d.Name)
 }
 
 // cordon marks d's Node unschedulable for its running wipe or retirement, once per request, and
@@ -60,10 +87,11 @@ func (n *nodeCleanup) cordon(ctx context.Context, d Device, action Action) strin
 	}
 	cctx, cancel := context.WithTimeout(ctx, nodeCallTimeout)
 	defer cancel()
-	changed, err := n.cluster.CordonNode(cctx, d.Name)
+	name := nodeName(d)
+	changed, err := n.cluster.CordonNode(cctx, name)
 	if err != nil {
 		return n.failure(ctx, d, NodeCordon, key, fmt.Sprintf("cluster: cordoning Node %s failed: %v; fleetd tries again at each reconcile pass while %s runs, which goes on meanwhile.",
-			d.Name, err, d.Owned.Request))
+			name, err, d.Owned.Request))
 	}
 	n.cordoned.Store(key, true)
 	n.failed.Delete(NodeCordon + " " + key)
@@ -73,25 +101,41 @@ func (n *nodeCleanup) cordon(ctx context.Context, d Device, action Action) strin
 	}
 	n.metrics.WithLabelValues(NodeCordon, NodeCleaned).Inc()
 	msg := fmt.Sprintf("cluster: Node %s cordoned for %s: nothing new is scheduled on it; the pods it runs stay until the machine is wiped (drain it before setting decommissioning).",
-		d.Name, d.Owned.Request)
+		name, d.Owned.Request)
 	n.core.journal(ctx, d, JournalInfo, msg)
 	return msg
 }
 
-// remove deletes the Node of d, a device whose wipe or retirement is recorded on its receipt,
-// and returns the sentence of the decision's log line ("" when there is nothing to say: no
-// cluster, no Node) and whether the cluster refused or could not be reached.
+// remove deletes the Node of d, a device whose wipe or retirement is recorded on its receipt (d
+// as read before that record, its identity still on it), and returns the sentence of the
+// decision's log line ("" when there is nothing to say: no cluster, no Node) and whether the
+// cluster refused or could not be reached; then the deletion is kept for RemoveLeftNodes.
 func (n *nodeCleanup) remove(ctx context.Context, d Device) (msg string, failed bool) {
 	if n.cluster == nil {
 		return "", false
 	}
+	return n.deleteNode(ctx, d, nodeName(d))
+}
+
+// deleteNode deletes the Node named of d's request, as remove says.
+func (n *nodeCleanup) deleteNode(ctx context.Context, d Device, name string) (msg string, failed bool) {
 	key := strconv.FormatInt(d.ID, 10) + " " + d.Owned.Request
 	cctx, cancel := context.WithTimeout(ctx, nodeCallTimeout)
 	defer cancel()
-	deleted, err := n.cluster.DeleteNode(cctx, d.Name)
+	deleted, err := n.cluster.DeleteNode(cctx, name)
+	n.mu.Lock()
+	if err != nil {
+		if n.pending == nil {
+			n.pending = map[int64]pendingDelete{}
+		}
+		n.pending[d.ID] = pendingDelete{request: d.Owned.Request, node: name}
+	} else {
+		delete(n.pending, d.ID)
+	}
+	n.mu.Unlock()
 	if err != nil {
 		return n.failure(ctx, d, NodeDelete, key, fmt.Sprintf("cluster: deleting Node %s failed: %v; fleetd tries again at each reconcile pass while the cluster still has it.",
-			d.Name, err)), true
+			name, err)), true
 	}
 	n.failed.Delete(NodeDelete + " " + key)
 	if !deleted {
@@ -99,7 +143,7 @@ func (n *nodeCleanup) remove(ctx context.Context, d Device) (msg string, failed 
 		return "", false
 	}
 	n.metrics.WithLabelValues(NodeDelete, NodeCleaned).Inc()
-	msg = fmt.Sprintf("cluster: Node %s deleted: request %s is recorded on the machine's wipe receipt.", d.Name, d.Owned.Request)
+	msg = fmt.Sprintf("cluster: Node %s deleted: request %s is recorded on the machine's wipe receipt.", name, d.Owned.Request)
 	n.core.journal(ctx, d, JournalInfo, msg)
 	return msg, false
 }
@@ -113,23 +157,34 @@ func (n *nodeCleanup) failure(ctx context.Context, d Device, step, key, msg stri
 	return msg
 }
 
-// RemoveLeftNodes deletes the Node of every wiped or retired device of the listing that the
-// cluster still has (node is the cluster's Node of a name, as the Node watch last saw it): the
-// retry of a deletion that failed at the receipt, or missed while fleetd was down. It costs the
-// cluster nothing for a device whose Node is gone.
+// RemoveLeftNodes tries again every Node deletion of this process that failed at a receipt, for
+// the devices of the listing that are still as that receipt left them (wiped or retired, the same
+// request): node is the cluster's Node of a name, as the Node watch last saw it, so a Node gone
+// meanwhile costs the cluster nothing. A device that moved on (provisioned again) drops its
+// deletion: its next install owns the name.
 func (s *Requests) RemoveLeftNodes(ctx context.Context, devices []Device, node func(name string) (NodeReport, bool)) []Outcome {
+	n := s.nodes
+	n.mu.Lock()
+	pending := maps.Clone(n.pending)
+	n.mu.Unlock()
+	if len(pending) == 0 {
+		return nil
+	}
 	var outs []Outcome
 	for _, d := range devices {
-		if d.Owned.State != StateWiped && d.Owned.State != StateRetired {
+		p, ok := pending[d.ID]
+		if !ok {
 			continue
 		}
-		if _, ok := node(d.Name); !ok {
+		if d.Owned.Request != p.request || d.Owned.State != StateWiped && d.Owned.State != StateRetired {
+			n.forget(d.ID, p)
 			continue
 		}
-		msg, failed := s.nodes.remove(ctx, d)
-		if msg == "" {
+		if _, ok := node(p.node); !ok {
+			n.forget(d.ID, p)
 			continue
 		}
+		msg, failed := n.deleteNode(ctx, d, p.node)
 		out := outcomeFor(d, RequestAction(d.Owned.Request), NodeDelete, "node-deleted")
 		if failed {
 			out.Result = "node-delete-failed"
@@ -138,6 +193,15 @@ func (s *Requests) RemoveLeftNodes(ctx context.Context, devices []Device, node f
 		outs = append(outs, out)
 	}
 	return outs
+}
+
+// forget drops device id's pending deletion p, unless another replaced it meanwhile.
+func (n *nodeCleanup) forget(id int64, p pendingDelete) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.pending[id] == p {
+		delete(n.pending, id)
+	}
 }
 
 // newNodeCleanups is fleetd_node_cleanups_total: no device label, so the series stay six however

@@ -229,3 +229,67 @@ func clusterNodes(cl *fleettest.Cluster) func(string) (fleet.NodeReport, bool) {
 		return fleet.NodeReport{Name: name}, exists
 	}
 }
+
+// TestLeavingNodeIsTheAttestedOne: the Node fleetd cordons and deletes is the one of the name the
+// machine was attested as, never the device's NetBox name, which any device editor may change:
+// renaming a leaving device after another node (a control plane fleetd does not manage) makes
+// fleetd touch neither that node nor any other but the machine's own.
+func TestLeavingNodeIsTheAttestedOne(t *testing.T) {
+	ctx := context.Background()
+	renamed := func(d fleet.Device) fleet.Device {
+		d.Owned.Identity = fleet.IdentityMaterial{Version: fleet.IdentityVersion, Request: "provision-aaaaaaaa", Name: "node-a"}
+		d.Name = "cp-1"
+		return d
+	}
+	t.Run("refuse/a wipe's claim on a device renamed after cp-1 cordons node-a, not cp-1", func(t *testing.T) {
+		d := fleettest.Declared(12, "node-a")
+		d.Status, d.Declared.DesiredAction = fleet.StatusActive, fleet.ActionWipe
+		d.Owned = fleet.Owned{State: fleet.StateActive, Request: "provision-aaaaaaaa", Workflow: "node-a-provision-aaaaaaaa",
+			LDevIDSerial: "0a01", LAKSerial: "0b01", Message: "Delivered."}
+		d = renamed(d)
+		cl := fleettest.NewCluster()
+		cl.AddNode("node-a")
+		cl.AddNode("cp-1")
+		s := newLeavingService(fleettest.NewNetBox(d), fleettest.NewInstaller(), nil, cl, prometheus.NewRegistry())
+		if out, err := s.Requests.Reconcile(ctx, 12); err != nil || out.Result != "accepted" {
+			t.Fatalf("the claim: %+v, %v", out, err)
+		}
+		if _, cordoned := cl.Node("cp-1"); cordoned {
+			t.Error("cp-1, the name the device was given, is cordoned")
+		}
+		if _, cordoned := cl.Node("node-a"); !cordoned {
+			t.Error("node-a, the machine's own Node, is not cordoned")
+		}
+	})
+	t.Run("refuse/its receipt deletes node-a, not cp-1, and a pass after a failure retries node-a alone", func(t *testing.T) {
+		d := renamed(wipingNode("wipe-aaaaaaaa"))
+		cl := fleettest.NewCluster()
+		cl.AddNode("node-a")
+		cl.AddNode("cp-1")
+		cl.Fail = errors.New("connection refused")
+		inv := fleettest.NewNetBox(d)
+		s := newLeavingService(inv, fleettest.NewInstaller(), nil, cl, prometheus.NewRegistry())
+		if out, err := s.Requests.RecordWipeReceipt(ctx, receiptOf(d, d.Owned.Request)); err != nil || out.Result != fleet.ReceiptRecorded {
+			t.Fatalf("the receipt: %+v, %v", out, err)
+		}
+		cl.Fail = nil
+		wiped := inv.Get(12)
+		if !wiped.Owned.Identity.Empty() || wiped.Name != "cp-1" {
+			t.Fatalf("after the receipt: identity %+v, name %s; want it cleared, the name cp-1", wiped.Owned.Identity, wiped.Name)
+		}
+		s.Requests.RemoveLeftNodes(ctx, []fleet.Device{wiped}, clusterNodes(cl))
+		if !slices.Equal(cl.DeletedNodes, []string{"node-a"}) {
+			t.Errorf("Nodes deleted %q, want node-a alone (cp-1 is the name an editor gave the device)", cl.DeletedNodes)
+		}
+	})
+	t.Run("refuse/a wiped device renamed after a Node is no deletion of it", func(t *testing.T) {
+		d := fleettest.Declared(12, "cp-1")
+		d.Owned = fleet.Owned{State: fleet.StateWiped, Request: "wipe-aaaaaaaa"}
+		cl := fleettest.NewCluster()
+		cl.AddNode("cp-1")
+		s := newLeavingService(fleettest.NewNetBox(d), fleettest.NewInstaller(), nil, cl, prometheus.NewRegistry())
+		if outs := s.Requests.RemoveLeftNodes(ctx, []fleet.Device{d}, clusterNodes(cl)); len(outs) != 0 || len(cl.DeletedNodes) != 0 {
+			t.Errorf("a pass over a wiped device named cp-1: %+v, deleted %q; want nothing", outs, cl.DeletedNodes)
+		}
+	})
+}
