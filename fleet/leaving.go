@@ -66,14 +66,17 @@ type pendingDelete struct {
 	request, node string
 }
 
-// nodeName is the name of d's Node: the name its identity was attested as (IdentityMaterial.Name),
-// or, for an identity recorded before fleetd kept it, the device's name.
-func nodeName(d Device) string {
+// attestedName is the name d's machine was attested as (IdentityMaterial.Name), the one its
+// certificates carry, or, for an identity recorded before fleetd kept it, the device's name.
+func attestedName(d Device) string {
 	if n := d.Owned.Identity.Name; n != "" {
-		return strings.ToLower(n)
+		return n
 	}
-	return strings.ToLower(d.Name)
+	return d.Name
 }
+
+// nodeName is the name of d's Node: its attested name, lowercase as Kubernetes' node names are.
+func nodeName(d Device) string { return strings.ToLower(attestedName(d)) }
 
 // cordon marks d's Node unschedulable for its running wipe or retirement, once per request, and
 // returns the sentence of the decision's log line ("" when there is nothing to say).

@@ -41,12 +41,13 @@ func (s *Requests) banSPIRE(ctx context.Context, d Device, action Action) string
 	}
 	bctx, cancel := context.WithTimeout(ctx, spireBanTimeout)
 	defer cancel()
-	n, err := s.spire.BanDevice(bctx, d.Name)
+	name := attestedName(d) // its LDevID's subject, never only the NetBox name an editor may change
+	n, err := s.spire.BanDevice(bctx, name)
 	key := strconv.FormatInt(d.ID, 10) + " " + d.Owned.Request
 	if err != nil {
 		s.core.metrics.spireBans.WithLabelValues(SPIREFailed).Inc()
 		msg := fmt.Sprintf("SPIRE: the ban of %s's agents failed (%d banned before the failure): %v; fleetd tries again at each reconcile pass while %s runs, which goes on meanwhile.",
-			d.Name, n, err, d.Owned.Request)
+			name, n, err, d.Owned.Request)
 		if _, journaled := s.spireFailures.LoadOrStore(key, true); !journaled {
 			s.core.journal(ctx, d, JournalWarning, msg)
 		}
@@ -59,7 +60,7 @@ func (s *Requests) banSPIRE(ctx context.Context, d Device, action Action) string
 	}
 	s.core.metrics.spireBans.WithLabelValues(SPIREBanned).Inc()
 	msg := fmt.Sprintf("SPIRE: banned %d agent(s) of %s (tpm_devid, LDevID subject CN %s) for %s: they can neither renew nor attest again.",
-		n, d.Name, d.Name, d.Owned.Request)
+		n, d.Name, name, d.Owned.Request)
 	s.core.journal(ctx, d, JournalInfo, msg)
 	return msg
 }

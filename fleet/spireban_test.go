@@ -188,3 +188,21 @@ func metric(t *testing.T, reg *prometheus.Registry, result string) prometheus.Co
 	t.Fatalf("no fleetd_spire_bans_total{result=%q}", result)
 	return nil
 }
+
+// TestSPIREBanOfTheAttestedName: the agents banned are those of the name the machine was attested
+// as (its LDevID's subject), not of the NetBox name an editor may give the device: a wiping device
+// renamed after node-b bans node-a's agents, never node-b's.
+func TestSPIREBanOfTheAttestedName(t *testing.T) {
+	d := fleettest.Declared(12, "node-b")
+	d.Status, d.Declared.DesiredAction = fleet.StatusActive, fleet.ActionWipe
+	d.Owned = fleet.Owned{State: fleet.StateActive, Request: "provision-aaaaaaaa", Workflow: "node-a-provision-aaaaaaaa", Message: "Delivered.",
+		Identity: fleet.IdentityMaterial{Version: fleet.IdentityVersion, Request: "provision-aaaaaaaa", Name: "node-a"}}
+	sp := &spireServer{banned: 1}
+	s := newSPIREService(fleettest.NewNetBox(d), fleettest.NewInstaller(), sp, prometheus.NewRegistry())
+	if out, err := s.Requests.Reconcile(context.Background(), 12); err != nil || out.Result != "accepted" {
+		t.Fatalf("the claim: %+v, %v", out, err)
+	}
+	if !slices.Equal(sp.calls, []string{"node-a"}) {
+		t.Errorf("SPIRE asked to ban %q, want node-a, the attested name, alone", sp.calls)
+	}
+}
