@@ -37,6 +37,7 @@ type reqCtx struct {
 func (e *Emulator) api(write bool, fn func(*reqCtx)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("API-Version", apiVersion)
+		e.requests.add(r.Pattern)
 		if e.injectAPIFault(w, r) || !e.wait(r) {
 			return
 		}

@@ -77,6 +77,7 @@ type Emulator struct {
 	deliveries *deliverer
 	resources  map[string]*resource                            // by object type (routes)
 	sleep      func(ctx context.Context, d time.Duration) bool // Config.Latency's wait (tests replace it)
+	requests   requestCounts                                   // the API requests served, by route (RequestCounts)
 
 	srv *http.Server
 	url string
@@ -102,7 +103,8 @@ func New(cfg Config) *Emulator {
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = &http.Client{Timeout: cfg.DeliveryTimeout}
 	}
-	e := &Emulator{cfg: cfg, db: newDB(), faults: &Faults{}, sleep: sleepCtx, changesOf: map[int][]int{}}
+	e := &Emulator{cfg: cfg, db: newDB(), faults: &Faults{}, sleep: sleepCtx, changesOf: map[int][]int{},
+		requests: requestCounts{n: map[string]int64{}}}
 	if cfg.Faults == nil {
 		e.cfg.Faults = e.faults
 	}
