@@ -44,6 +44,7 @@ type Writer struct {
 	log zerolog.Logger
 
 	reservations prometheus.Gauge
+	writes       prometheus.Counter
 	reloads      *prometheus.CounterVec
 
 	mu sync.Mutex
@@ -86,20 +87,21 @@ func NewWriter(cfg Config) (*Writer, error) {
 			Name: "fleetd_kea_reservations",
 			Help: "Host reservations in the Kea reservations file after the last sync.",
 		}),
+		writes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fleetd_kea_writes_total",
+			Help: "Times the Kea reservations file was replaced because a reservation changed (a sync that changes none writes nothing).",
+		}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fleetd_kea_reloads_total",
 			Help: "Kea config-reload commands by outcome (ok, refused, unreachable).",
 		}, []string{"outcome"}),
 	}
-	for _, c := range []prometheus.Collector{w.reservations, w.reloads} {
+	for _, c := range []prometheus.Collector{w.reservations, w.writes, w.reloads} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("new Kea writer: register metrics: %w", err)
 		}
 	}
 	for _, o := range []string{ReloadOK, ReloadRefused, ReloadUnreachable} { // at 0 from the start, so the first reload of each outcome is an increase
-		w.reloads.WithLabelValues(o)
-	}
-	for _, o := range []string{ReloadOK, ReloadRefused, ReloadUnreachable} {
 		w.reloads.WithLabelValues(o)
 	}
 	return w, nil
@@ -128,6 +130,7 @@ func (w *Writer) Sync(ctx context.Context, devices []fleet.Device) (changed bool
 			return false, fmt.Errorf("sync Kea reservations: %w", err)
 		}
 		w.reloaded = false
+		w.writes.Inc()
 		w.log.Info().Str("step", "write").Str("outcome", "changed").Int("reservations", len(res)).
 			Str("path", w.cfg.Path).Msg("Kea reservations file updated")
 	}

@@ -233,6 +233,37 @@ func TestSyncWithoutKea(t *testing.T) {
 	})
 }
 
+// TestSyncWritesOnlyChanges: the periodic reconcile syncs at every pass, and the file is replaced
+// only when a reservation changed (fleetd_kea_writes_total counts the replacements), so Kea's
+// include and the disk see nothing of a pass that changed nothing.
+func TestSyncWritesOnlyChanges(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "reservations.json")
+	w, _ := newTestWriter(t, Config{Path: path})
+	devices := []fleet.Device{dev(1, "node-a", "3c:ec:ef:4c:4f:54", "10.0.0.5/24"), dev(2, "node-b", "3c:ec:ef:4c:4f:55", "10.0.0.6/24")}
+	sync := func(want bool) os.FileInfo {
+		t.Helper()
+		if changed, err := w.Sync(context.Background(), devices); err != nil || changed != want {
+			t.Fatalf("Sync = %v, %v; want changed %v", changed, err, want)
+		}
+		fi, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi
+	}
+	first := sync(true)
+	if again := sync(false); !os.SameFile(first, again) {
+		t.Errorf("a sync with no reservation changed replaced the file")
+	}
+	devices[1] = dev(2, "node-b", "3c:ec:ef:4c:4f:55", "10.0.0.7/24")
+	if moved := sync(true); os.SameFile(first, moved) {
+		t.Errorf("a changed address did not replace the file")
+	}
+	if got := testutil.ToFloat64(w.writes); got != 2 {
+		t.Errorf("fleetd_kea_writes_total = %v, want 2 (the first sync and the changed address)", got)
+	}
+}
+
 func TestNewWriterRefuses(t *testing.T) {
 	cases := []struct {
 		name string
