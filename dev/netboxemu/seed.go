@@ -258,13 +258,18 @@ func (e *Emulator) AddDevice(spec DeviceSpec) (int64, error) {
 		return 0, fmt.Errorf("add device %s: %s", spec.Name, msg)
 	}
 	d.cf = cf
+	first := 0 // the device's first interface, where a primary IPv4 sits
 	for n, is := range spec.Interfaces {
-		if err := e.seedInterface(d, n, is, now); err != nil {
+		id, err := e.seedInterface(d, n, is, now)
+		if err != nil {
 			return 0, err
+		}
+		if first == 0 {
+			first = id
 		}
 	}
 	if spec.PrimaryIPv4 != "" {
-		if err := e.seedIP(d, spec.PrimaryIPv4, now); err != nil {
+		if err := e.seedIP(d, first, spec.PrimaryIPv4, now); err != nil {
 			return 0, err
 		}
 	}
@@ -272,17 +277,18 @@ func (e *Emulator) AddDevice(spec DeviceSpec) (int64, error) {
 	return int64(d.id), nil
 }
 
-func (e *Emulator) seedInterface(d *device, n int, is InterfaceSpec, now time.Time) error {
+// seedInterface adds interface n of device d and returns its id.
+func (e *Emulator) seedInterface(d *device, n int, is InterfaceSpec, now time.Time) (int, error) {
 	i := &iface{id: e.db.next("interface"), device: d.id, name: or(is.Name, fmt.Sprintf("eth%d", n)),
 		typ: or(is.Type, "1000base-t"), enabled: true, mgmtOnly: is.MgmtOnly, created: now, lastUpdated: now}
 	if _, ok := interfaceTypeLabels[i.typ]; !ok {
-		return fmt.Errorf("add device %s: interface type %q is not one the emulator knows", d.name, i.typ)
+		return 0, fmt.Errorf("add device %s: interface type %q is not one the emulator knows", d.name, i.typ)
 	}
 	e.db.ifaces[i.id] = i
 	for k, raw := range is.MACs {
 		mac, ok := canonicalMAC(raw)
 		if !ok {
-			return fmt.Errorf("add device %s: %q is not a MAC address", d.name, raw)
+			return 0, fmt.Errorf("add device %s: %q is not a MAC address", d.name, raw)
 		}
 		m := &macAddr{id: e.db.next("macaddress"), mac: mac, iface: i.id, created: now, lastUpdated: now}
 		e.db.macs[m.id] = m
@@ -290,20 +296,14 @@ func (e *Emulator) seedInterface(d *device, n int, is InterfaceSpec, now time.Ti
 			i.primaryMAC = m.id
 		}
 	}
-	return nil
+	return i.id, nil
 }
 
-func (e *Emulator) seedIP(d *device, addr string, now time.Time) error {
+// seedIP adds addr on interface first (0: the device has none) and makes it d's primary IPv4.
+func (e *Emulator) seedIP(d *device, first int, addr string, now time.Time) error {
 	p, err := netip.ParsePrefix(addr)
 	if err != nil || !p.Addr().Is4() {
 		return fmt.Errorf("add device %s: primary IPv4 %q is not an IPv4 address with prefix length", d.name, addr)
-	}
-	first := 0
-	for _, id := range sortedIDs(e.db.ifaces, func(a, b *iface) bool { return a.id < b.id }) {
-		if e.db.ifaces[id].device == d.id {
-			first = id
-			break
-		}
 	}
 	if first == 0 {
 		return fmt.Errorf("add device %s: a primary IPv4 needs an interface to sit on", d.name)
