@@ -96,19 +96,11 @@ func (a *app) run(ctx context.Context) error {
 	}
 	g.Go(func() error {
 		return a.service.Requests.Run(ctx, a.cfg.Reconcile.Interval.D(), func(ctx context.Context, devices []fleet.Device) {
-			a.syncKea(ctx, devices)
+			var node func(string) (fleet.NodeReport, bool)
 			if nodes != nil {
-				for _, out := range a.service.Membership.JoinDeadlines(ctx, devices, nodes.Node) {
-					a.log.Info().Str("trigger", "join-deadline").EmbedObject(out).Msg("decision")
-				}
-				for _, out := range a.service.Requests.RemoveLeftNodes(ctx, devices, nodes.Node) {
-					ev := a.log.Info()
-					if out.Result != "node-deleted" {
-						ev = a.log.Warn()
-					}
-					ev.Str("trigger", "node-cleanup").EmbedObject(out).Msg("decision")
-				}
+				node = nodes.Node
 			}
+			a.afterListing(ctx, devices, node)
 		})
 	})
 	g.Go(func() error { return a.keaLoop(ctx) })
@@ -132,4 +124,24 @@ func (a *app) run(ctx context.Context) error {
 		})
 	})
 	return g.Wait()
+}
+
+// afterListing is what the periodic reconcile does with each pass's listing: the Kea
+// reservations, then, with a workload cluster (node: its Node of a name, as the Node watch last
+// saw it; nil without one), the join deadlines and the Nodes of the devices that left.
+func (a *app) afterListing(ctx context.Context, devices []fleet.Device, node func(name string) (fleet.NodeReport, bool)) {
+	a.syncKea(ctx, devices)
+	if node == nil {
+		return
+	}
+	for _, out := range a.service.Membership.JoinDeadlines(ctx, devices, node) {
+		a.log.Info().Str("trigger", "join-deadline").EmbedObject(out).Msg("decision")
+	}
+	for _, out := range a.service.Requests.RemoveLeftNodes(ctx, devices, node) {
+		ev := a.log.Info()
+		if out.Result != "node-deleted" {
+			ev = a.log.Warn()
+		}
+		ev.Str("trigger", "node-cleanup").EmbedObject(out).Msg("decision")
+	}
 }
