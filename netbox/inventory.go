@@ -159,23 +159,36 @@ func (c *Client) interfaces(ctx context.Context, device int64) ([]ifaceJSON, err
 
 // listed reads every page of the NetBox list at path that the filters q select (eachListed) and
 // returns what keep makes of each result, leaving out those it declines (false); keep's first
-// error ends the list. The slice is sized once, from the list's count: grown by doubling, the
-// devices of a 1,000-machine fleet left 2 MB behind.
+// error ends the list. Each page's results go into a slice of the page's size (the list's count,
+// at most a page), and the pages are joined once at the end: grown by append past the first
+// page, the listing of 10,000 devices (2 KB each) copied itself over about 90 MB a pass.
 func listed[T, U any](ctx context.Context, c *Client, op, path string, q url.Values, keep func(T) (U, bool, error)) ([]U, error) {
-	var out []U
+	var pages [][]U
+	total := 0
 	err := eachListed(ctx, c, op, path, q, func(v T, sizeHint int) error {
 		u, ok, err := keep(v)
 		if err != nil || !ok {
 			return err
 		}
-		if out == nil {
-			out = make([]U, 0, sizeHint)
+		if len(pages) == 0 || len(pages[len(pages)-1]) == cap(pages[len(pages)-1]) {
+			pages = append(pages, make([]U, 0, max(sizeHint, 1)))
 		}
-		out = append(out, u)
+		pages[len(pages)-1] = append(pages[len(pages)-1], u)
+		total++
 		return nil
 	})
-	if err != nil {
+	switch {
+	case err != nil:
 		return nil, err
+	case len(pages) <= 1: // one page (or none): no copy
+		if len(pages) == 0 {
+			return nil, nil
+		}
+		return pages[0], nil
+	}
+	out := make([]U, 0, total)
+	for _, p := range pages {
+		out = append(out, p...)
 	}
 	return out, nil
 }
