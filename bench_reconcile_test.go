@@ -16,7 +16,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -24,6 +23,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/folly-infra/fleetd/cli"
+	"github.com/folly-infra/fleetd/dev/benchcpu"
 	"github.com/folly-infra/fleetd/dev/netboxemu"
 	"github.com/folly-infra/fleetd/fleet"
 	"github.com/folly-infra/fleetd/fleet/fleettest"
@@ -41,7 +41,7 @@ import (
 // start reads the change log back over its whole retention.
 //
 // It reports per pass: netbox-requests (and a figure per endpoint, req-ROUTE), devices-read (the
-// requests for one device: the target is none in the steady state), cpu-ms (user and system: the
+// requests for one device: the target is none in the steady state), cpu-ns/op (dev/benchcpu: the
 // emulator runs in a process of its own, so this and the allocations are fleetd's alone; the wall
 // time includes the emulator's answers) and kea-writes (the reservations file is
 // rewritten only when a reservation changed). docs/performance.md, "The steady state's reconcile
@@ -57,12 +57,11 @@ func BenchmarkReconcilePass(b *testing.B) {
 			}
 			before := p.netbox.counts(b)
 			writes := p.keaWrites(b)
-			var cpu time.Duration
+			stop := benchcpu.Start(b)
 			for b.Loop() {
-				start := cpuTime(b)
 				p.pass(b, ctx)
-				cpu += cpuTime(b) - start
 			}
+			stop()
 			after := p.netbox.counts(b)
 			total, perDevice := int64(0), int64(0)
 			for route, c := range after {
@@ -78,7 +77,6 @@ func BenchmarkReconcilePass(b *testing.B) {
 			}
 			b.ReportMetric(float64(total)/float64(b.N), "netbox-requests/pass")
 			b.ReportMetric(float64(perDevice)/float64(b.N), "devices-read/pass")
-			b.ReportMetric(float64(cpu.Milliseconds())/float64(b.N), "cpu-ms/pass")
 			b.ReportMetric(float64(p.keaWrites(b)-writes)/float64(b.N), "kea-writes/pass")
 		})
 	}
@@ -121,6 +119,7 @@ func BenchmarkKeaSync(b *testing.B) {
 					b.Fatalf("Sync wrote the file: %v, want %v", changed, tc.change)
 				}
 			}
+			b.ReportMetric(b.Elapsed().Seconds()*1000/float64(b.N), "ms/sync")
 			info, err := os.Stat(path)
 			if err != nil {
 				b.Fatal(err)
@@ -365,15 +364,6 @@ func keaDevice(i int) fleet.Device {
 	return fleet.Device{ID: int64(i + 1), Name: fmt.Sprintf("kea-%05d", i), Status: fleet.StatusActive,
 		MACs:    []fleet.MAC{mac(0), mac(1), mac(3)},
 		Address: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 20, byte(i / 250), byte(i%250 + 1)}), 16)}
-}
-
-// cpuTime is the process's user and system CPU time so far.
-func cpuTime(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // routeMetric is a route as a metric unit: "GET /api/dcim/devices/{id}/" → "GET-dcim-devices-id".

@@ -46,6 +46,9 @@ var pairs = []pair{
 	{figure: "enrollment, both round trips through the real routes (attest) vs its steps", bench: "EnrollmentServer", peer: "EnrollmentSteps"},
 	{figure: "500 provisions decided at once by 16 workers, NetBox at 25 ms a request (dev/stack, in one process), p99 from the storm's start", bench: "ProvisionStorm", metric: "p99-ms", goal: "< 5000"},
 	{figure: "the same, the process's CPU per decision (NetBox emulator and API server included)", bench: "ProvisionStorm", metric: "cpu-ms/decision"},
+	{figure: "one periodic reconcile pass over 10,000 sealed, active devices (steady state), NetBox requests: 1 change log page, 10 device pages, 40 interface pages", bench: "ReconcilePass/devices-10000", metric: "netbox-requests/pass", goal: "≤ 25 + 1 a page"},
+	{figure: "the same, devices read one by one", bench: "ReconcilePass/devices-10000", metric: "devices-read/pass", goal: "0"},
+	{figure: "the Kea reservations file of 10,000 devices written (a reservation changed: render, compare, atomic replace with fsync)", bench: "KeaSync/changed", metric: "ms/sync", goal: "≤ 100"},
 }
 
 // result is one benchmark's line.
