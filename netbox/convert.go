@@ -32,6 +32,12 @@ type deviceJSON struct {
 	LastUpdated  string         `json:"last_updated"`
 }
 
+// deviceFields are the fields of a device a listing asks NetBox for (?fields=): those deviceJSON
+// reads. NetBox then renders and sends nothing else of the fleet's devices at every reconcile
+// pass (site, role, type, rack, tags, config context ...); decoding the listing is most of a
+// pass's CPU (docs/performance.md, "The steady state's reconcile pass").
+const deviceFields = "id,name,serial,status,primary_ip4,custom_fields,last_updated"
+
 type deviceListJSON struct {
 	Count   int          `json:"count"`
 	Results []deviceJSON `json:"results"`

@@ -132,7 +132,7 @@ func (c *Client) Devices(ctx context.Context) ([]fleet.Device, error) {
 	for _, f := range ifaces {
 		byDevice[f.Device.ID] = append(byDevice[f.Device.ID], f)
 	}
-	out, err := listed(ctx, c, "devices", "/api/dcim/devices/", url.Values{"exclude": {"config_context"}}, func(dj deviceJSON) (fleet.Device, bool, error) {
+	out, err := listed(ctx, c, "devices", "/api/dcim/devices/", url.Values{"fields": {deviceFields}}, func(dj deviceJSON) (fleet.Device, bool, error) {
 		d, err := toDevice(dj, orderMACs(byDevice[dj.ID]), "")
 		return d, err == nil, err
 	})

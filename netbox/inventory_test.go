@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"os"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -210,6 +211,15 @@ func TestListDevices(t *testing.T) {
 	}
 	if devs[0].Name != "gen0000" || devs[0].MACs[0] != "02:00:00:00:00:00" || devs[0].Declared.DiskSerial != "D0" || devs[1000].Name != "node1" {
 		t.Errorf("devices[0] = %+v", devs[0])
+	} // The listing asks for only the fields it reads (deviceFields): what it makes of a device is
+	// what a read of that device makes of it (but the version a read carries for its write).
+	one, err := e.client.Device(context.Background(), e.node1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	one.Version = ""
+	if !reflect.DeepEqual(devs[1000], one) {
+		t.Errorf("node1 listed:\n%+v\nread:\n%+v", devs[1000], one)
 	}
 }
 
