@@ -1,7 +1,9 @@
 package netboxemu
 
 import (
+	"cmp"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -208,22 +210,34 @@ func sortedIDs[T any](m map[int]T, less func(a, b T) bool) []int { return sorted
 // sortedIDs orders them: filtering before sorting keeps a filtered list of a large table (one
 // device's interfaces among thousands) linear in the table's size.
 func sortedKept[T any](m map[int]T, less func(a, b T) bool, keep func(id int) bool) []int {
-	var ids []int
-	for id := range m {
+	// The rows are sorted with their values beside their ids: looking each up in m at every
+	// comparison was a quarter of a 10,000-device listing's time.
+	type row struct {
+		id int
+		v  T
+	}
+	var rows []row
+	for id, v := range m {
 		if keep == nil || keep(id) {
-			ids = append(ids, id)
+			rows = append(rows, row{id, v})
 		}
 	}
-	sort.Slice(ids, func(i, j int) bool {
-		a, b := m[ids[i]], m[ids[j]]
-		if less(a, b) {
-			return true
+	slices.SortFunc(rows, func(a, b row) int {
+		switch {
+		case less(a.v, b.v):
+			return -1
+		case less(b.v, a.v):
+			return 1
 		}
-		if less(b, a) {
-			return false
-		}
-		return ids[i] < ids[j]
+		return cmp.Compare(a.id, b.id)
 	})
+	if len(rows) == 0 {
+		return nil
+	}
+	ids := make([]int, len(rows))
+	for i, r := range rows {
+		ids[i] = r.id
+	}
 	return ids
 }
 
