@@ -69,8 +69,13 @@ test: deps tools check-drift vet lint ## the whole test suite (what CI runs): dr
 # on two cores they take little longer together than the longest alone (docs/testing.md). Each
 # also runs on its own. make test fails if any of them fails, after all three have ended.
 .PHONY: test-packages test-race test-chaos
+# The packages whose tests take minutes, mostly waiting on development stacks and Tinkerbell's
+# Workflows: listed first, so that they start first and the short packages fill the slots beside
+# them; three test binaries at a time (-p 3), since these wait far more than they compute.
+SLOW_PKGS := dev/stack workflows dev/stack/runbooks dev/stack/cluster handlers/clusterauthz
+SLOW_RE    = ^$(MODULE)/($(subst $(space),|,$(strip $(SLOW_PKGS))))$$
 test-packages: deps tools ## every package's tests but the race detector's and the chaos run's, every benchmark once
-	$(GO) test $(TEST_FLAGS) $(TEST_BENCH) $$($(GO) list ./... | grep -v -E '/dev/stack/chaos$$|$(RACE_RE)')
+	$(GO) test -p 3 $(TEST_FLAGS) $(TEST_BENCH) $(addprefix ./,$(SLOW_PKGS)) $$($(GO) list ./... | grep -v -E '/dev/stack/chaos$$|$(RACE_RE)|$(SLOW_RE)')
 test-race: deps tools ## the packages with locks and goroutines (RACE_PKGS) under the race detector, then the SPIRE interoperability module
 	$(GO) test $(TEST_FLAGS) $(TEST_BENCH) -race $(addprefix ./,$(RACE_PKGS))
 	cd interop/spire && $(GO) test $(TEST_FLAGS) $(TEST_BENCH) ./...
