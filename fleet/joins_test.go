@@ -53,7 +53,7 @@ func TestNodeChanged(t *testing.T) {
 				if d.Status != fleet.StatusActive || len(j) != 1 || !strings.Contains(j[0], "success: node-a joined the cluster") || !strings.Contains(j[0], "CSR csr-a") {
 					t.Errorf("status %s, journal %q", d.Status, j)
 				}
-				if n := counterValue(t, f.reg, "fleetd_requests_total", map[string]string{"action": "provision", "result": "succeeded"}); n != 1 {
+				if n := labelled(t, f.reg, "fleetd_requests_total", "action", "provision", "result", "succeeded"); n != 1 {
 					t.Errorf("fleetd_requests_total{provision,succeeded} = %v, want 1", n)
 				}
 			} else if len(j) != 0 {
@@ -126,7 +126,7 @@ func TestJoinDeadlines(t *testing.T) {
 			if len(j) != 1 || !strings.HasPrefix(j[0], "danger: ") || !strings.Contains(j[0], r.want) || !strings.Contains(j[0], "within 30m0s") {
 				t.Errorf("journal %q, want one danger entry saying %q", j, r.want)
 			}
-			if n := counterValue(t, f.reg, "fleetd_joins_total", map[string]string{"result": "timed_out"}); n != 1 {
+			if n := labelled(t, f.reg, "fleetd_joins_total", "result", "timed_out"); n != 1 {
 				t.Errorf("fleetd_joins_total{timed_out} = %v, want 1", n)
 			}
 			if b := f.nb.Get(13); b.Owned.State != fleet.StateJoining {

@@ -117,6 +117,7 @@ func (n *nodeCleanup) remove(ctx context.Context, d Device) (msg string, failed 
 	if n.cluster == nil {
 		return "", false
 	}
+	n.cordoned.Delete(strconv.FormatInt(d.ID, 10) + " " + d.Owned.Request) // the request has ended: its cordon is no longer asked
 	return n.deleteNode(ctx, d, nodeName(d))
 }
 

@@ -338,7 +338,7 @@ func TestReviewCSR(t *testing.T) {
 			if r.approve {
 				word = "approved"
 			}
-			if n := counterValue(t, f.reg, "fleetd_csr_decisions_total", map[string]string{"signer": r.signer, "decision": word, "reason": r.reason}); n != 1 {
+			if n := labelled(t, f.reg, "fleetd_csr_decisions_total", "signer", r.signer, "decision", word, "reason", r.reason); n != 1 {
 				t.Errorf("fleetd_csr_decisions_total{%s,%s,%s} = %v, want 1", r.signer, word, r.reason, n)
 			}
 			if r.check != nil {
@@ -384,33 +384,6 @@ func TestReviewCSRUndecided(t *testing.T) {
 			t.Errorf("ReviewCSR = decided %v, %v; want not decided", decided, err)
 		}
 	})
-}
-
-// counterValue is the value of counter name's series with exactly these labels, 0 when it has none.
-func counterValue(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range mf.GetMetric() {
-			if len(m.GetLabel()) != len(labels) {
-				continue
-			}
-			for _, l := range m.GetLabel() {
-				if labels[l.GetName()] != l.GetValue() {
-					continue next
-				}
-			}
-			return m.GetCounter().GetValue()
-		}
-	}
-	return 0
 }
 
 // TestFirstCSRTwoInstances: two fleetd instances on one NetBox, each offered a different client

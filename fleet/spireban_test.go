@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/folly-infra/fleetd/fleet"
 	"github.com/folly-infra/fleetd/fleet/fleettest"
@@ -125,7 +124,7 @@ func TestSPIREBanAtClaim(t *testing.T) {
 				t.Errorf("SPIRE asked to ban %q, want node-a %d times", sp.calls, r.wantCalls)
 			}
 			for _, result := range []string{"banned", "none", "failed"} {
-				if got := testutil.ToFloat64(metric(t, reg, result)); got != r.wantBans[result] {
+				if got := labelled(t, reg, "fleetd_spire_bans_total", "result", result); got != r.wantBans[result] {
 					t.Errorf("fleetd_spire_bans_total{result=%q} = %v, want %v", result, got, r.wantBans[result])
 				}
 			}
@@ -162,31 +161,10 @@ func TestSPIREBanNotConfigured(t *testing.T) {
 		t.Fatalf("the claim: %+v, %v; want accepted, nothing about SPIRE", out, err)
 	}
 	for _, result := range []string{"banned", "none", "failed"} {
-		if got := testutil.ToFloat64(metric(t, reg, result)); got != 0 {
+		if got := labelled(t, reg, "fleetd_spire_bans_total", "result", result); got != 0 {
 			t.Errorf("fleetd_spire_bans_total{result=%q} = %v, want 0", result, got)
 		}
 	}
-}
-
-// metric is the fleetd_spire_bans_total series of result.
-func metric(t *testing.T, reg *prometheus.Registry, result string) prometheus.Collector {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "fleetd_spire_bans_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if m.GetLabel()[0].GetValue() == result {
-				return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "x", Help: "x"}, m.GetCounter().GetValue)
-			}
-		}
-	}
-	t.Fatalf("no fleetd_spire_bans_total{result=%q}", result)
-	return nil
 }
 
 // TestSPIREBanOfTheAttestedName: the agents banned are those of the name the machine was attested

@@ -9,7 +9,6 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
-	"fmt"
 	mrand "math/rand"
 	"net"
 	"net/netip"
@@ -41,36 +40,14 @@ import (
 var kube *kubecluster.Cluster
 
 func TestMain(m *testing.M) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute) // a cold build included
-	c, err := kubecluster.Start(ctx, kubecluster.Options{Root: "..", Signer: true})
-	cancel()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "start the cluster:", err)
-		os.Exit(1)
-	}
-	kube = c
-	code := m.Run()
-	if err := c.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, "stop the cluster:", err)
-		code = 1
-	}
-	os.Exit(code)
-}
-
-func clientset(t *testing.T, cfg *rest.Config) *kubernetes.Clientset {
-	t.Helper()
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cs
+	os.Exit(kubecluster.Main(m, kubecluster.Options{Root: "..", Signer: true}, func(c *kubecluster.Cluster) { kube = c }))
 }
 
 // fleetdIdentity applies examples/cluster/fleetd-rbac.yaml and returns the admin's configuration
 // impersonating the user it binds: fleetd with exactly the permissions the example grants.
 func fleetdIdentity(t *testing.T) *rest.Config {
 	t.Helper()
-	if err := kubecluster.ApplyRBAC(context.Background(), clientset(t, kube.AdminConfig()), "../examples/cluster/fleetd-rbac.yaml"); err != nil {
+	if err := kubecluster.ApplyRBAC(context.Background(), kubecluster.Clientset(t, kube.AdminConfig()), "../examples/cluster/fleetd-rbac.yaml"); err != nil {
 		t.Fatal(err)
 	}
 	cfg := rest.CopyConfig(kube.AdminConfig())
@@ -82,7 +59,7 @@ func fleetdIdentity(t *testing.T) *rest.Config {
 // as Talos's control plane does: a bootstrap token may then create a CSR.
 func talosBootstrapBinding(t *testing.T) {
 	t.Helper()
-	if err := kubecluster.BindBootstrappers(context.Background(), clientset(t, kube.AdminConfig())); err != nil {
+	if err := kubecluster.BindBootstrappers(context.Background(), kubecluster.Clientset(t, kube.AdminConfig())); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -183,14 +160,14 @@ func TestKubeletBootstrapsThroughFleetd(t *testing.T) {
 		t.Errorf("certificate subject %s", leaf.Subject)
 	}
 	certPEM, keyPEM := pairPEM(t, cert)
-	review, err := clientset(t, kube.CertConfig(certPEM, keyPEM)).AuthenticationV1().SelfSubjectReviews().Create(ctx, &authnv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	review, err := kubecluster.Clientset(t, kube.CertConfig(certPEM, keyPEM)).AuthenticationV1().SelfSubjectReviews().Create(ctx, &authnv1.SelfSubjectReview{}, metav1.CreateOptions{})
 	if err != nil || review.Status.UserInfo.Username != "system:node:node-a" {
 		t.Errorf("the certificate authenticates as %+v (%v), want system:node:node-a", review, err)
 	}
 	if got := nb.Get(12).Owned.Identity.KubeletClient; got == nil {
 		t.Error("fleetd recorded no approval on node-a")
 	}
-	admin := clientset(t, kube.AdminConfig())
+	admin := kubecluster.Clientset(t, kube.AdminConfig())
 	if _, err := admin.CoreV1().Secrets("kube-system").Get(ctx, "bootstrap-token-"+a.ID, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("node-a's used token Secret: %v, want it deleted", err)
 	}
@@ -201,7 +178,7 @@ func TestKubeletBootstrapsThroughFleetd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kubelet := clientset(t, kube.CertConfig(certPEM, keyPEM))
+	kubelet := kubecluster.Clientset(t, kube.CertConfig(certPEM, keyPEM))
 	t.Cleanup(func() { // one cluster serves the test binary: leave no Node for a next run (-count)
 		if err := admin.CoreV1().Nodes().Delete(context.Background(), "node-a", metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 			t.Error(err)
@@ -283,7 +260,7 @@ func TestKubeletBootstrapsThroughFleetd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	name, uid, err := csr.RequestCertificate(clientset(t, kube.BootstrapConfig(b.String())), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}),
+	name, uid, err := csr.RequestCertificate(kubecluster.Clientset(t, kube.BootstrapConfig(b.String())), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}),
 		"", certificatesv1.KubeAPIServerClientKubeletSignerName, nil,
 		[]certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageClientAuth}, key)
 	if err != nil {

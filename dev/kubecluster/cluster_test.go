@@ -8,7 +8,6 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
-	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -19,7 +18,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/folly-infra/fleetd/dev/kubecluster"
@@ -30,29 +28,7 @@ import (
 var cluster *kubecluster.Cluster
 
 func TestMain(m *testing.M) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute) // a cold build of both programs included
-	c, err := kubecluster.Start(ctx, kubecluster.Options{Root: "../..", Signer: true})
-	cancel()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "start the cluster:", err)
-		os.Exit(1)
-	}
-	cluster = c
-	code := m.Run()
-	if err := c.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, "stop the cluster:", err)
-		code = 1
-	}
-	os.Exit(code)
-}
-
-func clientset(t *testing.T, cfg *rest.Config) *kubernetes.Clientset {
-	t.Helper()
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cs
+	os.Exit(kubecluster.Main(m, kubecluster.Options{Root: "../..", Signer: true}, func(c *kubecluster.Cluster) { cluster = c }))
 }
 
 func node(name string) *corev1.Node {
@@ -63,7 +39,7 @@ func node(name string) *corev1.Node {
 // it creates and reads its own Node, and may neither read nor create another's.
 func TestNodeCertificateUnderNodeAuthorization(t *testing.T) {
 	ctx := context.Background()
-	admin := clientset(t, cluster.AdminConfig())
+	admin := kubecluster.Clientset(t, cluster.AdminConfig())
 	if _, err := admin.CoreV1().Nodes().Create(ctx, node("node-b"), metav1.CreateOptions{}); err != nil {
 		t.Fatalf("admin creates node-b: %v", err)
 	}
@@ -71,7 +47,7 @@ func TestNodeCertificateUnderNodeAuthorization(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := clientset(t, cfg)
+	a := kubecluster.Clientset(t, cfg)
 	if _, err := a.CoreV1().Nodes().Create(ctx, node("node-a"), metav1.CreateOptions{}); err != nil {
 		t.Fatalf("node-a creates its own Node: %v", err)
 	}
@@ -86,7 +62,7 @@ func TestNodeCertificateUnderNodeAuthorization(t *testing.T) {
 		t.Fatalf("node-a creates node-c: want Forbidden (NodeRestriction), got %v", err)
 	}
 	// The same request without a client certificate is anonymous: no node's rights.
-	anon := clientset(t, &rest.Config{Host: cluster.URL(), TLSClientConfig: rest.TLSClientConfig{CAData: cluster.CAPEM()}})
+	anon := kubecluster.Clientset(t, &rest.Config{Host: cluster.URL(), TLSClientConfig: rest.TLSClientConfig{CAData: cluster.CAPEM()}})
 	if _, err := anon.CoreV1().Nodes().Get(ctx, "node-a", metav1.GetOptions{}); !apierrors.IsForbidden(err) && !apierrors.IsUnauthorized(err) {
 		t.Fatalf("anonymous reads node-a: want Forbidden or Unauthorized, got %v", err)
 	}
@@ -98,7 +74,7 @@ func TestNodeCertificateUnderNodeAuthorization(t *testing.T) {
 func TestSignerIssuesApprovedKubeletClientCertificates(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	admin := clientset(t, cluster.AdminConfig())
+	admin := kubecluster.Clientset(t, cluster.AdminConfig())
 	approved, approvedKey := kubeletCSR(t, "node-d")
 	pending, _ := kubeletCSR(t, "node-e")
 	for _, csr := range []*certificatesv1.CertificateSigningRequest{approved, pending} {
@@ -151,7 +127,7 @@ func TestSignerIssuesApprovedKubeletClientCertificates(t *testing.T) {
 	if cert.Subject.CommonName != "system:node:node-d" || strings.Join(cert.Subject.Organization, ",") != "system:nodes" {
 		t.Errorf("issued subject %v, want CN system:node:node-d O system:nodes", cert.Subject)
 	}
-	d := clientset(t, cluster.CertConfig(certPEM, approvedKey))
+	d := kubecluster.Clientset(t, cluster.CertConfig(certPEM, approvedKey))
 	if _, err := d.CoreV1().Nodes().Create(ctx, node("node-d"), metav1.CreateOptions{}); err != nil {
 		t.Fatalf("node-d, with the signed certificate, creates its own Node: %v", err)
 	}
@@ -200,7 +176,7 @@ func kubeletCSR(t *testing.T, name string) (*certificatesv1.CertificateSigningRe
 func TestBootstrapTokenAuthenticates(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	admin := clientset(t, cluster.AdminConfig())
+	admin := kubecluster.Clientset(t, cluster.AdminConfig())
 	secret := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: "bootstrap-token-abcdef", Namespace: "kube-system"},
 		Type:       corev1.SecretTypeBootstrapToken,
@@ -216,7 +192,7 @@ func TestBootstrapTokenAuthenticates(t *testing.T) {
 	// The authenticator reads tokens through an informer: poll until it has this one.
 	var review *authenticationv1.SelfSubjectReview
 	for {
-		r, err := clientset(t, cluster.BootstrapConfig("abcdef.0123456789abcdef")).AuthenticationV1().SelfSubjectReviews().
+		r, err := kubecluster.Clientset(t, cluster.BootstrapConfig("abcdef.0123456789abcdef")).AuthenticationV1().SelfSubjectReviews().
 			Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
 		if err == nil {
 			review = r
@@ -234,7 +210,7 @@ func TestBootstrapTokenAuthenticates(t *testing.T) {
 	if u := review.Status.UserInfo; u.Username != "system:bootstrap:abcdef" || !contains(u.Groups, "system:bootstrappers") {
 		t.Errorf("the bootstrap token authenticates as %q in %v, want system:bootstrap:abcdef in system:bootstrappers", u.Username, u.Groups)
 	}
-	_, err := clientset(t, cluster.BootstrapConfig("abcdef.0000000000000000")).AuthenticationV1().SelfSubjectReviews().
+	_, err := kubecluster.Clientset(t, cluster.BootstrapConfig("abcdef.0000000000000000")).AuthenticationV1().SelfSubjectReviews().
 		Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
 	if !apierrors.IsUnauthorized(err) {
 		t.Errorf("a wrong token secret: want Unauthorized, got %v", err)

@@ -38,6 +38,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/certificate/csr"
 
+	"github.com/folly-infra/fleetd/dev/kubecluster"
 	"github.com/folly-infra/fleetd/dev/stack"
 )
 
@@ -113,11 +114,14 @@ func run(m *testing.M) int {
 // refused 403 within 60 s and its renewal CSR is denied; a node whose kubelet never posts Ready
 // fails at the join deadline with its Node's conditions in the journal.
 func TestClusterMembership(t *testing.T) {
-	if testStack == nil {
-		t.Skip("needs the development stack (not started with -short)")
+	if testing.Short() {
+		t.Skip("-short: the development stack and its workload cluster are not started")
+	}
+	if testStack == nil { // TestMain fails the binary when the stack does not start: never here
+		t.Fatal("the development stack was not started")
 	}
 	info := testStack.Info()
-	admin := clientset(t, adminConfig(t))
+	admin := kubecluster.Clientset(t, adminConfig(t))
 
 	// member-not-ready first: its join deadline runs from its delivery while the rest runs.
 	// Its kubelet waits (none at boot), so that its unused token serves the refusals below.
@@ -162,7 +166,7 @@ func TestClusterMembership(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bootstrap := clientset(t, &rest.Config{Host: info.WorkloadCluster.URL, BearerToken: token,
+	bootstrap := kubecluster.Clientset(t, &rest.Config{Host: info.WorkloadCluster.URL, BearerToken: token,
 		TLSClientConfig: rest.TLSClientConfig{CAFile: info.WorkloadCluster.CA}})
 	for _, tc := range []struct{ name, node, reason string }{
 		{"refuse/another-devices-token", "member-ok", "TokenNotTheDevices"},
@@ -181,7 +185,7 @@ func TestClusterMembership(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kubelet := clientset(t, &rest.Config{Host: info.WorkloadCluster.URL,
+	kubelet := kubecluster.Clientset(t, &rest.Config{Host: info.WorkloadCluster.URL,
 		TLSClientConfig: rest.TLSClientConfig{CAFile: info.WorkloadCluster.CA, CertData: certPEM, KeyData: keyPEM}})
 
 	t.Run("ok/active-node-works-while-fleetd-is-stopped", func(t *testing.T) {
@@ -372,15 +376,6 @@ func adminConfig(t *testing.T) *rest.Config {
 		t.Fatal(err)
 	}
 	return cfg
-}
-
-func clientset(t *testing.T, cfg *rest.Config) *kubernetes.Clientset {
-	t.Helper()
-	c, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
 }
 
 func tctx(t testing.TB) context.Context {
