@@ -151,3 +151,20 @@ func issueLAK(t *testing.T, clock *fleettest.Clock) (*pki.Issuer, *pki.Certifica
 	}
 	return iss, lak
 }
+
+// histogram is the sample count and sum of the one series of histogram metric.
+func histogram(t *testing.T, reg *prometheus.Registry, metric string) (uint64, float64) {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == metric && len(mf.GetMetric()) == 1 {
+			h := mf.GetMetric()[0].GetHistogram()
+			return h.GetSampleCount(), h.GetSampleSum()
+		}
+	}
+	t.Fatalf("no one series of %s in the registry", metric)
+	return 0, 0
+}

@@ -306,9 +306,10 @@ func TestAfterSweep(t *testing.T) {
 			}
 		}
 	}
+	clock, reg := fleettest.NewClock(testEpoch), prometheus.NewRegistry()
 	s, err := fleet.NewService(fleet.Config{FleetdURL: "http://spore:8080", ServiceUser: "fleetd", AfterSweep: func() { note("after sweep") }},
 		fleet.Deps{Seal: fleettest.SealKeys(), NetBox: fleettest.NewNetBox(agreeing(1, "node-a"), agreeing(2, "node-b")), ChangeLog: &fleettest.ChangeLog{},
-			Installer: fleettest.NewInstaller(), Catalog: fleettest.Catalog(), Clock: fleettest.NewClock(testEpoch),
+			Installer: fleettest.NewInstaller(), Catalog: fleettest.Catalog(), Clock: clock, Registry: reg,
 			Renderer: sharedRenderer(), Random: rand.New(rand.NewSource(1))})
 	if err != nil {
 		t.Fatal(err)
@@ -316,7 +317,10 @@ func TestAfterSweep(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() {
-		done <- s.Requests.Run(ctx, time.Hour, func(_ context.Context, ds []fleet.Device) { note(fmt.Sprintf("listing of %d", len(ds))) })
+		done <- s.Requests.Run(ctx, time.Hour, func(_ context.Context, ds []fleet.Device) {
+			clock.Advance(3 * time.Second) // the listing's hooks are part of the pass
+			note(fmt.Sprintf("listing of %d", len(ds)))
+		})
 	}()
 	got := seen(2)
 	cancel()
@@ -325,6 +329,9 @@ func TestAfterSweep(t *testing.T) {
 	}
 	if want := []string{"listing of 2", "after sweep"}; !slices.Equal(got, want) {
 		t.Fatalf("reconcile pass: %q, want %q", got, want)
+	}
+	if n, sum := histogram(t, reg, "fleetd_reconcile_pass_seconds"); n != 1 || sum != 3 {
+		t.Errorf("fleetd_reconcile_pass_seconds: %d passes, %g s in all; want the one pass, its listing's hook's 3 s included", n, sum)
 	}
 	ctx, cancel = context.WithCancel(context.Background())
 	defer cancel()

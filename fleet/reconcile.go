@@ -171,6 +171,7 @@ func (s *Requests) Run(ctx context.Context, interval time.Duration, onListing fu
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
+		start := s.core.clock.Now()
 		devices, err := s.ReconcileAll(ctx)
 		if err != nil {
 			s.core.log.Warn().Err(err).Msg("periodic reconcile incomplete; the next run retries")
@@ -178,6 +179,7 @@ func (s *Requests) Run(ctx context.Context, interval time.Duration, onListing fu
 		if devices != nil && onListing != nil {
 			onListing(ctx, devices)
 		}
+		s.core.metrics.passSeconds.Observe(s.core.clock.Now().Sub(start).Seconds())
 		s.afterSweep()
 		select {
 		case <-ctx.Done():

@@ -15,20 +15,21 @@ import (
 // reqCtx is one API request being handled: the authenticated user, the event queue NetBox
 // fills while the request saves objects, and the response writer.
 type reqCtx struct {
-	e       *Emulator
-	w       http.ResponseWriter
-	r       *http.Request
-	user    *user
-	token   *token
-	rc      rc
-	events  []*event // coalesced per object, flushed when the handler returns
-	status  int      // the answer, written after the events are flushed
-	resp    []byte
-	value   any       // the answer's document, before encoding (bulk creates collect errors from it)
-	raw     []byte    // the request body as read (key order of its objects)
-	message string    // the write's changelog_message, recorded with its changes
-	reqID   string    // the request's id (requestID), shared by its change records and webhooks
-	touched time.Time // the last last_updated this request gave an object (touch)
+	e        *Emulator
+	w        http.ResponseWriter
+	r        *http.Request
+	user     *user
+	token    *token
+	rc       rc
+	events   []*event // coalesced per object, flushed when the handler returns
+	status   int      // the answer, written after the events are flushed
+	resp     []byte
+	value    any       // the answer's document, before encoding (bulk creates collect errors from it)
+	raw      []byte    // the request body as read (key order of its objects)
+	message  string    // the write's changelog_message, recorded with its changes
+	reqID    string    // the request's id (requestID), shared by its change records and webhooks
+	touched  time.Time // the last last_updated this request gave an object (touch)
+	rendered int       // the objects a list answer rendered (Config.LatencyObjects)
 }
 
 // api wraps a handler: fault injection, token authentication
@@ -44,29 +45,43 @@ func (e *Emulator) api(write bool, fn func(*reqCtx)) http.Handler {
 		c := &reqCtx{e: e, w: w, r: r, rc: rc{base: "http://" + r.Host,
 			noContext: strings.Contains(r.URL.Query().Get("exclude"), "config_context")}}
 		e.mu.Lock()
-		defer e.mu.Unlock()
-		tok, msg := e.authenticate(r.Header.Get("Authorization"))
-		switch {
-		case msg != "":
-			c.detail(http.StatusForbidden, msg)
-			c.send()
-			return
-		case tok == nil:
-			c.detail(http.StatusForbidden, "Authentication credentials were not provided.")
-			c.send()
-			return
-		case write && !tok.writeEnabled:
-			c.detail(http.StatusForbidden, "You do not have permission to perform this action.")
-			c.send()
-			return
-		}
-		c.user, c.token = e.db.users[tok.user], tok
-		fn(c)
-		if ex := c.flush(); ex != nil { // NetBox queues the request's events before the answer leaves
-			c.failedFlush(ex)
-		}
+		e.handle(c, write, fn)
+		e.mu.Unlock()
+		e.waitPage(c) // a large page takes NetBox longer to render, outside the emulator's lock
 		c.send()
 	})
+}
+
+// handle authenticates the request and runs fn, under the emulator's lock, leaving the answer in
+// c for send.
+func (e *Emulator) handle(c *reqCtx, write bool, fn func(*reqCtx)) {
+	tok, msg := e.authenticate(c.r.Header.Get("Authorization"))
+	switch {
+	case msg != "":
+		c.detail(http.StatusForbidden, msg)
+		return
+	case tok == nil:
+		c.detail(http.StatusForbidden, "Authentication credentials were not provided.")
+		return
+	case write && !tok.writeEnabled:
+		c.detail(http.StatusForbidden, "You do not have permission to perform this action.")
+		return
+	}
+	c.user, c.token = e.db.users[tok.user], tok
+	fn(c)
+	if ex := c.flush(); ex != nil { // NetBox queues the request's events before the answer leaves
+		c.failedFlush(ex)
+	}
+}
+
+// waitPage spends the part of Config.Latency a list's page adds (Config.LatencyObjects): a page
+// of n objects takes Latency × n/LatencyObjects in all, Latency of it already spent by wait.
+func (e *Emulator) waitPage(c *reqCtx) {
+	if e.cfg.Latency <= 0 || e.cfg.LatencyObjects <= 0 || c.rendered <= e.cfg.LatencyObjects {
+		return
+	}
+	extra := e.cfg.Latency * time.Duration(c.rendered-e.cfg.LatencyObjects) / time.Duration(e.cfg.LatencyObjects)
+	e.sleep(c.r.Context(), extra)
 }
 
 // wait spends Config.Latency before the request takes the lock; false means the client went

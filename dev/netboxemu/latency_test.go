@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"testing"
 	"time"
 )
@@ -53,5 +54,46 @@ func TestLatencyIsSpentOutsideTheLock(t *testing.T) {
 	}
 	if len(waited) != 2 || waited[0] != 25*time.Millisecond || waited[1] != 25*time.Millisecond {
 		t.Errorf("waits = %v, want two of Config.Latency (25ms)", waited)
+	}
+}
+
+// TestLatencyScalesWithThePage: with LatencyObjects a list's page costs Latency × n/LatencyObjects
+// in all (the part beyond Latency after the page is rendered, outside the lock), a page of up to
+// LatencyObjects and a read of one object cost Latency, and without LatencyObjects every request
+// costs Latency whatever its page.
+func TestLatencyScalesWithThePage(t *testing.T) {
+	f := newFixture(t)
+	for i := range 119 { // the fixture's device and 119 more
+		if _, err := f.emu.AddDevice(DeviceSpec{Name: fmt.Sprintf("paged-%03d", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.emu.cfg.Latency = 10 * time.Millisecond
+	var waited []time.Duration
+	f.emu.sleep = func(_ context.Context, d time.Duration) bool {
+		waited = append(waited, d) // requests made one after the other
+		return true
+	}
+	for _, tc := range []struct {
+		name    string
+		objects int
+		path    string
+		want    []time.Duration
+	}{
+		{"ok/page-of-120", 50, "/api/dcim/devices/?limit=1000", []time.Duration{10 * time.Millisecond, 14 * time.Millisecond}},
+		{"ok/page-of-50", 50, "/api/dcim/devices/?limit=50", []time.Duration{10 * time.Millisecond}},
+		{"ok/page-of-1", 50, "/api/dcim/devices/?limit=1", []time.Duration{10 * time.Millisecond}},
+		{"ok/one-device", 50, fmt.Sprintf("/api/dcim/devices/%d/", f.dev), []time.Duration{10 * time.Millisecond}},
+		{"ok/unscaled", 0, "/api/dcim/devices/?limit=1000", []time.Duration{10 * time.Millisecond}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f.emu.cfg.LatencyObjects, waited = tc.objects, nil
+			if status, body, _ := f.do(t, "GET", tc.path, bearer(f.fleetd), ""); status != http.StatusOK {
+				t.Fatalf("GET %s = %d %s", tc.path, status, body)
+			}
+			if !slices.Equal(waited, tc.want) {
+				t.Errorf("GET %s waited %v, want %v", tc.path, waited, tc.want)
+			}
+		})
 	}
 }

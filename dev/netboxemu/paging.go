@@ -79,6 +79,7 @@ func (c *reqCtx) cursorPage(ids []int, limit int, render func(id int) obj) {
 
 func (c *reqCtx) renderAll(ids []int, render func(id int) obj) []any {
 	results := []any{}
+	c.rendered += len(ids)
 	fn := func() {
 		for _, id := range ids {
 			results = append(results, render(id))

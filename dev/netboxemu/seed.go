@@ -230,6 +230,10 @@ type DeviceSpec struct {
 	// CustomFields are stored as given (JSON values: string, bool, float64/json.Number, nil);
 	// they are validated like an API write.
 	CustomFields map[string]any
+	// FieldsFor, when set, gives the custom fields instead of CustomFields, from the id the device
+	// is given: for values that name it, as fleetd's seal does (called under the emulator's lock:
+	// it must not call the emulator).
+	FieldsFor func(id int64) (map[string]any, error)
 }
 
 // InterfaceSpec is an interface of a seeded device.
@@ -253,7 +257,14 @@ func (e *Emulator) AddDevice(spec DeviceSpec) (int64, error) {
 		role:       e.namedID(e.db.roles, "role", or(spec.Role, "server"), now),
 		deviceType: e.deviceTypeID(or(spec.Manufacturer, "Generic"), or(spec.DeviceType, "server"), now),
 		created:    now, lastUpdated: now}
-	cf, msg := e.cleanCFs("dcim.device", jsonValues(spec.CustomFields))
+	fields := spec.CustomFields
+	if spec.FieldsFor != nil {
+		var err error
+		if fields, err = spec.FieldsFor(int64(d.id)); err != nil {
+			return 0, fmt.Errorf("add device %s: %w", spec.Name, err)
+		}
+	}
+	cf, msg := e.cleanCFs("dcim.device", jsonValues(fields))
 	if msg != "" {
 		return 0, fmt.Errorf("add device %s: %s", spec.Name, msg)
 	}

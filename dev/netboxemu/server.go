@@ -55,6 +55,12 @@ type Config struct {
 	// spent outside the emulator's lock, so concurrent requests overlap as they do on a NetBox
 	// with several workers; 0 (the default) answers at once.
 	Latency time.Duration
+	// LatencyObjects, when set with Latency, scales Latency with a list's page, as NetBox's time
+	// to answer grows with the objects it serializes: a page of n objects takes Latency ×
+	// n/LatencyObjects in all when that is more than Latency (with 50, NetBox's default page
+	// size, a page of 1,000 devices takes 20 × Latency). The part beyond Latency is spent after
+	// the page is rendered, outside the emulator's lock.
+	LatencyObjects int
 }
 
 // Emulator is one emulated NetBox. Its methods are safe for concurrent use.

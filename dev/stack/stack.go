@@ -69,6 +69,10 @@ type Options struct {
 	// NetBoxLatency is added to every request the NetBox emulator answers (netboxemu
 	// Config.Latency), so that fleetd meets NetBox at a real NetBox's pace; default 0.
 	NetBoxLatency time.Duration
+	// NetBoxLatencyObjects scales NetBoxLatency with a list's page (netboxemu
+	// Config.LatencyObjects): a page of n objects takes NetBoxLatency × n/NetBoxLatencyObjects
+	// when that is more; 0 (the default) does not scale it.
+	NetBoxLatencyObjects int
 	// CertLifetime is fleetd's pki.ldevid.lifetime and pki.lak.lifetime, each renewed from half
 	// of it by boot checks (renewal tests); default 2160h (90 days), at least a minute.
 	CertLifetime time.Duration
@@ -183,6 +187,7 @@ type Stack struct {
 	confMu sync.Mutex   // guards conf
 	paths  paths
 	emu    *netboxemu.Emulator
+	sealed int // the devices AddSealedDevices added (their addresses, MACs and serials follow on)
 	kc     client.WithWatch
 	supMu  sync.Mutex             // guards sups' entries (StopFleetdInstance, StartFleetdInstance)
 	sups   []*supervisor          // one per fleetd instance, in order
@@ -318,7 +323,7 @@ func (s *Stack) startNetBox(ctx context.Context, fleetdURL string, gen *generate
 		return err
 	}
 	s.emu, err = netboxemu.Start(netboxemu.Config{Logger: s.opts.Logger, Rand: s.opts.Rand,
-		DeliveryTimeout: s.opts.DeliveryTimeout, Latency: s.opts.NetBoxLatency})
+		DeliveryTimeout: s.opts.DeliveryTimeout, Latency: s.opts.NetBoxLatency, LatencyObjects: s.opts.NetBoxLatencyObjects})
 	if err != nil {
 		return fmt.Errorf("start NetBox emulator: %w", err)
 	}
