@@ -161,10 +161,20 @@ LOAD_DEVICES ?= 1000
 LOAD_NETBOX_LATENCY ?= 0s
 # LOAD_PHASES=storms stops after the two storms (minutes instead of tens of minutes).
 LOAD_PHASES ?= all
+# LOAD_MODE=steady measures an installed fleet instead of installing it: LOAD_DEVICES sealed active
+# devices (LOAD_POOL of them real machines, whose boot checks run), NetBox's latency scaled by page,
+# LOAD_STEADY_MINUTES of boot checks at the hourly rate, the authorization webhook's traffic, a storm,
+# a renewal wave; LOAD_INSTANCES fleetd instances (docs/performance.md).
+LOAD_MODE ?= lifecycle
+LOAD_POOL ?= 32
+LOAD_INSTANCES ?= 1
+LOAD_STEADY_MINUTES ?= 15
 
 .PHONY: load
-load: deps tools ## the load test: LOAD_DEVICES (default 1,000) machines, 500-request webhook storms, every boot check (tens of minutes)
-	FLEETD_LOAD=1 LOAD_DEVICES=$(LOAD_DEVICES) LOAD_NETBOX_LATENCY=$(LOAD_NETBOX_LATENCY) LOAD_PHASES=$(LOAD_PHASES) $(GO) test -count=1 -timeout 0 -v -run '^TestLoad$$' ./dev/stack/load
+load: deps tools ## the load test: LOAD_DEVICES (default 1,000) machines installed, storms, every boot check; LOAD_MODE=steady an installed fleet (tens of minutes)
+	FLEETD_LOAD=1 LOAD_DEVICES=$(LOAD_DEVICES) LOAD_NETBOX_LATENCY=$(LOAD_NETBOX_LATENCY) LOAD_PHASES=$(LOAD_PHASES) \
+	  LOAD_MODE=$(LOAD_MODE) LOAD_POOL=$(LOAD_POOL) LOAD_INSTANCES=$(LOAD_INSTANCES) LOAD_STEADY_MINUTES=$(LOAD_STEADY_MINUTES) \
+	  $(GO) test -count=1 -timeout 0 -v -run '^TestLoad$$' ./dev/stack/load
 
 .PHONY: vet
 vet: deps ## go vet (the main module and the interop modules with code)

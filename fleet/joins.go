@@ -31,8 +31,8 @@ type NodeReport struct {
 // new name is another machine's), or not yet Ready.
 func (s *Membership) NodeChanged(ctx context.Context, n NodeReport) (Outcome, error) {
 	out := Outcome{Device: n.Name, Step: string(EventNodeReady), Result: "no-change"}
-	if !n.Ready {
-		return out, nil
+	if !n.Ready || !s.core.netbox.mayJoin(n.Name) {
+		return out, nil // a running node's heartbeat or the watch's resync: nothing to read
 	}
 	d, err := s.core.netbox.DeviceByName(ctx, n.Name)
 	if errors.Is(err, ErrNotFound) {

@@ -83,6 +83,61 @@ func TestNodeChanged(t *testing.T) {
 	})
 }
 
+// TestNodeChangedReadsOnlyAJoiningDevice: once a listing filled the view, a Ready Node whose
+// device is in another state than joining costs NetBox nothing (a running node's heartbeats and
+// the watch's resyncs: at 10,000 nodes they would read NetBox tens of times a second); a joining
+// device's Node, a Node of no device, and any Node before the first listing are read. What makes
+// a device joining or not is this instance's own write at once, another's at the next listing
+// (a judged read, the Node watch's own included, sees it too).
+func TestNodeChangedReadsOnlyAJoiningDevice(t *testing.T) {
+	ctx := context.Background()
+	f := joinedFixture(t, true)
+	ready := func(name string) fleet.NodeReport {
+		return fleet.NodeReport{Name: name, Ready: true, ReadyAt: testEpoch.Add(6 * time.Minute)}
+	}
+	reads := func(t *testing.T, name string) int64 {
+		t.Helper()
+		before := f.nb.Calls.Load()
+		if _, err := f.s.Membership.NodeChanged(ctx, ready(name)); err != nil {
+			t.Fatal(err)
+		}
+		return f.nb.Calls.Load() - before
+	}
+	if n := reads(t, "node-o"); n == 0 {
+		t.Errorf("before any listing, an active device's Ready Node read nothing: the view cannot know it is not joining")
+	}
+	if _, err := f.s.Requests.ReconcileAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []struct {
+		node string
+		read bool
+	}{{"node-o", false}, {"NODE-O", false}, {"node-z", true}, {"node-b", true}} {
+		if n := reads(t, r.node); (n > 0) != r.read {
+			t.Errorf("after a listing, %s's Ready Node made %d NetBox calls; want a read: %v", r.node, n, r.read)
+		}
+	}
+	if n := reads(t, "node-a"); n == 0 || f.nb.Get(12).Owned.State != fleet.StateActive {
+		t.Fatalf("node-a, joining with its certificate approved: %d calls, %s; want it read and active", n, f.nb.Get(12).Owned.State)
+	}
+	if n := reads(t, "node-a"); n != 0 {
+		t.Errorf("node-a, made active by this instance's write: its next Ready made %d NetBox calls, want none", n)
+	}
+	// Another instance makes node-b active: this one reads its Ready Node until its next listing.
+	b := f.nb.Get(13)
+	b.Owned.State = fleet.StateActive
+	f.nb.Set(b)
+	if n := reads(t, "node-b"); n == 0 {
+		t.Errorf("node-b, active by another instance's write this instance has not listed: no read; its view has it joining")
+	}
+	if _, err := f.s.Requests.ReconcileAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := reads(t, "node-b"); n != 0 {
+		t.Errorf("node-b, listed %s: its Ready Node made %d NetBox calls, want none", f.nb.Get(13).Owned.State, n)
+	}
+}
+
 // TestJoinDeadlines: a joining node not Ready within the join deadline of its delivery fails its
 // request, the journal naming the missing step; within the deadline nothing happens.
 func TestJoinDeadlines(t *testing.T) {

@@ -51,6 +51,9 @@ type viewEntry struct {
 	// loosening: a listing found the device in good standing while refusal holds. Only a judged
 	// read that began after seen, or this instance's own write, lifts the refusal.
 	loosening bool
+	// state is fleet_state as what set the entry, or a judged read since, found it: only whether
+	// a Ready Node may be a joining device's depends on it (mayJoin), never a node's standing.
+	state State
 }
 
 // NodeRefusal is why a node of a device may not act in the cluster; the zero NodeRefusal is good standing.
@@ -116,7 +119,7 @@ func (v *nodeView) observe(d Device) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.seq++
-	v.set(d.ID, d.Name, refusalOf(d), v.seq, false)
+	v.set(d.ID, d.Name, refusalOf(d), v.seq, false, d.Owned.State)
 }
 
 // judged records one device as a read judged with its change log found it, the read begun at
@@ -131,14 +134,18 @@ func (v *nodeView) judged(d Device, start uint64) {
 	defer v.mu.Unlock()
 	if r.Code != "" {
 		v.seq++
-		v.set(d.ID, d.Name, r, v.seq, false)
+		v.set(d.ID, d.Name, r, v.seq, false, d.Owned.State)
 		return
 	}
 	e, ok := v.byID[d.ID]
 	if !ok || !e.loosening || start <= e.seen || !d.Trust.Logged {
+		if ok && start > e.seen && e.name == d.Name {
+			e.state = d.Owned.State // the refusal stays; the state is newer than what set it
+			v.byID[d.ID] = e
+		}
 		return
 	}
-	v.set(d.ID, d.Name, r, start, false)
+	v.set(d.ID, d.Name, r, start, false, d.Owned.State)
 }
 
 // loosening reports whether device id's entry refuses while a listing found it in good standing:
@@ -150,9 +157,9 @@ func (v *nodeView) loosening(id int64) bool {
 }
 
 // set puts device id's entry. The caller holds mu.
-func (v *nodeView) set(id int64, name string, r NodeRefusal, seen uint64, loosening bool) {
+func (v *nodeView) set(id int64, name string, r NodeRefusal, seen uint64, loosening bool, state State) {
 	v.unset(id)
-	e := viewEntry{name: name, key: strings.ToLower(name), refusal: r, seen: seen, loosening: loosening}
+	e := viewEntry{name: name, key: strings.ToLower(name), refusal: r, seen: seen, loosening: loosening, state: state}
 	v.byID[id] = e
 	if e.key != "" {
 		v.byName[e.key] = append(v.byName[e.key], id)
@@ -222,10 +229,10 @@ func (v *nodeView) replace(devices []Device, start uint64) {
 		}
 		r := refusalOf(d)
 		if old := prev[d.ID]; r.Code == "" && old.refusal.Code != "" {
-			v.set(d.ID, d.Name, old.refusal, start, true)
+			v.set(d.ID, d.Name, old.refusal, start, true, d.Owned.State)
 			continue
 		}
-		v.set(d.ID, d.Name, r, start, false)
+		v.set(d.ID, d.Name, r, start, false, d.Owned.State)
 	}
 	for id, deleted := range v.gone {
 		if deleted <= start {
@@ -233,7 +240,7 @@ func (v *nodeView) replace(devices []Device, start uint64) {
 		}
 	}
 	for id, e := range keep {
-		v.set(id, e.name, e.refusal, e.seen, e.loosening)
+		v.set(id, e.name, e.refusal, e.seen, e.loosening, e.state)
 	}
 	v.built = true
 }
@@ -252,4 +259,27 @@ func (v *nodeView) lookup(name string) (devices []string, r NodeRefusal, built b
 		}
 	}
 	return devices, r, v.built
+}
+
+// mayJoin reports whether a Ready Node of this name may be a joining device's, so that the Node
+// watch reads the device (joins.go): false only when a listing filled the view and every device
+// of that name is in another state than joining, as the last listing, judged read or write of
+// this instance's found it. Every kubelet's status updates and every resync of the watch would
+// otherwise cost a device read each: at 10,000 nodes, tens of NetBox requests a second
+// (docs/performance.md). A device another instance made joining since this instance's last
+// listing is that instance's to see Ready (its own write set its view), or this one's at the
+// resync after its next listing.
+func (v *nodeView) mayJoin(name string) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	ids := v.byName[strings.ToLower(name)]
+	if !v.built || len(ids) == 0 {
+		return true
+	}
+	for _, id := range ids {
+		if v.byID[id].state == StateJoining {
+			return true
+		}
+	}
+	return false
 }

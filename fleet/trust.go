@@ -323,6 +323,9 @@ func (t trustedNetBox) read(ctx context.Context, id int64, read func(context.Con
 // good standing: the reconcile reads it with its change log, which alone tells a replay apart.
 func (t trustedNetBox) loosening(id int64) bool { return t.view.loosening(id) }
 
+// mayJoin reports whether a Ready Node of this name may be a joining device's (nodeView.mayJoin).
+func (t trustedNetBox) mayJoin(name string) bool { return t.view.mayJoin(name) }
+
 func (t trustedNetBox) judgedRead(ctx context.Context, id int64, read func(context.Context, int64) (Device, error)) (Device, error) {
 	if t.self == "" {
 		d, err := read(ctx, id)

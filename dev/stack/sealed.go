@@ -14,8 +14,9 @@ import (
 	"github.com/folly-infra/fleetd/netbox"
 )
 
-// SealedDevice is a device AddSealedDevices added: in NetBox only, with no machine behind it.
-type SealedDevice struct {
+// AddedDevice is a device AddSealedDevices or AddDeclaredDevices added: in NetBox only, with no
+// machine behind it.
+type AddedDevice struct {
 	Name    string
 	ID      int64
 	Address string // its primary IPv4 (an address of the machines' /8)
@@ -37,7 +38,7 @@ const sealedFirst = 1 << 16
 // its own in the machines' /8. The devices share template's EK and SMBIOS UUID (nothing in
 // fleetd compares devices with each other), and none has a machine: none can run a boot check.
 // Names are prefix-00001, prefix-00002, …
-func (s *Stack) AddSealedDevices(template string, n int, prefix string, now time.Time) ([]SealedDevice, error) {
+func (s *Stack) AddSealedDevices(template string, n int, prefix string, now time.Time) ([]AddedDevice, error) {
 	id := s.DeviceID(template)
 	if id == 0 {
 		return nil, fmt.Errorf("add sealed devices: no device %q in the stack", template)
@@ -62,7 +63,7 @@ func (s *Stack) AddSealedDevices(template string, n int, prefix string, now time
 	if err != nil {
 		return nil, fmt.Errorf("add sealed devices: %w", err)
 	}
-	out := make([]SealedDevice, 0, n)
+	out := make([]AddedDevice, 0, n)
 	for k := range n {
 		name := fmt.Sprintf("%s-%05d", prefix, k+1)
 		i := sealedFirst + s.sealed
@@ -80,7 +81,7 @@ func (s *Stack) AddSealedDevices(template string, n int, prefix string, now time
 			return nil, err
 		}
 		s.sealed++
-		out = append(out, SealedDevice{Name: name, ID: got, Address: address(i).String(), MACs: macs})
+		out = append(out, AddedDevice{Name: name, ID: got, Address: address(i).String(), MACs: macs})
 	}
 	return out, nil
 }
@@ -163,4 +164,31 @@ func jsonObject(v any) (any, error) {
 	var out any
 	err = json.Unmarshal(b, &out)
 	return out, err
+}
+
+// AddDeclaredDevices adds n talos-worker devices as the owner declares them and no machine stands
+// behind: status planned, a disk serial, an EK hash of no TPM, one interface with a MAC and an
+// address of its own in the machines' /8. A provision of one is decided and its Workflow created
+// as any (the load test's storms); nothing netboots. Names are prefix-00001, prefix-00002, …
+func (s *Stack) AddDeclaredDevices(n int, prefix string) ([]AddedDevice, error) {
+	out := make([]AddedDevice, 0, n)
+	for k := range n {
+		name := fmt.Sprintf("%s-%05d", prefix, k+1)
+		i := sealedFirst + s.sealed
+		ek := make([]byte, 32)
+		if _, err := rand.Read(ek); err != nil {
+			return nil, err
+		}
+		macs := []string{sealedMAC(s.sealed, 0)}
+		id, err := s.emu.AddDevice(netboxemu.DeviceSpec{Name: name, Serial: fmt.Sprintf("FSEAL-%06d", s.sealed),
+			DeviceType: "fleetsim-machine", PrimaryIPv4: address(i).String(), Interfaces: []netboxemu.InterfaceSpec{{Name: "eth0", MACs: macs}},
+			CustomFields: map[string]any{"fleet_class": "talos-worker", "disk_serial": fmt.Sprintf("FSEAL%06dDISK", s.sealed),
+				"ek_sha256": fmt.Sprintf("%x", ek)}})
+		if err != nil {
+			return nil, err
+		}
+		s.sealed++
+		out = append(out, AddedDevice{Name: name, ID: id, Address: address(i).String(), MACs: macs})
+	}
+	return out, nil
 }

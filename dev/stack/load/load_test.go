@@ -39,6 +39,10 @@ const (
 // machine's cores had (cpu_test.go), so a latency can be read as waiting or as a full machine;
 // LOAD_PROFILE_DIR=DIR writes this process's CPU profile of each phase there.
 func TestLoad(t *testing.T) {
+	if steady != nil {
+		testSteady(t)
+		return
+	}
 	s := needStack(t)
 	ctx := context.Background()
 	names := make([]string, devices)
@@ -87,7 +91,7 @@ func TestLoad(t *testing.T) {
 		lines := run()
 		say(append(lines, "  "+cpu.stop())...)
 	}
-	phase("storm-netbox", func() []string { return stormViaNetBox(t, s, created, names[:half]) })
+	phase("storm-netbox", func() []string { return stormViaNetBox(t, s, created, ids(s, names[:half])) })
 	phase("storm-direct", func() []string { return stormDirect(t, s, created, names[half:]) })
 	if stormsOnly {
 		say(verify(t, ctx, s, created, names, false)...)
@@ -110,13 +114,13 @@ func ids(s *stack.Stack, names []string) []int64 {
 
 // stormViaNetBox PATCHes desired_action=provision on every device at once, as the owner, and
 // measures from each PATCH to its Workflow's creation.
-func stormViaNetBox(t *testing.T, s *stack.Stack, created *creations, names []string) []string {
-	start := make(map[int64]time.Time, len(names))
+func stormViaNetBox(t *testing.T, s *stack.Stack, created *creations, targets []int64) []string {
+	start := make(map[int64]time.Time, len(targets))
 	var mu sync.Mutex
 	go_ := make(chan struct{})
 	var wg sync.WaitGroup
 	var failed []string
-	for _, id := range ids(s, names) {
+	for _, id := range targets {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -136,9 +140,9 @@ func stormViaNetBox(t *testing.T, s *stack.Stack, created *creations, names []st
 	if len(failed) > 0 {
 		t.Fatalf("%d owner PATCHes failed, e.g. %s", len(failed), failed[0])
 	}
-	seen, missing := created.wait(ids(s, names), 10*time.Minute)
+	seen, missing := created.wait(targets, 10*time.Minute)
 	if len(missing) > 0 {
-		t.Errorf("storm through NetBox: %d of %d requests have no Workflow after 10 minutes (e.g. device %d)", len(missing), len(names), missing[0])
+		t.Errorf("storm through NetBox: %d of %d requests have no Workflow after 10 minutes (e.g. device %d)", len(missing), len(targets), missing[0])
 	}
 	var lat latencies
 	for id, at := range start {
@@ -146,7 +150,7 @@ func stormViaNetBox(t *testing.T, s *stack.Stack, created *creations, names []st
 			lat = append(lat, c.Sub(at))
 		}
 	}
-	return []string{fmt.Sprintf("storm of %d provision requests through NetBox (concurrent owner PATCHes, NetBox's 4 delivery workers): PATCH to Workflow %s", len(names), lat)}
+	return []string{fmt.Sprintf("storm of %d provision requests through NetBox (concurrent owner PATCHes, NetBox's 4 delivery workers): PATCH to Workflow %s", len(targets), lat)}
 }
 
 // stormDirect holds NetBox's webhook deliveries back while the owner asks for a provision on

@@ -49,6 +49,35 @@ func TestMain(m *testing.M) {
 		}
 		latency = d
 	}
+	switch v := os.Getenv("LOAD_MODE"); v {
+	case "", "lifecycle":
+	case "steady":
+		steady = &steadyConfig{pool: 32, instances: 1, minutes: 15 * time.Minute}
+		for _, e := range []struct {
+			env string
+			v   *int
+		}{{"LOAD_POOL", &steady.pool}, {"LOAD_INSTANCES", &steady.instances}} {
+			if s := os.Getenv(e.env); s != "" {
+				n, err := strconv.Atoi(s)
+				if err != nil || n < 1 {
+					fmt.Fprintf(os.Stderr, "load test: %s=%q is not a positive number\n", e.env, s)
+					os.Exit(2)
+				}
+				*e.v = n
+			}
+		}
+		if v := os.Getenv("LOAD_STEADY_MINUTES"); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 {
+				fmt.Fprintf(os.Stderr, "load test: LOAD_STEADY_MINUTES=%q is not a positive number of minutes\n", v)
+				os.Exit(2)
+			}
+			steady.minutes = time.Duration(n) * time.Minute
+		}
+	default:
+		fmt.Fprintf(os.Stderr, "load test: LOAD_MODE=%q is not lifecycle or steady\n", v)
+		os.Exit(2)
+	}
 	switch v := os.Getenv("LOAD_PHASES"); v {
 	case "", "all":
 	case "storms":
@@ -66,7 +95,11 @@ func runWithStack(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "load test:", err)
 		return 1
 	}
-	defer os.RemoveAll(tmp)
+	if os.Getenv("LOAD_KEEP") == "" {
+		defer os.RemoveAll(tmp)
+	} else {
+		defer fmt.Fprintf(os.Stderr, "load test: LOAD_KEEP is set: the stack's state (fleetd's log, stack.json) stays in %s\n", tmp)
+	}
 	bin, err := stack.BuildFleetd(".", tmp)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "load test:", err)
@@ -76,8 +109,12 @@ func runWithStack(m *testing.M) int {
 	defer cancel()
 	start := time.Now()
 	logw := zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: time.TimeOnly}
-	testStack, err = stack.Start(ctx, stack.Options{Dir: filepath.Join(tmp, "state"), FleetdBinary: bin,
-		ExtraDevices: devices, NetBoxLatency: latency, Logger: zerolog.New(logw).Level(zerolog.ErrorLevel).With().Timestamp().Logger()})
+	opts := stack.Options{Dir: filepath.Join(tmp, "state"), FleetdBinary: bin,
+		ExtraDevices: devices, NetBoxLatency: latency, Logger: zerolog.New(logw).Level(zerolog.ErrorLevel).With().Timestamp().Logger()}
+	if steady != nil {
+		opts = steadyOptions(opts)
+	}
+	testStack, err = stack.Start(ctx, opts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "load test: start the stack:", err)
 		return 1
