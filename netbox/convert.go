@@ -28,8 +28,12 @@ type deviceJSON struct {
 	PrimaryIP4 *struct {
 		Address string `json:"address"`
 	} `json:"primary_ip4"`
-	CustomFields map[string]any `json:"custom_fields"`
-	LastUpdated  string         `json:"last_updated"`
+	// CustomFields stay undecoded until toDevice reads the ones fleetd knows: fleet_identity (its
+	// two certificate chains, some 6 KB of a running node's 7) is decoded once, straight into its
+	// type, not into maps and back through JSON; on a listing of 10,000 devices that was most of
+	// a reconcile pass's CPU (docs/performance.md).
+	CustomFields map[string]json.RawMessage `json:"custom_fields"`
+	LastUpdated  string                     `json:"last_updated"`
 }
 
 // deviceFields are the fields of a device a listing asks NetBox for (?fields=): those deviceJSON
@@ -62,7 +66,11 @@ func toDevice(d deviceJSON, macs []fleet.MAC, version string) (fleet.Device, err
 		dev.Address = p
 	}
 	cf := func(name string) string {
-		s, _ := d.CustomFields[name].(string)
+		raw := d.CustomFields[name]
+		var s string
+		if len(raw) == 0 || raw[0] != '"' || json.Unmarshal(raw, &s) != nil {
+			return "" // null, or not text: read as empty
+		}
 		return strings.TrimSpace(s)
 	}
 	dev.Declared = fleet.Declaration{Class: cf(CFClass), DiskSerial: cf(CFDiskSerial),
@@ -96,18 +104,27 @@ func toDevice(d deviceJSON, macs []fleet.MAC, version string) (fleet.Device, err
 // custom_field_data, docs/design.md §9): the declaration and the fields fleetd owns of the device
 // they describe. Nothing else of the Device is set.
 func FieldsOf(customFields map[string]any) (fleet.Device, error) {
-	return toDevice(deviceJSON{CustomFields: customFields}, nil, "")
+	raw := make(map[string]json.RawMessage, len(customFields))
+	for k, v := range customFields {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return fleet.Device{}, fmt.Errorf("custom field %s: %w", k, err)
+		}
+		raw[k] = b
+	}
+	return toDevice(deviceJSON{CustomFields: raw}, nil, "")
+}
+
+// isNull reports a custom field that is absent or null.
+func isNull(raw json.RawMessage) bool {
+	return len(raw) == 0 || string(raw) == "null"
 }
 
 // identity decodes fleet_identity. A value that is not fleetd's JSON reads as no identity: a
 // fetch then serves nothing, and the stale-write protection puts fleetd's value back.
-func identity(v any) fleet.IdentityMaterial {
+func identity(raw json.RawMessage) fleet.IdentityMaterial {
 	var m fleet.IdentityMaterial
-	if v == nil {
-		return m
-	}
-	b, err := json.Marshal(v)
-	if err != nil || json.Unmarshal(b, &m) != nil {
+	if isNull(raw) || raw[0] != '{' || json.Unmarshal(raw, &m) != nil {
 		return fleet.IdentityMaterial{}
 	}
 	return m
@@ -116,15 +133,11 @@ func identity(v any) fleet.IdentityMaterial {
 // facts decodes fleet_facts (layout.DecodeFacts). A value that is not facts this fleetd reads is no
 // facts, with the reason: an inventory check then reports the device's facts as unreadable, and
 // the stale-write protection puts fleetd's value back.
-func facts(v any) (layout.Facts, string) {
-	if v == nil {
+func facts(raw json.RawMessage) (layout.Facts, string) {
+	if isNull(raw) {
 		return layout.Facts{}, ""
 	}
-	b, err := json.Marshal(v)
-	if err != nil {
-		return layout.Facts{}, fmt.Sprintf("fleet_facts is not JSON: %v", err)
-	}
-	f, err := layout.DecodeFacts(b)
+	f, err := layout.DecodeFacts(raw)
 	if err != nil {
 		return layout.Facts{}, err.Error()
 	}
