@@ -17,12 +17,17 @@ import (
 // Only boots that replayed are kept: a log that was refused is refused again the same way, at
 // full cost.
 
-// cachedBoot is one device's last replayed boot: what a boot check uses of it.
+// cachedBoot is one device's last replayed boot: what a boot check uses of it. The baseline is
+// kept as its digest: a repeated check's device holds the same text (boot_baseline, recorded by
+// the check that replayed it), so the cache need not, and at a few KB a boot (one line per
+// event) a full cache of the text would be most of fleetd's memory at 10,000 nodes. Only a boot
+// whose baseline differs from the one its device held when it was replayed (a drift, until the
+// operator accepts it) keeps its text.
 type cachedBoot struct {
-	log, pcrs     [sha256.Size]byte
-	baselineText  string
-	secureBoot    *attest.SecurebootState // only Enabled
-	secureBootErr error
+	log, pcrs, baseline [sha256.Size]byte
+	drifted             string // the baseline's text, when it was not the device's stored one
+	secureBoot          *attest.SecurebootState // only Enabled
+	secureBootErr       error
 }
 
 // BootCache is a bounded cache of replayed boots, one per device. It is safe for concurrent use.
@@ -32,9 +37,9 @@ type BootCache struct {
 	devices map[string]cachedBoot
 }
 
-// NewBootCache holds at most max devices' boots (at most a few KB each, the size of their
-// baseline). Past max, a new device's boot replaces another device's, whose next check is then
-// replayed in full.
+// NewBootCache holds at most max devices' boots (about 150 bytes each, a drifted one's baseline
+// text besides). Past max, a new device's boot replaces another device's, whose next check is
+// then replayed in full.
 func NewBootCache(max int) *BootCache {
 	return &BootCache{max: max, devices: map[string]cachedBoot{}}
 }
@@ -46,10 +51,12 @@ func (c *BootCache) Len() int {
 	return len(c.devices)
 }
 
-// VerifyPlatform is VerifyPlatform for the boot check of device: every quote is verified, and
-// the event log is replayed unless it and the quoted SHA-256 PCR values are the ones of the last
-// boot the device's checks replayed. A boot from the cache has no Events.
-func (c *BootCache) VerifyPlatform(device string, ak *VerifiedAK, nonce []byte, claimed attest.PlatformParameters) (*VerifiedBoot, error) {
+// VerifyPlatform is VerifyPlatform for the boot check of device, whose stored baseline
+// (boot_baseline) is stored: every quote is verified, and the event log is replayed unless it,
+// the quoted SHA-256 PCR values and the baseline they replayed to are those of the last boot the
+// device's checks replayed (the baseline the device's stored one, or the drifted one kept). A boot
+// from the cache has no Events.
+func (c *BootCache) VerifyPlatform(device, stored string, ak *VerifiedAK, nonce []byte, claimed attest.PlatformParameters) (*VerifiedBoot, error) {
 	pcrs, err := verifyQuotes(ak, nonce, claimed)
 	if err != nil {
 		return nil, err
@@ -59,18 +66,51 @@ func (c *BootCache) VerifyPlatform(device string, ak *VerifiedAK, nonce []byte, 
 	e, ok := c.devices[device]
 	c.mu.Unlock()
 	if ok && e.log == logSum && e.pcrs == pcrSum {
-		return &VerifiedBoot{BaselineText: e.baselineText, SecureBoot: e.secureBoot, SecureBootErr: e.secureBootErr}, nil
+		text := stored
+		if e.drifted != "" {
+			text = e.drifted
+		}
+		if sha256.Sum256([]byte(text)) == e.baseline {
+			if e.drifted != "" && e.drifted == stored { // recorded since (a first check's): no longer kept
+				c.forgetText(device, e)
+			}
+			return &VerifiedBoot{BaselineText: text, SecureBoot: e.secureBoot, SecureBootErr: e.secureBootErr}, nil
+		}
 	}
 	vb, err := replayBoot(claimed.EventLog, pcrs)
 	if err != nil {
 		return nil, err
 	}
-	e = cachedBoot{log: logSum, pcrs: pcrSum, baselineText: vb.BaselineText, secureBootErr: vb.SecureBootErr}
+	e = cachedBoot{log: logSum, pcrs: pcrSum, baseline: sha256.Sum256([]byte(vb.BaselineText)), secureBootErr: vb.SecureBootErr}
+	if vb.BaselineText != stored {
+		e.drifted = vb.BaselineText
+	}
 	if vb.SecureBoot != nil {
 		e.secureBoot = &attest.SecurebootState{Enabled: vb.SecureBoot.Enabled}
 	}
 	c.put(device, e)
 	return vb, nil
+}
+
+// forgetText drops the baseline text of device's entry e, unless the entry changed meanwhile.
+func (c *BootCache) forgetText(device string, e cachedBoot) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cur, ok := c.devices[device]; ok && cur.log == e.log && cur.pcrs == e.pcrs && cur.baseline == e.baseline {
+		cur.drifted = ""
+		c.devices[device] = cur
+	}
+}
+
+// TextBytes is the size of the baseline texts the cache holds: those of drifted boots only.
+func (c *BootCache) TextBytes() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, e := range c.devices {
+		n += len(e.drifted)
+	}
+	return n
 }
 
 // put stores a device's boot, evicting another device's when the cache is full.

@@ -256,7 +256,7 @@ func (s *BootChecks) verifyBoot(d Device, c *bootCheck) error {
 	if err != nil {
 		return err
 	}
-	boot, err := s.boots.VerifyPlatform(d.Name, ak, c.nonce.Nonce, c.platform)
+	boot, err := s.boots.VerifyPlatform(d.Name, d.Owned.BootBaseline, ak, c.nonce.Nonce, c.platform)
 	if ar, ok := attest.AsRefusal(err); ok && ar.Check == attest.CheckQuote {
 		return err
 	}

@@ -108,7 +108,7 @@ func BenchmarkBootCheckVerify(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		boot, err := boots.VerifyPlatform(lak.Device, ak, n.Nonce, pp)
+		boot, err := boots.VerifyPlatform(lak.Device, bb.device.Owned.BootBaseline, ak, n.Nonce, pp)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -157,7 +157,7 @@ func BenchmarkBootCheckSteps(b *testing.B) {
 	if _, err := cached.Verify(bb.req.LAKChain); err != nil {
 		b.Fatal(err)
 	}
-	if _, err := boots.VerifyPlatform("node-a", ak, n.Nonce, pp); err != nil {
+	if _, err := boots.VerifyPlatform("node-a", bb.device.Owned.BootBaseline, ak, n.Nonce, pp); err != nil {
 		b.Fatal(err)
 	}
 	steps := []struct {
@@ -168,7 +168,7 @@ func BenchmarkBootCheckSteps(b *testing.B) {
 		{"lak-certificate", func() error { _, err := newLAKVerifier(bb).Verify(bb.req.LAKChain); return err }},
 		{"lak-certificate-cached", func() error { _, err := cached.Verify(bb.req.LAKChain); return err }},
 		{"quotes+replay+secureboot+baseline", func() error { _, err := attest.VerifyPlatform(ak, n.Nonce, pp); return err }},
-		{"quotes+cached-replay", func() error { _, err := boots.VerifyPlatform("node-a", ak, n.Nonce, pp); return err }},
+		{"quotes+cached-replay", func() error { _, err := boots.VerifyPlatform("node-a", bb.device.Owned.BootBaseline, ak, n.Nonce, pp); return err }},
 		{"baseline-compare", func() error {
 			base, err := attest.ParseBaseline(bb.device.Owned.BootBaseline)
 			_ = attest.DiffBaseline(base, boot.Baseline())
