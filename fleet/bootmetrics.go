@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"crypto/sha256"
 	"slices"
 	"sync"
 	"time"
@@ -33,6 +34,28 @@ type bootCheckSamples struct {
 	mu      sync.Mutex
 	devices []bootCheckSample
 	classes []string // every class label the fleet-wide counts always carry
+	// certs are the last listing's certificate times by the certificates they were read from: a
+	// listing parses only a certificate it has not seen (a renewal's), not two per node at every
+	// reconcile pass (at 10,000 nodes, about half a second of CPU a pass).
+	certs map[certKey][2]CertTimes
+}
+
+// certKey names the certificates certTimes reads of a device: each current leaf's DER digest
+// and serial.
+type certKey struct {
+	ldevid, lak             [sha256.Size]byte
+	ldevidSerial, lakSerial string
+}
+
+func certKeyOf(d Device) certKey {
+	k := certKey{ldevidSerial: d.Owned.LDevIDSerial, lakSerial: d.Owned.LAKSerial}
+	if c := d.Owned.Identity.LDevID.Chain; len(c) > 0 {
+		k.ldevid = sha256.Sum256(c[0])
+	}
+	if c := d.Owned.Identity.LAK.Chain; len(c) > 0 {
+		k.lak = sha256.Sum256(c[0])
+	}
+	return k
 }
 
 type bootCheckSample struct {
@@ -45,6 +68,10 @@ type bootCheckSample struct {
 
 // observe replaces the samples with the active devices of a fresh listing.
 func (s *bootCheckSamples) observe(devices []Device) {
+	s.mu.Lock()
+	seen := s.certs
+	s.mu.Unlock()
+	certs := make(map[certKey][2]CertTimes, len(seen))
 	samples := make([]bootCheckSample, 0, len(devices))
 	for _, d := range devices {
 		if !d.Owned.State.Running() || d.Status == StatusDecommissioning {
@@ -59,12 +86,18 @@ func (s *bootCheckSamples) observe(devices []Device) {
 			sample.countClass = s.class(d.Declared.Class)
 		}
 		if s.times != nil {
-			sample.ldevid, sample.lak = s.times(d)
+			k := certKeyOf(d)
+			t, ok := seen[k]
+			if !ok {
+				t[0], t[1] = s.times(d)
+			}
+			certs[k] = t
+			sample.ldevid, sample.lak = t[0], t[1]
 		}
 		samples = append(samples, sample)
 	}
 	s.mu.Lock()
-	s.devices = samples
+	s.devices, s.certs = samples, certs
 	s.mu.Unlock()
 }
 
