@@ -3,15 +3,21 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/big"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -19,9 +25,12 @@ import (
 	"testing"
 	"time"
 
+	goattest "github.com/google/go-attestation/attest"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/folly-infra/fleetd/attest"
+	"github.com/folly-infra/fleetd/attest/eventlogs"
 	"github.com/folly-infra/fleetd/cli"
 	"github.com/folly-infra/fleetd/dev/benchcpu"
 	"github.com/folly-infra/fleetd/dev/netboxemu"
@@ -29,23 +38,26 @@ import (
 	"github.com/folly-infra/fleetd/fleet/fleettest"
 	"github.com/folly-infra/fleetd/kea"
 	"github.com/folly-infra/fleetd/netbox"
+	"github.com/folly-infra/fleetd/netbox/layout"
 )
 
 // BenchmarkReconcilePass measures one periodic reconcile pass in the steady state, as `fleetd
 // serve` runs it every reconcile.interval (fleet.Requests.Run): Requests.ReconcileAll, then the
 // listing's hook (afterListing: the Kea reservations, the join deadlines, the left Nodes), then
 // the collection and release that follows every pass (Config.AfterSweep). The fleet is N sealed,
-// active devices with four interfaces each (eth0 and eth1 with a MAC, eth2 without, a bmc), on a
-// NetBox emulator with no added latency; every device is seeded sealed with the signing key,
-// nothing needs attention, nobody else writes. One pass runs before the measure: the first after a
+// running nodes with four interfaces each (eth0 and eth1 with a MAC, eth2 without, a bmc), their
+// fields as large as a real node's (seedActive: some 9 KB of JSON each, the identity's two
+// certificate chains most of it), on a NetBox emulator with no added latency; every device is
+// seeded sealed with the signing key, nothing needs attention, nobody else writes. One pass runs before the measure: the first after a
 // start reads the change log back over its whole retention.
 //
 // It reports per pass: netbox-requests (and a figure per endpoint, req-ROUTE), devices-read (the
 // requests for one device: the target is none in the steady state), cpu-ns/op (dev/benchcpu: the
 // emulator runs in a process of its own, so this and the allocations are fleetd's alone; the wall
-// time includes the emulator's answers) and kea-writes (the reservations file is
-// rewritten only when a reservation changed). docs/performance.md, "The steady state's reconcile
-// pass", has the figures.
+// time includes the emulator's answers), kea-writes (the reservations file is rewritten only
+// when a reservation changed), and live-heap-MiB: the heap fleetd holds between passes, after a
+// collection (the node view, the address index, the metrics' samples; the benchmark's own few
+// MB included). docs/performance.md, "The steady state's reconcile pass", has the figures.
 func BenchmarkReconcilePass(b *testing.B) {
 	for _, n := range []int{1000, 3000, 10000} {
 		b.Run(fmt.Sprintf("devices-%d", n), func(b *testing.B) {
@@ -78,6 +90,12 @@ func BenchmarkReconcilePass(b *testing.B) {
 			b.ReportMetric(float64(total)/float64(b.N), "netbox-requests/pass")
 			b.ReportMetric(float64(perDevice)/float64(b.N), "devices-read/pass")
 			b.ReportMetric(float64(p.keaWrites(b)-writes)/float64(b.N), "kea-writes/pass")
+			// What fleetd holds between passes: the live heap once the pass's garbage is
+			// collected (the node view, the address index, the metrics' samples, the caches).
+			runtime.GC()
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			b.ReportMetric(float64(ms.HeapAlloc)/(1<<20), "live-heap-MiB")
 		})
 	}
 }
@@ -264,8 +282,12 @@ func serveNetBoxChild(devices string) int {
 		return fail(err)
 	}
 	keys := fleettest.SealKeys()
+	node, err := newBenchNode()
+	if err != nil {
+		return fail(err)
+	}
 	for i := range n {
-		if err := seedActive(emu, keys, i); err != nil {
+		if err := seedActive(emu, keys, node, i); err != nil {
 			return fail(err)
 		}
 	}
@@ -324,28 +346,31 @@ func (p *passFleet) gauge(b *testing.B, name, label string) float64 {
 	return 0
 }
 
-// seedActive adds device i: status active, fleet_state active after a provision with its
-// certificates' serials, sealed with the signing key of keys, declared as a talos-worker, with four
-// interfaces and an address in 10.20.0.0/16. The seal names the device's id, so the emulator's
-// next id must be i+1 (a new emulator seeded in order).
-func seedActive(emu *netboxemu.Emulator, keys *fleet.SealKeys, i int) error {
-	ek := make([]byte, 32)
-	if _, err := rand.Read(ek); err != nil {
-		return err
-	}
+// seedActive adds device i as a running node's fields are: status active, fleet_state active
+// after a provision, its boot checked ok, declared as a talos-worker, with four interfaces and an
+// address in 10.20.0.0/16, and the fields fleetd owns as large as a real node's (n.node: its
+// identity's two certificate chains with their keys, its facts, a boot baseline from a real
+// event log), sealed with the signing key of keys. The seal names the device's id, so the
+// emulator's next id must be i+1 (a new emulator seeded in order).
+func seedActive(emu *netboxemu.Emulator, keys *fleet.SealKeys, n *benchNode, i int) error {
 	name := fmt.Sprintf("pass-%05d", i)
 	mac := func(nic int) string {
 		return fmt.Sprintf("02:f7:%02x:%02x:%02x:%02x", nic, i>>16&0xff, i>>8&0xff, i&0xff)
 	}
 	id := int64(i + 1)
-	owned := fleet.Owned{State: fleet.StateActive, Request: fmt.Sprintf("provision-%05d", i),
-		LDevIDSerial: fmt.Sprintf("%032x", 2*i+1), LAKSerial: fmt.Sprintf("%032x", 2*i+2)}
+	fields, err := n.fields(i, name, mac(0))
+	if err != nil {
+		return err
+	}
+	d, err := netbox.FieldsOf(fields)
+	if err != nil {
+		return err
+	}
+	fields["fleet_seal"] = keys.Seal(id, d.Owned, time.Now())
 	got, err := emu.AddDevice(netboxemu.DeviceSpec{Name: name, Status: "active", PrimaryIPv4: fmt.Sprintf("10.20.%d.%d/16", i/250, i%250+1),
 		Interfaces: []netboxemu.InterfaceSpec{{Name: "eth0", MACs: []string{mac(0)}}, {Name: "eth1", MACs: []string{mac(1)}},
 			{Name: "eth2"}, {Name: "bmc", MgmtOnly: true, MACs: []string{mac(3)}}},
-		CustomFields: map[string]any{"fleet_class": "talos-worker", "disk_serial": fmt.Sprintf("PASS%05dDISK", i),
-			"ek_sha256": hex.EncodeToString(ek), "fleet_state": string(owned.State), "fleet_request": owned.Request,
-			"ldevid_serial": owned.LDevIDSerial, "lak_serial": owned.LAKSerial, "fleet_seal": keys.Seal(id, owned, time.Now())}})
+		CustomFields: fields})
 	if err != nil {
 		return fmt.Errorf("add %s: %w", name, err)
 	}
@@ -353,6 +378,91 @@ func seedActive(emu *netboxemu.Emulator, keys *fleet.SealKeys, i int) error {
 		return fmt.Errorf("add %s: the emulator gave it id %d, its seal names %d", name, got, id)
 	}
 	return nil
+}
+
+// benchNode makes the fields fleetd owns of a running node: one CA and key issue every node's
+// LDevID and LAK certificate (real DER, parsed by the pass's certificate times), and the boot
+// baseline is one real event log's.
+type benchNode struct {
+	ca       *x509.Certificate
+	caDER    []byte
+	key      *ecdsa.PrivateKey
+	baseline string
+}
+
+func newBenchNode() (*benchNode, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	tpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "bench CA"}, NotBefore: time.Now().Add(-time.Hour),
+		NotAfter: time.Now().AddDate(10, 0, 0), IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tpl, tpl, &key.PublicKey, key)
+	if err != nil {
+		return nil, err
+	}
+	ca, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, err
+	}
+	el, err := goattest.ParseEventLog(eventlogs.RHEL8SecureBoot)
+	if err != nil {
+		return nil, err
+	}
+	return &benchNode{ca: ca, caDER: der, key: key, baseline: attest.NewBaseline(el.Events(goattest.HashSHA256)).String()}, nil
+}
+
+// leaf is a certificate of the node's name with serial.
+func (n *benchNode) leaf(name string, serial int64) ([]byte, error) {
+	tpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name}, NotBefore: time.Now().Add(-time.Hour),
+		NotAfter: time.Now().AddDate(0, 0, 90), KeyUsage: x509.KeyUsageDigitalSignature}
+	return x509.CreateCertificate(rand.Reader, tpl, n.ca, &n.key.PublicKey, n.key)
+}
+
+// fields are node i's custom fields: its declaration and the fields fleetd owns of a running node.
+func (n *benchNode) fields(i int, name, bootMAC string) (map[string]any, error) {
+	random := func(size int) []byte {
+		b := make([]byte, size)
+		_, _ = rand.Read(b)
+		return b
+	}
+	hexOf := func(size int) string { return hex.EncodeToString(random(size)) }
+	ldevid, err := n.leaf(name, int64(2*i+1))
+	if err != nil {
+		return nil, err
+	}
+	lak, err := n.leaf(name, int64(2*i+2))
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now().UTC()
+	req := fmt.Sprintf("provision-%08d", i)
+	ek, uuid, disk := hexOf(32), hexOf(32), fmt.Sprintf("PASS%05dDISK", i)
+	id := fleet.IdentityMaterial{Version: fleet.IdentityVersion, Request: req, Name: name, Issued: now.Add(-24 * time.Hour),
+		Expires: now.Add(-23 * time.Hour), UUIDSHA256: uuid, SMBIOSSerial: fmt.Sprintf("SYS%05d", i), FetchSecretSHA256: hexOf(32), EKSHA256: ek,
+		LAK:               fleet.LAKMaterial{Chain: [][]byte{lak, n.caDER}, Blob: random(700)},
+		LDevID:            fleet.LDevIDMaterial{Chain: [][]byte{ldevid, n.caDER}, Public: random(90), Private: random(222)},
+		BootstrapTokenKey: "test", KubeletClient: &fleet.ApprovedCSR{Name: "csr-" + hexOf(4), UID: hexOf(16), Approved: now.Add(-23 * time.Hour)},
+		Delivered: now.Add(-23 * time.Hour)}
+	learned := layout.Learned{Since: now.Add(-24 * time.Hour), Source: layout.FactsFromEnrollment}
+	facts := layout.Facts{Version: layout.FactsVersion,
+		Proved:  layout.ProvedFacts{EKSHA256: ek, TPMVersion: "2.0", Learned: learned},
+		Claimed: layout.ClaimedFacts{SMBIOSUUIDSHA256: uuid, Disks: []layout.FactDisk{{Serial: disk, Path: "/dev/disk/by-id/nvme-" + disk}}, DisksFound: 1, MAC: bootMAC, Learned: learned}}
+	out := map[string]any{"fleet_class": "talos-worker", "disk_serial": disk, "ek_sha256": ek, "fleet_state": string(fleet.StateActive),
+		"fleet_request": req, "fleet_workflow": fleet.WorkflowName(name, req), "ldevid_serial": fmt.Sprintf("%x", 2*i+1), "lak_serial": fmt.Sprintf("%x", 2*i+2),
+		"boot_baseline": n.baseline, "last_boot_check": now.Add(-time.Duration(i%3600) * time.Second).Format(time.RFC3339Nano), "boot_check": string(fleet.BootCheckOK)}
+	for key, v := range map[string]any{"fleet_identity": id, "fleet_facts": facts} {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return nil, err
+		}
+		var obj any
+		if err := json.Unmarshal(b, &obj); err != nil {
+			return nil, err
+		}
+		out[key] = obj
+	}
+	return out, nil
 }
 
 // keaDevice is a listed device as seedActive makes it: three MACs (eth0, eth1, the bmc) and an

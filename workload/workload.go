@@ -280,8 +280,7 @@ type NodeReporter interface {
 	NodeChanged(ctx context.Context, n fleet.NodeReport) (fleet.Outcome, error)
 }
 
-// Nodes is the Node watch's view: each Node's name, Ready condition and conditions, and nothing
-// else of it (the informer keeps only those fields: a Node object is tens of KiB).
+// Nodes is the Node watch's view: each Node's summary (nodeSummary), nothing else of it.
 type Nodes struct {
 	store cache.Store
 }
@@ -295,8 +294,11 @@ func (n *Nodes) Node(name string) (fleet.NodeReport, bool) {
 	if err != nil || !ok {
 		return fleet.NodeReport{}, false
 	}
-	u, _ := obj.(*unstructured.Unstructured)
-	return nodeReport(u)
+	s, ok := obj.(*nodeSummary)
+	if !ok {
+		return fleet.NodeReport{}, false
+	}
+	return s.report, true
 }
 
 // WatchNodes tells r of every Node as it is added or changes, and again every resync, until ctx
@@ -306,39 +308,49 @@ func (k *Cluster) WatchNodes(ctx context.Context, r NodeReporter, resync time.Du
 		return nil, errors.New("watch Nodes: the resync period must be positive")
 	}
 	report := func(obj any) {
-		u, ok := obj.(*unstructured.Unstructured)
-		if !ok {
-			return
-		}
-		if n, ok := nodeReport(u); ok {
-			log(r.NodeChanged(ctx, n))
+		if s, ok := obj.(*nodeSummary); ok {
+			log(r.NodeChanged(ctx, s.report))
 		}
 	}
 	store, ctrl := cache.NewInformerWithOptions(cache.InformerOptions{
 		ListerWatcher: k.listWatch(nodeResource), ObjectType: &unstructured.Unstructured{}, ResyncPeriod: resync,
 		Handler:   cache.ResourceEventHandlerFuncs{AddFunc: report, UpdateFunc: func(_, n any) { report(n) }},
-		Transform: slimNode,
+		Transform: summarizeNode,
 	})
 	go ctrl.Run(ctx.Done())
 	return &Nodes{store: store}, nil
 }
 
-// slimNode keeps of a Node its name, resource version and conditions.
-func slimNode(obj any) (any, error) {
+// nodeSummary is what the Node watch keeps of a Node: its report (nodeReport), made once when the
+// Node arrives, and its resource version. The report's line of conditions is kept only while the
+// Node is not Ready, the one case anything reads it (a join deadline's journal). A Node as the API
+// server sends it is 4 to 20 KB, and the watch holds every Node of the cluster: at 10,000 nodes
+// the summaries are about 2 MB (BenchmarkNodeStore, docs/performance.md).
+type nodeSummary struct {
+	report          fleet.NodeReport
+	resourceVersion string
+}
+
+// GetObjectMeta names the summary for the informer's store and queue (meta.Accessor).
+func (n *nodeSummary) GetObjectMeta() metav1.Object {
+	return &metav1.ObjectMeta{Name: n.report.Name, ResourceVersion: n.resourceVersion}
+}
+
+// summarizeNode is the watch's transform: a Node becomes its summary; anything else (a summary
+// already, a deletion's tombstone) is kept as it is.
+func summarizeNode(obj any) (any, error) {
 	u, ok := obj.(*unstructured.Unstructured)
 	if !ok {
 		return obj, nil
 	}
-	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
-	slim := &unstructured.Unstructured{Object: map[string]any{}}
-	slim.SetAPIVersion("v1")
-	slim.SetKind("Node")
-	slim.SetName(u.GetName())
-	slim.SetResourceVersion(u.GetResourceVersion())
-	if err := unstructured.SetNestedSlice(slim.Object, conds, "status", "conditions"); err != nil {
-		return nil, err
+	r, ok := nodeReport(u)
+	if !ok {
+		return nil, fmt.Errorf("watch Nodes: Node %s does not read as a Node", u.GetName())
 	}
-	return slim, nil
+	if r.Ready {
+		r.Conditions = ""
+	}
+	return &nodeSummary{report: r, resourceVersion: u.GetResourceVersion()}, nil
 }
 
 // nodeReport is what the join decision reads of a Node.

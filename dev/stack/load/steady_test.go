@@ -460,6 +460,24 @@ func renewalWave(t *testing.T, ctx context.Context, s *stack.Stack, pool []strin
 			t.Errorf("restore fleetd's certificate lifetimes: %v", err)
 		}
 	}()
+	renewals := func() float64 { // every instance's, since the restart above
+		n := 0.0
+		for _, in := range s.Info().Fleetd.Instances {
+			mfs, _, err := scrape(in.HTTPURL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range mfs["fleetd_cert_renewals_total"].GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "result" && l.GetValue() == "renewed" {
+						n += m.GetCounter().GetValue()
+					}
+				}
+			}
+		}
+		return n
+	}
+	issued := renewals()
 	info := s.Info()
 	every := time.Duration(float64(time.Second) * 3600 / float64(devices))
 	var mu sync.Mutex
@@ -491,8 +509,14 @@ func renewalWave(t *testing.T, ctx context.Context, s *stack.Stack, pool []strin
 			t.Errorf("renewal wave: %s's LDevID serial is still %s", name, got)
 		}
 	}
-	return []string{fmt.Sprintf("renewal wave: %d boot checks, each with its certificates due, at the hourly rate: %s; %d of %d renewed their LDevID",
-		len(lat), lat, renewed, len(pool))}
+	// Each check renews its LDevID and its LAK once, whichever instance answers it: a certificate
+	// issued twice for one check would be a renewal more.
+	if got := renewals() - issued; got != float64(2*len(pool)) {
+		t.Errorf("renewal wave: fleetd_cert_renewals_total{result=renewed} grew by %g over every instance, want %d (an LDevID and a LAK for each of %d nodes)",
+			got, 2*len(pool), len(pool))
+	}
+	return []string{fmt.Sprintf("renewal wave: %d boot checks, each with its certificates due, at the hourly rate: %s; %d of %d renewed their LDevID; %g certificates issued over every instance",
+		len(lat), lat, renewed, len(pool), renewals()-issued)}
 }
 
 // verifySteady checks that nothing was dropped or made twice: each storm request with exactly
@@ -561,7 +585,13 @@ type meterPhase struct {
 	began    time.Time
 	requests map[string]int64
 	passes   []passes // per instance
-	inst     []time.Duration
+	inst     []instanceCPU
+}
+
+// instanceCPU is one fleetd instance's process and the CPU time it had spent.
+type instanceCPU struct {
+	pid int
+	cpu time.Duration
 }
 
 // passes is a scrape of fleetd_reconcile_pass_seconds.
@@ -584,12 +614,13 @@ func (m *meter) start(name string) (*meterPhase, error) {
 	return p, nil
 }
 
-// instanceCPU is each fleetd instance's CPU time so far.
-func (m *meter) instanceCPU() []time.Duration {
-	out := make([]time.Duration, m.s.FleetdInstances())
+// instanceCPU is each fleetd instance's process and CPU time so far.
+func (m *meter) instanceCPU() []instanceCPU {
+	out := make([]instanceCPU, m.s.FleetdInstances())
 	for k := range out {
 		if pid := m.s.FleetdInstancePID(k + 1); pid != 0 {
-			_, _, out[k], _, _ = procStat(pid)
+			out[k].pid = pid
+			_, _, out[k].cpu, _, _ = procStat(pid)
 		}
 	}
 	return out
@@ -645,7 +676,10 @@ func (p *meterPhase) stop() []string {
 	parts := make([]string, len(inst))
 	var all time.Duration
 	for k := range inst {
-		d := inst[k] - p.inst[k]
+		d := inst[k].cpu - p.inst[k].cpu
+		if inst[k].pid != p.inst[k].pid { // restarted in the phase: the new process's time (the old one's end is lost)
+			d = inst[k].cpu
+		}
 		all += d
 		parts[k] = fmt.Sprintf("instance %d %.1f s", k+1, d.Seconds())
 	}
