@@ -3,14 +3,17 @@ package netbox
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/folly-infra/fleetd/netbox/layout"
 	"net/http"
 	"net/netip"
 	"sort"
 	"strings"
 	"time"
 
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
+
 	"github.com/folly-infra/fleetd/fleet"
+	"github.com/folly-infra/fleetd/netbox/layout"
 )
 
 // deviceJSON is the part of NetBox's device representation fleetd reads, decoded leniently:
@@ -29,11 +32,10 @@ type deviceJSON struct {
 		Address string `json:"address"`
 	} `json:"primary_ip4"`
 	// CustomFields stay undecoded until toDevice reads the ones fleetd knows: fleet_identity (its
-	// two certificate chains, some 6 KB of a running node's 7) is decoded once, straight into its
-	// type, not into maps and back through JSON; on a listing of 10,000 devices that was most of
-	// a reconcile pass's CPU (docs/performance.md).
-	CustomFields map[string]json.RawMessage `json:"custom_fields"`
-	LastUpdated  string                     `json:"last_updated"`
+	// two certificate chains, some 6 KB of a running node's 9) is decoded once, straight into its
+	// type, not into maps and back through JSON (docs/performance.md).
+	CustomFields map[string]jsontext.Value `json:"custom_fields"`
+	LastUpdated  string                    `json:"last_updated"`
 }
 
 // deviceFields are the fields of a device a listing asks NetBox for (?fields=): those deviceJSON
@@ -68,7 +70,7 @@ func toDevice(d deviceJSON, macs []fleet.MAC, version string) (fleet.Device, err
 	cf := func(name string) string {
 		raw := d.CustomFields[name]
 		var s string
-		if len(raw) == 0 || raw[0] != '"' || json.Unmarshal(raw, &s) != nil {
+		if len(raw) == 0 || raw[0] != '"' || jsonv2.Unmarshal(raw, &s, lenientJSON) != nil {
 			return "" // null, or not text: read as empty
 		}
 		return strings.TrimSpace(s)
@@ -104,7 +106,7 @@ func toDevice(d deviceJSON, macs []fleet.MAC, version string) (fleet.Device, err
 // custom_field_data, docs/design.md §9): the declaration and the fields fleetd owns of the device
 // they describe. Nothing else of the Device is set.
 func FieldsOf(customFields map[string]any) (fleet.Device, error) {
-	raw := make(map[string]json.RawMessage, len(customFields))
+	raw := make(map[string]jsontext.Value, len(customFields))
 	for k, v := range customFields {
 		b, err := json.Marshal(v)
 		if err != nil {
@@ -116,15 +118,15 @@ func FieldsOf(customFields map[string]any) (fleet.Device, error) {
 }
 
 // isNull reports a custom field that is absent or null.
-func isNull(raw json.RawMessage) bool {
+func isNull(raw jsontext.Value) bool {
 	return len(raw) == 0 || string(raw) == "null"
 }
 
 // identity decodes fleet_identity. A value that is not fleetd's JSON reads as no identity: a
 // fetch then serves nothing, and the stale-write protection puts fleetd's value back.
-func identity(raw json.RawMessage) fleet.IdentityMaterial {
+func identity(raw jsontext.Value) fleet.IdentityMaterial {
 	var m fleet.IdentityMaterial
-	if isNull(raw) || raw[0] != '{' || json.Unmarshal(raw, &m) != nil {
+	if isNull(raw) || raw[0] != '{' || jsonv2.Unmarshal(raw, &m, lenientJSON) != nil {
 		return fleet.IdentityMaterial{}
 	}
 	return m
@@ -133,7 +135,7 @@ func identity(raw json.RawMessage) fleet.IdentityMaterial {
 // facts decodes fleet_facts (layout.DecodeFacts). A value that is not facts this fleetd reads is no
 // facts, with the reason: an inventory check then reports the device's facts as unreadable, and
 // the stale-write protection puts fleetd's value back.
-func facts(raw json.RawMessage) (layout.Facts, string) {
+func facts(raw jsontext.Value) (layout.Facts, string) {
 	if isNull(raw) {
 		return layout.Facts{}, ""
 	}

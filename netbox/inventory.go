@@ -2,13 +2,15 @@ package netbox
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"strconv"
 	"sync"
+
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/folly-infra/fleetd/fleet"
 )
@@ -218,37 +220,42 @@ func eachListed[T any](ctx context.Context, c *Client, op, path string, q url.Va
 
 // getPage reads one page of a NetBox list, calling each with every result, and returns the list's
 // count and how many results the page held. The results are decoded one at a time as the answer
-// arrives: a page of 1,000 devices is a few MB that is never held whole.
+// arrives: a page of 1,000 devices is a few MB that is never held whole. The decoder is the JSON
+// v2 implementation's (github.com/go-json-experiment/json), which reads each byte once: the
+// standard library's Decoder scans a value to find its end, then validates and decodes it, and on
+// a listing of 10,000 running nodes (their certificate chains in base64) that was most of a
+// reconcile pass's CPU (docs/performance.md). It is as lenient as decodeLenient: unknown members
+// are skipped, and invalid UTF-8 and duplicate names are accepted.
 func getPage[T any](ctx context.Context, c *Client, op, path string, q url.Values, each func(v T, sizeHint int) error) (count, n int, err error) {
 	resp, err := c.send(ctx, request{op: op, method: http.MethodGet, path: path, query: q})
 	if err != nil {
 		return 0, 0, err
 	}
 	defer resp.Body.Close()
-	dec := json.NewDecoder(io.LimitReader(resp.Body, maxAnswer))
+	dec := jsontext.NewDecoder(io.LimitReader(resp.Body, maxAnswer), lenientJSON)
 	fail := func(err error) (int, int, error) {
 		return 0, 0, fmt.Errorf("decode NetBox's answer (%s): %w", resp.Status, err)
 	}
 	if err := expectDelim(dec, '{'); err != nil {
 		return fail(err)
 	}
-	for dec.More() {
-		key, err := dec.Token()
+	for dec.PeekKind() != '}' {
+		key, err := dec.ReadToken()
 		if err != nil {
 			return fail(err)
 		}
-		switch key {
+		switch key.String() {
 		case "count":
-			if err := dec.Decode(&count); err != nil {
+			if err := jsonv2.UnmarshalDecode(dec, &count, lenientJSON); err != nil {
 				return fail(err)
 			}
 		case "results":
 			if err := expectDelim(dec, '['); err != nil {
 				return fail(err)
 			}
-			for dec.More() {
+			for dec.PeekKind() != ']' {
 				var v T
-				if err := dec.Decode(&v); err != nil {
+				if err := jsonv2.UnmarshalDecode(dec, &v, lenientJSON); err != nil {
 					return fail(err)
 				}
 				if err := each(v, min(max(count, 0), pageSize)); err != nil {
@@ -260,8 +267,7 @@ func getPage[T any](ctx context.Context, c *Client, op, path string, q url.Value
 				return fail(err)
 			}
 		default: // next, previous
-			var skip json.RawMessage
-			if err := dec.Decode(&skip); err != nil {
+			if err := dec.SkipValue(); err != nil {
 				return fail(err)
 			}
 		}
@@ -272,13 +278,17 @@ func getPage[T any](ctx context.Context, c *Client, op, path string, q url.Value
 	return count, n, nil
 }
 
+// lenientJSON are the JSON v2 options of a lenient decode (decodeLenient's leniency): invalid
+// UTF-8 and duplicate member names are accepted, as the standard library accepts them.
+var lenientJSON = jsonv2.JoinOptions(jsontext.AllowInvalidUTF8(true), jsontext.AllowDuplicateNames(true))
+
 // expectDelim reads the next token and refuses anything but d.
-func expectDelim(dec *json.Decoder, d json.Delim) error {
-	t, err := dec.Token()
+func expectDelim(dec *jsontext.Decoder, d jsontext.Kind) error {
+	t, err := dec.ReadToken()
 	if err != nil {
 		return err
 	}
-	if t != d {
+	if t.Kind() != d {
 		return fmt.Errorf("found %v where a list page has %q", t, d)
 	}
 	return nil
