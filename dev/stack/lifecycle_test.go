@@ -40,6 +40,7 @@ var lifecycleDevices = []stack.SeedDevice{
 	{Name: "fetch-secret", Class: "alpine-edge"},                                                // its seed is fetched only with the fetch secret
 	{Name: "fetch-secret-talos", Class: "talos-worker"},                                         // its machine config is fetched only with the code in its META
 	{Name: "plan-ok", Class: "talos-worker"},                                                    // planned for every action, never asked
+	{Name: "sealed-template", Class: "talos-worker"},                                            // installed, then copied sealed (TestSealedDevices)
 	{Name: "plan-no-disk", Class: "talos-worker", NoDiskSerial: true, Faulty: "no disk_serial"}, // planned, then asked: the same rejection
 }
 

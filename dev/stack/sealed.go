@@ -63,6 +63,8 @@ func (s *Stack) AddSealedDevices(template string, n int, prefix string, now time
 	if err != nil {
 		return nil, fmt.Errorf("add sealed devices: %w", err)
 	}
+	s.sealedMu.Lock()
+	defer s.sealedMu.Unlock()
 	out := make([]AddedDevice, 0, n)
 	for k := range n {
 		name := fmt.Sprintf("%s-%05d", prefix, k+1)
@@ -171,6 +173,8 @@ func jsonObject(v any) (any, error) {
 // address of its own in the machines' /8. A provision of one is decided and its Workflow created
 // as any (the load test's storms); nothing netboots. Names are prefix-00001, prefix-00002, …
 func (s *Stack) AddDeclaredDevices(n int, prefix string) ([]AddedDevice, error) {
+	s.sealedMu.Lock()
+	defer s.sealedMu.Unlock()
 	out := make([]AddedDevice, 0, n)
 	for k := range n {
 		name := fmt.Sprintf("%s-%05d", prefix, k+1)

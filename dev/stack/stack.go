@@ -181,19 +181,20 @@ func (o *Options) defaults() error {
 
 // Stack is a running development stack. Its methods are safe for concurrent use.
 type Stack struct {
-	opts   Options
-	info   Info
-	conf   fleetdConfig // what fleetd.yaml was written from (ReconfigureFleetd)
-	confMu sync.Mutex   // guards conf
-	paths  paths
-	emu    *netboxemu.Emulator
-	sealed int // the devices AddSealedDevices added (their addresses, MACs and serials follow on)
-	kc     client.WithWatch
-	supMu  sync.Mutex             // guards sups' entries (StopFleetdInstance, StartFleetdInstance)
-	sups   []*supervisor          // one per fleetd instance, in order
-	front  []*front               // the https and plain fronts with several instances, else none
-	tb     *tinkerbell.Tinkerbell // its controller and server, the workers' API
-	tink   TinkerbellInfo
+	opts     Options
+	info     Info
+	conf     fleetdConfig // what fleetd.yaml was written from (ReconfigureFleetd)
+	confMu   sync.Mutex   // guards conf
+	paths    paths
+	emu      *netboxemu.Emulator
+	sealedMu sync.Mutex
+	sealed   int // the devices AddSealedDevices and AddDeclaredDevices added (their addresses, MACs and serials follow on)
+	kc       client.WithWatch
+	supMu    sync.Mutex             // guards sups' entries (StopFleetdInstance, StartFleetdInstance)
+	sups     []*supervisor          // one per fleetd instance, in order
+	front    []*front               // the https and plain fronts with several instances, else none
+	tb       *tinkerbell.Tinkerbell // its controller and server, the workers' API
+	tink     TinkerbellInfo
 
 	lock *os.File // the state directory's marker, locked while the stack runs
 
