@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"net/http"
 	"strings"
 	"testing"
 )
@@ -71,6 +72,9 @@ func TestMisuse(t *testing.T) {
 		{nil, "usage: fleetd <command>"},
 		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
 		{[]string{"serve", "extra"}, `unexpected arguments ["extra"]`},
+		{[]string{"serve", "--debug-listen", "0.0.0.0:6060"}, `--debug-listen "0.0.0.0:6060" is not a loopback address`},
+		{[]string{"serve", "--debug-listen", "spore:6060"}, `--debug-listen "spore:6060" is not a loopback address`},
+		{[]string{"serve", "--debug-listen", "6060"}, `--debug-listen "6060" is not HOST:PORT`},
 		{[]string{"check", "--config"}, "flag needs an argument: -config"},
 		{[]string{"version", "1"}, `unexpected arguments ["1"]`},
 		{[]string{"policy"}, "name the subcommand (learn)"},
@@ -93,5 +97,27 @@ func TestMisuse(t *testing.T) {
 					strings.Join(tc.args, " "), code, tc.want, out.String(), errOut.String())
 			}
 		})
+	}
+}
+
+// TestDebugListener: the debug listener serves Go's profiles on a loopback address, nothing else.
+func TestDebugListener(t *testing.T) {
+	srv, addr, err := startDebug("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	for path, want := range map[string]int{"/debug/pprof/heap?debug=1": http.StatusOK, "/debug/pprof/goroutine?debug=1": http.StatusOK, "/metrics": http.StatusNotFound, "/v1/boot-check": http.StatusNotFound} {
+		resp, err := http.Get("http://" + addr.String() + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("GET %s on the debug listener: %d, want %d", path, resp.StatusCode, want)
+		}
+	}
+	if _, _, err := startDebug("[::]:0"); err == nil || !strings.Contains(err.Error(), "not a loopback address") {
+		t.Errorf("startDebug on every address: %v, want a refusal", err)
 	}
 }

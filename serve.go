@@ -16,7 +16,7 @@ import (
 	"github.com/folly-infra/fleetd/workload"
 )
 
-const serveUsage = `usage: fleetd serve [--config FILE] [--listen-http HOST:PORT] [--listen-https HOST:PORT]
+const serveUsage = `usage: fleetd serve [--config FILE] [--listen-http HOST:PORT] [--listen-https HOST:PORT] [--debug-listen 127.0.0.1:PORT]
 
 Runs the service until SIGINT or SIGTERM: the HTTP server, the periodic reconcile, the Workflow
 watch and the Kea reservations (docs/operate.md).`
@@ -28,12 +28,19 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cfgPath := fs.String("config", "fleetd.yaml", "the config file")
 	listenHTTP := fs.String("listen-http", "", "override listen.http (host:port)")
 	listenHTTPS := fs.String("listen-https", "", "override listen.https (host:port; needs tls in the config)")
+	debugListen := fs.String("debug-listen", "", "serve Go's runtime profiles (net/http/pprof) on this loopback host:port (docs/operate.md, \"Profiles\")")
 	pos, code, ok := cli.Parse(fs, args, stdout, stderr)
 	if !ok {
 		return code
 	}
 	if code, ok := cli.NoArgs(fs, pos, stderr); !ok {
 		return code
+	}
+	if *debugListen != "" {
+		if err := checkDebugListen(*debugListen); err != nil {
+			fmt.Fprintln(stderr, "fleetd serve:", err)
+			return 2
+		}
 	}
 	cfg, err := config.Load(*cfgPath, config.Override{ListenHTTP: *listenHTTP, ListenHTTPS: *listenHTTPS})
 	if err != nil { // before log.format is known: JSON, the default, like every later line
@@ -47,6 +54,15 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		log.Error().Err(err).Msg("fleetd cannot start")
 		return 1
+	}
+	if *debugListen != "" {
+		srv, addr, err := startDebug(*debugListen)
+		if err != nil {
+			log.Error().Err(err).Msg("fleetd cannot start")
+			return 1
+		}
+		defer srv.Close()
+		log.Warn().Str("debug_listen", addr.String()).Msg("serving Go's runtime profiles on the debug listener (--debug-listen)")
 	}
 	log.Info().Str("version", version).Str("listen", cfg.Listen.HTTP).Str("netbox", cfg.NetBox.URL).
 		Str("namespace", cfg.Kubernetes.Namespace).Msg("fleetd serving")

@@ -102,6 +102,9 @@ type FleetdInstance struct {
 	HTTPURL string `json:"http_url"` // its own plain listener
 	PIDFile string `json:"pid_file"`
 	Log     string `json:"log"`
+	// DebugURL is its debug listener's (Go's profiles under /debug/pprof/), with
+	// Options.DebugListen; "" without.
+	DebugURL string `json:"debug_url,omitempty"`
 }
 
 // instances is Instances, or the one process a stack.json without the key describes.

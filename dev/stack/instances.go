@@ -19,6 +19,12 @@ func (s *Stack) instances(fleetdURL, httpURL string) ([]FleetdInstance, error) {
 	for k := 1; k <= n; k++ {
 		in := &out[k-1]
 		in.PIDFile, in.Log = s.paths.instanceFiles(k)
+		if s.opts.DebugListen {
+			var err error
+			if in.DebugURL, err = freeLoopbackURL("http"); err != nil {
+				return nil, err
+			}
+		}
 		if n == 1 {
 			in.URL, in.HTTPURL = fleetdURL, httpURL
 			continue
@@ -100,6 +106,10 @@ func (s *Stack) supervisorConfig(k int) supervisorConfig {
 		https, _ := url.Parse(in.URL)
 		plain, _ := url.Parse(in.HTTPURL)
 		cfg.args = []string{"--listen-https", https.Host, "--listen-http", plain.Host}
+	}
+	if in.DebugURL != "" {
+		u, _ := url.Parse(in.DebugURL)
+		cfg.args = append(cfg.args, "--debug-listen", u.Host)
 	}
 	return cfg
 }

@@ -102,6 +102,9 @@ type Options struct {
 	// JoinDeadline is fleetd's cluster.join_deadline with WorkloadCluster (at least a minute,
 	// fleetd's minimum); unset leaves fleetd's default (30 minutes).
 	JoinDeadline time.Duration
+	// DebugListen gives every fleetd instance a debug listener (serve --debug-listen) on a free
+	// loopback port: Go's profiles, at FleetdInstance.DebugURL (the load test's heap profiles).
+	DebugListen bool
 	// LogLevel is fleetd's log.level; default info.
 	LogLevel string
 	// Logger is the stack's own log (deliveries, fleetd restarts).

@@ -69,6 +69,7 @@ func steadyOptions(o stack.Options) stack.Options {
 	o.ReconcileInterval = steadyInterval
 	o.NetBoxLatencyObjects = pageObjects
 	o.FleetdInstances = steady.instances
+	o.DebugListen = true // heap profiles into LOAD_PROFILE_DIR (heapProfiles)
 	// The authorization webhook needs the workload cluster, whose API server asks one fleetd.
 	o.WorkloadCluster = steady.instances == 1
 	return o
@@ -149,6 +150,7 @@ func testSteady(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		heapProfiles(t, s, "rest")
 		return []string{fmt.Sprintf("at rest over one reconcile interval: fleetd RSS %s; /metrics %d KiB", rest, size/1024)}
 	})
 	var writes atomic.Int64 // boot checks that ran in the steady phase: fleetd writes for those only
@@ -231,6 +233,30 @@ func addNodes(ctx context.Context, s *stack.Stack, nodes []string) error {
 		})
 	}
 	return g.Wait()
+}
+
+// heapProfiles writes each fleetd instance's heap profile (its debug listener's) into
+// LOAD_PROFILE_DIR as NAME-heap-K.pprof, when that is set: `go tool pprof -sample_index
+// inuse_space` says what fleetd holds.
+func heapProfiles(t *testing.T, s *stack.Stack, name string) {
+	dir := os.Getenv("LOAD_PROFILE_DIR")
+	if dir == "" {
+		return
+	}
+	for k, in := range s.Info().Fleetd.Instances {
+		resp, err := http.Get(in.DebugURL + "/debug/pprof/heap?gc=1")
+		if err != nil {
+			t.Fatalf("fleetd instance %d's heap profile: %v", k+1, err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("fleetd instance %d's heap profile: %s, %v", k+1, resp.Status, err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("%s-heap-%d.pprof", name, k+1)), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // waitField waits until the device's custom field has the value.
