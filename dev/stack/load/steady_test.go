@@ -259,6 +259,35 @@ func heapProfiles(t *testing.T, s *stack.Stack, name string) {
 	}
 }
 
+// cpuProfile writes d of each fleetd instance's CPU profile (its debug listener's) into
+// LOAD_PROFILE_DIR as NAME-cpu-K.pprof, when that is set.
+func cpuProfile(t *testing.T, s *stack.Stack, name string, d time.Duration) {
+	dir := os.Getenv("LOAD_PROFILE_DIR")
+	if dir == "" {
+		return
+	}
+	var wg sync.WaitGroup
+	for k, in := range s.Info().Fleetd.Instances {
+		wg.Go(func() {
+			resp, err := http.Get(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", in.DebugURL, int(d.Seconds())))
+			if err != nil {
+				t.Errorf("fleetd instance %d's CPU profile: %v", k+1, err)
+				return
+			}
+			defer resp.Body.Close()
+			b, err := io.ReadAll(resp.Body)
+			if err != nil || resp.StatusCode != http.StatusOK {
+				t.Errorf("fleetd instance %d's CPU profile: %s, %v", k+1, resp.Status, err)
+				return
+			}
+			if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("%s-cpu-%d.pprof", name, k+1)), b, 0o644); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+}
+
 // waitField waits until the device's custom field has the value.
 func waitField(t *testing.T, ctx context.Context, s *stack.Stack, name, field, want string, d time.Duration) {
 	t.Helper()
@@ -311,6 +340,13 @@ func steadyChecks(t *testing.T, ctx context.Context, s *stack.Stack, pool []stri
 	failed := map[string]error{}
 	skipped := 0
 	var wg sync.WaitGroup
+	profiled := make(chan struct{})
+	go func() { // a minute of fleetd's CPU profile, from the third on, when LOAD_PROFILE_DIR is set
+		defer close(profiled)
+		time.Sleep(2 * time.Minute)
+		cpuProfile(t, s, "steady", time.Minute)
+	}()
+	defer func() { <-profiled }()
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	next := 0
@@ -503,7 +539,11 @@ func renewalWave(t *testing.T, ctx context.Context, s *stack.Stack, pool []strin
 		}
 		return n
 	}
+	// The restarted instances' first passes (the change log read back over its retention, the
+	// whole fleet listed) before the wave, so that its CPU is the renewals'.
+	(&meter{s: s}).waitPasses(t, 1)
 	issued := renewals()
+	cpuBefore := (&meter{s: s}).instanceCPU()
 	info := s.Info()
 	every := time.Duration(float64(time.Second) * 3600 / float64(devices))
 	var mu sync.Mutex
@@ -541,8 +581,12 @@ func renewalWave(t *testing.T, ctx context.Context, s *stack.Stack, pool []strin
 		t.Errorf("renewal wave: fleetd_cert_renewals_total{result=renewed} grew by %g over every instance, want %d (an LDevID and a LAK for each of %d nodes)",
 			got, 2*len(pool), len(pool))
 	}
-	return []string{fmt.Sprintf("renewal wave: %d boot checks, each with its certificates due, at the hourly rate: %s; %d of %d renewed their LDevID; %g certificates issued over every instance",
-		len(lat), lat, renewed, len(pool), renewals()-issued)}
+	var spent time.Duration
+	for k, c := range (&meter{s: s}).instanceCPU() {
+		spent += c.cpu - cpuBefore[k].cpu
+	}
+	return []string{fmt.Sprintf("renewal wave: %d boot checks, each with its certificates due, at the hourly rate: %s; %d of %d renewed their LDevID; %g certificates issued over every instance; fleetd's CPU over the wave %.1f s",
+		len(lat), lat, renewed, len(pool), renewals()-issued, spent.Seconds())}
 }
 
 // verifySteady checks that nothing was dropped or made twice: each storm request with exactly
