@@ -32,8 +32,13 @@ func (l latencies) String() string {
 	s := slices.Clone(l)
 	slices.Sort(s)
 	pct := func(p int) time.Duration { return s[min(len(s)-1, len(s)*p/100)] }
-	return fmt.Sprintf("n=%d p50 %s p99 %s max %s", len(s), pct(50).Round(time.Millisecond), pct(99).Round(time.Millisecond),
-		s[len(s)-1].Round(time.Millisecond))
+	round := func(d time.Duration) time.Duration { // to the millisecond, or 10 µs below 10 ms
+		if d < 10*time.Millisecond {
+			return d.Round(10 * time.Microsecond)
+		}
+		return d.Round(time.Millisecond)
+	}
+	return fmt.Sprintf("n=%d p50 %s p99 %s max %s", len(s), round(pct(50)), round(pct(99)), round(s[len(s)-1]))
 }
 
 // parallel runs f for every name, at most n at a time, and returns each call's duration and

@@ -423,6 +423,10 @@ func sarTraffic(t *testing.T, ctx context.Context, s *stack.Stack, nodes []strin
 		{Verb: "list", Resource: "pods"},
 		{Verb: "get", Resource: "secrets", Namespace: "kube-system"},
 	}
+	wg.Go(func() { // 30 s of fleetd's CPU profile, from the 30th on, when LOAD_PROFILE_DIR is set
+		time.Sleep(30 * time.Second)
+		cpuProfile(t, s, "authorization", 30*time.Second)
+	})
 	for range workers {
 		wg.Go(func() {
 			for {
