@@ -280,8 +280,10 @@ func sentinel(code int) error {
 	return nil
 }
 
+// decodeLenient decodes an answer of NetBox's with the JSON v2 implementation, as the list pages
+// (getPage, lenientJSON): unknown members skipped, invalid UTF-8 and duplicate names accepted.
 func decodeLenient(body []byte, v any) error {
-	if err := json.Unmarshal(body, v); err != nil {
+	if err := jsonv2.Unmarshal(body, v, lenientJSON); err != nil {
 		return fmt.Errorf("decode NetBox's answer: %w", err)
 	}
 	return nil
