@@ -51,11 +51,11 @@ func (c *BootCache) Len() int {
 	return len(c.devices)
 }
 
-// VerifyPlatform is VerifyPlatform for the boot check of device, whose stored baseline
-// (boot_baseline) is stored: every quote is verified, and the event log is replayed unless it,
-// the quoted SHA-256 PCR values and the baseline they replayed to are those of the last boot the
-// device's checks replayed (the baseline the device's stored one, or the drifted one kept). A boot
-// from the cache has no Events.
+// VerifyPlatform is VerifyPlatform for the boot check of device, stored being the baseline the
+// device holds (boot_baseline): every quote is verified, and the event log is replayed unless it
+// and the quoted SHA-256 PCR values are those of the last boot the device's checks replayed and
+// that boot's baseline is at hand, as stored or as the drifted text kept (its digest compared). A
+// boot from the cache has no Events.
 func (c *BootCache) VerifyPlatform(device, stored string, ak *VerifiedAK, nonce []byte, claimed attest.PlatformParameters) (*VerifiedBoot, error) {
 	pcrs, err := verifyQuotes(ak, nonce, claimed)
 	if err != nil {
