@@ -25,7 +25,7 @@ import (
 // operator accepts it) keeps its text.
 type cachedBoot struct {
 	log, pcrs, baseline [sha256.Size]byte
-	drifted             string // the baseline's text, when it was not the device's stored one
+	drifted             string                  // the baseline's text, when it was not the device's stored one
 	secureBoot          *attest.SecurebootState // only Enabled
 	secureBootErr       error
 }

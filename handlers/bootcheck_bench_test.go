@@ -168,7 +168,10 @@ func BenchmarkBootCheckSteps(b *testing.B) {
 		{"lak-certificate", func() error { _, err := newLAKVerifier(bb).Verify(bb.req.LAKChain); return err }},
 		{"lak-certificate-cached", func() error { _, err := cached.Verify(bb.req.LAKChain); return err }},
 		{"quotes+replay+secureboot+baseline", func() error { _, err := attest.VerifyPlatform(ak, n.Nonce, pp); return err }},
-		{"quotes+cached-replay", func() error { _, err := boots.VerifyPlatform("node-a", bb.device.Owned.BootBaseline, ak, n.Nonce, pp); return err }},
+		{"quotes+cached-replay", func() error {
+			_, err := boots.VerifyPlatform("node-a", bb.device.Owned.BootBaseline, ak, n.Nonce, pp)
+			return err
+		}},
 		{"baseline-compare", func() error {
 			base, err := attest.ParseBaseline(bb.device.Owned.BootBaseline)
 			_ = attest.DiffBaseline(base, boot.Baseline())
