@@ -108,7 +108,7 @@ func BenchmarkBootCheckVerify(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		boot, err := boots.VerifyPlatform(lak.Device, bb.device.Owned.BootBaseline, ak, n.Nonce, pp)
+		boot, err := boots.VerifyPlatform(lak.Device, stored, ak, n.Nonce, pp)
 		if err != nil {
 			b.Fatal(err)
 		}
