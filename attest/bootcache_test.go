@@ -17,17 +17,7 @@ import (
 // check exactly as before it, a quote is verified every time, a changed PCR value is replayed in
 // full, and the cache holds no more devices than its bound.
 func TestBootCache(t *testing.T) {
-	m := simMachine(t, eventlogs.RHEL8SecureBoot)
-	ak, err := m.NewAK()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ak.Close(m.Attest()) })
-	pub, err := ga.ParseAKPublic(ak.AttestationParameters().Public)
-	if err != nil {
-		t.Fatal(err)
-	}
-	vak := &attest.VerifiedAK{Public: pub.Public, Hash: pub.Hash}
+	m, ak, vak := bootCacheMachine(t)
 	nonce := func(b byte) []byte { return slices.Repeat([]byte{b}, attest.NonceSize) }
 	quote := func(n []byte, log []byte) ga.PlatformParameters {
 		t.Helper()
@@ -130,17 +120,7 @@ func TestBootCache(t *testing.T) {
 // kept only while it is not (a first check's, until recorded; a drift), and a stored baseline
 // that is not the replayed one is never answered as the boot's.
 func TestBootCacheKeepsNoBaselineText(t *testing.T) {
-	m := simMachine(t, eventlogs.RHEL8SecureBoot)
-	ak, err := m.NewAK()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ak.Close(m.Attest()) })
-	pub, err := ga.ParseAKPublic(ak.AttestationParameters().Public)
-	if err != nil {
-		t.Fatal(err)
-	}
-	vak := &attest.VerifiedAK{Public: pub.Public, Hash: pub.Hash}
+	m, ak, vak := bootCacheMachine(t)
 	cache := attest.NewBootCache(4)
 	n := byte(0)
 	check := func(stored string) *attest.VerifiedBoot {
@@ -180,4 +160,21 @@ func TestBootCacheKeepsNoBaselineText(t *testing.T) {
 	if vb := check(text); vb.Events != nil || cache.TextBytes() != 0 {
 		t.Errorf("the recorded baseline again: replayed %v, %d bytes of text kept; want it from the cache, none kept", vb.Events != nil, cache.TextBytes())
 	}
+}
+
+// bootCacheMachine is a simulated machine that booted eventlogs.RHEL8SecureBoot, an AK of its
+// TPM, and that AK as a verified LAK's key (what a boot check's quotes are verified under).
+func bootCacheMachine(t *testing.T) (*machine, *ga.AK, *attest.VerifiedAK) {
+	t.Helper()
+	m := simMachine(t, eventlogs.RHEL8SecureBoot)
+	ak, err := m.NewAK()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ak.Close(m.Attest()) })
+	pub, err := ga.ParseAKPublic(ak.AttestationParameters().Public)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, ak, &attest.VerifiedAK{Public: pub.Public, Hash: pub.Hash}
 }
