@@ -62,7 +62,6 @@ func BenchmarkNodeStore(b *testing.B) {
 			}
 			raw[i] = nil // the watch's decoded object is garbage once transformed
 		}
-		raw = nil
 		runtime.GC()
 		var with, without runtime.MemStats
 		runtime.ReadMemStats(&with)
