@@ -31,8 +31,7 @@ func TestSealedDevices(t *testing.T) {
 			}
 		})
 	}
-	installed(t, "sealed-template")
-	waitStateIn(t, "sealed-template", "active")
+	provisioned(t, "sealed-template")
 	if err := step(t, stack.BootCheck, "sealed-template", stack.StepOptions{}); err != nil {
 		t.Fatalf("sealed-template's boot check: %v", err)
 	}
