@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"time"
 
@@ -63,30 +64,44 @@ func (s *Stack) AddSealedDevices(template string, n int, prefix string, now time
 	if err != nil {
 		return nil, fmt.Errorf("add sealed devices: %w", err)
 	}
-	s.sealedMu.Lock()
-	defer s.sealedMu.Unlock()
-	out := make([]AddedDevice, 0, n)
-	for k := range n {
-		name := fmt.Sprintf("%s-%05d", prefix, k+1)
-		i := sealedFirst + s.sealed
-		macs := []string{sealedMAC(s.sealed, 0), sealedMAC(s.sealed, 1), sealedMAC(s.sealed, 3)}
-		fields, err := sealedFields(cf, tpl.Owned, name, macs[0], fmt.Sprintf("FSEAL%06dDISK", s.sealed), now)
+	return s.addNumbered(n, prefix, func(name string, k int, addr netip.Prefix) (int64, []string, error) {
+		macs := []string{sealedMAC(k, 0), sealedMAC(k, 1), sealedMAC(k, 3)}
+		fields, err := sealedFields(cf, tpl.Owned, name, macs[0], sealedDisk(k), now)
 		if err != nil {
-			return nil, fmt.Errorf("add sealed device %s: %w", name, err)
+			return 0, nil, fmt.Errorf("add sealed device %s: %w", name, err)
 		}
-		got, err := s.emu.AddDevice(netboxemu.DeviceSpec{Name: name, Status: "active", Serial: fmt.Sprintf("FSEAL-%06d", s.sealed),
-			DeviceType: "fleetsim-machine", PrimaryIPv4: address(i).String(),
+		id, err := s.emu.AddDevice(netboxemu.DeviceSpec{Name: name, Status: "active", Serial: sealedSerial(k),
+			DeviceType: "fleetsim-machine", PrimaryIPv4: addr.String(),
 			Interfaces: []netboxemu.InterfaceSpec{{Name: "eth0", MACs: macs[:1]}, {Name: "eth1", MACs: macs[1:2]}, {Name: "eth2"},
 				{Name: "bmc", MgmtOnly: true, MACs: macs[2:]}},
 			FieldsFor: func(id int64) (map[string]any, error) { return seal(keys, id, fields, now) }})
+		return id, macs, err
+	})
+}
+
+// addNumbered adds n devices named prefix-00001, prefix-00002, … with add, which is given each
+// one's name, its number k among every device added this way (its MACs and serials derive from
+// it) and its address, and returns its NetBox id and MACs.
+func (s *Stack) addNumbered(n int, prefix string, add func(name string, k int, addr netip.Prefix) (int64, []string, error)) ([]AddedDevice, error) {
+	s.sealedMu.Lock()
+	defer s.sealedMu.Unlock()
+	out := make([]AddedDevice, 0, n)
+	for j := range n {
+		name := fmt.Sprintf("%s-%05d", prefix, j+1)
+		addr := address(sealedFirst + s.sealed)
+		id, macs, err := add(name, s.sealed, addr)
 		if err != nil {
 			return nil, err
 		}
 		s.sealed++
-		out = append(out, AddedDevice{Name: name, ID: got, Address: address(i).String(), MACs: macs})
+		out = append(out, AddedDevice{Name: name, ID: id, Address: addr.String(), MACs: macs})
 	}
 	return out, nil
 }
+
+// sealedSerial and sealedDisk are the chassis and disk serials of added device k.
+func sealedSerial(k int) string { return fmt.Sprintf("FSEAL-%06d", k) }
+func sealedDisk(k int) string   { return fmt.Sprintf("FSEAL%06dDISK", k) }
 
 // sealedMAC is MAC nic of sealed device k: 02:f6:NN:KK:KK:KK.
 func sealedMAC(k, nic int) string {
@@ -173,26 +188,15 @@ func jsonObject(v any) (any, error) {
 // address of its own in the machines' /8. A provision of one is decided and its Workflow created
 // as any (the load test's storms); nothing netboots. Names are prefix-00001, prefix-00002, …
 func (s *Stack) AddDeclaredDevices(n int, prefix string) ([]AddedDevice, error) {
-	s.sealedMu.Lock()
-	defer s.sealedMu.Unlock()
-	out := make([]AddedDevice, 0, n)
-	for k := range n {
-		name := fmt.Sprintf("%s-%05d", prefix, k+1)
-		i := sealedFirst + s.sealed
+	return s.addNumbered(n, prefix, func(name string, k int, addr netip.Prefix) (int64, []string, error) {
 		ek := make([]byte, 32)
 		if _, err := rand.Read(ek); err != nil {
-			return nil, err
+			return 0, nil, err
 		}
-		macs := []string{sealedMAC(s.sealed, 0)}
-		id, err := s.emu.AddDevice(netboxemu.DeviceSpec{Name: name, Serial: fmt.Sprintf("FSEAL-%06d", s.sealed),
-			DeviceType: "fleetsim-machine", PrimaryIPv4: address(i).String(), Interfaces: []netboxemu.InterfaceSpec{{Name: "eth0", MACs: macs}},
-			CustomFields: map[string]any{"fleet_class": "talos-worker", "disk_serial": fmt.Sprintf("FSEAL%06dDISK", s.sealed),
-				"ek_sha256": fmt.Sprintf("%x", ek)}})
-		if err != nil {
-			return nil, err
-		}
-		s.sealed++
-		out = append(out, AddedDevice{Name: name, ID: id, Address: address(i).String(), MACs: macs})
-	}
-	return out, nil
+		macs := []string{sealedMAC(k, 0)}
+		id, err := s.emu.AddDevice(netboxemu.DeviceSpec{Name: name, Serial: sealedSerial(k), DeviceType: "fleetsim-machine",
+			PrimaryIPv4: addr.String(), Interfaces: []netboxemu.InterfaceSpec{{Name: "eth0", MACs: macs}},
+			CustomFields: map[string]any{"fleet_class": "talos-worker", "disk_serial": sealedDisk(k), "ek_sha256": fmt.Sprintf("%x", ek)}})
+		return id, macs, err
+	})
 }
